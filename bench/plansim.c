@@ -1,0 +1,534 @@
+/* plansim — one-process simulation of planning a large training job's
+ * checkpoint: every rank's local save plan, the global save plan (dedup +
+ * write balancing), the encoded .metadata, and the per-rank load plan for a
+ * changed tensor-parallel degree. Prints measured figures next to their
+ * targets; asserts nothing.
+ *
+ * The synthetic model is GPT-like: `layers` transformer layers of 12 tensors
+ * (qkv, proj, fc1, fc2 weights and biases, two layer norms), an embedding on
+ * the first pipeline stage and a final norm on the last. Weights are bf16,
+ * sharded over TP Megatron-style and replicated over DP; each weight has
+ * three fp32 Adam states (master, exp_avg, exp_avg_sq) flat-sharded over DP
+ * (ZeRO-1) within its TP shard. World rank = (pp * DP + dp) * TP + tp. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "metadata/meta.h"
+#include "metadata/view.h"
+#include "model/box.h"
+#include "model/layout.h"
+#include "planner/load_plan.h"
+#include "planner/save_plan.h"
+
+typedef struct config {
+  int tp, pp, dp, layers;
+  int64_t hidden, vocab;
+  int new_tp;  /* TP degree of the load layout (DP grows to keep the world) */
+  int samples; /* ranks whose load plan is timed */
+} config;
+
+typedef struct tensor_def {
+  const char *name;
+  int ndim;
+  int64_t mult0, mult1; /* shape = {mult0*hidden, mult1*hidden} (1-D: mult0) */
+  int tp_dim;           /* tensor dim sharded by TP, or -1 */
+} tensor_def;
+
+static const tensor_def LAYER_TENSORS[] = {
+    {"attn.qkv.weight", 2, 3, 1, 0}, {"attn.qkv.bias", 1, 3, 0, 0},
+    {"attn.proj.weight", 2, 1, 1, 1}, {"attn.proj.bias", 1, 1, 0, -1},
+    {"ln1.weight", 1, 1, 0, -1},      {"ln1.bias", 1, 1, 0, -1},
+    {"ln2.weight", 1, 1, 0, -1},      {"ln2.bias", 1, 1, 0, -1},
+    {"mlp.fc1.weight", 2, 4, 1, 0},   {"mlp.fc1.bias", 1, 4, 0, 0},
+    {"mlp.fc2.weight", 2, 1, 4, 1},   {"mlp.fc2.bias", 1, 1, 0, -1},
+};
+#define NLAYER_TENSORS (sizeof LAYER_TENSORS / sizeof LAYER_TENSORS[0])
+static const char *const ADAM_STATES[] = {"master", "exp_avg", "exp_avg_sq"};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double peak_rss_mib(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_maxrss / 1024.0; /* ru_maxrss is KiB on Linux */
+}
+
+static void die(const char *what, dcp_status rc, const dcpi_err *err) {
+  fprintf(stderr, "plansim: %s failed: %s: %s\n", what, dcp_strerror(rc), err ? err->msg : "");
+  exit(1);
+}
+
+/* ---- the synthetic model ------------------------------------------------ */
+
+/* One tensor a rank holds: its name, shape and the TP layout it uses. */
+typedef struct rank_tensor {
+  char fqn[96];
+  uint32_t ndim;
+  int64_t shape[2];
+  int tp_dim;
+} rank_tensor;
+
+/* The tensors of pipeline stage `stage`, in a fixed order; returns count. */
+static size_t stage_tensors(const config *c, int stage, rank_tensor *out) {
+  size_t n = 0;
+  int per = c->layers / c->pp, first = stage * per;
+  if (stage == c->pp - 1) per = c->layers - first;
+  if (stage == 0)
+    out[n++] = (rank_tensor){"embed.weight", 2, {c->vocab, c->hidden}, 0};
+  for (int l = first; l < first + per; l++)
+    for (size_t t = 0; t < NLAYER_TENSORS; t++) {
+      const tensor_def *d = &LAYER_TENSORS[t];
+      rank_tensor *r = &out[n++];
+      snprintf(r->fqn, sizeof r->fqn, "layers.%d.%s", l, d->name);
+      r->ndim = (uint32_t)d->ndim;
+      r->shape[0] = d->mult0 * c->hidden;
+      r->shape[1] = d->mult1 * c->hidden;
+      r->tp_dim = d->tp_dim;
+    }
+  if (stage == c->pp - 1) {
+    out[n++] = (rank_tensor){"final_ln.weight", 1, {c->hidden, 0}, -1};
+    out[n++] = (rank_tensor){"final_ln.bias", 1, {c->hidden, 0}, -1};
+  }
+  return n;
+}
+
+static size_t max_stage_tensors(const config *c) {
+  return (size_t)(c->layers / c->pp + c->layers % c->pp) * NLAYER_TENSORS + 3;
+}
+
+/* The three layouts of one stage over mesh [DP, TP]: replicated, TP on
+ * tensor dim 0, TP on tensor dim 1. */
+typedef struct stage_layouts {
+  dcp_layout *by_tp_dim[3]; /* index tp_dim + 1 */
+} stage_layouts;
+
+static stage_layouts make_layouts(int stage, int tp, int dp) {
+  stage_layouts sl;
+  int64_t mesh[2] = {dp, tp};
+  int32_t *ranks = malloc((size_t)dp * (size_t)tp * sizeof *ranks);
+  for (int i = 0; i < dp * tp; i++) ranks[i] = stage * dp * tp + i;
+  const uint32_t maps[3][2] = {{0, 0}, {1u << 1, 0}, {0, 1u << 1}};
+  for (int k = 0; k < 3; k++) {
+    dcpi_err err;
+    dcp_status rc = dcpi_layout_create(2, mesh, ranks, 2, maps[k], &sl.by_tp_dim[k], &err);
+    if (rc) die("layout", rc, &err);
+  }
+  free(ranks);
+  return sl;
+}
+
+/* The box rank `rank` holds of tensor t (its TP shard: replicated over DP). */
+static void tp_box(const stage_layouts *sl, const rank_tensor *t, int32_t rank, int64_t *off,
+                   int64_t *sz) {
+  const dcp_layout *l = sl->by_tp_dim[t->tp_dim + 1];
+  int64_t shape2[2] = {t->shape[0], t->ndim == 2 ? t->shape[1] : 1};
+  int64_t o[2], s[2];
+  dcpi_layout_box_at(l, shape2, dcpi_layout_position(l, rank), o, s);
+  for (uint32_t d = 0; d < t->ndim; d++) off[d] = o[d], sz[d] = s[d];
+}
+
+/* Calls emit(fqn, dtype, ndim, shape, nboxes, off, sz) for every tensor the
+ * rank holds, with its boxes: the bf16 TP shard of each weight and, for
+ * each Adam state, the rank's DP slice of that shard's flat elements. */
+typedef void (*emit_fn)(void *arg, const char *fqn, dcp_dtype dt, uint32_t ndim,
+                        const int64_t *shape, size_t nboxes, const int64_t *off,
+                        const int64_t *sz);
+
+static void rank_items(const config *c, int tp, int dp, const stage_layouts *layouts,
+                       rank_tensor *scratch, int32_t rank, emit_fn emit, void *arg) {
+  int stage = rank / (dp * tp), dp_idx = (rank / tp) % dp;
+  size_t n = stage_tensors(c, stage, scratch);
+  for (size_t i = 0; i < n; i++) {
+    const rank_tensor *t = &scratch[i];
+    int64_t off[2], sz[2];
+    tp_box(&layouts[stage], t, rank, off, sz);
+    emit(arg, t->fqn, DCP_BF16, t->ndim, t->shape, 1, off, sz);
+    /* ZeRO-1: the shard's elements split into dp ceil-divided flat ranges */
+    int64_t numel;
+    dcpi_numel(t->ndim, sz, &numel);
+    int64_t per = (numel + dp - 1) / dp, begin = per * dp_idx;
+    if (begin > numel) begin = numel;
+    int64_t count = numel - begin < per ? numel - begin : per;
+    int64_t boff[3 * 2], bsz[3 * 2];
+    size_t nb;
+    dcpi_err err;
+    dcp_status rc = dcpi_flat_to_boxes(t->ndim, off, sz, begin, count, boff, bsz, 3, &nb, &err);
+    if (rc) die("flat_to_boxes", rc, &err);
+    for (size_t s = 0; s < 3; s++) {
+      char fqn[128];
+      snprintf(fqn, sizeof fqn, "optim.%s.%s", ADAM_STATES[s], t->fqn);
+      emit(arg, fqn, DCP_F32, t->ndim, t->shape, nb, boff, bsz);
+    }
+  }
+}
+
+/* ---- save side ---------------------------------------------------------- */
+
+static void emit_local(void *arg, const char *fqn, dcp_dtype dt, uint32_t ndim,
+                       const int64_t *shape, size_t nboxes, const int64_t *off,
+                       const int64_t *sz) {
+  dcpi_local_plan *lp = arg;
+  dcpi_err err;
+  uint32_t ti;
+  dcp_status rc = dcpi_local_plan_add_tensor(lp, fqn, dt, ndim, shape, &ti, &err);
+  if (rc) die("local_plan_add_tensor", rc, &err);
+  for (size_t b = 0; b < nboxes; b++)
+    if ((rc = dcpi_local_plan_add_chunk(lp, ti, off + b * ndim, sz + b * ndim, &err)))
+      die("local_plan_add_chunk", rc, &err);
+}
+
+static dcpi_local_plan **build_local_plans(const config *c, const stage_layouts *layouts,
+                                           int32_t world) {
+  dcpi_local_plan **plans = calloc((size_t)world, sizeof *plans);
+  rank_tensor *scratch = malloc(max_stage_tensors(c) * sizeof *scratch);
+  for (int32_t r = 0; r < world; r++) {
+    dcpi_err err;
+    dcp_status rc = dcpi_local_plan_create(r, world, NULL, &plans[r], &err);
+    if (rc) die("local_plan_create", rc, &err);
+    rank_items(c, c->tp, c->dp, layouts, scratch, r, emit_local, plans[r]);
+    if ((rc = dcpi_local_plan_add_bytes(plans[r], "step", DCP_SCOPE_REPLICATED, 8, &err)) ||
+        (rc = dcpi_local_plan_add_bytes(plans[r], "rng", DCP_SCOPE_PER_RANK, 5056, &err)) ||
+        (rc = dcpi_local_plan_finish(plans[r], &err)))
+      die("local plan", rc, &err);
+  }
+  free(scratch);
+  return plans;
+}
+
+/* The .metadata a save of this plan would commit: one data file per rank,
+ * each rank's items stored back to back, 4 MiB blocks with checksums. */
+static void fill_ref(dcp_storage_ref *ref, uint32_t file, uint64_t offset, int64_t nbytes,
+                     uint32_t block_size, uint64_t **sums, size_t *cap, uint64_t seed) {
+  uint64_t blocks = ((uint64_t)nbytes + block_size - 1) / block_size;
+  if (blocks > *cap) {
+    *cap = blocks;
+    *sums = realloc(*sums, blocks * sizeof **sums);
+  }
+  for (uint64_t b = 0; b < blocks; b++) (*sums)[b] = XXH3_64bits_withSeed(&b, sizeof b, seed);
+  *ref = (dcp_storage_ref){.file = file, .codec = DCP_CODEC_NONE, .block_size = block_size,
+                           .offset = offset, .stored_length = (uint64_t)nbytes,
+                           .raw_length = (uint64_t)nbytes, .block_count = blocks,
+                           .block_checksums = *sums};
+}
+
+static dcpi_md *build_metadata(const dcpi_global_plan *gp, int32_t world) {
+  dcpi_md *md;
+  dcpi_err err;
+  dcp_status rc = dcpi_md_create(&md);
+  if (rc || (rc = dcpi_md_set_world(md, world, &err))) die("md_create", rc, &err);
+  uint32_t block = dcpi_global_plan_opts(gp)->block_size;
+  size_t ntensors = dcpi_global_plan_tensor_count(gp);
+  uint32_t *tid = malloc(ntensors * sizeof *tid);
+  for (size_t t = 0; t < ntensors; t++) {
+    dcpi_gp_tensor gt;
+    dcpi_global_plan_tensor(gp, t, &gt);
+    if ((rc = dcpi_md_add_tensor(md, gt.fqn, gt.dtype, gt.ndim, gt.shape, -1, NULL, &tid[t], &err)))
+      die("md_add_tensor", rc, &err);
+  }
+  uint64_t *sums = NULL;
+  size_t cap = 0;
+  for (int32_t r = 0; r < world; r++) {
+    char name[64];
+    uint32_t file;
+    snprintf(name, sizeof name, "data.%06d.dcp", r);
+    if ((rc = dcpi_md_add_file(md, name, &file, &err))) die("md_add_file", rc, &err);
+    const uint32_t *items;
+    size_t n = dcpi_global_plan_rank_items(gp, r, &items);
+    uint64_t offset = 0;
+    for (size_t k = 0; k < n; k++) {
+      dcpi_gp_item it;
+      dcpi_global_plan_item(gp, items[k], &it);
+      dcp_storage_ref ref;
+      fill_ref(&ref, file, offset, it.nbytes, block, &sums, &cap, items[k]);
+      if ((rc = dcpi_md_add_chunk(md, tid[it.tensor], it.offset, it.size, &ref, &err)))
+        die("md_add_chunk", rc, &err);
+      offset += (uint64_t)it.nbytes;
+    }
+    const uint32_t *bytes;
+    n = dcpi_global_plan_rank_bytes(gp, r, &bytes);
+    for (size_t k = 0; k < n; k++) {
+      dcpi_gp_bytes b;
+      dcpi_global_plan_bytes(gp, bytes[k], &b);
+      dcp_storage_ref ref;
+      fill_ref(&ref, file, offset, b.length, block, &sums, &cap, bytes[k] + 1000000007ull);
+      if ((rc = dcpi_md_add_bytes(md, b.key, b.scope, b.rank, &ref, &err)))
+        die("md_add_bytes", rc, &err);
+      offset += (uint64_t)b.length;
+    }
+  }
+  free(sums);
+  free(tid);
+  return md;
+}
+
+/* ---- load side ---------------------------------------------------------- */
+
+typedef struct load_input {
+  dcpi_load_tensor *tensors;
+  dcpi_load_chunk *chunks;
+  int64_t *coords; /* shapes and boxes behind the pointers */
+  char (*names)[128];
+  size_t ntensors, nchunks, ncoords, cap_t, cap_c, cap_x;
+} load_input;
+
+static int64_t *push_coords(load_input *in, const int64_t *v, size_t n) {
+  int64_t *p = in->coords + in->ncoords;
+  memcpy(p, v, n * sizeof *v);
+  in->ncoords += n;
+  return p;
+}
+
+static void emit_load(void *arg, const char *fqn, dcp_dtype dt, uint32_t ndim,
+                      const int64_t *shape, size_t nboxes, const int64_t *off,
+                      const int64_t *sz) {
+  load_input *in = arg;
+  size_t t = in->ntensors++;
+  snprintf(in->names[t], sizeof in->names[t], "%s", fqn);
+  in->tensors[t] = (dcpi_load_tensor){in->names[t], dt, ndim, push_coords(in, shape, ndim)};
+  for (size_t b = 0; b < nboxes; b++) {
+    const int64_t *o = push_coords(in, off + b * ndim, ndim);
+    const int64_t *s = push_coords(in, sz + b * ndim, ndim);
+    in->chunks[in->nchunks++] = (dcpi_load_chunk){(uint32_t)t, o, s};
+  }
+}
+
+/* Adapts a dcp_meta view to the planner's saved-tensor lookup, the way the
+ * load runtime does: find the fqn, decode its chunk list, lend its boxes. */
+typedef struct meta_source {
+  dcp_meta *meta;
+} meta_source;
+
+static dcp_status lookup_meta(void *arg, const char *fqn, size_t fqn_len,
+                              dcpi_saved_tensor *out, dcpi_err *err) {
+  (void)fqn_len;
+  meta_source *ms = arg;
+  size_t ti;
+  dcp_tensor_info info;
+  if (dcp_meta_find_tensor(ms->meta, fqn, &ti) != DCP_OK)
+    return dcpi_fail(err, DCP_ENOTFOUND, "checkpoint has no tensor '%s'", fqn);
+  dcp_meta_tensor(ms->meta, ti, &info);
+  const int64_t *off, *sz;
+  dcp_status rc = dcpi_meta_chunk_boxes(ms->meta, ti, &off, &sz, err);
+  if (rc) return rc;
+  *out = (dcpi_saved_tensor){.fqn = info.fqn, .dtype = info.dtype, .ndim = info.ndim,
+                             .shape = dcpi_meta_tensor_shape(ms->meta, ti),
+                             .nchunks = (size_t)info.chunk_count, .chunk_off = off,
+                             .chunk_sz = sz};
+  return DCP_OK;
+}
+
+typedef struct load_stats {
+  double total_ms, max_ms;
+  size_t overlaps, chunks;
+  int64_t bytes;
+} load_stats;
+
+static load_stats time_load_plans(const config *c, const void *enc, size_t enc_len) {
+  int new_dp = c->dp * c->tp / c->new_tp;
+  int32_t world = c->tp * c->pp * c->dp;
+  stage_layouts *layouts = malloc((size_t)c->pp * sizeof *layouts);
+  for (int s = 0; s < c->pp; s++) layouts[s] = make_layouts(s, c->new_tp, new_dp);
+  size_t maxt = max_stage_tensors(c) * 4;
+  load_input in = {0};
+  in.tensors = malloc(maxt * sizeof *in.tensors);
+  in.chunks = malloc(maxt * 3 * sizeof *in.chunks);
+  in.coords = malloc(maxt * 16 * sizeof *in.coords);
+  in.names = malloc(maxt * sizeof *in.names);
+  rank_tensor *scratch = malloc(max_stage_tensors(c) * sizeof *scratch);
+  load_stats st = {0};
+  for (int k = 0; k < c->samples; k++) {
+    int32_t rank = (int32_t)(((int64_t)world * k) / c->samples + k % 7) % world;
+    in.ntensors = in.nchunks = in.ncoords = 0;
+    rank_items(c, c->new_tp, new_dp, layouts, scratch, rank, emit_load, &in);
+    /* a fresh view per sampled rank: each rank decodes the chunk lists it
+     * needs; opening (checksum + tables) is timed separately */
+    meta_source ms = {0};
+    if (dcp_meta_open_memory(NULL, enc, enc_len, &ms.meta)) die("meta_open", DCP_ECORRUPT, NULL);
+    dcpi_saved_source src = {.lookup = lookup_meta, .arg = &ms};
+    dcpi_load_plan *plan;
+    dcpi_err err;
+    double t0 = now_s();
+    dcp_status rc = dcpi_load_plan_build(in.tensors, in.ntensors, in.chunks, in.nchunks, &src,
+                                         &plan, &err);
+    double ms_taken = (now_s() - t0) * 1e3;
+    if (rc) die("load_plan_build", rc, &err);
+    st.total_ms += ms_taken;
+    if (ms_taken > st.max_ms) st.max_ms = ms_taken;
+    st.overlaps += plan->noverlaps;
+    st.chunks += in.nchunks;
+    st.bytes += plan->total_bytes;
+    dcpi_load_plan_free(plan);
+    dcp_meta_free(ms.meta);
+  }
+  for (int s = 0; s < c->pp; s++)
+    for (int k = 0; k < 3; k++) dcp_layout_free(layouts[s].by_tp_dim[k]);
+  free(layouts), free(scratch), free(in.tensors), free(in.chunks), free(in.coords), free(in.names);
+  return st;
+}
+
+/* Root of r in a union-find forest, halving paths on the way. */
+static int32_t find_root(int32_t *parent, int32_t r) {
+  while (parent[r] != r) r = parent[r] = parent[parent[r]];
+  return r;
+}
+
+/* ---- main --------------------------------------------------------------- */
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: plansim [--tp N] [--pp N] [--dp N] [--layers N] [--hidden N]\n"
+          "               [--new-tp N] [--samples N] [--quick]\n"
+          "defaults: a 10,240-rank job, TP8 x PP16 x DP80, 96 layers, hidden 12288,\n"
+          "loaded with TP4; --quick runs TP4 x PP2 x DP4, 8 layers, hidden 1024.\n");
+  exit(2);
+}
+
+static config parse(int argc, char **argv) {
+  config c = {.tp = 8, .pp = 16, .dp = 80, .layers = 96, .hidden = 12288, .vocab = 50304,
+              .new_tp = 4, .samples = 32};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    long v = i + 1 < argc ? strtol(argv[i + 1], NULL, 10) : 0;
+    if (!strcmp(a, "--quick")) {
+      c = (config){.tp = 4, .pp = 2, .dp = 4, .layers = 8, .hidden = 1024, .vocab = 8192,
+                   .new_tp = 2, .samples = 8};
+      continue;
+    }
+    if (v <= 0) usage();
+    if (!strcmp(a, "--tp")) c.tp = (int)v;
+    else if (!strcmp(a, "--pp")) c.pp = (int)v;
+    else if (!strcmp(a, "--dp")) c.dp = (int)v;
+    else if (!strcmp(a, "--layers")) c.layers = (int)v;
+    else if (!strcmp(a, "--hidden")) c.hidden = v;
+    else if (!strcmp(a, "--new-tp")) c.new_tp = (int)v;
+    else if (!strcmp(a, "--samples")) c.samples = (int)v;
+    else usage();
+    i++;
+  }
+  if (c.layers < c.pp || (c.dp * c.tp) % c.new_tp) usage();
+  return c;
+}
+
+int main(int argc, char **argv) {
+  config c = parse(argc, argv);
+  int32_t world = c.tp * c.pp * c.dp;
+  printf("plansim: %d ranks = TP%d x PP%d x DP%d, %d layers, hidden %" PRId64
+         ", bf16 weights + fp32 Adam (ZeRO-1 over DP)\n",
+         world, c.tp, c.pp, c.dp, c.layers, c.hidden);
+
+  stage_layouts *layouts = malloc((size_t)c.pp * sizeof *layouts);
+  for (int s = 0; s < c.pp; s++) layouts[s] = make_layouts(s, c.tp, c.dp);
+  double t0 = now_s();
+  dcpi_local_plan **plans = build_local_plans(&c, layouts, world);
+  double t_local = now_s() - t0;
+  size_t entries = 0;
+  for (int32_t r = 0; r < world; r++) entries += dcpi_local_plan_chunk_count(plans[r]);
+  double rss_before = peak_rss_mib();
+
+  dcpi_global_plan *gp;
+  dcpi_err err;
+  t0 = now_s();
+  dcp_status rc = dcpi_global_plan_build((const dcpi_local_plan *const *)plans, (size_t)world,
+                                         NULL, &gp, &err);
+  double t_global = now_s() - t0;
+  if (rc) die("global_plan_build", rc, &err);
+  double rss_after = peak_rss_mib();
+  size_t items = dcpi_global_plan_item_count(gp);
+  int64_t model = dcpi_global_plan_tensor_bytes(gp), held = 0, max_load = 0;
+  for (int32_t r = 0; r < world; r++) {
+    int64_t l = dcpi_global_plan_rank_load(gp, r);
+    held += l;
+    if (l > max_load) max_load = l;
+  }
+  /* A floor no assignment can beat: ranks that share items form connected
+   * groups (union-find over holder lists); a group's bytes stay inside it,
+   * so its busiest rank carries at least the group's mean, and at least the
+   * bytes only that rank holds. */
+  int32_t *parent = malloc((size_t)world * sizeof *parent);
+  int64_t *forced = calloc((size_t)world, sizeof *forced);
+  int64_t *group_bytes = calloc((size_t)world, sizeof *group_bytes);
+  int64_t *group_size = calloc((size_t)world, sizeof *group_size);
+  for (int32_t r = 0; r < world; r++) parent[r] = r;
+  for (size_t i = 0; i < items; i++) {
+    dcpi_gp_item it;
+    dcpi_global_plan_item(gp, i, &it);
+    if (it.nholders == 1) forced[it.owner] += it.nbytes;
+    for (uint32_t h = 1; h < it.nholders; h++) {
+      int32_t a = find_root(parent, it.holders[0]), b = find_root(parent, it.holders[h]);
+      if (a != b) parent[b] = a;
+    }
+  }
+  for (int32_t r = 0; r < world; r++) {
+    int32_t g = find_root(parent, r);
+    group_bytes[g] += dcpi_global_plan_rank_load(gp, r);
+    group_size[g]++;
+  }
+  int64_t floor_load = 0;
+  /* ... and an item cannot be split: its owner carries it on top of the
+   * bytes it holds alone. */
+  for (size_t i = 0; i < items; i++) {
+    dcpi_gp_item it;
+    dcpi_global_plan_item(gp, i, &it);
+    int64_t least = INT64_MAX;
+    for (uint32_t h = 0; h < it.nholders && it.nholders > 1; h++)
+      if (forced[it.holders[h]] < least) least = forced[it.holders[h]];
+    if (it.nholders > 1 && least + it.nbytes > floor_load) floor_load = least + it.nbytes;
+  }
+  for (int32_t r = 0; r < world; r++) {
+    int64_t g = group_size[r] ? group_bytes[r] / group_size[r] : 0;
+    if (g > floor_load) floor_load = g;
+    if (forced[r] > floor_load) floor_load = forced[r];
+  }
+  free(parent), free(forced), free(group_bytes), free(group_size);
+  printf("local plans:  %zu entries over %d ranks built in %.2f s\n", entries, world, t_local);
+  printf("global plan:  %.3f s (target <= 2 s), %zu distinct chunks from %zu holdings,\n"
+         "              peak RSS %.0f MiB (%.0f MiB before planning)\n",
+         t_global, items, dcpi_global_plan_holding_count(gp), rss_after, rss_before);
+  printf("dedup:        %.1f GiB written = model bytes %.1f GiB (x%.3f);\n"
+         "              write load max/mean %.3f, max/floor %.3f (floor: group mean, unsplittable items)\n",
+         (double)held / (1 << 30), (double)model / (1 << 30), (double)held / (double)model,
+         (double)max_load / ((double)held / world), (double)max_load / (double)floor_load);
+  for (int32_t r = 0; r < world; r++) dcpi_local_plan_free(plans[r]);
+  free(plans);
+
+  t0 = now_s();
+  dcpi_md *md = build_metadata(gp, world);
+  void *enc;
+  size_t enc_len;
+  if ((rc = dcpi_md_encode(md, &enc, &enc_len, &err))) die("md_encode", rc, &err);
+  double t_enc = now_s() - t0;
+  dcpi_md_free(md);
+  size_t meta_chunks = items + dcpi_global_plan_bytes_count(gp);
+  printf("metadata:     %.1f MiB for %zu chunks = %.1f B/chunk (target <= 32), built and "
+         "encoded in %.2f s\n",
+         (double)enc_len / (1 << 20), meta_chunks, (double)enc_len / (double)meta_chunks, t_enc);
+  dcpi_global_plan_free(gp);
+  for (int s = 0; s < c.pp; s++)
+    for (int k = 0; k < 3; k++) dcp_layout_free(layouts[s].by_tp_dim[k]);
+  free(layouts);
+
+  dcp_meta *view;
+  t0 = now_s();
+  if ((rc = dcp_meta_open_memory(NULL, enc, enc_len, &view))) die("meta_open", rc, NULL);
+  double t_open = now_s() - t0;
+  dcp_meta_free(view);
+  load_stats ls = time_load_plans(&c, enc, enc_len);
+  printf("load plan:    TP%d -> TP%d (DP%d): %.2f ms mean, %.2f ms max per rank over %d ranks "
+         "(target <= 20 ms);\n"
+         "              %.0f dest chunks, %.0f overlaps, %.2f GiB per rank; metadata open "
+         "%.0f ms once\n",
+         c.tp, c.new_tp, c.dp * c.tp / c.new_tp, ls.total_ms / c.samples, ls.max_ms, c.samples,
+         (double)ls.chunks / c.samples, (double)ls.overlaps / c.samples,
+         (double)ls.bytes / c.samples / (1 << 30), t_open * 1e3);
+  free(enc);
+  return 0;
+}

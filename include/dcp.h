@@ -1,0 +1,446 @@
+/*
+ * dcp.h — public API of libdcp, distributed checkpoints for large training jobs.
+ *
+ * Conventions
+ *  - Every fallible function returns a dcp_status: DCP_OK (0) or a negative
+ *    error code. dcp_is_error() tests it; dcp_strerror() names it. Functions
+ *    that take a dcp_ctx also leave a detailed message on that context
+ *    (dcp_ctx_last_error()).
+ *  - Handles are opaque. Every *_create has a *_free; *_free(NULL) is a no-op.
+ *  - The caller owns tensor memory. The library never frees what it did not
+ *    allocate and never keeps a pointer past the documented lifetime.
+ *  - Strings are UTF-8, NUL-terminated, and copied on the way in.
+ *  - Integer shapes and offsets are int64_t; every product is checked for
+ *    overflow (DCP_EOVERFLOW).
+ *  - Nothing in this header performs I/O in this version of the library.
+ */
+#ifndef DCP_H
+#define DCP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(DCP_BUILDING_LIBRARY) && defined(__GNUC__)
+#define DCP_API __attribute__((visibility("default")))
+#else
+#define DCP_API
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Version                                                                  */
+/* ------------------------------------------------------------------------ */
+
+#define DCP_VERSION_MAJOR 0
+#define DCP_VERSION_MINOR 1
+#define DCP_VERSION_PATCH 0
+#define DCP_VERSION_NUMBER \
+  (DCP_VERSION_MAJOR * 10000 + DCP_VERSION_MINOR * 100 + DCP_VERSION_PATCH)
+
+/* The version of the library actually linked, as MAJOR*10000+MINOR*100+PATCH.
+ * Compare with DCP_VERSION_NUMBER to detect a header/library mismatch. */
+DCP_API unsigned dcp_version_number(void);
+
+/* The linked library's version as a static string, e.g. "0.1.0". */
+DCP_API const char *dcp_version_string(void);
+
+/* ------------------------------------------------------------------------ */
+/* Status codes                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* Values are stable: new codes are only ever appended. */
+typedef enum dcp_status {
+  DCP_OK = 0,
+  DCP_EINVAL = -1,     /* an argument is invalid (NULL, out of range, ...) */
+  DCP_ENOMEM = -2,     /* an allocation failed */
+  DCP_EOVERFLOW = -3,  /* a size, shape or offset product overflows int64 */
+  DCP_ECORRUPT = -4,   /* encoded data is malformed or fails its checksum */
+  DCP_EVERSION = -5,   /* encoded data has an unsupported format version */
+  DCP_EMISMATCH = -6,  /* dtype/shape of one fqn differs between sources */
+  DCP_EBOUNDS = -7,    /* a box lies outside its tensor's global shape */
+  DCP_EOVERLAP = -8,   /* distinct boxes of one fqn overlap */
+  DCP_EEXIST = -9,     /* an item or chunk with that key already exists */
+  DCP_ENOTFOUND = -10, /* no such fqn, key, rank or index */
+  DCP_ESCOPE = -11,    /* a bytes item's scope clashes or cannot be honoured */
+  DCP_ENAME = -12,     /* an fqn or key is empty, too long or not allowed */
+  DCP_EINCOMPLETE = -13 /* a tensor or region is not fully covered by chunks */
+} dcp_status;
+
+/* Non-zero when s is an error (negative). */
+DCP_API int dcp_is_error(dcp_status s);
+
+/* A short static description of a status code ("corrupt data", ...). Never
+ * NULL; unknown codes give "unknown status". */
+DCP_API const char *dcp_strerror(dcp_status s);
+
+/* ------------------------------------------------------------------------ */
+/* Context                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct dcp_ctx dcp_ctx;
+
+/* Configuration of a context. Initialise with dcp_ctx_config_init() before
+ * setting fields: struct_size lets later versions append fields without
+ * breaking callers compiled against this one. */
+typedef struct dcp_ctx_config {
+  uint32_t struct_size; /* sizeof(dcp_ctx_config), set by init */
+  int32_t rank;         /* this process's global rank (default 0) */
+  int32_t world_size;   /* number of ranks (default 1) */
+} dcp_ctx_config;
+
+/* Fill cfg with defaults (rank 0 of a world of 1). */
+DCP_API void dcp_ctx_config_init(dcp_ctx_config *cfg);
+
+/* Create a context. cfg may be NULL for the defaults.
+ * Errors: DCP_EINVAL (cfg->struct_size too small, world_size < 1, rank out of
+ * [0, world_size)), DCP_ENOMEM. On error *out is NULL. */
+DCP_API dcp_status dcp_ctx_create(const dcp_ctx_config *cfg, dcp_ctx **out);
+
+/* Free a context. Objects created from it must be freed first. */
+DCP_API void dcp_ctx_free(dcp_ctx *ctx);
+
+/* This context's rank and world size. */
+DCP_API int32_t dcp_ctx_rank(const dcp_ctx *ctx);
+DCP_API int32_t dcp_ctx_world_size(const dcp_ctx *ctx);
+
+/* The message left by the last failing call that took this context, or ""
+ * when none failed. The string is owned by the context and valid until the
+ * next call that takes it. */
+DCP_API const char *dcp_ctx_last_error(const dcp_ctx *ctx);
+
+/* The status of the last failing call that took this context (DCP_OK when
+ * none failed). */
+DCP_API dcp_status dcp_ctx_last_status(const dcp_ctx *ctx);
+
+/* ------------------------------------------------------------------------ */
+/* Dtypes                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* The safetensors element types. Values are stored on disk: stable. */
+typedef enum dcp_dtype {
+  DCP_DTYPE_INVALID = 0,
+  DCP_BOOL = 1,
+  DCP_U8 = 2,
+  DCP_I8 = 3,
+  DCP_I16 = 4,
+  DCP_U16 = 5,
+  DCP_I32 = 6,
+  DCP_U32 = 7,
+  DCP_I64 = 8,
+  DCP_U64 = 9,
+  DCP_F16 = 10,
+  DCP_BF16 = 11,
+  DCP_F32 = 12,
+  DCP_F64 = 13,
+  DCP_F8_E4M3 = 14,
+  DCP_F8_E5M2 = 15,
+  DCP_F8_E8M0 = 16,
+  DCP_C64 = 17,
+  DCP_DTYPE_END_ /* one past the last valid value */
+} dcp_dtype;
+
+/* Bytes per element of dt, or 0 when dt is not a valid dtype. */
+DCP_API size_t dcp_dtype_size(dcp_dtype dt);
+
+/* The safetensors name of dt ("BF16", ...), or NULL when dt is invalid. */
+DCP_API const char *dcp_dtype_name(dcp_dtype dt);
+
+/* The dtype whose safetensors name is name (exact, case-sensitive), or
+ * DCP_DTYPE_INVALID. */
+DCP_API dcp_dtype dcp_dtype_from_name(const char *name);
+
+/* ------------------------------------------------------------------------ */
+/* Boxes                                                                    */
+/* ------------------------------------------------------------------------ */
+
+#define DCP_MAX_NDIM 16
+
+/* An N-d half-open region [offset, offset+size) per dimension of a tensor's
+ * global shape. Entries at and past ndim are ignored. A box with a zero size
+ * in any dimension is empty. A 0-d box (scalar) has one element. */
+typedef struct dcp_box {
+  uint32_t ndim;
+  int64_t offset[DCP_MAX_NDIM];
+  int64_t size[DCP_MAX_NDIM];
+} dcp_box;
+
+/* Number of elements of box into *numel.
+ * Errors: DCP_EINVAL (NULL, ndim > DCP_MAX_NDIM, negative offset or size),
+ * DCP_EOVERFLOW (offset+size or the product exceeds INT64_MAX). */
+DCP_API dcp_status dcp_box_numel(const dcp_box *box, int64_t *numel);
+
+/* Intersection of a and b into *out (which may alias either).
+ * Returns 1 when the intersection is non-empty, 0 when it is empty (then
+ * *out has ndim set and a zero size where the boxes miss), and DCP_EINVAL
+ * when the boxes have different ndim or either is invalid. */
+DCP_API int dcp_box_intersect(const dcp_box *a, const dcp_box *b, dcp_box *out);
+
+/* Decompose a flat element range of a row-major region into boxes.
+ *
+ * The region is the box `region` of a tensor (the whole tensor when its
+ * offset is 0 and its size is the global shape; a tensor-parallel shard
+ * otherwise). Elements [flat_begin, flat_begin+flat_count) of the region's
+ * row-major order are covered exactly, in order, by the boxes written to
+ * out[0..*count), expressed in the tensor's global coordinates. At most
+ * 2*ndim-1 boxes are produced (1 for ndim 0), so out must hold that many;
+ * cap is its capacity. flat_count 0 gives *count 0.
+ * Errors: DCP_EINVAL (NULL, invalid region, cap too small), DCP_EBOUNDS (the
+ * range exceeds the region), DCP_EOVERFLOW. */
+DCP_API dcp_status dcp_flat_to_boxes(const dcp_box *region, int64_t flat_begin,
+                                     int64_t flat_count, dcp_box *out,
+                                     size_t cap, size_t *count);
+
+/* ------------------------------------------------------------------------ */
+/* Layouts                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* A layout says how one tensor is spread over a device mesh: the mesh's shape,
+ * the global rank at each mesh coordinate (row-major), and a tensor_map that
+ * gives, for each tensor dimension, the set of mesh dimensions that shard it.
+ *
+ * tensor_map[d] is a bit mask: bit m set means mesh dimension m shards tensor
+ * dimension d; 0 means dimension d is not sharded. When several mesh
+ * dimensions shard one tensor dimension, they combine in mesh order (lower
+ * mesh dimension = more significant), like a row-major index. A mesh
+ * dimension shards at most one tensor dimension. Mesh dimensions that shard
+ * nothing replicate the tensor: ranks that differ only there form a replica
+ * group and hold the identical box.
+ *
+ * Splits are ceil-divided: with n shards of extent E, shard i covers
+ * [min(i*c, E), min((i+1)*c, E)) where c = ceil(E/n), so trailing shards may
+ * be smaller or empty. */
+typedef struct dcp_layout dcp_layout;
+
+#define DCP_MAX_MESH_NDIM 16
+
+/* Create a layout.
+ *  mesh_ndim   1..DCP_MAX_MESH_NDIM
+ *  mesh_shape  mesh_ndim extents, each >= 1
+ *  mesh_ranks  prod(mesh_shape) distinct non-negative global ranks in
+ *              row-major mesh order, or NULL for 0..n-1
+ *  tensor_ndim 0..DCP_MAX_NDIM, tensor_map tensor_ndim masks (NULL when 0)
+ * Arrays are copied. Errors (message on ctx, which may be NULL): DCP_EINVAL
+ * (bad extents, duplicate or negative ranks, a mask naming a mesh dimension
+ * that does not exist or one already used), DCP_EOVERFLOW, DCP_ENOMEM. */
+DCP_API dcp_status dcp_layout_create(dcp_ctx *ctx, uint32_t mesh_ndim,
+                                     const int64_t *mesh_shape,
+                                     const int32_t *mesh_ranks,
+                                     uint32_t tensor_ndim,
+                                     const uint32_t *tensor_map,
+                                     dcp_layout **out);
+
+DCP_API void dcp_layout_free(dcp_layout *layout);
+
+/* The box that `rank` holds of a tensor with this layout and global_shape
+ * (tensor_ndim extents). Computed locally, no communication.
+ * Errors: DCP_EINVAL (NULL, negative extent), DCP_ENOTFOUND (rank is not in
+ * the mesh). */
+DCP_API dcp_status dcp_layout_box(const dcp_layout *layout,
+                                  const int64_t *global_shape, int32_t rank,
+                                  dcp_box *out);
+
+/* The replica group of `rank`: every rank of the mesh whose coordinates
+ * equal rank's on all sharding mesh dimensions (rank included), in
+ * ascending order. They hold the identical box. (With uneven splits, ranks
+ * of different shards may each hold an empty box; those are not one group.) Sets *count to the
+ * group's size and writes the first min(cap, *count) ranks to out; pass cap
+ * 0 (out may then be NULL) to query the size.
+ * Errors: DCP_EINVAL (NULL layout or count, NULL out with cap > 0),
+ * DCP_ENOTFOUND (rank not in the mesh). */
+DCP_API dcp_status dcp_layout_replica_group(const dcp_layout *layout,
+                                            int32_t rank, int32_t *out,
+                                            size_t cap, size_t *count);
+
+/* ------------------------------------------------------------------------ */
+/* State: what a rank saves or loads                                        */
+/* ------------------------------------------------------------------------ */
+
+/* A state holds this rank's tensor items (fqn, dtype, global shape, local
+ * chunks) and bytes items. It stores pointers to caller memory, which must
+ * stay valid and unchanged while the state is used by a save or load. */
+typedef struct dcp_state dcp_state;
+
+/* Scope of a bytes item. Values are stored on disk: stable. */
+typedef enum dcp_scope {
+  DCP_SCOPE_REPLICATED = 0, /* one copy; every rank that has it holds the same */
+  DCP_SCOPE_PER_RANK = 1    /* one copy per saving rank */
+} dcp_scope;
+
+#define DCP_MAX_NAME 4096 /* longest fqn or key in bytes, NUL excluded */
+
+/* Create an empty state for ctx's rank. Errors: DCP_EINVAL, DCP_ENOMEM. */
+DCP_API dcp_status dcp_state_create(dcp_ctx *ctx, dcp_state **out);
+
+DCP_API void dcp_state_free(dcp_state *st);
+
+/* Declare a tensor item. fqn: 1..DCP_MAX_NAME bytes, no NUL or control
+ * characters. shape: ndim non-negative extents (NULL when ndim is 0).
+ * Errors: DCP_ENAME, DCP_EINVAL (bad dtype or ndim), DCP_EOVERFLOW (element
+ * count or byte size overflows), DCP_EEXIST (fqn already declared in this
+ * state, as a tensor or bytes item), DCP_ENOMEM. */
+DCP_API dcp_status dcp_state_add_tensor(dcp_state *st, const char *fqn,
+                                        dcp_dtype dtype, uint32_t ndim,
+                                        const int64_t *shape);
+
+/* Add a local chunk of a declared tensor: the box [offset, offset+size) of
+ * its global shape, whose elements are at data, contiguous and row-major.
+ * data may be NULL only for an empty box. Several chunks per tensor are
+ * allowed; they must not overlap each other.
+ * Errors: DCP_ENOTFOUND (fqn not declared), DCP_EBOUNDS (box outside the
+ * shape), DCP_EOVERLAP (overlaps an earlier chunk of this state),
+ * DCP_EINVAL, DCP_ENOMEM. */
+DCP_API dcp_status dcp_state_add_chunk(dcp_state *st, const char *fqn,
+                                       const int64_t *offset,
+                                       const int64_t *size, void *data);
+
+/* Add the flat element range [flat_begin, flat_begin+flat_count) of the
+ * row-major region `region` (see dcp_flat_to_boxes) of a declared tensor,
+ * whose elements are at data, contiguous. It becomes up to 2*ndim-1 chunks
+ * pointing into data. region NULL means the whole tensor.
+ * Errors: as dcp_state_add_chunk and dcp_flat_to_boxes. */
+DCP_API dcp_status dcp_state_add_flat(dcp_state *st, const char *fqn,
+                                      const dcp_box *region,
+                                      int64_t flat_begin, int64_t flat_count,
+                                      void *data);
+
+/* Declare a tensor and add this rank's chunk of it as given by layout (see
+ * dcp_layout_box). The layout is copied and kept with the item, so planning
+ * can know every rank's box without communication.
+ * Errors: as dcp_state_add_tensor, plus DCP_ENOTFOUND (this rank is not in
+ * the layout's mesh) and DCP_EINVAL (layout and ndim disagree). */
+DCP_API dcp_status dcp_state_add_sharded(dcp_state *st, const char *fqn,
+                                         dcp_dtype dtype, uint32_t ndim,
+                                         const int64_t *shape,
+                                         const dcp_layout *layout, void *data);
+
+/* Add a bytes item: an opaque blob of len bytes at data (NULL when len 0).
+ * key follows the fqn rules and shares their namespace.
+ * Errors: DCP_ENAME, DCP_EINVAL (bad scope), DCP_EEXIST, DCP_ENOMEM. */
+DCP_API dcp_status dcp_state_add_bytes(dcp_state *st, const char *key,
+                                       dcp_scope scope, void *data,
+                                       size_t len);
+
+/* Number of tensor items and of bytes items in the state. */
+DCP_API size_t dcp_state_tensor_count(const dcp_state *st);
+DCP_API size_t dcp_state_bytes_count(const dcp_state *st);
+
+/* ------------------------------------------------------------------------ */
+/* Metadata view                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* A read-only view of a checkpoint's global index (.metadata, format in
+ * docs/format.md). Opening checks the magic, version, every section bound and
+ * the whole-file checksum; tensor chunk lists are decoded on first access,
+ * per tensor, so a reader that needs a few fqns pays for those only. A view
+ * is not safe to use from several threads at once. */
+typedef struct dcp_meta dcp_meta;
+
+/* How the bytes of a storage ref are encoded. Values are stored: stable. */
+typedef enum dcp_codec {
+  DCP_CODEC_NONE = 0, /* blocks stored raw */
+  DCP_CODEC_ZSTD = 1  /* each block a zstd frame, or raw when that is not smaller */
+} dcp_codec;
+
+/* Where the bytes of one chunk or bytes item are stored. The raw bytes are cut
+ * into blocks of block_size (the last may be shorter); each block is stored
+ * at the next position of the file, encoded by codec, and carries an xxh3-64
+ * checksum of its raw bytes. Pointers are owned by the view. */
+typedef struct dcp_storage_ref {
+  uint32_t file;           /* index into the file table */
+  dcp_codec codec;
+  uint32_t block_size;     /* raw bytes per block, >= 1 */
+  uint64_t offset;         /* file offset of the first stored block */
+  uint64_t stored_length;  /* bytes occupied in the file */
+  uint64_t raw_length;     /* bytes once decoded */
+  uint64_t block_count;    /* ceil(raw_length / block_size) */
+  const uint64_t *block_checksums;      /* block_count entries */
+  const uint64_t *block_stored_lengths; /* block_count entries, or NULL when
+                                           codec is DCP_CODEC_NONE */
+} dcp_storage_ref;
+
+typedef struct dcp_tensor_info {
+  const char *fqn;
+  dcp_dtype dtype;
+  uint32_t ndim;
+  int64_t shape[DCP_MAX_NDIM];
+  uint64_t chunk_count;
+  int32_t layout;                   /* save-time layout index, or -1 */
+  uint32_t tensor_map[DCP_MAX_NDIM]; /* valid when layout >= 0 */
+} dcp_tensor_info;
+
+typedef struct dcp_chunk_info {
+  dcp_box box;
+  dcp_storage_ref ref;
+} dcp_chunk_info;
+
+typedef struct dcp_bytes_info {
+  const char *key;
+  dcp_scope scope;
+  int32_t rank; /* saving rank for DCP_SCOPE_PER_RANK, -1 for replicated */
+  dcp_storage_ref ref;
+} dcp_bytes_info;
+
+/* A save-time device mesh (see dcp_layout_create). */
+typedef struct dcp_mesh_info {
+  uint32_t ndim;
+  const int64_t *shape;  /* ndim extents */
+  const int32_t *ranks;  /* prod(shape) ranks, row-major */
+} dcp_mesh_info;
+
+/* Open a view of an encoded metadata buffer. The buffer is copied; the
+ * caller may free it afterwards.
+ * Errors (reason on ctx, which may be NULL): DCP_ECORRUPT (bad magic,
+ * truncated, a bound or count that does not fit, checksum mismatch),
+ * DCP_EVERSION (a newer format), DCP_ENOMEM. On error *out is NULL. */
+DCP_API dcp_status dcp_meta_open_memory(dcp_ctx *ctx, const void *data,
+                                        size_t len, dcp_meta **out);
+
+DCP_API void dcp_meta_free(dcp_meta *meta);
+
+/* Format version of the encoded buffer and the save-time world size. */
+DCP_API uint32_t dcp_meta_format_version(const dcp_meta *meta);
+DCP_API int32_t dcp_meta_world_size(const dcp_meta *meta);
+
+/* Tensors, sorted by fqn (bytewise). */
+DCP_API size_t dcp_meta_tensor_count(const dcp_meta *meta);
+/* Errors: DCP_ENOTFOUND (index out of range). */
+DCP_API dcp_status dcp_meta_tensor(const dcp_meta *meta, size_t index,
+                                   dcp_tensor_info *out);
+/* Index of the tensor named fqn (binary search). Errors: DCP_ENOTFOUND. */
+DCP_API dcp_status dcp_meta_find_tensor(const dcp_meta *meta, const char *fqn,
+                                        size_t *index);
+
+/* Chunk `chunk` of tensor `tensor`, chunks sorted by box offset
+ * (lexicographic). Decodes that tensor's chunk list on first use.
+ * Errors: DCP_ENOTFOUND (index out of range), DCP_ECORRUPT (the tensor's
+ * chunk list is malformed), DCP_ENOMEM. */
+DCP_API dcp_status dcp_meta_chunk(dcp_meta *meta, size_t tensor, size_t chunk,
+                                  dcp_chunk_info *out);
+
+/* Bytes items, sorted by (key, rank). Errors: DCP_ENOTFOUND. */
+DCP_API size_t dcp_meta_bytes_count(const dcp_meta *meta);
+DCP_API dcp_status dcp_meta_bytes(const dcp_meta *meta, size_t index,
+                                  dcp_bytes_info *out);
+
+/* Data files, referenced by dcp_storage_ref.file. Errors: DCP_ENOTFOUND. */
+DCP_API size_t dcp_meta_file_count(const dcp_meta *meta);
+DCP_API dcp_status dcp_meta_file(const dcp_meta *meta, size_t index,
+                                 const char **name);
+
+/* Save-time meshes, referenced by dcp_tensor_info.layout. */
+DCP_API size_t dcp_meta_mesh_count(const dcp_meta *meta);
+DCP_API dcp_status dcp_meta_mesh(const dcp_meta *meta, size_t index,
+                                 dcp_mesh_info *out);
+
+/* User key/values (step, framework, ...), sorted by key. */
+DCP_API size_t dcp_meta_kv_count(const dcp_meta *meta);
+DCP_API dcp_status dcp_meta_kv(const dcp_meta *meta, size_t index,
+                               const char **key, const char **value);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DCP_H */

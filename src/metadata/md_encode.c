@@ -1,0 +1,448 @@
+/* md_encode.c — deterministic encoding of a dcpi_md (docs/format.md).
+ *
+ * Each section body is written into its own buffer (the string table fills
+ * while the others are written, and the tensor index needs the chunk lists'
+ * lengths and hashes), then the header, directory, bodies and trailer are
+ * assembled. Items are sorted first, so insertion order never shows. */
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "metadata/common.h"
+#include "metadata/format.h"
+#include "metadata/md_internal.h"
+#include "metadata/wire.h"
+
+/* A file's most common (codec, block size): refs matching it skip both. */
+typedef struct file_default {
+  uint8_t codec;
+  uint32_t block_size;
+} file_default;
+
+/* What the previous ref of a list left behind, for the location predictions. */
+typedef struct ref_prev {
+  uint32_t file;
+  uint64_t offset, end;
+} ref_prev;
+
+typedef struct enc {
+  const dcpi_md *md;
+  dcpi_err *err;
+  dcpi_strmap smap;  /* string → index in the table; borrows md's strings */
+  dcpi_wbuf strings; /* table entries, without the leading count */
+  uint32_t nstrings;
+  file_default *defaults; /* per file */
+  dcpi_wbuf sec[DCPI_SEC_COUNT + 1]; /* bodies by section id (index 0 unused) */
+} enc;
+
+/* xxh3 of n bytes at p; p may be NULL when n is 0 (no pointer arithmetic
+ * on NULL is ever done by callers for that case). */
+static uint64_t hash_of(const uint8_t *p, size_t n) {
+  static const uint8_t empty[1];
+  return XXH3_64bits(n ? p : empty, n);
+}
+
+/* Index of string s in the table, adding it on first use. Returns false on
+ * allocation failure (status recorded in the strings buffer). */
+static bool intern(enc *e, const char *s, size_t len, uint64_t *idx) {
+  uint32_t v;
+  if (dcpi_strmap_get(&e->smap, s, len, &v)) {
+    *idx = v;
+    return true;
+  }
+  int rc = dcpi_strmap_put(&e->smap, s, len, e->nstrings, NULL);
+  if (rc < 0) {
+    e->strings.status = (dcp_status)rc;
+    return false;
+  }
+  dcpi_w_varint(&e->strings, len);
+  dcpi_w_bytes(&e->strings, s, len);
+  dcpi_w_u8(&e->strings, 0);
+  *idx = e->nstrings++;
+  return true;
+}
+
+/* Write the string index of s into w. */
+static void w_string(enc *e, dcpi_wbuf *w, const char *s, size_t len) {
+  uint64_t idx = 0;
+  if (intern(e, s, len, &idx)) dcpi_w_varint(w, idx);
+}
+
+/* One (file, codec, block size) use, to find each file's most common coding. */
+typedef struct coding_use {
+  uint32_t file, block_size;
+  uint8_t codec;
+} coding_use;
+
+/* qsort comparator: by file, then codec, then block size. */
+static int cmp_use(const void *pa, const void *pb) {
+  const coding_use *a = pa, *b = pb;
+  if (a->file != b->file) return a->file < b->file ? -1 : 1;
+  if (a->codec != b->codec) return a->codec < b->codec ? -1 : 1;
+  return (a->block_size > b->block_size) - (a->block_size < b->block_size);
+}
+
+/* Gather every ref's coding use into a new array of *n entries. */
+static coding_use *gather_uses(const dcpi_md *md, size_t *n) {
+  size_t total = md->nchunks_total + md->nbytes, k = 0;
+  coding_use *u = malloc((total ? total : 1) * sizeof *u);
+  if (!u) return NULL;
+  for (size_t t = 0; t < md->ntensors; t++)
+    for (size_t c = 0; c < md->tensors[t].nchunks; c++) {
+      const dcpi_md_ref *r = &md->tensors[t].chunks[c].ref;
+      u[k++] = (coding_use){r->file, r->block_size, (uint8_t)r->codec};
+    }
+  for (size_t b = 0; b < md->nbytes; b++) {
+    const dcpi_md_ref *r = &md->bytes[b].ref;
+    u[k++] = (coding_use){r->file, r->block_size, (uint8_t)r->codec};
+  }
+  *n = k;
+  return u;
+}
+
+/* Fill e->defaults: per file the most frequent coding, ties to the smallest
+ * (codec, block size); a file no ref uses gets (NONE, 1). */
+static dcp_status compute_defaults(enc *e) {
+  const dcpi_md *md = e->md;
+  size_t n = 0;
+  e->defaults = malloc((md->nfiles ? md->nfiles : 1) * sizeof *e->defaults);
+  coding_use *u = gather_uses(md, &n);
+  if (!e->defaults || !u) {
+    free(u);
+    return dcpi_fail(e->err, DCP_ENOMEM, "cannot compute file coding defaults");
+  }
+  size_t *best = calloc(md->nfiles ? md->nfiles : 1, sizeof *best);
+  if (!best) {
+    free(u);
+    return dcpi_fail(e->err, DCP_ENOMEM, "cannot compute file coding defaults");
+  }
+  for (size_t f = 0; f < md->nfiles; f++) e->defaults[f] = (file_default){DCP_CODEC_NONE, 1};
+  qsort(u, n, sizeof *u, cmp_use);
+  for (size_t i = 0, j; i < n; i = j) {
+    for (j = i + 1; j < n && cmp_use(&u[i], &u[j]) == 0; j++) {
+    }
+    if (j - i > best[u[i].file]) {
+      best[u[i].file] = j - i;
+      e->defaults[u[i].file] = (file_default){u[i].codec, u[i].block_size};
+    }
+  }
+  free(best);
+  free(u);
+  return DCP_OK;
+}
+
+/* Number of bytes the varint encoding of v takes. */
+static unsigned varint_size(uint64_t v) {
+  unsigned n = 1;
+  while (v >>= 7) n++;
+  return n;
+}
+
+/* The flag bits for a ref's file, offset and coding, given the previous ref. */
+static uint8_t loc_flags(const enc *e, const dcpi_md_ref *r, const ref_prev *p) {
+  uint8_t f = 0;
+  if (r->file == p->file) f = DCPI_RF_FILE_SAME;
+  else if (r->file == p->file + 1) f = DCPI_RF_FILE_NEXT;
+  else f = DCPI_RF_FILE_EXPLICIT;
+  if (r->offset == p->end) {
+    f |= DCPI_RF_OFF_END;
+  } else if (r->offset == p->offset) {
+    f |= DCPI_RF_OFF_SAME;
+  } else {
+    /* Both are <= INT64_MAX, so the difference fits in int64. */
+    int64_t delta = (int64_t)r->offset - (int64_t)p->offset;
+    uint64_t zz = ((uint64_t)delta << 1) ^ (delta < 0 ? UINT64_MAX : 0);
+    f |= varint_size(zz) < varint_size(r->offset) ? DCPI_RF_OFF_DELTA : DCPI_RF_OFF_ABS;
+  }
+  const file_default *d = &e->defaults[r->file];
+  if ((uint8_t)r->codec == d->codec && r->block_size == d->block_size) f |= DCPI_RF_CODING_DEFAULT;
+  return f;
+}
+
+/* Write the explicit location fields that flags f call for, and advance p. */
+static void w_loc(dcpi_wbuf *w, uint8_t f, const dcpi_md_ref *r, ref_prev *p) {
+  if ((f & DCPI_RF_FILE_MASK) == DCPI_RF_FILE_EXPLICIT) dcpi_w_varint(w, r->file);
+  if ((f & DCPI_RF_OFF_MASK) == DCPI_RF_OFF_DELTA)
+    dcpi_w_zigzag(w, (int64_t)r->offset - (int64_t)p->offset);
+  else if ((f & DCPI_RF_OFF_MASK) == DCPI_RF_OFF_ABS)
+    dcpi_w_varint(w, r->offset);
+  if (!(f & DCPI_RF_CODING_DEFAULT)) {
+    dcpi_w_u8(w, (uint8_t)r->codec);
+    dcpi_w_varint(w, r->block_size);
+  }
+  *p = (ref_prev){r->file, r->offset, r->offset + r->stored_length};
+}
+
+/* Write a ref's per-block checksums and, for zstd, stored lengths. */
+static void w_blocks(dcpi_wbuf *w, const dcpi_md_ref *r) {
+  for (uint64_t b = 0; b < r->block_count; b++) dcpi_w_u64(w, r->checksums[b]);
+  if (r->codec == DCP_CODEC_ZSTD)
+    for (uint64_t b = 0; b < r->block_count; b++) dcpi_w_varint(w, r->lens[b]);
+}
+
+/* qsort comparator for chunk pointers: box offset, then size, lexicographic.
+ * Entries past ndim are zero in every chunk, so comparing all
+ * DCP_MAX_NDIM entries orders exactly as comparing the first ndim. */
+static int cmp_chunk(const void *pa, const void *pb) {
+  const dcpi_md_chunk *a = *(const dcpi_md_chunk *const *)pa;
+  const dcpi_md_chunk *b = *(const dcpi_md_chunk *const *)pb;
+  int c = dcpi_md_cmp_i64(a->offset, b->offset, DCP_MAX_NDIM);
+  return c ? c : dcpi_md_cmp_i64(a->size, b->size, DCP_MAX_NDIM);
+}
+
+/* Per-tensor state while writing its chunk list. */
+typedef struct list_state {
+  ref_prev loc;
+  const int64_t *prev_off, *prev_size;
+} list_state;
+
+/* Write one chunk entry of tensor t. */
+static void w_chunk(enc *e, dcpi_wbuf *w, const dcpi_md_tensor *t, const dcpi_md_chunk *c,
+                    list_state *ls) {
+  int64_t pred[DCP_MAX_NDIM];
+  dcpi_md_predict_offset(t->ndim, t->shape, ls->prev_off, ls->prev_size, ls->prev_off == NULL,
+                         pred);
+  uint8_t f = loc_flags(e, &c->ref, &ls->loc);
+  if (dcpi_md_cmp_i64(c->size, ls->prev_size, t->ndim) == 0) f |= DCPI_RF_SAME_SIZE;
+  if (dcpi_md_cmp_i64(c->offset, pred, t->ndim) == 0) f |= DCPI_RF_BOX_PREDICTED;
+  dcpi_w_u8(w, f);
+  if (!(f & DCPI_RF_SAME_SIZE))
+    for (uint32_t d = 0; d < t->ndim; d++) dcpi_w_varint(w, (uint64_t)c->size[d]);
+  if (!(f & DCPI_RF_BOX_PREDICTED))
+    for (uint32_t d = 0; d < t->ndim; d++) dcpi_w_varint(w, (uint64_t)c->offset[d]);
+  w_loc(w, f, &c->ref, &ls->loc);
+  w_blocks(w, &c->ref);
+  ls->prev_off = c->offset;
+  ls->prev_size = c->size;
+}
+
+/* Write tensor t's sorted chunk list into the chunks buffer and its index
+ * entry's chunk fields (count, list length, list xxh3) into the tensors one. */
+static dcp_status w_chunk_list(enc *e, const dcpi_md_tensor *t) {
+  dcpi_wbuf *w = &e->sec[DCPI_SEC_CHUNKS];
+  const dcpi_md_chunk **order = malloc((t->nchunks ? t->nchunks : 1) * sizeof *order);
+  if (!order) return dcpi_fail(e->err, DCP_ENOMEM, "cannot sort chunks");
+  for (size_t c = 0; c < t->nchunks; c++) order[c] = &t->chunks[c];
+  qsort(order, t->nchunks, sizeof *order, cmp_chunk);
+  size_t start = w->len; /* w->data may still be NULL: never offset it then */
+  list_state ls = {{0, 0, 0}, NULL, t->shape};
+  dcp_status s = DCP_OK;
+  for (size_t c = 0; c < t->nchunks && s == DCP_OK; c++) {
+    if (c > 0 && cmp_chunk(&order[c - 1], &order[c]) == 0)
+      s = dcpi_fail(e->err, DCP_EEXIST, "tensor '%s': two chunks have the same box", t->fqn);
+    else
+      w_chunk(e, w, t, order[c], &ls);
+  }
+  free(order);
+  if (s != DCP_OK || w->status != DCP_OK) return s != DCP_OK ? s : w->status;
+  size_t len = w->len - start;
+  dcpi_wbuf *ti = &e->sec[DCPI_SEC_TENSORS];
+  dcpi_w_varint(ti, t->nchunks);
+  dcpi_w_varint(ti, len);
+  dcpi_w_u64(ti, len ? hash_of(w->data + start, len) : hash_of(NULL, 0));
+  return DCP_OK;
+}
+
+/* Write tensor t's index entry (and its chunk list). */
+static dcp_status w_tensor(enc *e, const dcpi_md_tensor *t) {
+  dcpi_wbuf *w = &e->sec[DCPI_SEC_TENSORS];
+  w_string(e, w, t->fqn, t->fqn_len);
+  dcpi_w_u8(w, (uint8_t)t->dtype);
+  dcpi_w_varint(w, t->ndim);
+  for (uint32_t d = 0; d < t->ndim; d++) dcpi_w_varint(w, (uint64_t)t->shape[d]);
+  dcpi_w_varint(w, (uint64_t)(t->mesh + 1));
+  if (t->mesh >= 0)
+    for (uint32_t d = 0; d < t->ndim; d++) dcpi_w_varint(w, t->tensor_map[d]);
+  return w_chunk_list(e, t);
+}
+
+/* qsort comparator for tensor pointers: by fqn bytewise. */
+static int cmp_tensor(const void *pa, const void *pb) {
+  const dcpi_md_tensor *a = *(const dcpi_md_tensor *const *)pa;
+  const dcpi_md_tensor *b = *(const dcpi_md_tensor *const *)pb;
+  return dcpi_md_cmp_bytes(a->fqn, a->fqn_len, b->fqn, b->fqn_len);
+}
+
+/* Write the tensor index and chunk sections, tensors sorted by fqn. */
+static dcp_status w_tensors(enc *e) {
+  const dcpi_md *md = e->md;
+  const dcpi_md_tensor **order = malloc((md->ntensors ? md->ntensors : 1) * sizeof *order);
+  if (!order) return dcpi_fail(e->err, DCP_ENOMEM, "cannot sort tensors");
+  for (size_t t = 0; t < md->ntensors; t++) order[t] = &md->tensors[t];
+  qsort(order, md->ntensors, sizeof *order, cmp_tensor);
+  dcpi_w_varint(&e->sec[DCPI_SEC_TENSORS], md->ntensors);
+  dcp_status s = DCP_OK;
+  for (size_t t = 0; t < md->ntensors && s == DCP_OK; t++) s = w_tensor(e, order[t]);
+  free(order);
+  return s;
+}
+
+/* Write the file table: name and default coding per file, in id order. */
+static void w_files(enc *e) {
+  dcpi_wbuf *w = &e->sec[DCPI_SEC_FILES];
+  dcpi_w_varint(w, e->md->nfiles);
+  for (size_t f = 0; f < e->md->nfiles; f++) {
+    w_string(e, w, e->md->files[f].name, e->md->files[f].name_len);
+    dcpi_w_u8(w, e->defaults[f].codec);
+    dcpi_w_varint(w, e->defaults[f].block_size);
+  }
+}
+
+/* Write the world size and mesh table; every mesh rank must be < world. */
+static dcp_status w_meshes(enc *e) {
+  const dcpi_md *md = e->md;
+  dcpi_wbuf *w = &e->sec[DCPI_SEC_MESHES];
+  dcpi_w_varint(w, (uint64_t)md->world_size);
+  dcpi_w_varint(w, md->nmeshes);
+  for (size_t m = 0; m < md->nmeshes; m++) {
+    const dcpi_md_mesh *mesh = &md->meshes[m];
+    dcpi_w_varint(w, mesh->ndim);
+    for (uint32_t d = 0; d < mesh->ndim; d++) dcpi_w_varint(w, (uint64_t)mesh->shape[d]);
+    for (size_t r = 0; r < mesh->nranks; r++) {
+      if (mesh->ranks[r] >= md->world_size)
+        return dcpi_fail(e->err, DCP_EINVAL, "mesh %zu holds rank %d, outside the world of %d",
+                         m, (int)mesh->ranks[r], (int)md->world_size);
+      dcpi_w_varint(w, (uint64_t)mesh->ranks[r]);
+    }
+  }
+  return DCP_OK;
+}
+
+/* qsort comparator for bytes item pointers: by key bytewise, then rank. */
+static int cmp_bytes_item(const void *pa, const void *pb) {
+  const dcpi_md_bytes *a = *(const dcpi_md_bytes *const *)pa;
+  const dcpi_md_bytes *b = *(const dcpi_md_bytes *const *)pb;
+  int c = dcpi_md_cmp_bytes(a->key, a->key_len, b->key, b->key_len);
+  return c ? c : (a->rank > b->rank) - (a->rank < b->rank);
+}
+
+/* Write one bytes item; per-rank ranks must lie in the world. */
+static dcp_status w_bytes_item(enc *e, const dcpi_md_bytes *b, ref_prev *p) {
+  dcpi_wbuf *w = &e->sec[DCPI_SEC_BYTES];
+  if (b->rank >= e->md->world_size)
+    return dcpi_fail(e->err, DCP_EINVAL, "bytes item '%s' rank %d is outside the world of %d",
+                     b->key, (int)b->rank, (int)e->md->world_size);
+  w_string(e, w, b->key, b->key_len);
+  dcpi_w_u8(w, (uint8_t)b->scope);
+  dcpi_w_varint(w, (uint64_t)((int64_t)b->rank + 1));
+  uint8_t f = loc_flags(e, &b->ref, p);
+  dcpi_w_u8(w, f);
+  w_loc(w, f, &b->ref, p);
+  dcpi_w_varint(w, b->ref.raw_length);
+  w_blocks(w, &b->ref);
+  return DCP_OK;
+}
+
+/* Write the bytes items section, sorted by (key, rank). */
+static dcp_status w_bytes(enc *e) {
+  const dcpi_md *md = e->md;
+  const dcpi_md_bytes **order = malloc((md->nbytes ? md->nbytes : 1) * sizeof *order);
+  if (!order) return dcpi_fail(e->err, DCP_ENOMEM, "cannot sort bytes items");
+  for (size_t b = 0; b < md->nbytes; b++) order[b] = &md->bytes[b];
+  qsort(order, md->nbytes, sizeof *order, cmp_bytes_item);
+  dcpi_w_varint(&e->sec[DCPI_SEC_BYTES], md->nbytes);
+  ref_prev p = {0, 0, 0};
+  dcp_status s = DCP_OK;
+  for (size_t b = 0; b < md->nbytes && s == DCP_OK; b++) s = w_bytes_item(e, order[b], &p);
+  free(order);
+  return s;
+}
+
+/* qsort comparator for key/value pointers: by key bytewise. */
+static int cmp_kv(const void *pa, const void *pb) {
+  const dcpi_md_kv *a = *(const dcpi_md_kv *const *)pa;
+  const dcpi_md_kv *b = *(const dcpi_md_kv *const *)pb;
+  return dcpi_md_cmp_bytes(a->key, a->key_len, b->key, b->key_len);
+}
+
+/* Write the user key/value section, sorted by key. */
+static dcp_status w_kvs(enc *e) {
+  const dcpi_md *md = e->md;
+  const dcpi_md_kv **order = malloc((md->nkvs ? md->nkvs : 1) * sizeof *order);
+  if (!order) return dcpi_fail(e->err, DCP_ENOMEM, "cannot sort key/values");
+  for (size_t k = 0; k < md->nkvs; k++) order[k] = &md->kvs[k];
+  qsort(order, md->nkvs, sizeof *order, cmp_kv);
+  dcpi_wbuf *w = &e->sec[DCPI_SEC_KV];
+  dcpi_w_varint(w, md->nkvs);
+  for (size_t k = 0; k < md->nkvs; k++) {
+    w_string(e, w, order[k]->key, order[k]->key_len);
+    w_string(e, w, order[k]->value, order[k]->value_len);
+  }
+  free(order);
+  return DCP_OK;
+}
+
+/* Write every section body (strings last: the others fill it). */
+static dcp_status w_sections(enc *e) {
+  dcp_status s = compute_defaults(e);
+  if (s == DCP_OK) {
+    w_files(e);
+    s = w_meshes(e);
+  }
+  if (s == DCP_OK) s = w_tensors(e);
+  if (s == DCP_OK) s = w_bytes(e);
+  if (s == DCP_OK) s = w_kvs(e);
+  if (s != DCP_OK) return s;
+  dcpi_wbuf *w = &e->sec[DCPI_SEC_STRINGS];
+  dcpi_w_varint(w, e->nstrings);
+  dcpi_w_bytes(w, e->strings.data, e->strings.len);
+  if (e->strings.status != DCP_OK) w->status = e->strings.status;
+  for (int i = 1; i <= DCPI_SEC_COUNT; i++)
+    if (e->sec[i].status != DCP_OK)
+      return dcpi_fail(e->err, e->sec[i].status, "cannot grow the encoding buffer");
+  return DCP_OK;
+}
+
+/* Assemble header, directory, section bodies and trailer into out. */
+static dcp_status assemble(enc *e, dcpi_wbuf *out) {
+  uint8_t head[DCPI_SECTIONS_START];
+  memset(head, 0, sizeof head);
+  memcpy(head, DCPI_MAGIC, DCPI_MAGIC_LEN);
+  dcpi_put_u32(head + 8, DCPI_FORMAT_VERSION);
+  dcpi_put_u32(head + 24, DCPI_SEC_COUNT);
+  uint64_t pos = DCPI_SECTIONS_START;
+  for (int i = 1; i <= DCPI_SEC_COUNT; i++) {
+    uint8_t *d = head + DCPI_HEADER_SIZE + (size_t)(i - 1) * DCPI_DIRENT_SIZE;
+    dcpi_put_u32(d, (uint32_t)i);
+    dcpi_put_u64(d + 8, pos);
+    dcpi_put_u64(d + 16, e->sec[i].len);
+    dcpi_put_u64(d + 24, hash_of(e->sec[i].data, e->sec[i].len));
+    pos += e->sec[i].len;
+  }
+  dcpi_put_u64(head + 16, pos + DCPI_TRAILER_SIZE);
+  dcpi_w_bytes(out, head, sizeof head);
+  for (int i = 1; i <= DCPI_SEC_COUNT; i++) dcpi_w_bytes(out, e->sec[i].data, e->sec[i].len);
+  if (out->status != DCP_OK) return dcpi_fail(e->err, out->status, "cannot assemble metadata");
+  dcpi_w_u64(out, hash_of(out->data, out->len));
+  if (out->status != DCP_OK) return dcpi_fail(e->err, out->status, "cannot assemble metadata");
+  return DCP_OK;
+}
+
+/* Release the encoder's scratch state. */
+static void enc_free(enc *e) {
+  dcpi_strmap_free(&e->smap);
+  dcpi_wbuf_free(&e->strings);
+  free(e->defaults);
+  for (int i = 0; i <= DCPI_SEC_COUNT; i++) dcpi_wbuf_free(&e->sec[i]);
+}
+
+dcp_status dcpi_md_encode(const dcpi_md *md, void **out, size_t *len, dcpi_err *err) {
+  if (out) *out = NULL;
+  if (len) *len = 0;
+  if (!md || !out || !len) return dcpi_fail(err, DCP_EINVAL, "NULL argument to dcpi_md_encode");
+  enc e;
+  memset(&e, 0, sizeof e);
+  e.md = md;
+  e.err = err;
+  dcpi_wbuf buf = {0};
+  dcp_status s = w_sections(&e);
+  if (s == DCP_OK) s = assemble(&e, &buf);
+  enc_free(&e);
+  if (s != DCP_OK) {
+    dcpi_wbuf_free(&buf);
+    return s;
+  }
+  *out = buf.data;
+  *len = buf.len;
+  return DCP_OK;
+}

@@ -1,0 +1,96 @@
+/* md_internal.h — the builder's in-memory representation, shared by the
+ * add functions (md_build.c) and the encoder (md_encode.c). */
+#ifndef DCP_METADATA_MD_INTERNAL_H
+#define DCP_METADATA_MD_INTERNAL_H
+
+#include "core/strmap.h"
+#include "metadata/meta.h"
+
+/* A storage ref with owned copies of its arrays (lens NULL for codec NONE). */
+typedef struct dcpi_md_ref {
+  uint32_t file;
+  dcp_codec codec;
+  uint32_t block_size;
+  uint64_t offset, stored_length, raw_length, block_count;
+  uint64_t *checksums;
+  uint64_t *lens;
+} dcpi_md_ref;
+
+typedef struct dcpi_md_chunk {
+  int64_t offset[DCP_MAX_NDIM];
+  int64_t size[DCP_MAX_NDIM];
+  dcpi_md_ref ref;
+} dcpi_md_chunk;
+
+typedef struct dcpi_md_tensor {
+  char *fqn; /* owned; the fqn map borrows it */
+  size_t fqn_len;
+  dcp_dtype dtype;
+  uint32_t ndim;
+  int64_t shape[DCP_MAX_NDIM];
+  int32_t mesh;
+  uint32_t tensor_map[DCP_MAX_NDIM];
+  dcpi_md_chunk *chunks;
+  size_t nchunks, cap_chunks;
+} dcpi_md_tensor;
+
+typedef struct dcpi_md_mesh {
+  uint32_t ndim;
+  int64_t shape[DCP_MAX_MESH_NDIM];
+  int32_t *ranks; /* nranks, owned */
+  size_t nranks;
+} dcpi_md_mesh;
+
+/* One record per distinct bytes key: owns the key string (which the `names`
+ * map and the items borrow) and remembers the key's scope. */
+typedef struct dcpi_md_bkey {
+  char *key;
+  size_t len;
+  dcp_scope scope;
+  size_t nitems; /* 0 only after an add that failed for lack of memory */
+} dcpi_md_bkey;
+
+typedef struct dcpi_md_bytes {
+  const char *key; /* borrowed from its dcpi_md_bkey */
+  size_t key_len;
+  char *ident; /* owned: key, NUL, 4-byte rank; the (key, rank) map borrows it */
+  dcp_scope scope;
+  int32_t rank;
+  dcpi_md_ref ref;
+} dcpi_md_bytes;
+
+typedef struct dcpi_md_kv {
+  char *key, *value; /* owned */
+  size_t key_len, value_len;
+} dcpi_md_kv;
+
+typedef struct dcpi_md_file {
+  char *name; /* owned */
+  size_t name_len;
+} dcpi_md_file;
+
+struct dcpi_md {
+  int32_t world_size;
+  dcpi_md_file *files;
+  size_t nfiles, cap_files;
+  dcpi_md_mesh *meshes;
+  size_t nmeshes, cap_meshes;
+  dcpi_md_tensor *tensors;
+  size_t ntensors, cap_tensors;
+  dcpi_md_bytes *bytes;
+  size_t nbytes, cap_bytes;
+  dcpi_md_bkey *bkeys;
+  size_t nbkeys, cap_bkeys;
+  dcpi_md_kv *kvs;
+  size_t nkvs, cap_kvs;
+  size_t nchunks_total;
+  dcpi_strmap file_names; /* name → file id */
+  dcpi_strmap names;      /* tensor fqn → tid, bytes key → bkey index | BYTES_BIT */
+  dcpi_strmap bytes_ids;  /* (key, rank) ident → bytes index */
+  dcpi_strmap kv_keys;    /* key → kv index */
+};
+
+/* Marks a `names` value as a bytes key record rather than a tensor id. */
+#define DCPI_MD_BYTES_BIT 0x80000000u
+
+#endif

@@ -1,0 +1,174 @@
+/* view.h — internals of the read-only metadata view (dcp_meta), shared by
+ * the eager table decoder (view.c) and the lazy chunk-list decoder
+ * (view_chunks.c), plus the bounds-checked decoding primitives they use. */
+#ifndef DCP_METADATA_VIEW_H
+#define DCP_METADATA_VIEW_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "dcp.h"
+#include "metadata/wire.h"
+
+/* A fuzzer cannot forge xxh3 checksums, so in fuzzing builds (the libFuzzer
+ * convention macro) mismatches are ignored and the structural checks behind
+ * them get exercised. Never defined in a normal build. */
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+#define DCPI_CHECKSUMS_ENFORCED 0
+#else
+#define DCPI_CHECKSUMS_ENFORCED 1
+#endif
+
+typedef struct dcpi_mv_string {
+  const char *s; /* into the view's buffer copy, NUL-terminated there */
+  size_t len;
+} dcpi_mv_string;
+
+typedef struct dcpi_mv_file {
+  const char *name;
+  uint8_t codec;       /* default coding of refs into this file */
+  uint32_t block_size;
+} dcpi_mv_file;
+
+typedef struct dcpi_mv_mesh {
+  uint32_t ndim;
+  int64_t *shape; /* owned */
+  int32_t *ranks; /* owned, nranks */
+  size_t nranks;
+} dcpi_mv_mesh;
+
+/* A decoded storage ref; its block arrays live in a u64 vector of the owner
+ * (chunk list or bytes section), found by index so the vectors may grow. */
+typedef struct dcpi_mv_ref {
+  uint64_t offset, stored_length, raw_length, block_count;
+  size_t cks_at, lens_at;
+  uint32_t file, block_size;
+  uint8_t codec;
+} dcpi_mv_ref;
+
+typedef struct dcpi_u64vec {
+  uint64_t *v;
+  size_t n, cap;
+} dcpi_u64vec;
+
+/* One tensor's chunk list, decoded on first access. */
+typedef struct dcpi_mv_chunks {
+  int64_t *offs;     /* nchunks*ndim box offsets, row-major (chunk c at c*ndim) */
+  int64_t *sizes;    /* nchunks*ndim box sizes, same layout */
+  dcpi_mv_ref *refs; /* per chunk */
+  dcpi_u64vec cks, lens;
+} dcpi_mv_chunks;
+
+typedef struct dcpi_mv_tensor {
+  const char *fqn;
+  size_t fqn_len;
+  dcp_dtype dtype;
+  uint32_t ndim;
+  int64_t shape[DCP_MAX_NDIM];
+  int32_t mesh;
+  uint32_t tensor_map[DCP_MAX_NDIM];
+  uint64_t nchunks;
+  size_t list_off, list_len; /* within the chunks section */
+  uint64_t list_hash;
+  dcpi_mv_chunks *chunks; /* NULL until decoded */
+} dcpi_mv_tensor;
+
+typedef struct dcpi_mv_bytes {
+  const char *key;
+  size_t key_len;
+  dcp_scope scope;
+  int32_t rank;
+  dcpi_mv_ref ref;
+} dcpi_mv_bytes;
+
+typedef struct dcpi_mv_kv {
+  const char *key, *value;
+} dcpi_mv_kv;
+
+struct dcp_meta {
+  dcp_ctx *ctx; /* where lazy decoding failures are reported; may be NULL */
+  uint8_t *buf; /* owned copy of the encoded bytes */
+  size_t len;
+  uint32_t version;
+  int32_t world_size;
+  dcpi_mv_string *strings;
+  size_t nstrings;
+  dcpi_mv_file *files;
+  size_t nfiles;
+  dcpi_mv_mesh *meshes;
+  size_t nmeshes;
+  dcpi_mv_tensor *tensors;
+  size_t ntensors;
+  size_t chunks_off, chunks_len; /* the chunks section within buf */
+  dcpi_mv_bytes *bytes;
+  size_t nbytes;
+  dcpi_u64vec bytes_cks, bytes_lens;
+  dcpi_mv_kv *kvs;
+  size_t nkvs;
+};
+
+/* A decoding cursor over one section (or chunk list) with a description of
+ * what is being decoded, used to make every failure message precise. */
+typedef struct dcpi_dec {
+  dcpi_rbuf r;
+  dcpi_err *err;
+  char where[192];
+  int64_t item; /* when >= 0, appended to `where` as ", chunk <item>" on
+                   failure: per-chunk context without a printf per chunk */
+} dcpi_dec;
+
+/* Record DCP_ECORRUPT with "<where> at byte <pos>: <reason>" and return it. */
+dcp_status dcpi_dec_fail(dcpi_dec *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Read a varint named what, failing unless it is <= max. */
+dcp_status dcpi_dec_var(dcpi_dec *d, uint64_t max, const char *what, uint64_t *v);
+dcp_status dcpi_dec_u8(dcpi_dec *d, const char *what, uint8_t *v);
+dcp_status dcpi_dec_u64(dcpi_dec *d, const char *what, uint64_t *v);
+
+/* Read an element count and check that count * min_size bytes remain, so
+ * nothing is ever allocated for elements the input cannot hold. */
+dcp_status dcpi_dec_count(dcpi_dec *d, size_t min_size, const char *what, uint64_t *n);
+
+/* Location state carried from one ref to the next within a list. */
+typedef struct dcpi_dec_prev {
+  uint32_t file;
+  uint64_t offset, end;
+} dcpi_dec_prev;
+
+/* Decode the location fields of a ref whose flag byte is flags (file mode,
+ * offset mode, coding), validating the file index against the view's file
+ * table. Fills out's file, offset, codec and block size. */
+dcp_status dcpi_dec_loc(dcpi_dec *d, const dcp_meta *m, uint8_t flags, const dcpi_dec_prev *p,
+                        dcpi_mv_ref *out);
+
+/* Given out->raw_length and coding, decode the per-block checksums (into
+ * cks) and, for zstd, stored lengths (into lens); set block_count,
+ * stored_length and the array positions; check offset + stored_length
+ * <= INT64_MAX and advance p. */
+dcp_status dcpi_dec_blocks(dcpi_dec *d, dcpi_mv_ref *out, dcpi_u64vec *cks, dcpi_u64vec *lens,
+                           dcpi_dec_prev *p);
+
+/* Fill a public storage ref from a decoded one and its arrays. */
+void dcpi_mv_fill_ref(const dcpi_mv_ref *r, const dcpi_u64vec *cks, const dcpi_u64vec *lens,
+                      dcp_storage_ref *out);
+
+/* xxh3 of n bytes at p (p may be NULL when n is 0). */
+uint64_t dcpi_mv_hash(const uint8_t *p, size_t n);
+
+/* Free a decoded chunk list. */
+void dcpi_mv_chunks_free(dcpi_mv_chunks *c);
+
+/* Decode tensor ti's chunk list if not yet done (errors as dcp_meta_chunk,
+ * reported in err) and point *offs and *sizes at its boxes: nchunks*ndim
+ * int64 each, chunk c at [c*ndim], owned by the view and valid as long as
+ * it. The bulk path of the load runtime: no per-chunk copies. */
+dcp_status dcpi_meta_chunk_boxes(dcp_meta *m, size_t ti, const int64_t **offs,
+                                 const int64_t **sizes, dcpi_err *err);
+
+/* Tensor ti's global shape (ndim entries), owned by the view; ti must be in
+ * range. */
+const int64_t *dcpi_meta_tensor_shape(const dcp_meta *m, size_t ti);
+
+#endif

@@ -1,0 +1,168 @@
+/* view_chunks.c — lazy decoding of one tensor's chunk list and the
+ * dcp_meta_chunk accessor. A list is verified against its own xxh3 from the
+ * tensor index and fully bounds-checked before any chunk of it is handed
+ * out; a failure leaves nothing cached, so every later access fails too. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/checked.h"
+#include "core/ctx.h"
+#include "metadata/common.h"
+#include "metadata/format.h"
+#include "metadata/view.h"
+
+/* State carried from one chunk to the next within a list. */
+typedef struct chunk_prev {
+  dcpi_dec_prev loc;
+  const int64_t *off, *size; /* previous box, or NULL / the shape at the start */
+} chunk_prev;
+
+/* Read ndim varints into v, each <= INT64_MAX. */
+static dcp_status dec_dims(dcpi_dec *d, uint32_t ndim, const char *what, int64_t *v) {
+  for (uint32_t k = 0; k < ndim; k++) {
+    uint64_t x;
+    dcp_status s = dcpi_dec_var(d, INT64_MAX, what, &x);
+    if (s != DCP_OK) return s;
+    v[k] = (int64_t)x;
+  }
+  return DCP_OK;
+}
+
+/* Check a decoded box against t's shape (non-empty, inside) and against the
+ * previous box (strictly increasing by offset, then size); *raw gets its
+ * byte size. */
+static dcp_status check_box(dcpi_dec *d, const dcpi_mv_tensor *t, const int64_t *off,
+                            const int64_t *sz, const chunk_prev *p, uint64_t *raw) {
+  int64_t bytes = (int64_t)dcp_dtype_size(t->dtype);
+  for (uint32_t k = 0; k < t->ndim; k++) {
+    if (sz[k] == 0) return dcpi_dec_fail(d, "empty box (dim %u)", k);
+    if (sz[k] > t->shape[k] || off[k] > t->shape[k] - sz[k])
+      return dcpi_dec_fail(d, "box dim %u [%lld, +%lld) exceeds extent %lld", k,
+                           (long long)off[k], (long long)sz[k], (long long)t->shape[k]);
+    if (!dcpi_mul_i64(bytes, sz[k], &bytes)) return dcpi_dec_fail(d, "box byte size overflows");
+  }
+  if (p->off) {
+    int c = dcpi_md_cmp_i64(p->off, off, t->ndim);
+    if (c == 0) c = dcpi_md_cmp_i64(p->size, sz, t->ndim);
+    if (c >= 0) return dcpi_dec_fail(d, "boxes are not strictly increasing");
+  }
+  *raw = (uint64_t)bytes;
+  return DCP_OK;
+}
+
+/* Decode a chunk's box per its flags into off and sz (ndim entries each). */
+static dcp_status dec_box(dcpi_dec *d, const dcpi_mv_tensor *t, uint8_t flags,
+                          const chunk_prev *p, int64_t *off, int64_t *sz) {
+  dcp_status s = DCP_OK;
+  if (flags & DCPI_RF_SAME_SIZE) memcpy(sz, p->size, t->ndim * sizeof *sz);
+  else s = dec_dims(d, t->ndim, "box size", sz);
+  if (s != DCP_OK) return s;
+  if (flags & DCPI_RF_BOX_PREDICTED)
+    dcpi_md_predict_offset(t->ndim, t->shape, p->off, p->size, p->off == NULL, off);
+  else
+    s = dec_dims(d, t->ndim, "box offset", off);
+  return s;
+}
+
+/* Decode chunk c of t's list into cl. */
+static dcp_status dec_chunk(dcpi_dec *d, const dcp_meta *m, const dcpi_mv_tensor *t,
+                            dcpi_mv_chunks *cl, size_t c, chunk_prev *p) {
+  int64_t *off = cl->offs + c * t->ndim, *sz = cl->sizes + c * t->ndim;
+  dcpi_mv_ref *r = &cl->refs[c];
+  uint8_t flags = 0;
+  memset(r, 0, sizeof *r);
+  dcp_status s = dcpi_dec_u8(d, "chunk flags", &flags);
+  if (s == DCP_OK && (flags & DCPI_RF_RESERVED))
+    s = dcpi_dec_fail(d, "reserved bit set in chunk flags 0x%02x", flags);
+  if (s == DCP_OK) s = dec_box(d, t, flags, p, off, sz);
+  if (s == DCP_OK) s = check_box(d, t, off, sz, p, &r->raw_length);
+  if (s == DCP_OK) s = dcpi_dec_loc(d, m, flags, &p->loc, r);
+  if (s == DCP_OK) s = dcpi_dec_blocks(d, r, &cl->cks, &cl->lens, &p->loc);
+  if (s != DCP_OK) return s;
+  p->off = off;
+  p->size = sz;
+  return DCP_OK;
+}
+
+/* Allocate the per-chunk arrays of t's list. The counts were bounded by the
+ * list length when the index was decoded, so this is linear in the input. */
+static dcp_status alloc_list(const dcpi_mv_tensor *t, dcpi_mv_chunks **out, dcpi_err *err) {
+  size_t n = (size_t)t->nchunks, dims = t->ndim;
+  dcpi_mv_chunks *cl = calloc(1, sizeof *cl);
+  if (cl) {
+    cl->refs = malloc((n ? n : 1) * sizeof *cl->refs);
+    cl->offs = malloc((n && dims ? n * dims : 1) * sizeof *cl->offs);
+    cl->sizes = malloc((n && dims ? n * dims : 1) * sizeof *cl->sizes);
+  }
+  if (!cl || !cl->refs || !cl->offs || !cl->sizes) {
+    dcpi_mv_chunks_free(cl);
+    return dcpi_fail(err, DCP_ENOMEM, "tensor '%s': cannot hold %zu chunks", t->fqn, n);
+  }
+  *out = cl;
+  return DCP_OK;
+}
+
+/* Decode and verify the chunk list of tensor ti into a new dcpi_mv_chunks. */
+static dcp_status decode_list(const dcp_meta *m, size_t ti, dcpi_mv_chunks **out, dcpi_err *err) {
+  const dcpi_mv_tensor *t = &m->tensors[ti];
+  const uint8_t *p = m->buf + m->chunks_off + t->list_off;
+  if (DCPI_CHECKSUMS_ENFORCED && dcpi_mv_hash(p, t->list_len) != t->list_hash)
+    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: chunks section, tensor %zu ('%.100s'): "
+                     "chunk list checksum mismatch", ti, t->fqn);
+  dcpi_mv_chunks *cl = NULL;
+  dcp_status s = alloc_list(t, &cl, err);
+  if (s != DCP_OK) return s;
+  dcpi_dec d = {{p, t->list_len, 0}, err, "", -1};
+  snprintf(d.where, sizeof d.where, "chunks section, tensor %zu ('%.100s')", ti, t->fqn);
+  chunk_prev prev = {{0, 0, 0}, NULL, t->shape};
+  for (size_t c = 0; c < t->nchunks && s == DCP_OK; c++) {
+    d.item = (int64_t)c;
+    s = dec_chunk(&d, m, t, cl, c, &prev);
+  }
+  d.item = -1;
+  if (s == DCP_OK && dcpi_r_left(&d.r) != 0)
+    s = dcpi_dec_fail(&d, "%zu trailing bytes after the last chunk", dcpi_r_left(&d.r));
+  if (s != DCP_OK) {
+    dcpi_mv_chunks_free(cl);
+    return s;
+  }
+  *out = cl;
+  return DCP_OK;
+}
+
+/* Decode tensor ti's list on first use; errors go to err. */
+static dcp_status ensure_list(dcp_meta *m, size_t ti, dcpi_err *err) {
+  dcpi_mv_tensor *t = &m->tensors[ti];
+  return t->chunks ? DCP_OK : decode_list(m, ti, &t->chunks, err);
+}
+
+dcp_status dcpi_meta_chunk_boxes(dcp_meta *m, size_t ti, const int64_t **offs,
+                                 const int64_t **sizes, dcpi_err *err) {
+  if (!m || ti >= m->ntensors) return dcpi_fail(err, DCP_ENOTFOUND, "no tensor %zu", ti);
+  dcp_status s = ensure_list(m, ti, err);
+  if (s != DCP_OK) return s;
+  *offs = m->tensors[ti].chunks->offs;
+  *sizes = m->tensors[ti].chunks->sizes;
+  return DCP_OK;
+}
+
+const int64_t *dcpi_meta_tensor_shape(const dcp_meta *m, size_t ti) {
+  return m->tensors[ti].shape;
+}
+
+dcp_status dcp_meta_chunk(dcp_meta *m, size_t tensor, size_t chunk, dcp_chunk_info *out) {
+  if (!m || !out) return DCP_EINVAL;
+  if (tensor >= m->ntensors || chunk >= m->tensors[tensor].nchunks) return DCP_ENOTFOUND;
+  dcpi_err err;
+  dcpi_err_clear(&err);
+  if (ensure_list(m, tensor, &err) != DCP_OK) return dcpi_ctx_report(m->ctx, &err);
+  const dcpi_mv_tensor *t = &m->tensors[tensor];
+  const dcpi_mv_chunks *cl = t->chunks;
+  memset(out, 0, sizeof *out);
+  out->box.ndim = t->ndim;
+  memcpy(out->box.offset, cl->offs + chunk * t->ndim, t->ndim * sizeof(int64_t));
+  memcpy(out->box.size, cl->sizes + chunk * t->ndim, t->ndim * sizeof(int64_t));
+  dcpi_mv_fill_ref(&cl->refs[chunk], &cl->cks, &cl->lens, &out->ref);
+  return DCP_OK;
+}

@@ -1,0 +1,299 @@
+/* state.c — a rank's items: declared tensors, their local chunks (caller
+ * memory) and bytes items. Validates everything on the way in so the
+ * planner only sees well-formed input. */
+#include "model/state.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/checked.h"
+#include "core/ctx.h"
+#include "model/box.h"
+#include "model/layout.h"
+
+/* Length of the UTF-8 sequence starting at s (validated, shortest form, no
+ * surrogates), or 0 when it is invalid. */
+static size_t utf8_seq(const unsigned char *s) {
+  unsigned c = s[0];
+  if (c < 0x80) return 1;
+  size_t n;
+  unsigned min, cp;
+  if ((c & 0xE0) == 0xC0) n = 2, min = 0x80, cp = c & 0x1F;
+  else if ((c & 0xF0) == 0xE0) n = 3, min = 0x800, cp = c & 0x0F;
+  else if ((c & 0xF8) == 0xF0) n = 4, min = 0x10000, cp = c & 0x07;
+  else return 0;
+  for (size_t i = 1; i < n; i++) {
+    if ((s[i] & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (s[i] & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return n;
+}
+
+dcp_status dcpi_check_name(const char *name, const char *what, dcpi_err *err) {
+  if (!name) return dcpi_fail(err, DCP_ENAME, "%s is NULL", what);
+  size_t len = strnlen(name, DCP_MAX_NAME + 1);
+  if (len == 0) return dcpi_fail(err, DCP_ENAME, "%s is empty", what);
+  if (len > DCP_MAX_NAME)
+    return dcpi_fail(err, DCP_ENAME, "%s is longer than %d bytes", what, DCP_MAX_NAME);
+  const unsigned char *s = (const unsigned char *)name;
+  for (size_t i = 0; i < len;) {
+    if (s[i] < 0x20 || s[i] == 0x7F)
+      return dcpi_fail(err, DCP_ENAME, "%s has a control character at byte %zu", what, i);
+    size_t n = utf8_seq(s + i);
+    if (!n) return dcpi_fail(err, DCP_ENAME, "%s is not valid UTF-8 at byte %zu", what, i);
+    i += n;
+  }
+  return DCP_OK;
+}
+
+dcp_status dcpi_check_tensor_decl(const char *fqn, dcp_dtype dtype, uint32_t ndim,
+                                  const int64_t *shape, dcpi_err *err) {
+  dcp_status rc = dcpi_check_name(fqn, "tensor fqn", err);
+  if (rc) return rc;
+  if (!dcp_dtype_size(dtype))
+    return dcpi_fail(err, DCP_EINVAL, "tensor '%s': invalid dtype %d", fqn, (int)dtype);
+  return dcpi_check_shape(ndim, shape, dcp_dtype_size(dtype), fqn, err);
+}
+
+dcp_status dcp_state_create(dcp_ctx *ctx, dcp_state **out) {
+  if (!ctx || !out) return DCP_EINVAL;
+  dcp_state *st = calloc(1, sizeof *st);
+  if (!(*out = st)) return DCP_ENOMEM;
+  st->ctx = ctx;
+  st->rank = ctx->rank;
+  st->world_size = ctx->world_size;
+  return DCP_OK;
+}
+
+void dcp_state_free(dcp_state *st) {
+  if (!st) return;
+  for (size_t i = 0; i < st->ntensors; i++) {
+    free(st->tensors[i].fqn);
+    dcp_layout_free(st->tensors[i].layout);
+  }
+  for (size_t i = 0; i < st->nbytes; i++) free(st->bytes[i].key);
+  free(st->tensors);
+  free(st->chunks);
+  free(st->bytes);
+  dcpi_strmap_free(&st->names);
+  free(st);
+}
+
+size_t dcp_state_tensor_count(const dcp_state *st) { return st ? st->ntensors : 0; }
+size_t dcp_state_bytes_count(const dcp_state *st) { return st ? st->nbytes : 0; }
+
+/* Register name in the shared fqn/key namespace with the given value. */
+static dcp_status claim_name(dcp_state *st, const char *name, size_t len, uint32_t value,
+                             dcpi_err *err) {
+  int rc = dcpi_strmap_put(&st->names, name, len, value, NULL);
+  if (rc < 0) return dcpi_fail(err, (dcp_status)rc, "out of memory for names");
+  if (rc == 1) return dcpi_fail(err, DCP_EEXIST, "'%s' is already in the state", name);
+  return DCP_OK;
+}
+
+static dcp_status add_tensor(dcp_state *st, const char *fqn, dcp_dtype dtype, uint32_t ndim,
+                             const int64_t *shape, dcpi_err *err) {
+  dcp_status rc = dcpi_check_tensor_decl(fqn, dtype, ndim, shape, err);
+  if (rc) return rc;
+  if (st->ntensors >= DCPI_NAME_BYTES)
+    return dcpi_fail(err, DCP_EOVERFLOW, "too many tensors in one state");
+  if (DCPI_RESERVE(st->tensors, st->tensors_cap, st->ntensors + 1))
+    return dcpi_fail(err, DCP_ENOMEM, "out of memory for tensor '%s'", fqn);
+  dcpi_tensor_item *t = &st->tensors[st->ntensors];
+  *t = (dcpi_tensor_item){.dtype = dtype, .ndim = ndim, .fqn_len = strlen(fqn)};
+  if (!(t->fqn = strdup(fqn))) return dcpi_fail(err, DCP_ENOMEM, "out of memory for '%s'", fqn);
+  if (ndim) memcpy(t->shape, shape, ndim * sizeof *shape);
+  if ((rc = claim_name(st, t->fqn, t->fqn_len, (uint32_t)st->ntensors, err))) {
+    free(t->fqn);
+    return rc;
+  }
+  st->ntensors++;
+  return DCP_OK;
+}
+
+dcp_status dcp_state_add_tensor(dcp_state *st, const char *fqn, dcp_dtype dtype, uint32_t ndim,
+                                const int64_t *shape) {
+  if (!st) return DCP_EINVAL;
+  dcpi_err err;
+  dcpi_err_clear(&err);
+  add_tensor(st, fqn, dtype, ndim, shape, &err);
+  return dcpi_ctx_report(st->ctx, &err);
+}
+
+static dcp_status find_tensor(const dcp_state *st, const char *fqn, uint32_t *index,
+                              dcpi_err *err) {
+  if (!fqn) return dcpi_fail(err, DCP_EINVAL, "fqn is NULL");
+  uint32_t v;
+  if (!dcpi_strmap_get(&st->names, fqn, strlen(fqn), &v) || (v & DCPI_NAME_BYTES))
+    return dcpi_fail(err, DCP_ENOTFOUND, "no tensor '%s' declared in the state", fqn);
+  *index = v;
+  return DCP_OK;
+}
+
+/* Append one chunk after checking bounds, data and overlap with the
+ * tensor's earlier chunks (few per rank, so a scan is fine here; the
+ * cross-rank check in the planner is a sweep). */
+static dcp_status add_chunk(dcp_state *st, uint32_t ti, const int64_t *offset,
+                            const int64_t *size, void *data, dcpi_err *err) {
+  const dcpi_tensor_item *t = &st->tensors[ti];
+  char a[256], b[256];
+  dcp_status rc = dcpi_check_box_in(t->ndim, t->shape, offset, size, t->fqn, err);
+  if (rc) return rc;
+  int64_t numel, nbytes;
+  dcpi_numel(t->ndim, size, &numel); /* cannot overflow: inside a checked shape */
+  nbytes = numel * (int64_t)dcp_dtype_size(t->dtype);
+  if (!data && nbytes > 0)
+    return dcpi_fail(err, DCP_EINVAL, "tensor '%s': chunk %s has data NULL", t->fqn,
+                     dcpi_box_str(t->ndim, offset, size, a, sizeof a));
+  for (size_t i = 0; i < st->nchunks; i++) {
+    const dcpi_chunk_item *c = &st->chunks[i];
+    if (c->tensor == ti && dcpi_boxes_overlap(t->ndim, c->box.offset, c->box.size, offset, size))
+      return dcpi_fail(err, DCP_EOVERLAP, "tensor '%s': chunk %s overlaps chunk %s", t->fqn,
+                       dcpi_box_str(t->ndim, offset, size, a, sizeof a),
+                       dcpi_box_str(t->ndim, c->box.offset, c->box.size, b, sizeof b));
+  }
+  if (DCPI_RESERVE(st->chunks, st->chunks_cap, st->nchunks + 1))
+    return dcpi_fail(err, DCP_ENOMEM, "out of memory for a chunk of '%s'", t->fqn);
+  dcpi_chunk_item *c = &st->chunks[st->nchunks++];
+  *c = (dcpi_chunk_item){.tensor = ti, .data = data, .nbytes = nbytes};
+  c->box.ndim = t->ndim;
+  if (t->ndim) {
+    memcpy(c->box.offset, offset, t->ndim * sizeof *offset);
+    memcpy(c->box.size, size, t->ndim * sizeof *size);
+  }
+  return DCP_OK;
+}
+
+dcp_status dcp_state_add_chunk(dcp_state *st, const char *fqn, const int64_t *offset,
+                               const int64_t *size, void *data) {
+  if (!st) return DCP_EINVAL;
+  dcpi_err err;
+  dcpi_err_clear(&err);
+  uint32_t ti;
+  if (!find_tensor(st, fqn, &ti, &err)) add_chunk(st, ti, offset, size, data, &err);
+  return dcpi_ctx_report(st->ctx, &err);
+}
+
+static dcp_status add_flat(dcp_state *st, const char *fqn, const dcp_box *region,
+                           int64_t begin, int64_t count, void *data, dcpi_err *err) {
+  uint32_t ti;
+  dcp_status rc = find_tensor(st, fqn, &ti, err);
+  if (rc) return rc;
+  const dcpi_tensor_item *t = &st->tensors[ti];
+  int64_t zero[DCP_MAX_NDIM] = {0};
+  const int64_t *reg_off = zero, *reg_sz = t->shape;
+  if (region) {
+    if (region->ndim != t->ndim)
+      return dcpi_fail(err, DCP_EINVAL, "tensor '%s': region has ndim %u, tensor has %u", fqn,
+                       region->ndim, t->ndim);
+    if ((rc = dcpi_check_box_in(t->ndim, t->shape, region->offset, region->size, fqn, err)))
+      return rc;
+    reg_off = region->offset;
+    reg_sz = region->size;
+  }
+  enum { MAXB = 2 * DCP_MAX_NDIM - 1 };
+  int64_t off[MAXB * DCP_MAX_NDIM], sz[MAXB * DCP_MAX_NDIM];
+  size_t n;
+  if ((rc = dcpi_flat_to_boxes(t->ndim, reg_off, reg_sz, begin, count, off, sz, MAXB, &n, err)))
+    return rc;
+  if (!data && count > 0)
+    return dcpi_fail(err, DCP_EINVAL, "tensor '%s': flat range data is NULL", fqn);
+  size_t first = st->nchunks;
+  char *p = data;
+  for (size_t i = 0; i < n; i++) {
+    const int64_t *o = off + i * t->ndim, *s = sz + i * t->ndim;
+    if ((rc = add_chunk(st, ti, o, s, p, err))) {
+      st->nchunks = first; /* all or nothing */
+      return rc;
+    }
+    p += st->chunks[st->nchunks - 1].nbytes;
+  }
+  return DCP_OK;
+}
+
+dcp_status dcp_state_add_flat(dcp_state *st, const char *fqn, const dcp_box *region,
+                              int64_t flat_begin, int64_t flat_count, void *data) {
+  if (!st) return DCP_EINVAL;
+  dcpi_err err;
+  dcpi_err_clear(&err);
+  add_flat(st, fqn, region, flat_begin, flat_count, data, &err);
+  return dcpi_ctx_report(st->ctx, &err);
+}
+
+static dcp_status add_sharded(dcp_state *st, const char *fqn, dcp_dtype dtype, uint32_t ndim,
+                              const int64_t *shape, const dcp_layout *layout, void *data,
+                              dcpi_err *err) {
+  const char *name = fqn ? fqn : "(null)";
+  if (!layout) return dcpi_fail(err, DCP_EINVAL, "tensor '%s': layout is NULL", name);
+  if (layout->tensor_ndim != ndim)
+    return dcpi_fail(err, DCP_EINVAL, "tensor '%s': layout maps %u dims, tensor has %u", name,
+                     layout->tensor_ndim, ndim);
+  int64_t pos = dcpi_layout_position(layout, st->rank);
+  if (pos < 0)
+    return dcpi_fail(err, DCP_ENOTFOUND, "tensor '%s': rank %d is not in the layout's mesh",
+                     name, st->rank);
+  dcp_status rc = dcpi_check_shape(ndim, shape, dcp_dtype_size(dtype), name, err);
+  if (rc) return rc;
+  /* Everything that can fail happens before the tensor is declared, so an
+   * error leaves the state as it was. */
+  int64_t off[DCP_MAX_NDIM], sz[DCP_MAX_NDIM];
+  dcpi_layout_box_at(layout, shape, pos, off, sz);
+  if (!data && !dcpi_box_is_empty(ndim, sz))
+    return dcpi_fail(err, DCP_EINVAL, "tensor '%s': data is NULL for a non-empty shard", name);
+  dcp_layout *copy;
+  if (dcpi_layout_clone(layout, &copy) || DCPI_RESERVE(st->chunks, st->chunks_cap, st->nchunks + 1)) {
+    dcp_layout_free(copy);
+    return dcpi_fail(err, DCP_ENOMEM, "out of memory for tensor '%s'", name);
+  }
+  if ((rc = add_tensor(st, fqn, dtype, ndim, shape, err))) {
+    dcp_layout_free(copy);
+    return rc;
+  }
+  uint32_t ti = (uint32_t)st->ntensors - 1;
+  st->tensors[ti].layout = copy;
+  return add_chunk(st, ti, off, sz, data, err); /* fresh tensor, space reserved */
+}
+
+dcp_status dcp_state_add_sharded(dcp_state *st, const char *fqn, dcp_dtype dtype, uint32_t ndim,
+                                 const int64_t *shape, const dcp_layout *layout, void *data) {
+  if (!st) return DCP_EINVAL;
+  dcpi_err err;
+  dcpi_err_clear(&err);
+  add_sharded(st, fqn, dtype, ndim, shape, layout, data, &err);
+  return dcpi_ctx_report(st->ctx, &err);
+}
+
+static dcp_status add_bytes(dcp_state *st, const char *key, dcp_scope scope, void *data,
+                            size_t len, dcpi_err *err) {
+  dcp_status rc = dcpi_check_name(key, "bytes key", err);
+  if (rc) return rc;
+  if (scope != DCP_SCOPE_REPLICATED && scope != DCP_SCOPE_PER_RANK)
+    return dcpi_fail(err, DCP_EINVAL, "bytes '%s': invalid scope %d", key, (int)scope);
+  if (!data && len)
+    return dcpi_fail(err, DCP_EINVAL, "bytes '%s': data is NULL with length %zu", key, len);
+  if (len > INT64_MAX)
+    return dcpi_fail(err, DCP_EOVERFLOW, "bytes '%s': length exceeds int64", key);
+  if (st->nbytes >= DCPI_NAME_BYTES)
+    return dcpi_fail(err, DCP_EOVERFLOW, "too many bytes items in one state");
+  if (DCPI_RESERVE(st->bytes, st->bytes_cap, st->nbytes + 1))
+    return dcpi_fail(err, DCP_ENOMEM, "out of memory for bytes '%s'", key);
+  dcpi_bytes_item *b = &st->bytes[st->nbytes];
+  *b = (dcpi_bytes_item){.scope = scope, .data = data, .len = len, .key_len = strlen(key)};
+  if (!(b->key = strdup(key))) return dcpi_fail(err, DCP_ENOMEM, "out of memory for '%s'", key);
+  if ((rc = claim_name(st, b->key, b->key_len, (uint32_t)st->nbytes | DCPI_NAME_BYTES, err))) {
+    free(b->key);
+    return rc;
+  }
+  st->nbytes++;
+  return DCP_OK;
+}
+
+dcp_status dcp_state_add_bytes(dcp_state *st, const char *key, dcp_scope scope, void *data,
+                               size_t len) {
+  if (!st) return DCP_EINVAL;
+  dcpi_err err;
+  dcpi_err_clear(&err);
+  add_bytes(st, key, scope, data, len, &err);
+  return dcpi_ctx_report(st->ctx, &err);
+}

@@ -1,0 +1,57 @@
+/* state.h — internals of dcp_state: this rank's tensor and bytes items. */
+#ifndef DCP_MODEL_STATE_H
+#define DCP_MODEL_STATE_H
+
+#include "core/err.h"
+#include "core/strmap.h"
+
+typedef struct dcpi_tensor_item {
+  char *fqn; /* owned, NUL-terminated */
+  size_t fqn_len;
+  dcp_dtype dtype;
+  uint32_t ndim;
+  int64_t shape[DCP_MAX_NDIM];
+  dcp_layout *layout; /* owned copy, or NULL when chunks were added by hand */
+} dcpi_tensor_item;
+
+typedef struct dcpi_chunk_item {
+  uint32_t tensor; /* index into dcp_state.tensors */
+  dcp_box box;
+  void *data;     /* caller memory, contiguous row-major */
+  int64_t nbytes; /* numel(box) * dtype size */
+} dcpi_chunk_item;
+
+typedef struct dcpi_bytes_item {
+  char *key; /* owned */
+  size_t key_len;
+  dcp_scope scope;
+  void *data; /* caller memory */
+  size_t len;
+} dcpi_bytes_item;
+
+struct dcp_state {
+  dcp_ctx *ctx;
+  int32_t rank;
+  int32_t world_size;
+  dcpi_tensor_item *tensors;
+  size_t ntensors, tensors_cap;
+  dcpi_chunk_item *chunks; /* in insertion order; several per tensor allowed */
+  size_t nchunks, chunks_cap;
+  dcpi_bytes_item *bytes;
+  size_t nbytes, bytes_cap;
+  dcpi_strmap names; /* fqn/key → index; bytes items have DCPI_NAME_BYTES set */
+};
+
+#define DCPI_NAME_BYTES 0x80000000u
+
+/* Check an fqn or key: 1..DCP_MAX_NAME bytes of valid UTF-8 with no control
+ * characters. `what` names it in the message. Returns DCP_OK or DCP_ENAME. */
+dcp_status dcpi_check_name(const char *name, const char *what, dcpi_err *err);
+
+/* Check a tensor declaration: the fqn (dcpi_check_name), a valid dtype and
+ * a shape whose element count and byte size fit in int64. Returns
+ * DCP_OK, DCP_ENAME, DCP_EINVAL or DCP_EOVERFLOW with the reason in err. */
+dcp_status dcpi_check_tensor_decl(const char *fqn, dcp_dtype dtype, uint32_t ndim,
+                                  const int64_t *shape, dcpi_err *err);
+
+#endif

@@ -1,0 +1,95 @@
+/* read_groups.h — read dedup: ranks that want the identical (fqn, box) form
+ * a group, and one member per group reads it (then broadcasts it to the
+ * others).
+ *
+ * Input: every rank's request keys, as one exchange delivers them (per rank
+ * a list of (fqn, box, bytes), ranks in any arrival order). Output: the
+ * groups in canonical order (fqn bytewise, then ndim, box offset, box size),
+ * each with its reader and its members ascending; the bytes each rank reads;
+ * and per rank which groups it reads and which it receives. The reader is
+ * chosen by dcpi_balance (LEAST_LOADED balances bytes read across ranks;
+ * LOWEST_RANK is the article's behaviour). Pure; the output depends only on
+ * the set of (rank, key) pairs, never on arrival order. */
+#ifndef DCP_PLANNER_READ_GROUPS_H
+#define DCP_PLANNER_READ_GROUPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "planner/balance.h"
+
+/* One request: the box [offset, offset+size) (ndim each) of fqn, whose
+ * transfer costs `bytes`. Pointers are borrowed for the build call. */
+typedef struct dcpi_read_key {
+  const char *fqn;
+  uint32_t ndim;
+  const int64_t *offset;
+  const int64_t *size;
+  int64_t bytes;
+} dcpi_read_key;
+
+/* What one rank asks for. */
+typedef struct dcpi_rank_requests {
+  int32_t rank;
+  size_t nkeys;
+  const dcpi_read_key *keys;
+} dcpi_rank_requests;
+
+/* A group: every rank that asked for (fqn, box). Arrays owned by the plan. */
+typedef struct dcpi_read_group {
+  const char *fqn;
+  uint32_t ndim;
+  const int64_t *offset;
+  const int64_t *size;
+  int64_t bytes;
+  int32_t reader;          /* one of the members */
+  uint32_t nmembers;
+  const int32_t *members;  /* ascending, distinct */
+} dcpi_read_group;
+
+typedef struct dcpi_read_groups {
+  int32_t world_size;
+  size_t ngroups;
+  dcpi_read_group *groups; /* canonical order; index = the group's id */
+  int64_t *load;           /* world_size: bytes each rank reads */
+  size_t *read_first;      /* world_size+1 CSR into read_list: */
+  uint32_t *read_list;     /*   groups the rank reads, ascending */
+  size_t *recv_first;      /* world_size+1 CSR into recv_list: */
+  uint32_t *recv_list;     /*   groups it belongs to but does not read */
+  char **names;            /* owned storage: distinct fqns, */
+  size_t nnames;
+  int64_t *coords;         /*   boxes, */
+  int32_t *member_pool;    /*   and member lists */
+} dcpi_read_groups;
+
+/* Group the requests of nranks ranks (each rank at most once, in
+ * [0, world_size)) and choose one reader per group under policy. A rank
+ * that lists the same key twice is one member. Every member of a group must
+ * give the same bytes. Errors: DCP_EINVAL (rank out of range or repeated,
+ * NULL or malformed key, negative bytes), DCP_EMISMATCH (members disagree
+ * on a group's bytes; message names fqn and box), DCP_ENOMEM. On error
+ * *out is NULL. */
+dcp_status dcpi_read_groups_build(const dcpi_rank_requests *ranks, size_t nranks,
+                                  int32_t world_size, dcpi_balance_policy policy,
+                                  dcpi_read_groups **out, dcpi_err *err);
+
+void dcpi_read_groups_free(dcpi_read_groups *g);
+
+/* One rank's share: the groups it reads (and sends to their other members)
+ * and the groups it receives from their reader (groups[i].reader).
+ * Pointers into g. */
+typedef struct dcpi_rank_reads {
+  const uint32_t *reads;
+  size_t nreads;
+  const uint32_t *recvs;
+  size_t nrecvs;
+  int64_t bytes_read;
+} dcpi_rank_reads;
+
+/* rank's share of g. Errors: DCP_EINVAL (NULL), DCP_ENOTFOUND (rank not in
+ * [0, world_size)). A rank that asked for nothing gets empty lists. */
+dcp_status dcpi_read_groups_rank(const dcpi_read_groups *g, int32_t rank,
+                                 dcpi_rank_reads *out);
+
+#endif

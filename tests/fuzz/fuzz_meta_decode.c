@@ -1,0 +1,85 @@
+/* fuzz_meta_decode.c — libFuzzer target for the metadata view: open any
+ * input from memory, walk every tensor, chunk, bytes item, file, mesh and
+ * key/value, and free. Built with FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION,
+ * so checksum mismatches do not stop the decoder early. */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "dcp.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Read every byte a ref points at, so ASan sees any bad pointer. */
+static uint64_t touch_ref(const dcp_storage_ref *r) {
+  uint64_t acc = r->offset ^ r->stored_length ^ r->raw_length;
+  for (uint64_t b = 0; b < r->block_count; b++) {
+    acc ^= r->block_checksums[b];
+    if (r->block_stored_lengths) acc += r->block_stored_lengths[b];
+  }
+  return acc;
+}
+
+/* Walk tensor t's chunks (stopping at the first failure, as a reader would). */
+static uint64_t walk_tensor(dcp_meta *m, size_t t) {
+  dcp_tensor_info ti;
+  size_t idx;
+  uint64_t acc = 0;
+  if (dcp_meta_tensor(m, t, &ti) != DCP_OK) __builtin_trap();
+  if (dcp_meta_find_tensor(m, ti.fqn, &idx) != DCP_OK || idx != t) __builtin_trap();
+  for (uint64_t c = 0; c < ti.chunk_count; c++) {
+    dcp_chunk_info ci;
+    dcp_status s = dcp_meta_chunk(m, t, c, &ci);
+    if (s != DCP_OK) {
+      if (s != DCP_ECORRUPT) __builtin_trap();
+      break;
+    }
+    acc += touch_ref(&ci.ref) + (uint64_t)ci.box.ndim;
+  }
+  return acc;
+}
+
+/* Walk the eagerly decoded tables. */
+static uint64_t walk_tables(const dcp_meta *m) {
+  uint64_t acc = (uint64_t)dcp_meta_world_size(m);
+  for (size_t i = 0; i < dcp_meta_bytes_count(m); i++) {
+    dcp_bytes_info bi;
+    if (dcp_meta_bytes(m, i, &bi) != DCP_OK) __builtin_trap();
+    acc += strlen(bi.key) + touch_ref(&bi.ref);
+  }
+  for (size_t i = 0; i < dcp_meta_file_count(m); i++) {
+    const char *name;
+    if (dcp_meta_file(m, i, &name) != DCP_OK) __builtin_trap();
+    acc += strlen(name);
+  }
+  for (size_t i = 0; i < dcp_meta_mesh_count(m); i++) {
+    dcp_mesh_info mi;
+    if (dcp_meta_mesh(m, i, &mi) != DCP_OK) __builtin_trap();
+    int64_t n = 1;
+    for (uint32_t d = 0; d < mi.ndim; d++) n *= mi.shape[d];
+    for (int64_t r = 0; r < n; r++) acc += (uint64_t)mi.ranks[r];
+  }
+  for (size_t i = 0; i < dcp_meta_kv_count(m); i++) {
+    const char *k, *v;
+    if (dcp_meta_kv(m, i, &k, &v) != DCP_OK) __builtin_trap();
+    acc += strlen(k) + strlen(v);
+  }
+  return acc;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  dcp_ctx *ctx = NULL;
+  if (dcp_ctx_create(NULL, &ctx) != DCP_OK) return 0;
+  dcp_meta *m = NULL;
+  dcp_status s = dcp_meta_open_memory(ctx, data, size, &m);
+  if (s == DCP_OK) {
+    volatile uint64_t sink = walk_tables(m);
+    for (size_t t = 0; t < dcp_meta_tensor_count(m); t++) sink += walk_tensor(m, t);
+    (void)sink;
+  } else if (m != NULL || (s != DCP_ECORRUPT && s != DCP_EVERSION && s != DCP_ENOMEM)) {
+    __builtin_trap();
+  }
+  dcp_meta_free(m);
+  dcp_ctx_free(ctx);
+  return 0;
+}

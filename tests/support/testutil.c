@@ -1,0 +1,42 @@
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+void tu_rng_seed(tu_rng *r, uint64_t seed) { r->state = seed; }
+
+uint64_t tu_rng_next(tu_rng *r) {
+  uint64_t z = (r->state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+int64_t tu_rng_range(tu_rng *r, int64_t lo, int64_t hi) {
+  uint64_t span = (uint64_t)(hi - lo) + 1;
+  if (span == 0) return (int64_t)tu_rng_next(r);
+  return lo + (int64_t)(tu_rng_next(r) % span);
+}
+
+uint64_t tu_seed(uint64_t fallback) {
+  static int printed;
+  const char *env = getenv("DCP_TEST_SEED");
+  uint64_t seed = env ? strtoull(env, NULL, 0) : fallback;
+  if (!printed) {
+    printf("# seed %llu (set DCP_TEST_SEED to replay)\n", (unsigned long long)seed);
+    printed = 1;
+  }
+  return seed;
+}
+
+int64_t tu_linear(uint32_t ndim, const int64_t *sz, const int64_t *c) {
+  int64_t idx = 0;
+  for (uint32_t d = 0; d < ndim; d++) idx = idx * sz[d] + c[d];
+  return idx;
+}
+
+int tu_box_contains(const dcp_box *b, const int64_t *p) {
+  for (uint32_t d = 0; d < b->ndim; d++)
+    if (p[d] < b->offset[d] || p[d] >= b->offset[d] + b->size[d]) return 0;
+  return 1;
+}

@@ -1,0 +1,34 @@
+/* testutil.h — shared helpers for the unit tests: a seeded PRNG and
+ * brute-force references. Include after <cmocka.h>'s prerequisites. */
+#ifndef DCP_TESTUTIL_H
+#define DCP_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "dcp.h"
+
+/* A small deterministic PRNG (splitmix64): same seed, same sequence. */
+typedef struct tu_rng {
+  uint64_t state;
+} tu_rng;
+
+void tu_rng_seed(tu_rng *r, uint64_t seed);
+uint64_t tu_rng_next(tu_rng *r);
+/* Uniform in [lo, hi] (inclusive); hi >= lo. */
+int64_t tu_rng_range(tu_rng *r, int64_t lo, int64_t hi);
+
+/* Seed for randomised tests: $DCP_TEST_SEED when set, else `fallback`.
+ * Printed once so a failure can be replayed. */
+uint64_t tu_seed(uint64_t fallback);
+
+/* Row-major linear index of coordinate c within a box of sizes sz. */
+int64_t tu_linear(uint32_t ndim, const int64_t *sz, const int64_t *c);
+
+/* 1 when point p (global coordinates) lies in box b. */
+int tu_box_contains(const dcp_box *b, const int64_t *p);
+
+#endif
