@@ -66,7 +66,13 @@ typedef enum dcp_status {
   DCP_ENOTFOUND = -10, /* no such fqn, key, rank or index */
   DCP_ESCOPE = -11,    /* a bytes item's scope clashes or cannot be honoured */
   DCP_ENAME = -12,     /* an fqn or key is empty, too long or not allowed */
-  DCP_EINCOMPLETE = -13 /* a tensor or region is not fully covered by chunks */
+  DCP_EINCOMPLETE = -13, /* a tensor or region is not fully covered by chunks,
+                            or a checkpoint has no committed .metadata */
+  DCP_EIO = -14,         /* a storage operation failed */
+  DCP_ENOSPC = -15,      /* the storage is full */
+  DCP_ETIMEDOUT = -16,   /* a wait passed the configured deadline */
+  DCP_EPEER = -17,       /* another rank failed; this rank's part was fine */
+  DCP_EPLUGIN = -18      /* a plugin could not be found, loaded or accepted */
 } dcp_status;
 
 /* Non-zero when s is an error (negative). */
@@ -87,8 +93,20 @@ typedef struct dcp_ctx dcp_ctx;
  * breaking callers compiled against this one. */
 typedef struct dcp_ctx_config {
   uint32_t struct_size; /* sizeof(dcp_ctx_config), set by init */
-  int32_t rank;         /* this process's global rank (default 0) */
-  int32_t world_size;   /* number of ranks (default 1) */
+  int32_t rank;         /* this process's global rank (default 0); with a
+                           collective that knows it (mpi), that one wins */
+  int32_t world_size;   /* number of ranks (default 1); likewise */
+  /* -- since 0.2 -- */
+  const char *storage;         /* storage plugin name (default "posix") */
+  const char *storage_options; /* its "key=value,..." options, or NULL */
+  const char *coll;            /* collective plugin: "single" (default),
+                                  "mpi", "file", ... */
+  const char *coll_options;    /* its options, or NULL */
+  void *coll_native;           /* backend handle (an MPI_Comm*), or NULL */
+  const char *rendezvous;      /* shared directory of the file collective */
+  int64_t timeout_ms;          /* deadline of every wait (default 300000) */
+  const char *plugin_path;     /* colon-separated directories searched for
+                                  plugins before DCP_PLUGIN_PATH, or NULL */
 } dcp_ctx_config;
 
 /* Fill cfg with defaults (rank 0 of a world of 1). */

@@ -14,7 +14,7 @@ ROOT=$PWD
 JOBS=${JOBS:-$(nproc)}
 
 PACKAGES=(build-essential cmake pkg-config libcmocka-dev libxxhash-dev libzstd-dev clang
-          libclang-rt-14-dev)
+          libclang-rt-14-dev libopenmpi-dev openmpi-bin)
 
 deps() {
   local missing=()

@@ -28,7 +28,12 @@ const char *dcp_strerror(dcp_status s) {
     case DCP_ENOTFOUND: return "not found";
     case DCP_ESCOPE: return "bytes item scope conflict";
     case DCP_ENAME: return "invalid name";
-    case DCP_EINCOMPLETE: return "not fully covered";
+    case DCP_EINCOMPLETE: return "incomplete (not fully covered or not committed)";
+    case DCP_EIO: return "storage I/O error";
+    case DCP_ENOSPC: return "storage full";
+    case DCP_ETIMEDOUT: return "deadline passed";
+    case DCP_EPEER: return "another rank failed";
+    case DCP_EPLUGIN: return "plugin error";
   }
   return "unknown status";
 }

@@ -1,0 +1,230 @@
+/*
+ * dcp_plugin.h — the stable plugin ABI of libdcp (version 1).
+ *
+ * libdcp performs no I/O and no communication of its own: all file access
+ * goes through a *storage* plugin and all cross-rank traffic through a
+ * *collective* plugin. A plugin is a shared object that exports one entry
+ * symbol, DCP_PLUGIN_ENTRY_SYMBOL, returning a pointer to a const table:
+ *
+ *     const void *dcp_plugin_entry(uint32_t kind);
+ *
+ * It returns the table of that kind (DCP_PLUGIN_STORAGE or DCP_PLUGIN_COLL),
+ * or NULL when the object does not provide one. Every table starts with the
+ * same four fields — abi_version, struct_size, name, caps — followed by
+ * function pointers. The core checks abi_version == DCP_PLUGIN_ABI_VERSION
+ * and struct_size >= the size of the version-1 table; later versions only
+ * append fields (the way sqlite3_vfs grows), so a newer table is accepted
+ * and fields past an older struct_size are treated as absent.
+ *
+ * Conventions for every function pointer:
+ *  - returns a dcp_status (0 ok, negative error); on error it writes a
+ *    NUL-terminated reason into err->msg (which the core copies to the
+ *    context's last error) and leaves outputs unspecified;
+ *  - handles are opaque to the core and owned by the plugin; the core frees
+ *    them only through the table's close functions;
+ *  - names passed to storage functions are made by the library, never from
+ *    user input: 1..255 bytes of [A-Za-z0-9._-], not "." or "..". A plugin
+ *    must still reject anything else with DCP_ENAME (defence in depth: no
+ *    path ever leaves the checkpoint directory).
+ * See docs/plugins.md for a plugin author's guide.
+ */
+#ifndef DCP_PLUGIN_H
+#define DCP_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dcp.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DCP_PLUGIN_ABI_VERSION 1
+#define DCP_PLUGIN_ENTRY_SYMBOL "dcp_plugin_entry"
+
+/* Kinds of plugin table. */
+#define DCP_PLUGIN_STORAGE 1u
+#define DCP_PLUGIN_COLL 2u
+
+/* The signature of the entry symbol. */
+typedef const void *(*dcp_plugin_entry_fn)(uint32_t kind);
+
+/* Where a plugin function leaves the reason for an error. */
+typedef struct dcp_plugin_err {
+  char msg[512];
+} dcp_plugin_err;
+
+/* ------------------------------------------------------------------------ */
+/* Storage                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct dcp_storage dcp_storage;           /* one checkpoint directory */
+typedef struct dcp_storage_file dcp_storage_file; /* one open file in it */
+
+/* What a storage backend is opened on. Fields past struct_size are absent. */
+typedef struct dcp_storage_config {
+  uint32_t struct_size;
+  const char *root;    /* the checkpoint directory (created when missing if
+                          DCP_STORAGE_CREATE is set in flags) */
+  uint32_t flags;      /* DCP_STORAGE_* below */
+  int32_t rank;        /* the opening rank and world, for fan-out schemes */
+  int32_t world_size;
+  const char *options; /* plugin-specific "key=value,key=value", or NULL */
+} dcp_storage_config;
+
+#define DCP_STORAGE_CREATE 1u /* create root (one level) if it does not exist */
+#define DCP_STORAGE_DIRECT 2u /* use O_DIRECT-style unbuffered I/O if possible */
+
+/* Capability flags of a storage table. */
+#define DCP_STORAGE_CAP_DIRECT 1u     /* honours DCP_STORAGE_DIRECT */
+#define DCP_STORAGE_CAP_SHARED_FS 2u  /* built for shared file systems */
+
+/* file_open modes. */
+#define DCP_FILE_READ 1u  /* read-only, random access through file_read */
+#define DCP_FILE_WRITE 2u /* create or truncate; sequential appends */
+
+/* I/O counters of a backend since it was opened. */
+typedef struct dcp_io_stats {
+  uint64_t bytes_written, write_ops;
+  uint64_t bytes_read, read_ops;
+  uint64_t sync_ops;  /* file and directory syncs */
+  uint64_t meta_ops;  /* opens, renames, removes, sizes, listings */
+  uint64_t retries;   /* operations retried after a transient error */
+} dcp_io_stats;
+
+typedef struct dcp_storage_plugin {
+  uint32_t abi_version; /* DCP_PLUGIN_ABI_VERSION */
+  uint32_t struct_size; /* sizeof(dcp_storage_plugin) as built */
+  const char *name;     /* "posix", "sharedfs", ... */
+  uint64_t caps;        /* DCP_STORAGE_CAP_* */
+
+  /* Open a backend on cfg->root. Errors: DCP_ENOTFOUND (root missing and not
+   * DCP_STORAGE_CREATE), DCP_EIO, DCP_EINVAL (bad options). */
+  int (*open)(const dcp_storage_config *cfg, dcp_storage **out, dcp_plugin_err *err);
+  /* Release the backend. Files must be closed first. */
+  void (*close)(dcp_storage *st);
+
+  /* Open `name` in mode DCP_FILE_READ or DCP_FILE_WRITE.
+   * Errors: DCP_ENOTFOUND (READ of a missing file), DCP_ENAME, DCP_EIO. */
+  int (*file_open)(dcp_storage *st, const char *name, uint32_t mode,
+                   dcp_storage_file **out, dcp_plugin_err *err);
+  /* Append len bytes; all of them or an error (DCP_EIO, DCP_ENOSPC). */
+  int (*file_write)(dcp_storage_file *f, const void *buf, size_t len, dcp_plugin_err *err);
+  /* Read exactly len bytes at offset. May be called from several threads
+   * at once on one file. Errors: DCP_EIO, DCP_ECORRUPT (the file ends
+   * before offset+len). */
+  int (*file_read)(dcp_storage_file *f, void *buf, size_t len, uint64_t offset,
+                   dcp_plugin_err *err);
+  /* Make the file's data durable (fsync). */
+  int (*file_sync)(dcp_storage_file *f, dcp_plugin_err *err);
+  /* Close and free f, whatever the result. A WRITE file's data is complete
+   * on disk only after file_sync and a successful close. */
+  int (*file_close)(dcp_storage_file *f, dcp_plugin_err *err);
+
+  /* Size of `name` in bytes. Errors: DCP_ENOTFOUND, DCP_ENAME, DCP_EIO. */
+  int (*file_size)(dcp_storage *st, const char *name, uint64_t *size, dcp_plugin_err *err);
+  /* Atomically rename `from` to `to`, replacing `to`. */
+  int (*rename)(dcp_storage *st, const char *from, const char *to, dcp_plugin_err *err);
+  /* Remove `name`. Errors: DCP_ENOTFOUND, DCP_ENAME, DCP_EIO. */
+  int (*remove)(dcp_storage *st, const char *name, dcp_plugin_err *err);
+  /* Make creates, renames and removes in the checkpoint durable (fsync of
+   * the directory, or directories). */
+  int (*sync_dir)(dcp_storage *st, dcp_plugin_err *err);
+  /* Call fn(arg, name) for every file of the checkpoint (names as given to
+   * file_open, in no particular order); stops early and returns fn's value
+   * when it returns non-zero. */
+  int (*list)(dcp_storage *st, int (*fn)(void *arg, const char *name), void *arg,
+              dcp_plugin_err *err);
+  /* The backend's counters. */
+  void (*get_stats)(const dcp_storage *st, dcp_io_stats *out);
+} dcp_storage_plugin;
+
+/* ------------------------------------------------------------------------ */
+/* Collectives                                                              */
+/* ------------------------------------------------------------------------ */
+
+typedef struct dcp_comm dcp_comm; /* one communicator over every rank */
+
+/* What a collective backend is opened on. Fields past struct_size are absent. */
+typedef struct dcp_coll_config {
+  uint32_t struct_size;
+  int32_t rank;           /* this rank and the world, where the backend cannot */
+  int32_t world_size;     /* learn them itself (file exchange) */
+  void *native;           /* backend handle, e.g. an MPI_Comm* (NULL: world) */
+  const char *rendezvous; /* a directory shared by all ranks (file exchange) */
+  int64_t timeout_ms;     /* every blocking call fails with DCP_ETIMEDOUT once
+                             it has waited this long; > 0 */
+  const char *options;    /* plugin-specific "key=value,key=value", or NULL */
+} dcp_coll_config;
+
+/* Capability flags of a collective table. */
+#define DCP_COLL_CAP_BULK 1u   /* bcast of large buffers is efficient (worth
+                                  reading once and broadcasting) */
+#define DCP_COLL_CAP_GROUPS 2u /* group_bcast is provided */
+
+/* allreduce_i64 operations. */
+#define DCP_REDUCE_MIN 1u
+#define DCP_REDUCE_MAX 2u
+#define DCP_REDUCE_SUM 3u
+
+/* Every function below except rank/size/close is collective: all ranks of
+ * the communicator call it in the same order with matching arguments. A
+ * call that cannot complete by the timeout returns DCP_ETIMEDOUT; a peer
+ * that is known to be gone gives DCP_EPEER. */
+typedef struct dcp_coll_plugin {
+  uint32_t abi_version;
+  uint32_t struct_size;
+  const char *name; /* "mpi", "file", "single", ... */
+  uint64_t caps;    /* DCP_COLL_CAP_* */
+
+  int (*open)(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *err);
+  /* Free the communicator (not collective; after the last collective). */
+  void (*close)(dcp_comm *c);
+  int32_t (*rank)(const dcp_comm *c);
+  int32_t (*size)(const dcp_comm *c);
+
+  int (*barrier)(dcp_comm *c, dcp_plugin_err *err);
+  /* root's len bytes at buf reach every rank's buf. */
+  int (*bcast)(dcp_comm *c, void *buf, size_t len, int32_t root, dcp_plugin_err *err);
+  /* Every rank contributes len bytes; recv receives size*len bytes, rank i's
+   * at i*len. */
+  int (*allgather)(dcp_comm *c, const void *send, size_t len, void *recv,
+                   dcp_plugin_err *err);
+  /* Every rank sends len bytes to root; at root, recv receives them back to
+   * back in rank order and lens[i] (size entries, known to root) gives rank
+   * i's length. recv and lens are ignored on other ranks. */
+  int (*gatherv)(dcp_comm *c, const void *send, size_t len, void *recv, const size_t *lens,
+                 int32_t root, dcp_plugin_err *err);
+  /* Root sends lens[i] bytes (back to back in send) to rank i; every rank
+   * receives its len bytes into recv. send and lens matter at root only. */
+  int (*scatterv)(dcp_comm *c, const void *send, const size_t *lens, void *recv, size_t len,
+                  int32_t root, dcp_plugin_err *err);
+  /* Element-wise reduction of n int64 values in place, result on every
+   * rank. The runtime uses it to agree on success after each phase. */
+  int (*allreduce_i64)(dcp_comm *c, int64_t *vals, size_t n, uint32_t op,
+                       dcp_plugin_err *err);
+  /* Broadcast within a group: ranks (n ascending global ranks, including
+   * root) call it with the same arguments; others do not call it. NULL
+   * unless caps has DCP_COLL_CAP_GROUPS. */
+  int (*group_bcast)(dcp_comm *c, const int32_t *ranks, size_t n, void *buf, size_t len,
+                     int32_t root, dcp_plugin_err *err);
+} dcp_coll_plugin;
+
+/* ------------------------------------------------------------------------ */
+/* Registration                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* Register a table without a shared object (embedding, tests, fault
+ * injection). table is a dcp_storage_plugin or dcp_coll_plugin of the given
+ * kind; it must stay valid for the life of the process. A registered name
+ * takes precedence over plugins found on disk; registering a name again
+ * replaces the table. Checks as for loaded plugins.
+ * Errors: DCP_EINVAL (NULL, unknown kind), DCP_EPLUGIN (wrong ABI version,
+ * table too small, missing function, empty name), DCP_ENOMEM. */
+DCP_API dcp_status dcp_plugin_register(uint32_t kind, const void *table);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DCP_PLUGIN_H */
