@@ -112,10 +112,25 @@ typedef struct dcp_ctx_config {
 /* Fill cfg with defaults (rank 0 of a world of 1). */
 DCP_API void dcp_ctx_config_init(dcp_ctx_config *cfg);
 
-/* Create a context. cfg may be NULL for the defaults.
+/* Create a context. cfg may be NULL for the defaults (rank 0 of 1, the
+ * built-in "single" collective). With a collective plugin the context opens
+ * it here (for "file" and "mpi" that is collective over the ranks) and takes
+ * rank and world size from it. The storage plugin is looked up here when
+ * named, else at the first save or load ("posix").
+ * Without a collective, world_size > 1 makes a detached rank: it builds
+ * states and layouts as that rank (tools, simulations) but cannot save or
+ * load (DCP_EINVAL).
  * Errors: DCP_EINVAL (cfg->struct_size too small, world_size < 1, rank out of
- * [0, world_size)), DCP_ENOMEM. On error *out is NULL. */
+ * [0, world_size), timeout_ms <= 0),
+ * DCP_EPLUGIN (a plugin not found or refused), the collective's open errors
+ * (DCP_ETIMEDOUT, DCP_EIO, ...), DCP_ENOMEM. On error *out is NULL and
+ * dcp_ctx_create_error() says why. */
 DCP_API dcp_status dcp_ctx_create(const dcp_ctx_config *cfg, dcp_ctx **out);
+
+/* Why the calling thread's last dcp_ctx_create failed ("" after a success):
+ * a plugin not found (with the paths searched), a collective that could not
+ * open, ... Valid until that thread's next dcp_ctx_create. */
+DCP_API const char *dcp_ctx_create_error(void);
 
 /* Free a context. Objects created from it must be freed first. */
 DCP_API void dcp_ctx_free(dcp_ctx *ctx);
@@ -457,6 +472,108 @@ DCP_API dcp_status dcp_meta_mesh(const dcp_meta *meta, size_t index,
 DCP_API size_t dcp_meta_kv_count(const dcp_meta *meta);
 DCP_API dcp_status dcp_meta_kv(const dcp_meta *meta, size_t index,
                                const char **key, const char **value);
+
+
+/* ------------------------------------------------------------------------ */
+/* Save and load                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* Who writes an item that several ranks hold. Values are stable. */
+typedef enum dcp_policy {
+  DCP_POLICY_BALANCED = 0,   /* balance bytes written (read) across holders */
+  DCP_POLICY_LOWEST_RANK = 1 /* always the lowest holder */
+} dcp_policy;
+
+#define DCP_SAVE_OVERWRITE 1u /* replace a committed checkpoint at path (it is
+                                 un-committed first, before anything else is
+                                 written) */
+#define DCP_SAVE_COMPRESS 2u  /* zstd-compress each block (kept raw when that
+                                 does not make it smaller) */
+
+typedef struct dcp_save_options {
+  uint32_t struct_size; /* sizeof(dcp_save_options), set by init */
+  uint32_t flags;       /* DCP_SAVE_* */
+  uint32_t block_size;  /* raw bytes per checksummed block (default 4 MiB) */
+  int32_t zstd_level;   /* with DCP_SAVE_COMPRESS (default 3) */
+  dcp_policy policy;    /* default DCP_POLICY_BALANCED */
+  size_t nkv;           /* user key/values stored in .metadata (step, ...) */
+  const char *const *kv_keys;
+  const char *const *kv_values;
+} dcp_save_options;
+
+/* Fill opts with the defaults. */
+DCP_API void dcp_save_options_init(dcp_save_options *opts);
+
+/* Save st as a checkpoint in the directory path (created, one level, when
+ * missing). Collective over the context's ranks: every rank calls it with
+ * its own state and the same path and options.
+ *
+ * Replicated chunks (the same (fqn, box) on several ranks) are written once;
+ * each rank streams what it was assigned into its own data file in
+ * checksummed blocks, syncs it, and the coordinator commits .metadata
+ * atomically (temporary name, sync, rename, directory sync). A checkpoint
+ * without .metadata does not exist. An error on any rank makes every rank
+ * return an error (the failing rank's code; the message names that rank).
+ * Errors: DCP_EEXIST (a committed checkpoint is at path and
+ * DCP_SAVE_OVERWRITE is not set), the planner's DCP_EMISMATCH, DCP_EOVERLAP,
+ * DCP_EBOUNDS, DCP_EINCOMPLETE, DCP_ESCOPE, DCP_EOVERFLOW, storage errors
+ * DCP_EIO, DCP_ENOSPC, collective errors DCP_ETIMEDOUT, DCP_EPEER,
+ * DCP_EINVAL, DCP_ENOMEM. opts may be NULL for the defaults. */
+DCP_API dcp_status dcp_save(dcp_ctx *ctx, dcp_state *st, const char *path,
+                            const dcp_save_options *opts);
+
+#define DCP_LOAD_METADATA_PER_RANK 1u /* every rank reads .metadata itself
+                                         instead of rank 0 broadcasting it */
+
+typedef struct dcp_load_options {
+  uint32_t struct_size; /* sizeof(dcp_load_options), set by init */
+  uint32_t flags;       /* DCP_LOAD_* */
+} dcp_load_options;
+
+/* Fill opts with the defaults. */
+DCP_API void dcp_load_options_init(dcp_load_options *opts);
+
+/* Load the checkpoint at path into st: every chunk of every tensor item is
+ * filled from the saved chunks it intersects (any saved layout: resharding
+ * happens here), reading only the blocks it needs and verifying each
+ * block's checksum; bytes items get their saved bytes (PER_RANK ones the
+ * bytes this rank saved). Collective over the context's ranks.
+ * Errors: DCP_EINCOMPLETE (no committed .metadata, or a chunk not covered by
+ * the checkpoint), DCP_ENOTFOUND (an fqn or key the checkpoint lacks),
+ * DCP_EMISMATCH (dtype, shape or bytes length differs), DCP_ESCOPE (a
+ * PER_RANK item with another world size), DCP_ECORRUPT (a checksum or the
+ * metadata fails; the message names file, fqn and box), DCP_EIO,
+ * DCP_ETIMEDOUT, DCP_EPEER, DCP_EINVAL, DCP_ENOMEM. A failed load may have
+ * written parts of the destination buffers. opts may be NULL. */
+DCP_API dcp_status dcp_load(dcp_ctx *ctx, dcp_state *st, const char *path,
+                            const dcp_load_options *opts);
+
+/* Open a view of the committed .metadata of the checkpoint at path, read on
+ * this rank alone (not collective). Errors: DCP_EINCOMPLETE (not committed),
+ * DCP_ENOTFOUND (no such directory), DCP_ECORRUPT, DCP_EVERSION, DCP_EIO,
+ * DCP_ENOMEM. The view must be freed before ctx. */
+DCP_API dcp_status dcp_meta_open(dcp_ctx *ctx, const char *path, dcp_meta **out);
+
+/* What the last dcp_save or dcp_load on a context did, on this rank. */
+typedef struct dcp_stats {
+  uint32_t struct_size; /* set by dcp_ctx_stats from the caller's value */
+  double plan_s;        /* planning, incl. gathering and scattering plans */
+  double write_s;       /* writing and syncing this rank's data */
+  double commit_s;      /* gathering write results, writing .metadata */
+  double read_s;        /* reading, verifying and copying data (load) */
+  double total_s;
+  uint64_t bytes_written, write_ops; /* storage counters of this rank */
+  uint64_t bytes_read, read_ops;
+  uint64_t sync_ops, meta_ops;
+  uint64_t coll_bytes, coll_ops;     /* bytes this rank sent + received */
+  uint64_t items_written;            /* chunks and bytes items written */
+  uint64_t data_bytes;               /* tensor/bytes payload written or loaded */
+} dcp_stats;
+
+/* Copy the statistics of ctx's last save or load into *out. Set
+ * out->struct_size to sizeof(dcp_stats) first; fields past it are not
+ * written. Errors: DCP_EINVAL. */
+DCP_API dcp_status dcp_ctx_stats(const dcp_ctx *ctx, dcp_stats *out);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,17 @@
-/* ctx.c — context lifetime and its last-error slot. */
+/* ctx.c — context lifetime: identity, the collective it opens, the storage
+ * plugin it will open per checkpoint, and its last-error slot. */
 #include "core/ctx.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/plugin.h"
+
+/* Whether a caller's config (of cfg->struct_size bytes) has `field`: a
+ * caller compiled against an older, shorter dcp_ctx_config leaves the
+ * fields it does not know at their defaults. */
+#define DCPI_CFG_HAS(cfg, field) \
+  ((cfg)->struct_size >= offsetof(dcp_ctx_config, field) + sizeof((cfg)->field))
 
 void dcp_ctx_config_init(dcp_ctx_config *cfg) {
   if (!cfg) return;
@@ -10,31 +19,111 @@ void dcp_ctx_config_init(dcp_ctx_config *cfg) {
   cfg->struct_size = sizeof *cfg;
   cfg->rank = 0;
   cfg->world_size = 1;
+  cfg->timeout_ms = DCPI_DEFAULT_TIMEOUT_MS;
 }
+
+/* The caller's config with every field it lacks set to the default. */
+static void effective_config(const dcp_ctx_config *in, dcp_ctx_config *out) {
+  dcp_ctx_config_init(out);
+  if (!in) return;
+  size_t n = in->struct_size < sizeof *out ? in->struct_size : sizeof *out;
+  memcpy(out, in, n);
+  out->struct_size = sizeof *out;
+  if (!DCPI_CFG_HAS(in, timeout_ms)) out->timeout_ms = DCPI_DEFAULT_TIMEOUT_MS;
+}
+
+static dcp_status open_coll(dcp_ctx *ctx, const dcp_ctx_config *cfg, dcpi_err *err) {
+  const char *name = cfg->coll ? cfg->coll : "single";
+  if (!cfg->coll && cfg->world_size > 1) {
+    /* A detached rank: it can build states and plans as rank `rank` of
+     * world_size (tools, simulations), but save and load need a collective. */
+    ctx->rank = cfg->rank;
+    ctx->world_size = cfg->world_size;
+    return DCP_OK;
+  }
+  const void *table;
+  dcp_status rc = dcpi_plugin_find(DCP_PLUGIN_COLL, name, cfg->plugin_path, &table, err);
+  if (rc) return rc;
+  ctx->coll = table;
+  dcp_coll_config cc = {.struct_size = sizeof cc, .rank = cfg->rank,
+                        .world_size = cfg->world_size, .native = cfg->coll_native,
+                        .rendezvous = cfg->rendezvous, .timeout_ms = cfg->timeout_ms,
+                        .options = cfg->coll_options};
+  dcp_plugin_err perr = {{0}};
+  rc = dcpi_plugin_status(ctx->coll->open(&cc, &ctx->comm, &perr), &perr, name, "open", err);
+  if (rc) {
+    ctx->comm = NULL;
+    return rc;
+  }
+  ctx->rank = ctx->coll->rank(ctx->comm);
+  ctx->world_size = ctx->coll->size(ctx->comm);
+  if (ctx->world_size < 1 || ctx->rank < 0 || ctx->rank >= ctx->world_size)
+    return dcpi_fail(err, DCP_EPLUGIN, "%s: reports rank %d of %d", name, ctx->rank,
+                     ctx->world_size);
+  return DCP_OK;
+}
+
+static dcp_status find_storage(dcp_ctx *ctx, const dcp_ctx_config *cfg, dcpi_err *err) {
+  const char *name = cfg->storage ? cfg->storage : "posix";
+  const void *table;
+  dcp_status rc = dcpi_plugin_find(DCP_PLUGIN_STORAGE, name, cfg->plugin_path, &table, err);
+  if (rc) return rc;
+  ctx->storage = table;
+  if (cfg->storage_options && !(ctx->storage_options = strdup(cfg->storage_options)))
+    return dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  return DCP_OK;
+}
+
+/* The storage plugin is looked up lazily (first save or load) when the
+ * caller did not name one, so pure planning and metadata work needs no
+ * plugin on disk. */
+static dcp_status setup(dcp_ctx *ctx, const dcp_ctx_config *cfg, dcpi_err *err) {
+  if (cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
+    return dcpi_fail(err, DCP_EINVAL, "rank %d is not in a world of %d", cfg->rank,
+                     cfg->world_size);
+  if (cfg->timeout_ms <= 0)
+    return dcpi_fail(err, DCP_EINVAL, "timeout_ms must be > 0, not %lld",
+                     (long long)cfg->timeout_ms);
+  ctx->timeout_ms = cfg->timeout_ms;
+  dcp_status rc = open_coll(ctx, cfg, err);
+  if (!rc && cfg->storage) rc = find_storage(ctx, cfg, err);
+  return rc;
+}
+
+static _Thread_local char create_error[DCPI_ERR_MSG_MAX];
+
+const char *dcp_ctx_create_error(void) { return create_error; }
 
 dcp_status dcp_ctx_create(const dcp_ctx_config *cfg, dcp_ctx **out) {
   if (!out) return DCP_EINVAL;
   *out = NULL;
-  dcp_ctx_config defaults;
-  if (!cfg) {
-    dcp_ctx_config_init(&defaults);
-    cfg = &defaults;
-  }
-  /* struct_size guards against a caller compiled with an older, shorter
-   * config: fields it does not have keep their defaults. */
-  if (cfg->struct_size < offsetof(dcp_ctx_config, world_size) + sizeof cfg->world_size)
+  if (cfg && cfg->struct_size < offsetof(dcp_ctx_config, world_size) + sizeof cfg->world_size)
     return DCP_EINVAL;
-  if (cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
-    return DCP_EINVAL;
+  dcp_ctx_config eff;
+  effective_config(cfg, &eff);
   dcp_ctx *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return DCP_ENOMEM;
-  ctx->rank = cfg->rank;
-  ctx->world_size = cfg->world_size;
+  dcpi_err err;
+  dcpi_err_clear(&err);
+  dcp_status rc = setup(ctx, &eff, &err);
+  if (rc) {
+    /* No context survives to carry the message, so it is kept for the
+     * calling thread (dcp_ctx_create_error). */
+    memcpy(create_error, err.msg, sizeof create_error);
+    dcp_ctx_free(ctx);
+    return rc;
+  }
+  create_error[0] = '\0';
   *out = ctx;
   return DCP_OK;
 }
 
-void dcp_ctx_free(dcp_ctx *ctx) { free(ctx); }
+void dcp_ctx_free(dcp_ctx *ctx) {
+  if (!ctx) return;
+  if (ctx->comm) ctx->coll->close(ctx->comm);
+  free(ctx->storage_options);
+  free(ctx);
+}
 
 int32_t dcp_ctx_rank(const dcp_ctx *ctx) { return ctx ? ctx->rank : -1; }
 
@@ -43,6 +132,15 @@ int32_t dcp_ctx_world_size(const dcp_ctx *ctx) { return ctx ? ctx->world_size : 
 const char *dcp_ctx_last_error(const dcp_ctx *ctx) { return ctx ? ctx->last_error : ""; }
 
 dcp_status dcp_ctx_last_status(const dcp_ctx *ctx) { return ctx ? ctx->last_status : DCP_EINVAL; }
+
+dcp_status dcp_ctx_stats(const dcp_ctx *ctx, dcp_stats *out) {
+  if (!ctx || !out || out->struct_size < sizeof(uint32_t)) return DCP_EINVAL;
+  size_t n = out->struct_size < sizeof *out ? out->struct_size : sizeof *out;
+  uint32_t size = out->struct_size;
+  memcpy(out, &ctx->stats, n);
+  out->struct_size = size;
+  return DCP_OK;
+}
 
 dcp_status dcpi_ctx_report(dcp_ctx *ctx, const dcpi_err *err) {
   if (ctx && err->code != DCP_OK) {

@@ -1,12 +1,24 @@
-/* ctx.h — the context's internals, shared by the public wrappers. */
+/* ctx.h — the context's internals, shared by the public wrappers and the
+ * runtime: identity, the collective it owns, the storage plugin it opens
+ * per checkpoint, the last error and the last operation's statistics. */
 #ifndef DCP_CORE_CTX_H
 #define DCP_CORE_CTX_H
 
 #include "core/err.h"
+#include "dcp_plugin.h"
+
+#define DCPI_DEFAULT_TIMEOUT_MS 300000
 
 struct dcp_ctx {
   int32_t rank;
   int32_t world_size;
+  int64_t timeout_ms;
+  const dcp_coll_plugin *coll; /* "single" by default; NULL for a detached
+                                  rank (world_size > 1 without a collective) */
+  dcp_comm *comm;
+  const dcp_storage_plugin *storage;
+  char *storage_options; /* owned copy, or NULL */
+  dcp_stats stats;       /* of the last save or load */
   dcp_status last_status;
   char last_error[DCPI_ERR_MSG_MAX];
 };

@@ -11,7 +11,7 @@
 #include "metadata/common.h"
 #include "metadata/format.h"
 #include "metadata/md_internal.h"
-#include "metadata/wire.h"
+#include "core/wire.h"
 
 /* A file's most common (codec, block size): refs matching it skip both. */
 typedef struct file_default {

@@ -10,7 +10,7 @@
 
 #include "core/err.h"
 #include "dcp.h"
-#include "metadata/wire.h"
+#include "core/wire.h"
 
 /* A fuzzer cannot forge xxh3 checksums, so in fuzzing builds (the libFuzzer
  * convention macro) mismatches are ignored and the structural checks behind

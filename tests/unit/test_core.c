@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <stddef.h>
+
 #include "core/ctx.h"
 
 static void test_version(void **state) {
@@ -47,9 +49,28 @@ static void test_ctx_config(void **state) {
   cfg.struct_size = 4; /* a caller from the future with a broken size */
   assert_int_equal(dcp_ctx_create(&cfg, &ctx), DCP_EINVAL);
   cfg.struct_size = sizeof cfg;
+  /* without a collective: a detached rank 3 of 4 (plans, no save/load) */
   assert_int_equal(dcp_ctx_create(&cfg, &ctx), DCP_OK);
   assert_int_equal(dcp_ctx_rank(ctx), 3);
   assert_int_equal(dcp_ctx_world_size(ctx), 4);
+  dcp_state *st;
+  assert_int_equal(dcp_state_create(ctx, &st), DCP_OK);
+  assert_int_equal(dcp_save(ctx, st, "/nonexistent/never-written", NULL), DCP_EINVAL);
+  assert_non_null(strstr(dcp_ctx_last_error(ctx), "collective"));
+  assert_int_equal(dcp_load(ctx, st, "/nonexistent/never-read", NULL), DCP_EINVAL);
+  dcp_state_free(st);
+  dcp_ctx_free(ctx);
+  cfg.timeout_ms = 0;
+  cfg.world_size = 1;
+  cfg.rank = 0;
+  assert_int_equal(dcp_ctx_create(&cfg, &ctx), DCP_EINVAL);
+  assert_non_null(strstr(dcp_ctx_create_error(), "timeout_ms"));
+  /* a caller built against the 0.1 config (rank and world only) */
+  cfg.struct_size = offsetof(dcp_ctx_config, world_size) + sizeof cfg.world_size;
+  assert_int_equal(dcp_ctx_create(&cfg, &ctx), DCP_OK);
+  assert_string_equal(dcp_ctx_create_error(), "");
+  assert_int_equal(dcp_ctx_rank(ctx), 0);
+  assert_int_equal(dcp_ctx_world_size(ctx), 1);
   assert_string_equal(dcp_ctx_last_error(ctx), "");
   assert_int_equal(dcp_ctx_last_status(ctx), DCP_OK);
   dcp_ctx_free(ctx);

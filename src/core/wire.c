@@ -1,5 +1,5 @@
 /* wire.c — byte-level encoding helpers (see wire.h). */
-#include "metadata/wire.h"
+#include "core/wire.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,0 +1,1173 @@
+/*
+ * dcp-coll-file — collectives through files in a directory shared by all
+ * ranks (cfg->rendezvous). Built for writer processes that share a file
+ * system but no network library; data volumes are small (plans, results,
+ * agreement values), so there is no BULK capability.
+ *
+ * Protocol
+ * --------
+ * Every file is written to "<name>.tmp" and renamed to <name>, so it appears
+ * atomically, and it ends with a 32-byte trailer (little endian):
+ *
+ *     u64 payload length | u64 XXH3_64bits(payload) | u32 op | u32 0 |
+ *     "DCPFXCH1"
+ *
+ * A reader treats a file without a valid trailer (too short, wrong magic) as
+ * not there yet; a file whose trailer is well formed but whose length or
+ * checksum disagrees with the payload is DCP_ECORRUPT; a payload of the
+ * wrong size or op is a mismatched call (DCP_EINVAL).
+ *
+ * Names start with the job name (option "job=NAME", default "dcp"), so jobs
+ * with different names share a directory without colliding.
+ *
+ * Open (handshake, honours timeout_ms as a whole):
+ *   1. rank r > 0 draws a random nonce n_r and writes "<job>.hello.<r>"
+ *      = {n_r, world};
+ *   2. rank 0 draws the session id S, waits for every hello and writes
+ *      "<job>.session" = {S, world, n_1 .. n_{W-1}};
+ *   3. rank r accepts a session file only when it echoes its own n_r, so a
+ *      session file left by a crashed job of the same name is never taken
+ *      for this one; it then removes its hello;
+ *   4. round 0 (a barrier on session files, below) completes the open.
+ *      While it waits, rank 0 re-reads the hellos of ranks not yet in round
+ *      0 and rewrites the session file when one changed (it had read a stale
+ *      hello before the fresh one replaced it). After round 0 rank 0
+ *      removes the session file.
+ *
+ * Rounds: every collective call is global round k = 1, 2, ... and every
+ * rank writes "<job>.<S>.<k>.<rank>" in every round (non-roots write an
+ * empty ack where they have nothing to send; scatterv's root also writes one
+ * piece file "<job>.<S>.<k>.<root>.<dest>" per destination). A rank
+ * completes round k only after it has seen every rank's round-k file, which
+ * proves that every rank has finished everything before round k; so on
+ * completing round k a rank removes every file it wrote before entering
+ * round k. Every round is therefore also a barrier.
+ *
+ * group_bcast does not take a global round (non-members do not call it): its
+ * file is "<job>.<S>.g<hash of the ranks>.<seq>.<root>", seq counting the
+ * calls on that group; only the root writes. Members read it before they
+ * enter the next global round, so the same removal rule covers it.
+ *
+ * Close: a final global round, after which each rank removes its earlier
+ * files; then rank r > 0 writes "<job>.<S>.done.<r>" and leaves, and rank 0,
+ * once every done file is there (every rank has read every closing file),
+ * removes all closing-round and done files. All ranks closing normally leave
+ * the directory as they found it. After any failed collective the
+ * communicator is broken: later calls return DCP_EPEER and close only
+ * removes this rank's own files from before the failed round (those of the
+ * failed round stay, so that a peer still reading them fails fast on its own
+ * instead of waiting for the timeout).
+ *
+ * Nothing is fsynced: the files are ephemeral and only visibility between
+ * processes matters (close-to-open consistency on NFS-like file systems).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "dcp_plugin.h"
+
+#define TRAILER_SIZE 32
+#define MAGIC "DCPFXCH1"
+#define JOB_MAX 64
+#define POLL_MIN_NS 50000LL     /* 50 us */
+#define POLL_MAX_NS 20000000LL  /* 20 ms */
+#define MISSING_SHOWN 8         /* ranks named in a timeout message */
+
+/* The op stored in each trailer; a mismatch means the ranks disagree on the
+ * order of calls. */
+enum {
+  OP_HELLO = 1, OP_SESSION, OP_OPEN, OP_BARRIER, OP_BCAST, OP_ALLGATHER,
+  OP_GATHERV, OP_SCATTERV, OP_ALLREDUCE, OP_GROUP, OP_CLOSE, OP_DONE
+};
+
+/* Outcome of looking at one file. */
+enum { FILE_ABSENT = 0, FILE_PRESENT = 1 };
+
+/* A growable list of file paths this rank wrote. */
+typedef struct path_list {
+  char **v;
+  size_t n, cap;
+} path_list;
+
+/* The call counter of one group (group_bcast). */
+typedef struct group_seq {
+  uint64_t key;
+  uint64_t seq;
+} group_seq;
+
+struct dcp_comm {
+  int32_t rank, size;
+  int64_t timeout_ms;
+  char *dir;
+  char job[JOB_MAX + 1];
+  uint64_t session;
+  uint64_t round;     /* the last global round entered */
+  int broken;
+  path_list written;  /* files written since entering the current round */
+  path_list earlier;  /* files removable once the current round completes */
+  group_seq *groups;
+  size_t ngroups, gcap;
+  struct rank0_open *opening; /* rank 0's handshake state during open */
+};
+
+/* One file a round waits for. */
+typedef struct want {
+  char *path;
+  int32_t from;  /* the rank that writes it (for messages) */
+  uint32_t op;
+  void *dst;     /* NULL: check the trailer only; else read len bytes here */
+  size_t len;
+  int lenient;   /* a wrong op/size means "stale, not yet there" */
+  int done;
+} want;
+
+/* Called while a wait is idle (rank 0 re-reads hellos during open). */
+typedef int (*idle_fn)(dcp_comm *c, want *w, size_t n, dcp_plugin_err *err);
+
+/* ------------------------------------------------------------------------ */
+/* Small helpers                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* Writes a formatted reason into err and returns code. */
+static int fail(dcp_plugin_err *err, int code, const char *fmt, ...) {
+  if (err) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+/* Monotonic clock in nanoseconds (deadlines must not move with wall time). */
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Sleeps ns nanoseconds (restarting after signals). */
+static void sleep_ns(int64_t ns) {
+  struct timespec ts = {(time_t)(ns / 1000000000LL), (long)(ns % 1000000000LL)};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+/* Deadline timeout_ms from now. */
+static int64_t deadline_of(const dcp_comm *c) {
+  return now_ns() + c->timeout_ms * 1000000LL;
+}
+
+/* Little-endian stores and loads: files may be read on another host. */
+static void put64(unsigned char *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint64_t get64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+static uint32_t get32(const unsigned char *p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+
+/* Hash of a payload; len 0 never touches p. */
+static uint64_t payload_hash(const void *p, size_t len) {
+  return len ? XXH3_64bits(p, len) : XXH3_64bits("", 0);
+}
+
+/* A 64-bit random number, non-zero (0 marks "no nonce"). /dev/urandom when
+ * available, otherwise clock, pid and an address mixed by xxh3. */
+static uint64_t random_nonce(void) {
+  uint64_t v = 0;
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    if (read(fd, &v, sizeof v) != (ssize_t)sizeof v) v = 0;
+    close(fd);
+  }
+  if (v == 0) {
+    struct { int64_t t; pid_t pid; const void *addr; } mix = {now_ns(), getpid(), &v};
+    v = XXH3_64bits(&mix, sizeof mix);
+  }
+  return v ? v : 1;
+}
+
+/* Appends a copy of path to list l. */
+static int list_add(path_list *l, const char *path) {
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 16;
+    char **v = realloc(l->v, cap * sizeof *v);
+    if (!v) return DCP_ENOMEM;
+    l->v = v;
+    l->cap = cap;
+  }
+  char *copy = strdup(path);
+  if (!copy) return DCP_ENOMEM;
+  l->v[l->n++] = copy;
+  return DCP_OK;
+}
+
+/* Removes every file of l from disk (best effort) and empties it. */
+static void list_unlink(path_list *l) {
+  for (size_t i = 0; i < l->n; i++) {
+    unlink(l->v[i]);
+    free(l->v[i]);
+  }
+  l->n = 0;
+}
+
+/* Empties l, leaving its files on disk. */
+static void list_forget(path_list *l) {
+  for (size_t i = 0; i < l->n; i++) free(l->v[i]);
+  l->n = 0;
+}
+
+/* Moves every entry of src to the end of dst. */
+static int list_move(path_list *dst, path_list *src) {
+  for (size_t i = 0; i < src->n; i++) {
+    int rc = list_add(dst, src->v[i]);
+    if (rc) return rc;
+    free(src->v[i]);
+  }
+  src->n = 0;
+  return DCP_OK;
+}
+
+/* Formats dir/<name> into buf (PATH_MAX bytes); DCP_EINVAL if too long. */
+static int make_path(const dcp_comm *c, char *buf, dcp_plugin_err *err, const char *fmt, ...) {
+  char name[256];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(name, sizeof name, fmt, ap);
+  va_end(ap);
+  if (n < 0 || (size_t)n >= sizeof name) return fail(err, DCP_EINVAL, "file coll: name too long");
+  n = snprintf(buf, PATH_MAX, "%s/%s", c->dir, name);
+  if (n < 0 || n >= PATH_MAX) return fail(err, DCP_EINVAL, "file coll: path too long in %s", c->dir);
+  return DCP_OK;
+}
+
+/* Path of rank `from`'s file of global round k. */
+static int round_path(const dcp_comm *c, char *buf, uint64_t k, int32_t from, dcp_plugin_err *err) {
+  return make_path(c, buf, err, "%s.%016llx.%llu.%d", c->job, (unsigned long long)c->session,
+                   (unsigned long long)k, (int)from);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Files                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Writes all len bytes of p to fd. */
+static int write_all(int fd, const void *p, size_t len) {
+  const unsigned char *b = p;
+  while (len > 0) {
+    ssize_t w = write(fd, b, len);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    b += w;
+    len -= (size_t)w;
+  }
+  return 0;
+}
+
+/* Reads exactly len bytes at off; -1 on error or a short file. */
+static int pread_all(int fd, void *p, size_t len, off_t off) {
+  unsigned char *b = p;
+  while (len > 0) {
+    ssize_t r = pread(fd, b, len, off);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return -1;
+    b += r;
+    len -= (size_t)r;
+    off += r;
+  }
+  return 0;
+}
+
+/* Writes payload + trailer to path.tmp and renames it to path, so readers
+ * see either nothing or the whole file. */
+static int put_file(const char *path, uint32_t op, const void *payload, size_t len,
+                    dcp_plugin_err *err) {
+  char tmp[PATH_MAX + 8];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  unsigned char tr[TRAILER_SIZE];
+  put64(tr, (uint64_t)len);
+  put64(tr + 8, payload_hash(payload, len));
+  put32(tr + 16, op);
+  put32(tr + 20, 0);
+  memcpy(tr + 24, MAGIC, 8);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return fail(err, DCP_EIO, "file coll: create %s: %s", tmp, strerror(errno));
+  int bad = (len && write_all(fd, payload, len)) || write_all(fd, tr, sizeof tr);
+  int saved = errno;
+  if (close(fd) != 0 && !bad) {
+    bad = 1;
+    saved = errno;
+  }
+  if (!bad && rename(tmp, path) == 0) return DCP_OK;
+  if (!bad) saved = errno;
+  unlink(tmp);
+  return fail(err, saved == ENOSPC ? DCP_ENOSPC : DCP_EIO, "file coll: write %s: %s", path,
+              strerror(saved));
+}
+
+/* put_file, remembering the file for removal after the next round. */
+static int put_tracked(dcp_comm *c, const char *path, uint32_t op, const void *payload,
+                       size_t len, dcp_plugin_err *err) {
+  int rc = put_file(path, op, payload, len, err);
+  if (rc) return rc;
+  rc = list_add(&c->written, path);
+  if (rc) {
+    unlink(path);
+    return fail(err, rc, "file coll: out of memory");
+  }
+  return DCP_OK;
+}
+
+/* Reads and checks the trailer of the open file fd (size bytes); returns
+ * FILE_ABSENT when there is no valid trailer yet, else FILE_PRESENT with the
+ * payload length, hash and op, or DCP_ECORRUPT. */
+static int read_trailer(int fd, off_t size, const char *path, uint64_t *plen, uint64_t *hash,
+                        uint32_t *op, dcp_plugin_err *err) {
+  unsigned char tr[TRAILER_SIZE];
+  if (size < TRAILER_SIZE) return FILE_ABSENT;
+  if (pread_all(fd, tr, sizeof tr, size - TRAILER_SIZE)) return FILE_ABSENT;
+  if (memcmp(tr + 24, MAGIC, 8) != 0) return FILE_ABSENT;
+  *plen = get64(tr);
+  *hash = get64(tr + 8);
+  *op = get32(tr + 16);
+  if (*plen != (uint64_t)(size - TRAILER_SIZE))
+    return fail(err, DCP_ECORRUPT, "file coll: %s: trailer says %llu payload bytes, file has %lld",
+                path, (unsigned long long)*plen, (long long)(size - TRAILER_SIZE));
+  return FILE_PRESENT;
+}
+
+/* Checks the payload of a present file against what w expects and reads it
+ * into w->dst; a lenient want turns a mismatch into FILE_ABSENT. */
+static int check_payload(int fd, const want *w, uint64_t plen, uint64_t hash, uint32_t op,
+                         dcp_plugin_err *err) {
+  if (op != w->op)
+    return w->lenient ? FILE_ABSENT
+                      : fail(err, DCP_EINVAL,
+                             "file coll: %s holds op %u, expected %u (ranks called different "
+                             "collectives)", w->path, op, w->op);
+  if (!w->dst) return FILE_PRESENT;
+  if (plen != (uint64_t)w->len)
+    return w->lenient ? FILE_ABSENT
+                      : fail(err, DCP_EINVAL,
+                             "file coll: rank %d sent %llu bytes, expected %zu (mismatched "
+                             "arguments) in %s", (int)w->from, (unsigned long long)plen, w->len,
+                             w->path);
+  if (w->len && pread_all(fd, w->dst, w->len, 0))
+    return fail(err, DCP_EIO, "file coll: read %s: %s", w->path, strerror(errno));
+  if (payload_hash(w->dst, w->len) != hash)
+    return fail(err, DCP_ECORRUPT, "file coll: %s: payload checksum mismatch", w->path);
+  return FILE_PRESENT;
+}
+
+/* Looks at the file of w once: FILE_ABSENT, FILE_PRESENT (payload read
+ * when wanted) or a negative status. */
+static int try_want(const want *w, dcp_plugin_err *err) {
+  int fd = open(w->path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return FILE_ABSENT;
+    return fail(err, DCP_EIO, "file coll: open %s: %s", w->path, strerror(errno));
+  }
+  struct stat st;
+  int rc;
+  if (fstat(fd, &st) != 0) {
+    rc = fail(err, DCP_EIO, "file coll: stat %s: %s", w->path, strerror(errno));
+  } else {
+    uint64_t plen = 0, hash = 0;
+    uint32_t op = 0;
+    rc = read_trailer(fd, st.st_size, w->path, &plen, &hash, &op, err);
+    if (rc == FILE_PRESENT) rc = check_payload(fd, w, plen, hash, op, err);
+  }
+  close(fd);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Waiting                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* The timeout message: what was waited for and the first missing ranks. */
+static int timeout_error(const dcp_comm *c, const want *w, size_t n, const char *what,
+                         dcp_plugin_err *err) {
+  char list[200] = "";
+  size_t shown = 0, missing = 0, used = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (w[i].done) continue;
+    missing++;
+    if (shown < MISSING_SHOWN && used < sizeof list) {
+      int k = snprintf(list + used, sizeof list - used, "%s%d", shown ? ", " : "", (int)w[i].from);
+      if (k > 0) used += (size_t)k;
+      shown++;
+    }
+  }
+  return fail(err, DCP_ETIMEDOUT,
+              "file coll: %s timed out after %lld ms waiting for rank(s) %s%s (%zu missing)", what,
+              (long long)c->timeout_ms, list, missing > shown ? ", ..." : "", missing);
+}
+
+/* Polls the files of w[0..n) with exponential backoff until all are there,
+ * one is bad, or the deadline passes (DCP_ETIMEDOUT naming the missing). */
+static int wait_all(dcp_comm *c, want *w, size_t n, int64_t deadline, const char *what,
+                    idle_fn idle, dcp_plugin_err *err) {
+  int64_t backoff = POLL_MIN_NS;
+  for (;;) {
+    size_t pending = 0, progress = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (w[i].done) continue;
+      int rc = try_want(&w[i], err);
+      if (rc < 0) return rc;
+      if (rc == FILE_PRESENT) {
+        w[i].done = 1;
+        progress++;
+      } else {
+        pending++;
+      }
+    }
+    if (pending == 0) return DCP_OK;
+    int64_t left = deadline - now_ns();
+    if (left <= 0) return timeout_error(c, w, n, what, err);
+    if (idle) {
+      int rc = idle(c, w, n, err);
+      if (rc) return rc;
+    }
+    backoff = progress ? POLL_MIN_NS : backoff;
+    sleep_ns(backoff < left ? backoff : left);
+    if (backoff < POLL_MAX_NS) backoff *= 2;
+  }
+}
+
+/* Frees the paths of w[0..n) and w itself. */
+static void wants_free(want *w, size_t n) {
+  if (!w) return;
+  for (size_t i = 0; i < n; i++) free(w[i].path);
+  free(w);
+}
+
+/* Wants for every other rank's round-k file (trailer only, op), plus
+ * `extra` zeroed slots at the end; NULL on failure (err set). */
+static want *round_wants(dcp_comm *c, uint64_t k, uint32_t op, size_t extra,
+                         dcp_plugin_err *err) {
+  size_t n = (size_t)c->size + extra;
+  want *w = calloc(n, sizeof *w);
+  char path[PATH_MAX];
+  if (!w) {
+    fail(err, DCP_ENOMEM, "file coll: out of memory");
+    return NULL;
+  }
+  for (int32_t r = 0; r < c->size; r++) {
+    w[r].from = r;
+    w[r].op = op;
+    w[r].done = (r == c->rank);
+    if (round_path(c, path, k, r, err) || !(w[r].path = strdup(path))) {
+      if (!w[r].path) fail(err, DCP_ENOMEM, "file coll: out of memory");
+      wants_free(w, n);
+      return NULL;
+    }
+  }
+  return w;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Rounds                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Enters the next global round: what this rank wrote so far becomes
+ * removable once this round completes. Returns the round number (0 on
+ * failure: the communicator is then broken). */
+static uint64_t round_enter(dcp_comm *c, dcp_plugin_err *err) {
+  if (list_move(&c->earlier, &c->written)) {
+    c->broken = 1;
+    fail(err, DCP_ENOMEM, "file coll: out of memory");
+    return 0;
+  }
+  return ++c->round;
+}
+
+/* Ends a round: on success removes the files that no rank reads any more;
+ * on failure marks the communicator broken. Frees w. Returns rc. */
+static int round_leave(dcp_comm *c, int rc, want *w, size_t n) {
+  wants_free(w, n);
+  if (rc == DCP_OK)
+    list_unlink(&c->earlier);
+  else
+    c->broken = 1;
+  return rc;
+}
+
+/* Refuses calls on a broken communicator. */
+static int check_usable(const dcp_comm *c, dcp_plugin_err *err) {
+  if (!c) return fail(err, DCP_EINVAL, "file coll: NULL communicator");
+  if (c->broken)
+    return fail(err, DCP_EPEER, "file coll: communicator unusable after an earlier failure");
+  return DCP_OK;
+}
+
+/* One whole round where this rank writes `mine` (len bytes) as its round
+ * file and waits for w (built by round_wants for round k). */
+static int run_round(dcp_comm *c, uint64_t k, uint32_t op, const void *mine, size_t len, want *w,
+                     size_t n, const char *what, dcp_plugin_err *err) {
+  char path[PATH_MAX];
+  char label[64];
+  int rc = round_path(c, path, k, c->rank, err);
+  if (!rc) rc = put_tracked(c, path, op, mine, len, err);
+  snprintf(label, sizeof label, "%s (round %llu)", what, (unsigned long long)k);
+  if (!rc) rc = wait_all(c, w, n, deadline_of(c), label, NULL, err);
+  return round_leave(c, rc, w, n);
+}
+
+/* Starts a round: checks the communicator, enters the round and builds its
+ * wants; NULL on failure (*rc and err set). */
+static want *round_start(dcp_comm *c, uint32_t op, size_t extra, uint64_t *k, int *rc,
+                         dcp_plugin_err *err) {
+  *rc = check_usable(c, err);
+  if (*rc) return NULL;
+  *k = round_enter(c, err);
+  *rc = DCP_ENOMEM;
+  if (*k == 0) return NULL;
+  want *w = round_wants(c, *k, op, extra, err);
+  if (!w) c->broken = 1; /* round entered but not written: the peers will miss us */
+  else *rc = DCP_OK;
+  return w;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Collectives                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* Barrier: an empty file from every rank. */
+static int f_barrier(dcp_comm *c, dcp_plugin_err *err) {
+  uint64_t k;
+  int rc;
+  want *w = round_start(c, OP_BARRIER, 0, &k, &rc, err);
+  if (!w) return rc;
+  return run_round(c, k, OP_BARRIER, NULL, 0, w, (size_t)c->size, "barrier", err);
+}
+
+/* Checks a root argument. */
+static int check_root(const dcp_comm *c, int32_t root, dcp_plugin_err *err) {
+  if (!c) return fail(err, DCP_EINVAL, "file coll: NULL communicator");
+  if (root < 0 || root >= c->size)
+    return fail(err, DCP_EINVAL, "file coll: root %d outside [0, %d)", (int)root, (int)c->size);
+  return DCP_OK;
+}
+
+/* Bcast: the root's file carries the payload, the others' are empty acks. */
+static int f_bcast(dcp_comm *c, void *buf, size_t len, int32_t root, dcp_plugin_err *err) {
+  if (check_root(c, root, err)) return DCP_EINVAL;
+  if (!buf && len) return fail(err, DCP_EINVAL, "file coll: NULL buffer");
+  uint64_t k;
+  int rc;
+  want *w = round_start(c, OP_BCAST, 0, &k, &rc, err);
+  if (!w) return rc;
+  if (c->rank != root) {
+    w[root].dst = buf;
+    w[root].len = len;
+  }
+  return run_round(c, k, OP_BCAST, c->rank == root ? buf : NULL, c->rank == root ? len : 0, w,
+                   (size_t)c->size, "bcast", err);
+}
+
+/* Allgather: every file carries len bytes, read into recv at rank*len. */
+static int f_allgather(dcp_comm *c, const void *send, size_t len, void *recv,
+                       dcp_plugin_err *err) {
+  if (!c) return fail(err, DCP_EINVAL, "file coll: NULL communicator");
+  if (len && (!send || !recv)) return fail(err, DCP_EINVAL, "file coll: NULL buffer");
+  if (len && (size_t)c->size > SIZE_MAX / len) return fail(err, DCP_EOVERFLOW, "file coll: size overflow");
+  uint64_t k;
+  int rc;
+  want *w = round_start(c, OP_ALLGATHER, 0, &k, &rc, err);
+  if (!w) return rc;
+  unsigned char *out = recv;
+  for (int32_t r = 0; r < c->size && len; r++) {
+    w[r].dst = out + (size_t)r * len;
+    w[r].len = len;
+  }
+  if (len) memmove(out + (size_t)c->rank * len, send, len);
+  return run_round(c, k, OP_ALLGATHER, send, len, w, (size_t)c->size, "allgather", err);
+}
+
+/* Byte offsets of each rank's part in a back-to-back buffer (size+1
+ * entries, last = total); NULL on overflow or no memory. */
+static size_t *offsets_of(const size_t *lens, int32_t n, int *rc, dcp_plugin_err *err) {
+  size_t *off = malloc(((size_t)n + 1) * sizeof *off);
+  if (!off) {
+    *rc = fail(err, DCP_ENOMEM, "file coll: out of memory");
+    return NULL;
+  }
+  off[0] = 0;
+  for (int32_t i = 0; i < n; i++) {
+    if (lens[i] > SIZE_MAX - off[i]) {
+      free(off);
+      *rc = fail(err, DCP_EOVERFLOW, "file coll: total length overflows");
+      return NULL;
+    }
+    off[i + 1] = off[i] + lens[i];
+  }
+  return off;
+}
+
+/* Gatherv: every rank's file carries its part; the root reads them all. */
+static int f_gatherv(dcp_comm *c, const void *send, size_t len, void *recv, const size_t *lens,
+                     int32_t root, dcp_plugin_err *err) {
+  if (check_root(c, root, err)) return DCP_EINVAL;
+  int at_root = c->rank == root;
+  if ((len && !send) || (at_root && (!lens || (!recv && len))))
+    return fail(err, DCP_EINVAL, "file coll: NULL buffer");
+  if (at_root && lens[root] != len)
+    return fail(err, DCP_EINVAL, "file coll: lens[root] %zu != len %zu", lens[root], len);
+  int rc = DCP_OK;
+  size_t *off = at_root ? offsets_of(lens, c->size, &rc, err) : NULL;
+  if (rc) return rc;
+  uint64_t k;
+  want *w = round_start(c, OP_GATHERV, 0, &k, &rc, err);
+  if (!w) {
+    free(off);
+    return rc;
+  }
+  unsigned char *out = recv;
+  for (int32_t r = 0; at_root && r < c->size; r++) {
+    w[r].dst = lens[r] ? out + off[r] : (void *)w; /* any non-NULL: check a 0-byte payload */
+    w[r].len = lens[r];
+  }
+  if (at_root && len) memmove(out + off[root], send, len);
+  free(off);
+  return run_round(c, k, OP_GATHERV, send, len, w, (size_t)c->size, "gatherv", err);
+}
+
+/* The root's side of scatterv: one piece file per other rank. */
+static int scatter_pieces(dcp_comm *c, uint64_t k, const unsigned char *send, const size_t *off,
+                          void *recv, dcp_plugin_err *err) {
+  char path[PATH_MAX];
+  for (int32_t r = 0; r < c->size; r++) {
+    size_t n = off[r + 1] - off[r];
+    if (r == c->rank) {
+      if (n) memmove(recv, send + off[r], n);
+      continue;
+    }
+    int rc = make_path(c, path, err, "%s.%016llx.%llu.%d.%d", c->job,
+                       (unsigned long long)c->session, (unsigned long long)k, (int)c->rank, (int)r);
+    if (!rc) rc = put_tracked(c, path, OP_SCATTERV, n ? send + off[r] : NULL, n, err);
+    if (rc) return rc;
+  }
+  return DCP_OK;
+}
+
+/* Scatterv: the root writes a piece file per rank, then all write acks. */
+static int f_scatterv(dcp_comm *c, const void *send, const size_t *lens, void *recv, size_t len,
+                      int32_t root, dcp_plugin_err *err) {
+  if (check_root(c, root, err)) return DCP_EINVAL;
+  int at_root = c->rank == root;
+  if ((len && !recv) || (at_root && !lens)) return fail(err, DCP_EINVAL, "file coll: NULL buffer");
+  if (at_root && lens[root] != len)
+    return fail(err, DCP_EINVAL, "file coll: lens[root] %zu != len %zu", lens[root], len);
+  int rc = DCP_OK;
+  size_t *off = at_root ? offsets_of(lens, c->size, &rc, err) : NULL;
+  if (rc) return rc;
+  if (at_root && off[c->size] && !send) {
+    free(off);
+    return fail(err, DCP_EINVAL, "file coll: NULL buffer");
+  }
+  uint64_t k;
+  want *w = round_start(c, OP_SCATTERV, 1, &k, &rc, err);
+  size_t n = (size_t)c->size + 1;
+  if (!rc && at_root) {
+    w[c->size].done = 1;
+    rc = scatter_pieces(c, k, send, off, recv, err);
+  } else if (!rc) {
+    char path[PATH_MAX];
+    want *p = &w[c->size];
+    rc = make_path(c, path, err, "%s.%016llx.%llu.%d.%d", c->job, (unsigned long long)c->session,
+                   (unsigned long long)k, (int)root, (int)c->rank);
+    *p = (want){.path = rc ? NULL : strdup(path), .from = root, .op = OP_SCATTERV,
+                .dst = len ? recv : (void *)w, .len = len};
+    if (!rc && !p->path) rc = fail(err, DCP_ENOMEM, "file coll: out of memory");
+  }
+  free(off);
+  if (!w) return rc;
+  if (rc) return round_leave(c, rc, w, n);
+  return run_round(c, k, OP_SCATTERV, NULL, 0, w, n, "scatterv", err);
+}
+
+/* Applies op element-wise: acc[i] = op(acc[i], v[i]). SUM wraps around
+ * (two's complement, like MPI implementations) instead of overflowing. */
+static void reduce_into(int64_t *acc, const unsigned char *v, size_t n, uint32_t op) {
+  for (size_t i = 0; i < n; i++) {
+    uint64_t u = get64(v + 8 * i);
+    int64_t x;
+    memcpy(&x, &u, sizeof x);
+    if (op == DCP_REDUCE_MIN) {
+      acc[i] = x < acc[i] ? x : acc[i];
+    } else if (op == DCP_REDUCE_MAX) {
+      acc[i] = x > acc[i] ? x : acc[i];
+    } else {
+      uint64_t a;
+      memcpy(&a, &acc[i], sizeof a);
+      a += u;
+      memcpy(&acc[i], &a, sizeof a);
+    }
+  }
+}
+
+/* Allreduce: every rank writes its values and reduces all files itself, in
+ * rank order, so every rank gets the same result. */
+static int f_allreduce(dcp_comm *c, int64_t *vals, size_t n, uint32_t op, dcp_plugin_err *err) {
+  if (!c) return fail(err, DCP_EINVAL, "file coll: NULL communicator");
+  if (op < DCP_REDUCE_MIN || op > DCP_REDUCE_SUM)
+    return fail(err, DCP_EINVAL, "file coll: unknown reduce op %u", op);
+  if (n && !vals) return fail(err, DCP_EINVAL, "file coll: NULL buffer");
+  if (n > SIZE_MAX / 8 / (size_t)c->size) return fail(err, DCP_EOVERFLOW, "file coll: too many values");
+  size_t bytes = n * 8;
+  unsigned char *all = malloc(bytes * (size_t)c->size + 1);
+  if (!all) return fail(err, DCP_ENOMEM, "file coll: out of memory");
+  unsigned char *mine = all + bytes * (size_t)c->rank;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t u;
+    memcpy(&u, &vals[i], sizeof u);
+    put64(mine + 8 * i, u);
+  }
+  uint64_t k;
+  int rc;
+  want *w = round_start(c, OP_ALLREDUCE, 0, &k, &rc, err);
+  if (!w) {
+    free(all);
+    return rc;
+  }
+  for (int32_t r = 0; r < c->size; r++) {
+    w[r].dst = all + bytes * (size_t)r;
+    w[r].len = bytes;
+  }
+  rc = run_round(c, k, OP_ALLREDUCE, mine, bytes, w, (size_t)c->size, "allreduce", err);
+  if (rc == DCP_OK && n) {
+    for (size_t i = 0; i < n; i++) {
+      uint64_t u = get64(all + 8 * i);
+      memcpy(&vals[i], &u, sizeof u);
+    }
+    for (int32_t r = 1; r < c->size; r++) reduce_into(vals, all + bytes * (size_t)r, n, op);
+  }
+  free(all);
+  return rc;
+}
+
+/* Validates a group: ascending ranks in range, containing self and root. */
+static int check_group(const dcp_comm *c, const int32_t *ranks, size_t n, int32_t root,
+                       dcp_plugin_err *err) {
+  int self = 0, has_root = 0;
+  if (!ranks || n == 0) return fail(err, DCP_EINVAL, "file coll: empty group");
+  for (size_t i = 0; i < n; i++) {
+    if (ranks[i] < 0 || ranks[i] >= c->size || (i && ranks[i] <= ranks[i - 1]))
+      return fail(err, DCP_EINVAL, "file coll: group ranks must ascend within [0, %d)", (int)c->size);
+    self |= ranks[i] == c->rank;
+    has_root |= ranks[i] == root;
+  }
+  if (!self || !has_root) return fail(err, DCP_EINVAL, "file coll: group lacks this rank or root");
+  return DCP_OK;
+}
+
+/* The next call number of the group with the given key. */
+static int group_next(dcp_comm *c, uint64_t key, uint64_t *seq) {
+  for (size_t i = 0; i < c->ngroups; i++) {
+    if (c->groups[i].key == key) {
+      *seq = ++c->groups[i].seq;
+      return DCP_OK;
+    }
+  }
+  if (c->ngroups == c->gcap) {
+    size_t cap = c->gcap ? c->gcap * 2 : 8;
+    group_seq *g = realloc(c->groups, cap * sizeof *g);
+    if (!g) return DCP_ENOMEM;
+    c->groups = g;
+    c->gcap = cap;
+  }
+  c->groups[c->ngroups++] = (group_seq){key, 1};
+  *seq = 1;
+  return DCP_OK;
+}
+
+/* Key of a group: xxh3 of its ranks in little-endian order. */
+static uint64_t group_key(const int32_t *ranks, size_t n) {
+  XXH3_state_t *s = XXH3_createState();
+  uint64_t h;
+  if (!s) return (uint64_t)n * 0x9e3779b97f4a7c15ull ^ (uint64_t)ranks[0];
+  XXH3_64bits_reset(s);
+  for (size_t i = 0; i < n; i++) {
+    unsigned char b[4];
+    put32(b, (uint32_t)ranks[i]);
+    XXH3_64bits_update(s, b, sizeof b);
+  }
+  h = XXH3_64bits_digest(s);
+  XXH3_freeState(s);
+  return h;
+}
+
+/* group_bcast: the root writes one file per call; members read it. */
+static int f_group_bcast(dcp_comm *c, const int32_t *ranks, size_t n, void *buf, size_t len,
+                         int32_t root, dcp_plugin_err *err) {
+  if (check_usable(c, err)) return c ? DCP_EPEER : DCP_EINVAL;
+  if (check_group(c, ranks, n, root, err)) return DCP_EINVAL;
+  if (!buf && len) return fail(err, DCP_EINVAL, "file coll: NULL buffer");
+  uint64_t key = group_key(ranks, n), seq = 0;
+  if (group_next(c, key, &seq)) return fail(err, DCP_ENOMEM, "file coll: out of memory");
+  char path[PATH_MAX];
+  int rc = make_path(c, path, err, "%s.%016llx.g%016llx.%llu.%d", c->job,
+                     (unsigned long long)c->session, (unsigned long long)key,
+                     (unsigned long long)seq, (int)root);
+  if (rc) return rc;
+  if (c->rank == root) return put_tracked(c, path, OP_GROUP, buf, len, err);
+  want w = {.path = path, .from = root, .op = OP_GROUP, .dst = len ? buf : (void *)path, .len = len};
+  char label[96];
+  snprintf(label, sizeof label, "group_bcast (group %016llx call %llu)", (unsigned long long)key,
+           (unsigned long long)seq);
+  rc = wait_all(c, &w, 1, deadline_of(c), label, NULL, err);
+  if (rc) c->broken = 1;
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Open                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* mkdir -p: creates every missing directory of path. */
+static int make_dirs(const char *path, dcp_plugin_err *err) {
+  char buf[PATH_MAX];
+  size_t n = strlen(path);
+  if (n == 0 || n >= sizeof buf) return fail(err, DCP_EINVAL, "file coll: bad rendezvous path");
+  memcpy(buf, path, n + 1);
+  for (size_t i = 1; i <= n; i++) {
+    if (buf[i] != '/' && buf[i] != '\0') continue;
+    char keep = buf[i];
+    buf[i] = '\0';
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+      return fail(err, DCP_EIO, "file coll: mkdir %s: %s", buf, strerror(errno));
+    buf[i] = keep;
+  }
+  struct stat st;
+  if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+    return fail(err, DCP_EIO, "file coll: %s is not a directory", path);
+  return DCP_OK;
+}
+
+/* Parses "job=NAME" (1..64 of [A-Za-z0-9_-]); anything else is DCP_EINVAL. */
+static int parse_options(dcp_comm *c, const char *opts, dcp_plugin_err *err) {
+  strcpy(c->job, "dcp");
+  while (opts && *opts) {
+    size_t n = strcspn(opts, ",");
+    if (n > 4 && strncmp(opts, "job=", 4) == 0 && n - 4 <= JOB_MAX) {
+      for (size_t i = 4; i < n; i++) {
+        char ch = opts[i];
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                 (ch >= '0' && ch <= '9') || ch == '_' || ch == '-';
+        if (!ok) return fail(err, DCP_EINVAL, "file coll: bad character in job name");
+      }
+      memcpy(c->job, opts + 4, n - 4);
+      c->job[n - 4] = '\0';
+    } else if (n > 0) {
+      return fail(err, DCP_EINVAL, "file coll: unknown option '%.*s' (known: job=NAME)", (int)n, opts);
+    }
+    opts += n;
+    if (*opts == ',') opts++;
+  }
+  return DCP_OK;
+}
+
+/* Validates cfg and fills rank, size, timeout, dir and options. */
+static int configure(dcp_comm *c, const dcp_coll_config *cfg, dcp_plugin_err *err) {
+  size_t need = offsetof(dcp_coll_config, timeout_ms) + sizeof cfg->timeout_ms;
+  if (cfg->struct_size < need) return fail(err, DCP_EINVAL, "file coll: config too small");
+  if (cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
+    return fail(err, DCP_EINVAL, "file coll: rank %d / world %d invalid", (int)cfg->rank,
+                (int)cfg->world_size);
+  if (cfg->timeout_ms <= 0 || cfg->timeout_ms > INT64_MAX / 1000000)
+    return fail(err, DCP_EINVAL, "file coll: timeout_ms must be > 0");
+  if (!cfg->rendezvous || !cfg->rendezvous[0])
+    return fail(err, DCP_EINVAL, "file coll: no rendezvous directory");
+  c->rank = cfg->rank;
+  c->size = cfg->world_size;
+  c->timeout_ms = cfg->timeout_ms;
+  c->dir = strdup(cfg->rendezvous);
+  if (!c->dir) return fail(err, DCP_ENOMEM, "file coll: out of memory");
+  const char *opts = cfg->struct_size >= offsetof(dcp_coll_config, options) + sizeof cfg->options
+                         ? cfg->options : NULL;
+  return parse_options(c, opts, err);
+}
+
+/* Session file payload: S, world, then every rank's hello nonce. */
+static int write_session(dcp_comm *c, const uint64_t *nonces, dcp_plugin_err *err) {
+  size_t len = 12 + 8 * (size_t)c->size;
+  unsigned char *p = malloc(len);
+  char path[PATH_MAX];
+  if (!p) return fail(err, DCP_ENOMEM, "file coll: out of memory");
+  put64(p, c->session);
+  put32(p + 8, (uint32_t)c->size);
+  for (int32_t r = 0; r < c->size; r++) put64(p + 12 + 8 * (size_t)r, nonces[r]);
+  int rc = make_path(c, path, err, "%s.session", c->job);
+  if (!rc) rc = put_file(path, OP_SESSION, p, len, err);
+  free(p);
+  return rc;
+}
+
+/* Wants for the hello file of every rank > 0, read into 12-byte slots of
+ * buf; lenient, since a hello of another world size is someone else's. */
+static want *hello_wants(dcp_comm *c, unsigned char *buf, dcp_plugin_err *err) {
+  want *w = calloc((size_t)c->size, sizeof *w);
+  char path[PATH_MAX];
+  if (!w) {
+    fail(err, DCP_ENOMEM, "file coll: out of memory");
+    return NULL;
+  }
+  for (int32_t r = 0; r < c->size; r++) {
+    w[r] = (want){.from = r, .op = OP_HELLO, .dst = buf + 12 * (size_t)r, .len = 12,
+                  .lenient = 1, .done = r == 0};
+    if (make_path(c, path, err, "%s.hello.%d", c->job, (int)r) || !(w[r].path = strdup(path))) {
+      wants_free(w, (size_t)c->size);
+      fail(err, DCP_ENOMEM, "file coll: out of memory");
+      return NULL;
+    }
+  }
+  return w;
+}
+
+/* Decodes the nonce of hello slot r, 0 when it is for another world size. */
+static uint64_t hello_nonce(const dcp_comm *c, const unsigned char *buf, int32_t r) {
+  const unsigned char *h = buf + 12 * (size_t)r;
+  return get32(h + 8) == (uint32_t)c->size ? get64(h) : 0;
+}
+
+/* Rank 0's view of the open, kept between idle calls. */
+typedef struct rank0_open rank0_open;
+struct rank0_open {
+  want *hello;            /* hello wants, re-read for ranks not yet arrived */
+  unsigned char *buf;     /* hello slots */
+  uint64_t *nonces;       /* what the session file echoes */
+};
+
+/* Idle hook of rank 0's round 0: a rank not yet in round 0 may have
+ * replaced a stale hello that rank 0 read; re-read those and rewrite the
+ * session file when a nonce changed. */
+static int rank0_rescan(dcp_comm *c, want *w, size_t n, dcp_plugin_err *err) {
+  rank0_open *o = c->opening;
+  int changed = 0;
+  for (size_t r = 1; o && r < n; r++) {
+    if (w[r].done) continue;
+    want h = o->hello[r];
+    int rc = try_want(&h, err);
+    if (rc < 0) return rc;
+    uint64_t v = rc == FILE_PRESENT ? hello_nonce(c, o->buf, (int32_t)r) : 0;
+    if (v && v != o->nonces[r]) {
+      o->nonces[r] = v;
+      changed = 1;
+    }
+  }
+  return changed ? write_session(c, o->nonces, err) : DCP_OK;
+}
+
+/* Rank 0 of open: collect hellos, publish the session, run round 0. */
+static int open_rank0(dcp_comm *c, int64_t deadline, dcp_plugin_err *err) {
+  rank0_open o = {0};
+  int rc = DCP_ENOMEM;
+  o.buf = calloc((size_t)c->size, 12);
+  o.nonces = calloc((size_t)c->size, sizeof *o.nonces);
+  want *w = NULL;
+  if (!o.buf || !o.nonces || !(o.hello = hello_wants(c, o.buf, err))) {
+    rc = fail(err, DCP_ENOMEM, "file coll: out of memory");
+    goto out;
+  }
+  for (;;) { /* a hello for another world size is stale: wait for the fresh one */
+    rc = wait_all(c, o.hello, (size_t)c->size, deadline, "open (hello files)", NULL, err);
+    if (rc) goto out;
+    int stale = 0;
+    for (int32_t r = 1; r < c->size; r++) {
+      o.nonces[r] = hello_nonce(c, o.buf, r);
+      if (!o.nonces[r]) o.hello[r].done = 0, stale = 1;
+    }
+    if (!stale) break;
+  }
+  rc = write_session(c, o.nonces, err);
+  if (rc) goto out;
+  w = round_wants(c, 0, OP_OPEN, 0, err);
+  if (!w) {
+    rc = DCP_ENOMEM;
+    goto out;
+  }
+  char path[PATH_MAX];
+  rc = round_path(c, path, 0, 0, err);
+  if (!rc) rc = put_tracked(c, path, OP_OPEN, NULL, 0, err);
+  c->opening = &o;
+  if (!rc) rc = wait_all(c, w, (size_t)c->size, deadline, "open (round 0)", rank0_rescan, err);
+  c->opening = NULL;
+  if (!make_path(c, path, NULL, "%s.session", c->job)) unlink(path);
+out:
+  wants_free(w, (size_t)c->size);
+  wants_free(o.hello, (size_t)c->size);
+  free(o.buf);
+  free(o.nonces);
+  return rc;
+}
+
+/* A rank > 0 of open: say hello, wait for a session that echoes our nonce,
+ * run round 0. */
+static int open_other(dcp_comm *c, int64_t deadline, dcp_plugin_err *err) {
+  uint64_t nonce = random_nonce();
+  unsigned char hello[12];
+  char hpath[PATH_MAX], spath[PATH_MAX];
+  put64(hello, nonce);
+  put32(hello + 8, (uint32_t)c->size);
+  int rc = make_path(c, hpath, err, "%s.hello.%d", c->job, (int)c->rank);
+  if (!rc) rc = make_path(c, spath, err, "%s.session", c->job);
+  if (!rc) rc = put_file(hpath, OP_HELLO, hello, sizeof hello, err);
+  if (rc) return rc;
+  size_t len = 12 + 8 * (size_t)c->size;
+  unsigned char *s = malloc(len);
+  if (!s) return fail(err, DCP_ENOMEM, "file coll: out of memory");
+  want w = {.path = spath, .from = 0, .op = OP_SESSION, .dst = s, .len = len, .lenient = 1};
+  for (;;) {
+    rc = wait_all(c, &w, 1, deadline, "open (session file)", NULL, err);
+    if (rc) break;
+    if (get32(s + 8) == (uint32_t)c->size && get64(s + 12 + 8 * (size_t)c->rank) == nonce) break;
+    w.done = 0; /* someone else's session (stale): keep waiting */
+    sleep_ns(POLL_MIN_NS * 10);
+  }
+  c->session = rc ? 0 : get64(s);
+  free(s);
+  unlink(hpath);
+  if (rc) return rc;
+  want *rw = round_wants(c, 0, OP_OPEN, 0, err);
+  if (!rw) return DCP_ENOMEM;
+  rc = round_path(c, hpath, 0, c->rank, err);
+  if (!rc) rc = put_tracked(c, hpath, OP_OPEN, NULL, 0, err);
+  if (!rc) rc = wait_all(c, rw, (size_t)c->size, deadline, "open (round 0)", NULL, err);
+  wants_free(rw, (size_t)c->size);
+  return rc;
+}
+
+static void f_close(dcp_comm *c);
+
+/* Opens the communicator: validates cfg, creates the directory, runs the
+ * session handshake (see the protocol at the top). */
+static int f_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *err) {
+  if (!cfg || !out) return fail(err, DCP_EINVAL, "file coll: NULL argument");
+  *out = NULL;
+  dcp_comm *c = calloc(1, sizeof *c);
+  if (!c) return fail(err, DCP_ENOMEM, "file coll: out of memory");
+  int rc = configure(c, cfg, err);
+  if (!rc) rc = make_dirs(c->dir, err);
+  if (!rc) {
+    int64_t deadline = deadline_of(c);
+    if (c->rank == 0) c->session = random_nonce();
+    rc = c->rank == 0 ? open_rank0(c, deadline, err) : open_other(c, deadline, err);
+  }
+  if (rc) {
+    c->broken = 1;
+    f_close(c);
+    return rc;
+  }
+  *out = c;
+  return DCP_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Close                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Rank 0's last step: once every rank's done file is there, nobody reads
+ * the closing round any more; remove all of its files and the done files. */
+static void close_cleanup(dcp_comm *c, uint64_t k) {
+  want *w = calloc((size_t)c->size, sizeof *w);
+  char path[PATH_MAX];
+  if (!w) return;
+  int ok = 1;
+  for (int32_t r = 0; r < c->size && ok; r++) {
+    w[r] = (want){.from = r, .op = OP_DONE, .done = r == 0};
+    ok = !make_path(c, path, NULL, "%s.%016llx.done.%d", c->job, (unsigned long long)c->session,
+                    (int)r) && (w[r].path = strdup(path)) != NULL;
+  }
+  if (ok && wait_all(c, w, (size_t)c->size, deadline_of(c), "close", NULL, NULL) == DCP_OK) {
+    for (int32_t r = 1; r < c->size; r++) {
+      unlink(w[r].path);
+      if (!round_path(c, path, k, r, NULL)) unlink(path);
+    }
+  }
+  wants_free(w, (size_t)c->size);
+}
+
+/* The closing round of a healthy communicator (see the protocol). */
+static void close_round(dcp_comm *c) {
+  uint64_t k;
+  int rc;
+  want *w = round_start(c, OP_CLOSE, 0, &k, &rc, NULL);
+  if (!w) return;
+  if (run_round(c, k, OP_CLOSE, NULL, 0, w, (size_t)c->size, "close", NULL) != DCP_OK) return;
+  if (c->rank != 0) {
+    char path[PATH_MAX];
+    /* the closing file stays for rank 0 to remove: others may still read it */
+    list_forget(&c->written);
+    if (!make_path(c, path, NULL, "%s.%016llx.done.%d", c->job, (unsigned long long)c->session,
+                   (int)c->rank))
+      put_file(path, OP_DONE, NULL, 0, NULL);
+  } else {
+    close_cleanup(c, k);
+  }
+}
+
+/* Frees the communicator; a healthy one first runs the closing round so
+ * that no file is left behind. Not collective in the failure case. */
+static void f_close(dcp_comm *c) {
+  if (!c) return;
+  if (!c->broken) close_round(c);
+  list_unlink(&c->earlier);
+  if (c->broken) { /* peers may still be reading the failed round: leave it */
+    list_forget(&c->written);
+  }
+  list_unlink(&c->written);
+  free(c->earlier.v);
+  free(c->written.v);
+  free(c->groups);
+  free(c->dir);
+  free(c);
+}
+
+/* Accessors. */
+static int32_t f_rank(const dcp_comm *c) { return c ? c->rank : -1; }
+static int32_t f_size(const dcp_comm *c) { return c ? c->size : 0; }
+
+static const dcp_coll_plugin file_plugin = {
+    .abi_version = DCP_PLUGIN_ABI_VERSION,
+    .struct_size = sizeof(dcp_coll_plugin),
+    .name = "file",
+    .caps = DCP_COLL_CAP_GROUPS,
+    .open = f_open,
+    .close = f_close,
+    .rank = f_rank,
+    .size = f_size,
+    .barrier = f_barrier,
+    .bcast = f_bcast,
+    .allgather = f_allgather,
+    .gatherv = f_gatherv,
+    .scatterv = f_scatterv,
+    .allreduce_i64 = f_allreduce,
+    .group_bcast = f_group_bcast,
+};
+
+/* The plugin's only exported symbol. */
+__attribute__((visibility("default"))) const void *dcp_plugin_entry(uint32_t kind);
+const void *dcp_plugin_entry(uint32_t kind) {
+  return kind == DCP_PLUGIN_COLL ? &file_plugin : NULL;
+}

@@ -1,0 +1,317 @@
+/* blocks.c — the data-file block layer. An item's raw bytes are cut into
+ * blocks of block_size; each block gets an xxh3-64 of its raw bytes and is
+ * stored raw or, when compression is on and it pays, as one zstd frame.
+ * Writes are gathered into large sequential appends; reads fetch only the
+ * blocks a request touches and verify each before handing it on. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include "core/checked.h"
+#include "runtime/rt.h"
+
+#define WRITE_BUFFER (16u << 20) /* appends are gathered up to this size */
+#define READ_WINDOW (64u << 20)  /* raw bytes handed to a sink at a time */
+
+void dcpi_ref_free(dcpi_ref *r) {
+  if (!r) return;
+  free(r->checksums);
+  free(r->stored_lens);
+  r->checksums = r->stored_lens = NULL;
+}
+
+/* ---- writer ------------------------------------------------------------- */
+
+struct dcpi_block_writer {
+  dcpi_rt *rt;
+  dcp_storage_file *f;
+  uint32_t block_size;
+  bool compress;
+  int level;
+  ZSTD_CCtx *zc;
+  uint8_t *zbuf; /* one compressed block */
+  size_t zcap;
+  uint8_t *buf; /* pending appends */
+  size_t len;
+  uint64_t offset; /* bytes appended to the file so far (incl. pending) */
+};
+
+dcp_status dcpi_block_writer_open(dcpi_rt *rt, const char *name, uint32_t block_size,
+                                  bool compress, int level, dcpi_block_writer **out,
+                                  dcpi_err *err) {
+  dcpi_block_writer *w = calloc(1, sizeof *w);
+  if (!w) return dcpi_fail(err, DCP_ENOMEM, "out of memory for a block writer");
+  *w = (dcpi_block_writer){.rt = rt, .block_size = block_size, .compress = compress,
+                           .level = level};
+  w->buf = malloc(WRITE_BUFFER);
+  if (compress) {
+    w->zcap = ZSTD_compressBound(block_size);
+    w->zbuf = malloc(w->zcap);
+    w->zc = ZSTD_createCCtx();
+  }
+  if (!w->buf || (compress && (!w->zbuf || !w->zc))) {
+    dcpi_block_writer_close(w, false, NULL);
+    return dcpi_fail(err, DCP_ENOMEM, "out of memory for a block writer");
+  }
+  dcp_status s = dcpi_rt_file_open(rt, name, DCP_FILE_WRITE, &w->f, err);
+  if (s) {
+    w->f = NULL;
+    dcpi_block_writer_close(w, false, NULL);
+    return s;
+  }
+  *out = w;
+  return DCP_OK;
+}
+
+static dcp_status flush(dcpi_block_writer *w, dcpi_err *err) {
+  if (!w->len) return DCP_OK;
+  dcp_status s = dcpi_rt_file_write(w->rt, w->f, w->buf, w->len, err);
+  w->len = 0;
+  return s;
+}
+
+/* Append bytes to the file: small pieces are gathered, large ones go
+ * straight from the caller's memory (no copy). */
+static dcp_status append(dcpi_block_writer *w, const void *p, size_t n, dcpi_err *err) {
+  w->offset += n;
+  if (n >= WRITE_BUFFER / 2) {
+    dcp_status s = flush(w, err);
+    return s ? s : dcpi_rt_file_write(w->rt, w->f, p, n, err);
+  }
+  if (w->len + n > WRITE_BUFFER) {
+    dcp_status s = flush(w, err);
+    if (s) return s;
+  }
+  memcpy(w->buf + w->len, p, n);
+  w->len += n;
+  return DCP_OK;
+}
+
+/* Store one block: compressed when that is smaller, else raw; *stored is
+ * what it occupies in the file. */
+static dcp_status put_block(dcpi_block_writer *w, const uint8_t *p, size_t n, uint64_t *stored,
+                            dcpi_err *err) {
+  if (w->compress) {
+    size_t c = ZSTD_compressCCtx(w->zc, w->zbuf, w->zcap, p, n, w->level);
+    if (ZSTD_isError(c))
+      return dcpi_fail(err, DCP_EIO, "zstd compression failed: %s", ZSTD_getErrorName(c));
+    if (c < n) {
+      *stored = c;
+      return append(w, w->zbuf, c, err);
+    }
+  }
+  *stored = n;
+  return append(w, p, n, err);
+}
+
+dcp_status dcpi_block_writer_put(dcpi_block_writer *w, const void *data, uint64_t len,
+                                 dcpi_ref *ref, dcpi_err *err) {
+  uint64_t nblocks = (len + w->block_size - 1) / w->block_size;
+  *ref = (dcpi_ref){.offset = w->offset, .raw_length = len, .block_count = nblocks,
+                    .block_size = w->block_size,
+                    .codec = w->compress ? DCP_CODEC_ZSTD : DCP_CODEC_NONE};
+  ref->checksums = malloc((nblocks ? nblocks : 1) * sizeof *ref->checksums);
+  if (w->compress) ref->stored_lens = malloc((nblocks ? nblocks : 1) * sizeof *ref->stored_lens);
+  if (!ref->checksums || (w->compress && !ref->stored_lens)) {
+    dcpi_ref_free(ref);
+    return dcpi_fail(err, DCP_ENOMEM, "out of memory for %llu block checksums",
+                     (unsigned long long)nblocks);
+  }
+  const uint8_t *p = data;
+  for (uint64_t b = 0; b < nblocks; b++) {
+    size_t n = (size_t)(b + 1 < nblocks ? w->block_size : len - b * w->block_size);
+    const uint8_t *blk = p + b * w->block_size;
+    ref->checksums[b] = XXH3_64bits(blk, n);
+    uint64_t stored = 0;
+    dcp_status s = put_block(w, blk, n, &stored, err);
+    if (s) {
+      dcpi_ref_free(ref);
+      return s;
+    }
+    if (ref->stored_lens) ref->stored_lens[b] = stored;
+    ref->stored_length += stored;
+  }
+  return DCP_OK;
+}
+
+dcp_status dcpi_block_writer_close(dcpi_block_writer *w, bool sync, dcpi_err *err) {
+  dcp_status s = DCP_OK;
+  if (w->f) {
+    dcpi_err ignored;
+    s = sync ? flush(w, err) : DCP_OK;
+    if (!s && sync) s = dcpi_rt_file_sync(w->rt, w->f, err);
+    dcp_status c = dcpi_rt_file_close(w->rt, w->f, s || !err ? &ignored : err);
+    if (!s && sync) s = c;
+  }
+  ZSTD_freeCCtx(w->zc);
+  free(w->zbuf);
+  free(w->buf);
+  free(w);
+  return s;
+}
+
+/* ---- reader ------------------------------------------------------------- */
+
+typedef struct open_file {
+  char *name;
+  dcp_storage_file *f;
+} open_file;
+
+struct dcpi_block_reader {
+  dcpi_rt *rt;
+  ZSTD_DCtx *zd;
+  uint8_t *raw, *stored; /* one window of raw and of stored bytes */
+  size_t raw_cap, stored_cap;
+  open_file *files; /* opened on first use, closed at free */
+  size_t nfiles, files_cap;
+};
+
+dcp_status dcpi_block_reader_create(dcpi_rt *rt, dcpi_block_reader **out, dcpi_err *err) {
+  dcpi_block_reader *r = calloc(1, sizeof *r);
+  if (!r || !(r->zd = ZSTD_createDCtx())) {
+    free(r);
+    return dcpi_fail(err, DCP_ENOMEM, "out of memory for a block reader");
+  }
+  r->rt = rt;
+  *out = r;
+  return DCP_OK;
+}
+
+void dcpi_block_reader_free(dcpi_block_reader *r) {
+  if (!r) return;
+  for (size_t i = 0; i < r->nfiles; i++) {
+    dcpi_err ignored;
+    dcpi_rt_file_close(r->rt, r->files[i].f, &ignored);
+    free(r->files[i].name);
+  }
+  free(r->files);
+  ZSTD_freeDCtx(r->zd);
+  free(r->raw);
+  free(r->stored);
+  free(r);
+}
+
+static dcp_status get_file(dcpi_block_reader *r, const char *name, dcp_storage_file **f,
+                           dcpi_err *err) {
+  for (size_t i = 0; i < r->nfiles; i++)
+    if (strcmp(r->files[i].name, name) == 0) {
+      *f = r->files[i].f;
+      return DCP_OK;
+    }
+  if (DCPI_RESERVE(r->files, r->files_cap, r->nfiles + 1))
+    return dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  open_file *of = &r->files[r->nfiles];
+  if (!(of->name = strdup(name))) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  dcp_status s = dcpi_rt_file_open(r->rt, name, DCP_FILE_READ, &of->f, err);
+  if (s) {
+    free(of->name);
+    return s;
+  }
+  r->nfiles++;
+  *f = of->f;
+  return DCP_OK;
+}
+
+static dcp_status grow(uint8_t **buf, size_t *cap, size_t need, dcpi_err *err) {
+  if (need <= *cap) return DCP_OK;
+  uint8_t *p = realloc(*buf, need);
+  if (!p) return dcpi_fail(err, DCP_ENOMEM, "out of memory for a %zu-byte read", need);
+  *buf = p;
+  *cap = need;
+  return DCP_OK;
+}
+
+/* Raw length of block b of ref. */
+static size_t block_raw_len(const dcp_storage_ref *ref, uint64_t b) {
+  uint64_t start = b * ref->block_size, left = ref->raw_length - start;
+  return (size_t)(left < ref->block_size ? left : ref->block_size);
+}
+
+/* Decode blocks [b0, b1) whose stored bytes are at r->stored into r->raw,
+ * verifying each checksum. */
+static dcp_status decode_blocks(dcpi_block_reader *r, const char *file,
+                                const dcp_storage_ref *ref, uint64_t b0, uint64_t b1,
+                                const char *what, dcpi_err *err) {
+  size_t at_stored = 0, at_raw = 0;
+  for (uint64_t b = b0; b < b1; b++) {
+    size_t raw = block_raw_len(ref, b);
+    size_t stored = ref->codec == DCP_CODEC_ZSTD ? (size_t)ref->block_stored_lengths[b] : raw;
+    uint8_t *dst = r->raw + at_raw;
+    if (stored == raw) {
+      if (ref->codec == DCP_CODEC_ZSTD) memcpy(dst, r->stored + at_stored, raw);
+    } else {
+      size_t n = ZSTD_decompressDCtx(r->zd, dst, raw, r->stored + at_stored, stored);
+      if (ZSTD_isError(n) || n != raw)
+        return dcpi_fail(err, DCP_ECORRUPT,
+                         "corrupt data in %s/%s, block %llu of %s: zstd: %s", r->rt->path, file,
+                         (unsigned long long)b, what,
+                         ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong decoded size");
+    }
+    if (XXH3_64bits(dst, raw) != ref->block_checksums[b])
+      return dcpi_fail(err, DCP_ECORRUPT,
+                       "checksum mismatch in %s/%s, block %llu (file offset %llu) of %s",
+                       r->rt->path, file, (unsigned long long)b,
+                       (unsigned long long)(ref->offset + at_stored), what);
+    at_stored += stored;
+    at_raw += raw;
+  }
+  return DCP_OK;
+}
+
+/* Read and verify blocks [b0, b1) into r->raw; stored_at is the file offset
+ * of block b0. */
+static dcp_status read_window(dcpi_block_reader *r, dcp_storage_file *f, const char *file,
+                              const dcp_storage_ref *ref, uint64_t b0, uint64_t b1,
+                              uint64_t stored_at, const char *what, dcpi_err *err) {
+  size_t raw = 0, stored = 0;
+  for (uint64_t b = b0; b < b1; b++) {
+    raw += block_raw_len(ref, b);
+    stored += ref->codec == DCP_CODEC_ZSTD ? (size_t)ref->block_stored_lengths[b]
+                                           : block_raw_len(ref, b);
+  }
+  dcp_status s = grow(&r->raw, &r->raw_cap, raw, err);
+  if (s) return s;
+  /* Raw blocks are read straight into the raw window; compressed ones go
+   * through the stored window first. */
+  uint8_t *target = r->raw;
+  if (ref->codec == DCP_CODEC_ZSTD) {
+    if ((s = grow(&r->stored, &r->stored_cap, stored, err))) return s;
+    target = r->stored;
+  }
+  if ((s = dcpi_rt_file_read(r->rt, f, target, stored, stored_at, err))) return s;
+  return decode_blocks(r, file, ref, b0, b1, what, err);
+}
+
+dcp_status dcpi_block_read(dcpi_block_reader *r, const char *file, const dcp_storage_ref *ref,
+                           uint64_t first, uint64_t last, const char *what,
+                           dcpi_block_sink sink, void *arg, dcpi_err *err) {
+  if (first >= last) return DCP_OK;
+  if (last > ref->raw_length)
+    return dcpi_fail(err, DCP_ECORRUPT, "%s: request [%llu, %llu) beyond the stored %llu bytes",
+                     what, (unsigned long long)first, (unsigned long long)last,
+                     (unsigned long long)ref->raw_length);
+  dcp_storage_file *f = NULL;
+  dcp_status s = get_file(r, file, &f, err);
+  if (s) return s;
+  uint64_t bs = ref->block_size, b0 = first / bs, b1 = (last + bs - 1) / bs;
+  uint64_t per_window = READ_WINDOW / bs ? READ_WINDOW / bs : 1;
+  uint64_t stored_at = ref->offset;
+  if (ref->codec == DCP_CODEC_ZSTD)
+    for (uint64_t b = 0; b < b0; b++) stored_at += ref->block_stored_lengths[b];
+  else
+    stored_at += b0 * bs;
+  for (uint64_t w0 = b0; w0 < b1 && !s; w0 += per_window) {
+    uint64_t w1 = w0 + per_window < b1 ? w0 + per_window : b1;
+    s = read_window(r, f, file, ref, w0, w1, stored_at, what, err);
+    size_t raw = 0;
+    for (uint64_t b = w0; b < w1; b++) {
+      raw += block_raw_len(ref, b);
+      stored_at += ref->codec == DCP_CODEC_ZSTD ? ref->block_stored_lengths[b]
+                                                : block_raw_len(ref, b);
+    }
+    if (!s) s = sink(arg, w0 * bs, r->raw, raw, err);
+  }
+  return s;
+}

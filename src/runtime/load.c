@@ -1,0 +1,281 @@
+/* load.c — dcp_load: read .metadata (once, then broadcast), plan every
+ * destination chunk against the saved chunks by box intersection, read only
+ * the blocks each overlap touches, verify them, and copy the overlap's
+ * byte runs into place. Bytes items are matched by key and scope. Each
+ * phase ends with an agreement, so every rank returns the same outcome. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metadata/view.h"
+#include "model/box.h"
+#include "model/state.h"
+#include "planner/load_plan.h"
+#include "runtime/rt.h"
+
+void dcp_load_options_init(dcp_load_options *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+}
+
+static dcp_status effective_options(const dcp_load_options *in, dcp_load_options *out,
+                                    dcpi_err *err) {
+  dcp_load_options_init(out);
+  if (in) {
+    if (in->struct_size < offsetof(dcp_load_options, flags) + sizeof in->flags)
+      return dcpi_fail(err, DCP_EINVAL, "load options: struct_size %u too small", in->struct_size);
+    memcpy(out, in, in->struct_size < sizeof *out ? in->struct_size : sizeof *out);
+    out->struct_size = sizeof *out;
+  }
+  if (out->flags & ~(uint32_t)DCP_LOAD_METADATA_PER_RANK)
+    return dcpi_fail(err, DCP_EINVAL, "load options: unknown flags 0x%x", out->flags);
+  return DCP_OK;
+}
+
+/* Read .metadata on this rank; a missing one means "not committed". */
+static dcp_status read_metadata(dcpi_rt *rt, uint8_t **data, size_t *len) {
+  dcpi_err probe;
+  dcp_status s = dcpi_rt_read_file(rt, DCPI_METADATA_NAME, data, len, &probe);
+  if (s == DCP_ENOTFOUND)
+    return dcpi_fail(&rt->err, DCP_EINCOMPLETE,
+                     "%s has no committed %s: the checkpoint is incomplete or absent", rt->path,
+                     DCPI_METADATA_NAME);
+  if (s) return dcpi_fail(&rt->err, s, "%s", probe.msg);
+  return DCP_OK;
+}
+
+static dcp_status open_view(dcpi_rt *rt, const uint8_t *data, size_t len, dcp_meta **out) {
+  dcp_status s = dcp_meta_open_memory(rt->ctx, data, len, out);
+  if (s) dcpi_fail(&rt->err, s, "%s/%s: %s", rt->path, DCPI_METADATA_NAME, rt->ctx->last_error);
+  return s;
+}
+
+/* Phase 1: every rank ends with a view of the same .metadata. */
+static dcp_status fetch_metadata(dcpi_rt *rt, const dcp_load_options *o, dcp_meta **meta) {
+  uint8_t *data = NULL;
+  size_t len = 0;
+  bool everyone = o->flags & DCP_LOAD_METADATA_PER_RANK;
+  dcp_status s = dcpi_rt_open_storage(rt, 0);
+  if (!s && (everyone || rt->ctx->rank == 0)) s = read_metadata(rt, &data, &len);
+  if ((s = dcpi_rt_agree(rt, s))) goto out;
+  if (!everyone) {
+    uint64_t n = len;
+    if ((s = dcpi_rt_bcast(rt, &n, sizeof n, 0))) goto out;
+    if (rt->ctx->rank != 0 && !(data = malloc(n ? (size_t)n : 1)))
+      s = dcpi_fail(&rt->err, DCP_ENOMEM, "out of memory for %llu bytes of metadata",
+                    (unsigned long long)n);
+    len = (size_t)n;
+    /* a rank that could not allocate leaves the others to the deadline */
+    if (!s && (s = dcpi_rt_bcast(rt, data, len, 0))) goto out;
+  }
+  s = dcpi_rt_agree(rt, s ? s : open_view(rt, data, len, meta));
+out:
+  free(data);
+  return s;
+}
+
+/* ---- planning ----------------------------------------------------------- */
+
+/* The planner's view of a saved tensor, straight from the metadata view. */
+static dcp_status lookup(void *arg, const char *fqn, size_t fqn_len, dcpi_saved_tensor *out,
+                         dcpi_err *err) {
+  (void)fqn_len;
+  dcp_meta *m = arg;
+  size_t ti;
+  dcp_tensor_info info;
+  if (dcp_meta_find_tensor(m, fqn, &ti))
+    return dcpi_fail(err, DCP_ENOTFOUND, "the checkpoint has no tensor '%s'", fqn);
+  dcp_meta_tensor(m, ti, &info);
+  const int64_t *off = NULL, *sz = NULL;
+  dcp_status s = info.chunk_count ? dcpi_meta_chunk_boxes(m, ti, &off, &sz, err) : DCP_OK;
+  if (s) return s;
+  *out = (dcpi_saved_tensor){.fqn = info.fqn, .dtype = info.dtype, .ndim = info.ndim,
+                             .shape = dcpi_meta_tensor_shape(m, ti),
+                             .nchunks = (size_t)info.chunk_count, .chunk_off = off,
+                             .chunk_sz = sz, .chunk_id = NULL};
+  return DCP_OK;
+}
+
+/* ---- reading ------------------------------------------------------------ */
+
+/* Copies the part of an overlap's runs that falls in one raw window. */
+typedef struct overlap_sink {
+  const dcpi_overlap *ov;
+  uint8_t *dest; /* the destination chunk's data */
+} overlap_sink;
+
+static dcp_status copy_runs(void *arg, uint64_t raw_off, const uint8_t *data, size_t len,
+                            dcpi_err *err) {
+  (void)err;
+  const overlap_sink *os = arg;
+  dcpi_run_iter it;
+  dcpi_run run;
+  int64_t lo = (int64_t)raw_off, hi = lo + (int64_t)len;
+  dcpi_run_iter_init(&it, os->ov);
+  while (dcpi_run_iter_next(&it, &run)) {
+    int64_t a = run.src_off > lo ? run.src_off : lo;
+    int64_t b = run.src_off + run.len < hi ? run.src_off + run.len : hi;
+    if (a < b) memcpy(os->dest + run.dest_off + (a - run.src_off), data + (a - lo), (size_t)(b - a));
+  }
+  return DCP_OK;
+}
+
+static dcp_status file_of(dcp_meta *m, const dcp_storage_ref *ref, const char **name,
+                          dcpi_err *err) {
+  if (dcp_meta_file(m, ref->file, name))
+    return dcpi_fail(err, DCP_ECORRUPT, "metadata names data file %u, which it lacks", ref->file);
+  return DCP_OK;
+}
+
+static dcp_status read_overlap(dcpi_block_reader *br, dcp_meta *m, const dcp_state *st,
+                               const dcpi_overlap *ov, dcpi_err *err) {
+  const dcpi_chunk_item *dest = &st->chunks[ov->dest_chunk];
+  const dcpi_tensor_item *t = &st->tensors[dest->tensor];
+  size_t ti;
+  dcp_chunk_info ci;
+  const char *file;
+  dcp_status s = dcp_meta_find_tensor(m, t->fqn, &ti);
+  if (!s) s = dcp_meta_chunk(m, ti, ov->saved_chunk, &ci);
+  if (s) return dcpi_fail(err, s, "tensor '%s': saved chunk %u unavailable", t->fqn, ov->saved_chunk);
+  if ((s = file_of(m, &ci.ref, &file, err))) return s;
+  char what[512], box[256];
+  snprintf(what, sizeof what, "tensor '%.200s' chunk %s", t->fqn,
+           dcpi_box_str(ci.box.ndim, ci.box.offset, ci.box.size, box, sizeof box));
+  overlap_sink os = {ov, dest->data};
+  return dcpi_block_read(br, file, &ci.ref, (uint64_t)ov->src_first, (uint64_t)ov->src_last,
+                         what, copy_runs, &os, err);
+}
+
+typedef struct bytes_sink {
+  uint8_t *dest;
+} bytes_sink;
+
+static dcp_status copy_bytes(void *arg, uint64_t raw_off, const uint8_t *data, size_t len,
+                             dcpi_err *err) {
+  (void)err;
+  memcpy(((bytes_sink *)arg)->dest + raw_off, data, len);
+  return DCP_OK;
+}
+
+/* The saved bytes item for this rank's item b, checking scope and length. */
+static dcp_status find_bytes(dcp_meta *m, const dcpi_bytes_item *b, int32_t rank, int32_t world,
+                             dcp_bytes_info *out, dcpi_err *err) {
+  bool any = false;
+  for (size_t i = 0; i < dcp_meta_bytes_count(m); i++) {
+    dcp_bytes_info bi;
+    dcp_meta_bytes(m, i, &bi);
+    if (strcmp(bi.key, b->key)) continue;
+    any = true;
+    if (bi.scope != b->scope)
+      return dcpi_fail(err, DCP_ESCOPE, "bytes '%s' was saved %s, requested %s", b->key,
+                       bi.scope == DCP_SCOPE_PER_RANK ? "PER_RANK" : "REPLICATED",
+                       b->scope == DCP_SCOPE_PER_RANK ? "PER_RANK" : "REPLICATED");
+    if (bi.scope == DCP_SCOPE_PER_RANK && dcp_meta_world_size(m) != world)
+      return dcpi_fail(err, DCP_ESCOPE,
+                       "bytes '%s' is PER_RANK, saved by a world of %d; this world has %d",
+                       b->key, dcp_meta_world_size(m), world);
+    if (bi.scope == DCP_SCOPE_PER_RANK && bi.rank != rank) continue;
+    if (bi.ref.raw_length != b->len)
+      return dcpi_fail(err, DCP_EMISMATCH, "bytes '%s' has %llu bytes saved, %zu requested",
+                       b->key, (unsigned long long)bi.ref.raw_length, b->len);
+    *out = bi;
+    return DCP_OK;
+  }
+  return dcpi_fail(err, DCP_ENOTFOUND, any ? "bytes '%s' has no copy of rank %d"
+                                           : "the checkpoint has no bytes item '%s'",
+                   b->key, rank);
+}
+
+static dcp_status read_bytes_items(dcpi_block_reader *br, dcp_meta *m, const dcp_state *st,
+                                   int32_t world, dcpi_err *err) {
+  for (size_t i = 0; i < st->nbytes; i++) {
+    const dcpi_bytes_item *b = &st->bytes[i];
+    dcp_bytes_info bi;
+    const char *file;
+    dcp_status s = find_bytes(m, b, st->rank, world, &bi, err);
+    if (!s && b->len) s = file_of(m, &bi.ref, &file, err);
+    if (s) return s;
+    if (!b->len) continue;
+    char what[300];
+    snprintf(what, sizeof what, "bytes '%.200s'", b->key);
+    bytes_sink bs = {b->data};
+    if ((s = dcpi_block_read(br, file, &bi.ref, 0, b->len, what, copy_bytes, &bs, err)))
+      return s;
+  }
+  return DCP_OK;
+}
+
+static dcp_status read_all(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
+                           const dcpi_load_plan *plan) {
+  dcpi_block_reader *br;
+  dcp_status s = dcpi_block_reader_create(rt, &br, &rt->err);
+  for (size_t i = 0; !s && i < plan->noverlaps; i++) {
+    s = read_overlap(br, m, st, &plan->overlaps[i], &rt->err);
+    if (!s) rt->ctx->stats.data_bytes += (uint64_t)plan->overlaps[i].bytes;
+  }
+  if (!s) s = read_bytes_items(br, m, st, rt->ctx->world_size, &rt->err);
+  dcpi_block_reader_free(br);
+  return s;
+}
+
+/* ---- driver ------------------------------------------------------------- */
+
+static dcp_status run(dcpi_rt *rt, dcp_state *st, const dcp_load_options *o) {
+  dcp_stats *stats = &rt->ctx->stats;
+  dcp_meta *meta = NULL;
+  dcpi_load_plan *plan = NULL;
+  double t = dcpi_now();
+  dcp_status s = fetch_metadata(rt, o, &meta);
+  if (!s) s = dcpi_rt_agree(rt, dcpi_load_plan_from_state(st, &(dcpi_saved_source){
+                                                                  .lookup = lookup, .arg = meta},
+                                                          &plan, &rt->err));
+  stats->plan_s = dcpi_now() - t;
+  t = dcpi_now();
+  if (!s) s = dcpi_rt_agree(rt, read_all(rt, meta, st, plan));
+  stats->read_s = dcpi_now() - t;
+  dcpi_load_plan_free(plan);
+  dcp_meta_free(meta);
+  return s;
+}
+
+dcp_status dcp_load(dcp_ctx *ctx, dcp_state *st, const char *path,
+                    const dcp_load_options *opts) {
+  if (!ctx) return DCP_EINVAL;
+  dcpi_rt rt;
+  dcpi_rt_begin(&rt, ctx, path);
+  dcp_load_options o;
+  dcp_status s = DCP_OK;
+  if (!ctx->comm) {
+    dcpi_fail(&rt.err, DCP_EINVAL, "load: this context has no collective (a detached rank of a "
+              "world of %d): set coll in its config", ctx->world_size);
+    return dcpi_rt_end(&rt);
+  }
+  if (!st || st->ctx != ctx)
+    s = dcpi_fail(&rt.err, DCP_EINVAL, "load: the state is NULL or from another context");
+  else if (!path || !*path)
+    s = dcpi_fail(&rt.err, DCP_EINVAL, "load: empty checkpoint path");
+  else
+    s = effective_options(opts, &o, &rt.err);
+  s = s ? dcpi_rt_agree(&rt, s) : run(&rt, st, &o);
+  (void)s;
+  return dcpi_rt_end(&rt);
+}
+
+dcp_status dcp_meta_open(dcp_ctx *ctx, const char *path, dcp_meta **out) {
+  if (!ctx || !out) return DCP_EINVAL;
+  *out = NULL;
+  /* not an operation of the context (its statistics stay), and not
+   * collective: just this rank's storage */
+  dcpi_rt rt = {.ctx = ctx, .path = path};
+  dcpi_err_clear(&rt.err);
+  uint8_t *data = NULL;
+  size_t len = 0;
+  dcp_status s = path && *path ? dcpi_rt_open_storage(&rt, 0)
+                               : dcpi_fail(&rt.err, DCP_EINVAL, "empty checkpoint path");
+  if (!s) s = read_metadata(&rt, &data, &len);
+  if (!s) s = open_view(&rt, data, len, out);
+  free(data);
+  if (rt.st) ctx->storage->close(rt.st);
+  return dcpi_ctx_report(ctx, &rt.err);
+}

@@ -1,0 +1,141 @@
+/* rt_storage.c — storage wrappers: the context's storage plugin on the
+ * operation's checkpoint directory, with plugin errors turned into
+ * dcpi_err messages that name the plugin, the operation and the file. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/plugin.h"
+#include "runtime/rt.h"
+
+/* Find the storage plugin on first use ("posix" unless configured). */
+static dcp_status ensure_plugin(dcpi_rt *rt) {
+  if (rt->ctx->storage) return DCP_OK;
+  const void *table;
+  dcp_status s = dcpi_plugin_find(DCP_PLUGIN_STORAGE, "posix", NULL, &table, &rt->err);
+  if (!s) rt->ctx->storage = table;
+  return s;
+}
+
+static dcp_status done(dcpi_rt *rt, int rc, const dcp_plugin_err *perr, const char *op,
+                       const char *name, dcpi_err *err) {
+  if (rc == DCP_OK) return DCP_OK;
+  char what[300];
+  snprintf(what, sizeof what, "%s '%s' in %s", op, name ? name : "", rt->path);
+  return dcpi_plugin_status(rc, perr, rt->ctx->storage->name, what, err);
+}
+
+dcp_status dcpi_rt_open_storage(dcpi_rt *rt, uint32_t flags) {
+  dcp_status s = ensure_plugin(rt);
+  if (s) return s;
+  dcp_storage_config cfg = {.struct_size = sizeof cfg, .root = rt->path, .flags = flags,
+                            .rank = rt->ctx->rank, .world_size = rt->ctx->world_size,
+                            .options = rt->ctx->storage_options};
+  dcp_plugin_err perr = {{0}};
+  int rc = rt->ctx->storage->open(&cfg, &rt->st, &perr);
+  if (rc) {
+    rt->st = NULL;
+    return done(rt, rc, &perr, "open", "", &rt->err);
+  }
+  rt->ctx->storage->get_stats(rt->st, &rt->io0);
+  return DCP_OK;
+}
+
+dcp_status dcpi_rt_file_open(dcpi_rt *rt, const char *name, uint32_t mode,
+                             dcp_storage_file **f, dcpi_err *err) {
+  dcp_plugin_err perr = {{0}};
+  int rc = rt->ctx->storage->file_open(rt->st, name, mode, f, &perr);
+  return done(rt, rc, &perr, "file_open", name, err);
+}
+
+dcp_status dcpi_rt_file_write(dcpi_rt *rt, dcp_storage_file *f, const void *buf, size_t len,
+                              dcpi_err *err) {
+  dcp_plugin_err perr = {{0}};
+  return done(rt, rt->ctx->storage->file_write(f, buf, len, &perr), &perr, "write", "", err);
+}
+
+dcp_status dcpi_rt_file_read(dcpi_rt *rt, dcp_storage_file *f, void *buf, size_t len,
+                             uint64_t off, dcpi_err *err) {
+  dcp_plugin_err perr = {{0}};
+  return done(rt, rt->ctx->storage->file_read(f, buf, len, off, &perr), &perr, "read", "",
+              err);
+}
+
+dcp_status dcpi_rt_file_sync(dcpi_rt *rt, dcp_storage_file *f, dcpi_err *err) {
+  dcp_plugin_err perr = {{0}};
+  return done(rt, rt->ctx->storage->file_sync(f, &perr), &perr, "sync", "", err);
+}
+
+dcp_status dcpi_rt_file_close(dcpi_rt *rt, dcp_storage_file *f, dcpi_err *err) {
+  dcp_plugin_err perr = {{0}};
+  return done(rt, rt->ctx->storage->file_close(f, &perr), &perr, "close", "", err);
+}
+
+dcp_status dcpi_rt_file_size(dcpi_rt *rt, const char *name, uint64_t *size, dcpi_err *err) {
+  dcp_plugin_err perr = {{0}};
+  int rc = rt->ctx->storage->file_size(rt->st, name, size, &perr);
+  return done(rt, rc, &perr, "size", name, err);
+}
+
+dcp_status dcpi_rt_rename(dcpi_rt *rt, const char *from, const char *to, dcpi_err *err) {
+  dcp_plugin_err perr = {{0}};
+  return done(rt, rt->ctx->storage->rename(rt->st, from, to, &perr), &perr, "rename", from, err);
+}
+
+dcp_status dcpi_rt_remove(dcpi_rt *rt, const char *name, dcpi_err *err) {
+  dcp_plugin_err perr = {{0}};
+  return done(rt, rt->ctx->storage->remove(rt->st, name, &perr), &perr, "remove", name, err);
+}
+
+dcp_status dcpi_rt_sync_dir(dcpi_rt *rt, dcpi_err *err) {
+  dcp_plugin_err perr = {{0}};
+  return done(rt, rt->ctx->storage->sync_dir(rt->st, &perr), &perr, "sync_dir", "", err);
+}
+
+dcp_status dcpi_rt_list(dcpi_rt *rt, int (*fn)(void *arg, const char *name), void *arg,
+                        dcpi_err *err) {
+  dcp_plugin_err perr = {{0}};
+  return done(rt, rt->ctx->storage->list(rt->st, fn, arg, &perr), &perr, "list", "", err);
+}
+
+dcp_status dcpi_rt_read_file(dcpi_rt *rt, const char *name, uint8_t **data, size_t *len,
+                             dcpi_err *err) {
+  uint64_t size;
+  dcp_storage_file *f;
+  *data = NULL;
+  dcp_status s = dcpi_rt_file_size(rt, name, &size, err);
+  if (s) return s;
+  if (size > SIZE_MAX / 2) return dcpi_fail(err, DCP_ECORRUPT, "'%s' is %llu bytes", name,
+                                            (unsigned long long)size);
+  uint8_t *buf = malloc(size ? (size_t)size : 1);
+  if (!buf) return dcpi_fail(err, DCP_ENOMEM, "out of memory for '%s'", name);
+  if ((s = dcpi_rt_file_open(rt, name, DCP_FILE_READ, &f, err))) {
+    free(buf);
+    return s;
+  }
+  s = dcpi_rt_file_read(rt, f, buf, (size_t)size, 0, err);
+  dcpi_err ignored;
+  dcpi_rt_file_close(rt, f, s ? &ignored : err);
+  if (s) {
+    free(buf);
+    return s;
+  }
+  *data = buf;
+  *len = (size_t)size;
+  return DCP_OK;
+}
+
+dcp_status dcpi_rt_write_file_atomic(dcpi_rt *rt, const char *name, const char *tmp_name,
+                                     const void *data, size_t len, dcpi_err *err) {
+  dcp_storage_file *f;
+  dcp_status s = dcpi_rt_file_open(rt, tmp_name, DCP_FILE_WRITE, &f, err);
+  if (s) return s;
+  s = dcpi_rt_file_write(rt, f, data, len, err);
+  if (!s) s = dcpi_rt_file_sync(rt, f, err);
+  dcpi_err ignored;
+  dcp_status c = dcpi_rt_file_close(rt, f, s ? &ignored : err);
+  if (!s) s = c;
+  if (!s) s = dcpi_rt_rename(rt, tmp_name, name, err);
+  if (!s) s = dcpi_rt_sync_dir(rt, err);
+  if (s) dcpi_rt_remove(rt, tmp_name, &ignored); /* best effort */
+  return s;
+}

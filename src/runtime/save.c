@@ -1,0 +1,312 @@
+/* save.c — dcp_save: a collective, synchronous save in four phases, each
+ * closed by an agreement so that a failure on any rank reaches every rank:
+ *
+ *   prepare  open storage, refuse (or un-commit) a committed checkpoint,
+ *            build and encode this rank's local plan
+ *   plan     gather local plans at rank 0, which builds the global plan
+ *            (validation, dedup, balancing) and scatters assignments
+ *   write    every rank streams what it was assigned into its own data
+ *            file (checksummed blocks), then syncs it
+ *   commit   write results reach rank 0, which writes .metadata
+ *            atomically and removes leftovers of earlier failed saves
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/checked.h"
+#include "core/wire.h"
+#include "model/state.h"
+#include "planner/save_plan.h"
+#include "runtime/commit.h"
+#include "runtime/rt.h"
+
+void dcp_save_options_init(dcp_save_options *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+  o->block_size = DCPI_DEFAULT_BLOCK_SIZE;
+  o->zstd_level = 3;
+  o->policy = DCP_POLICY_BALANCED;
+}
+
+/* The caller's options with every field it lacks at its default. */
+static dcp_status effective_options(const dcp_save_options *in, dcp_save_options *out,
+                                    dcpi_err *err) {
+  dcp_save_options_init(out);
+  if (in) {
+    if (in->struct_size < offsetof(dcp_save_options, flags) + sizeof in->flags)
+      return dcpi_fail(err, DCP_EINVAL, "save options: struct_size %u too small", in->struct_size);
+    memcpy(out, in, in->struct_size < sizeof *out ? in->struct_size : sizeof *out);
+    out->struct_size = sizeof *out;
+  }
+  if (out->flags & ~(uint32_t)(DCP_SAVE_OVERWRITE | DCP_SAVE_COMPRESS))
+    return dcpi_fail(err, DCP_EINVAL, "save options: unknown flags 0x%x", out->flags);
+  if (out->block_size < 4096 || out->block_size > (1u << 30))
+    return dcpi_fail(err, DCP_EINVAL, "save options: block_size %u not in [4 KiB, 1 GiB]",
+                     out->block_size);
+  if (out->policy != DCP_POLICY_BALANCED && out->policy != DCP_POLICY_LOWEST_RANK)
+    return dcpi_fail(err, DCP_EINVAL, "save options: unknown policy %d", (int)out->policy);
+  if (out->nkv && (!out->kv_keys || !out->kv_values))
+    return dcpi_fail(err, DCP_EINVAL, "save options: nkv %zu with NULL arrays", out->nkv);
+  return DCP_OK;
+}
+
+typedef struct save_job {
+  dcpi_rt *rt;
+  dcp_state *st;
+  dcp_save_options opts;
+  dcpi_local_plan *lp;
+  uint8_t *plan_enc; /* this rank's encoded local plan */
+  size_t plan_len;
+  dcpi_global_plan *gp; /* rank 0 only */
+  uint8_t *assignment;  /* what this rank writes (from rank 0) */
+  size_t assignment_len;
+  dcpi_block_writer *writer; /* this rank's data file, once it has one */
+  dcpi_wbuf results;         /* where each piece went (to rank 0) */
+} save_job;
+
+static void job_free(save_job *j) {
+  if (j->writer) dcpi_block_writer_close(j->writer, false, NULL);
+  dcpi_local_plan_free(j->lp);
+  free(j->plan_enc);
+  dcpi_global_plan_free(j->gp);
+  free(j->assignment);
+  dcpi_wbuf_free(&j->results);
+}
+
+/* ---- prepare ------------------------------------------------------------ */
+
+/* Rank 0: a committed checkpoint at path is refused, or un-committed first
+ * when overwriting, so that no reader ever sees old metadata over new data. */
+static dcp_status guard_existing(save_job *j, dcpi_err *err) {
+  dcpi_rt *rt = j->rt;
+  uint64_t size;
+  dcpi_err probe;
+  dcp_status s = dcpi_rt_file_size(rt, DCPI_METADATA_NAME, &size, &probe);
+  if (s == DCP_ENOTFOUND) return DCP_OK;
+  if (s) return dcpi_fail(err, s, "%s", probe.msg);
+  if (!(j->opts.flags & DCP_SAVE_OVERWRITE))
+    return dcpi_fail(err, DCP_EEXIST,
+                     "a committed checkpoint exists at %s (set DCP_SAVE_OVERWRITE to replace it)",
+                     rt->path);
+  if ((s = dcpi_rt_remove(rt, DCPI_METADATA_NAME, err))) return s;
+  return dcpi_rt_sync_dir(rt, err);
+}
+
+static dcp_status prepare(save_job *j) {
+  dcpi_rt *rt = j->rt;
+  dcpi_err *err = &rt->err;
+  dcpi_save_opts so;
+  dcpi_save_opts_init(&so);
+  so.policy = j->opts.policy == DCP_POLICY_LOWEST_RANK ? DCPI_BALANCE_LOWEST_RANK
+                                                       : DCPI_BALANCE_LEAST_LOADED;
+  so.block_size = j->opts.block_size;
+  so.flags = j->opts.flags & DCP_SAVE_COMPRESS;
+  dcp_status s = dcpi_rt_open_storage(rt, DCP_STORAGE_CREATE);
+  if (!s && rt->ctx->rank == 0) s = guard_existing(j, err);
+  if (!s) s = dcpi_local_plan_from_state(j->st, &so, &j->lp, err);
+  if (!s) s = dcpi_local_plan_encode(j->lp, &j->plan_enc, &j->plan_len, err);
+  return s;
+}
+
+/* ---- plan --------------------------------------------------------------- */
+
+/* Rank 0: decode every rank's plan and build the global plan. */
+static dcp_status build_global(save_job *j, const uint8_t *all, const size_t *lens,
+                               dcpi_err *err) {
+  int32_t world = j->rt->ctx->world_size;
+  dcpi_local_plan **plans = calloc((size_t)world, sizeof *plans);
+  if (!plans) return dcpi_fail(err, DCP_ENOMEM, "out of memory for %d plans", world);
+  dcp_status s = DCP_OK;
+  size_t at = 0;
+  for (int32_t r = 0; r < world && !s; at += lens[r], r++) {
+    s = dcpi_local_plan_decode(all + at, lens[r], &plans[r], err);
+    if (s) dcpi_fail(err, s, "plan of rank %d: %.400s", r, err->msg);
+  }
+  if (!s)
+    s = dcpi_global_plan_build((const dcpi_local_plan *const *)plans, (size_t)world, NULL,
+                               &j->gp, err);
+  for (int32_t r = 0; r < world; r++) dcpi_local_plan_free(plans[r]);
+  free(plans);
+  return s;
+}
+
+/* The local chunk (or bytes) index that holder `rank` has of an item. */
+static uint32_t holder_index(const int32_t *holders, const uint32_t *idx, uint32_t n,
+                             int32_t rank) {
+  for (uint32_t k = 0; k < n; k++)
+    if (holders[k] == rank) return idx[k];
+  return UINT32_MAX; /* unreachable: owners are holders */
+}
+
+/* Rank 0: per rank, the (global index, local index) pairs it writes. */
+static dcp_status encode_assignments(const dcpi_global_plan *gp, int32_t world,
+                                     dcpi_wbuf *out, dcpi_err *err) {
+  for (int32_t r = 0; r < world; r++) {
+    const uint32_t *items, *bytes;
+    size_t n = dcpi_global_plan_rank_items(gp, r, &items);
+    dcpi_w_varint(&out[r], n);
+    for (size_t k = 0; k < n; k++) {
+      dcpi_gp_item it;
+      dcpi_global_plan_item(gp, items[k], &it);
+      dcpi_w_varint(&out[r], items[k]);
+      dcpi_w_varint(&out[r], holder_index(it.holders, it.holder_chunks, it.nholders, r));
+    }
+    n = dcpi_global_plan_rank_bytes(gp, r, &bytes);
+    dcpi_w_varint(&out[r], n);
+    for (size_t k = 0; k < n; k++) {
+      dcpi_gp_bytes b;
+      dcpi_global_plan_bytes(gp, bytes[k], &b);
+      dcpi_w_varint(&out[r], bytes[k]);
+      dcpi_w_varint(&out[r], holder_index(b.holders, b.holder_items, b.nholders, r));
+    }
+    if (out[r].status) return dcpi_fail(err, out[r].status, "out of memory for assignments");
+  }
+  return DCP_OK;
+}
+
+static dcp_status plan(save_job *j) {
+  dcpi_rt *rt = j->rt;
+  int32_t world = rt->ctx->world_size;
+  uint8_t *all = NULL;
+  size_t *lens = NULL;
+  dcp_status s = dcpi_rt_gather_bytes(rt, j->plan_enc, j->plan_len, 0, &all, &lens);
+  if (s) return s;
+  dcpi_wbuf *msgs = NULL;
+  if (rt->ctx->rank == 0) {
+    s = build_global(j, all, lens, &rt->err);
+    if (!s && !(msgs = calloc((size_t)world, sizeof *msgs)))
+      s = dcpi_fail(&rt->err, DCP_ENOMEM, "out of memory");
+    if (!s) s = encode_assignments(j->gp, world, msgs, &rt->err);
+  }
+  free(all);
+  free(lens);
+  if ((s = dcpi_rt_agree(rt, s))) goto out;
+  const uint8_t **bufs = NULL;
+  size_t *blens = NULL;
+  if (msgs) {
+    bufs = malloc((size_t)world * sizeof *bufs);
+    blens = malloc((size_t)world * sizeof *blens);
+    for (int32_t r = 0; bufs && blens && r < world; r++) bufs[r] = msgs[r].data, blens[r] = msgs[r].len;
+  }
+  s = dcpi_rt_scatter_bytes(rt, bufs, blens, 0, &j->assignment, &j->assignment_len);
+  free(bufs);
+  free(blens);
+out:
+  for (int32_t r = 0; msgs && r < world; r++) dcpi_wbuf_free(&msgs[r]);
+  free(msgs);
+  return s;
+}
+
+/* ---- write -------------------------------------------------------------- */
+
+/* Write one assigned piece (a chunk or bytes item) and record its ref. The
+ * data file is created with the first piece: a rank with nothing to write
+ * creates none. */
+static dcp_status write_piece(save_job *j, uint8_t kind, uint64_t gidx, const void *data,
+                              uint64_t len, dcpi_err *err) {
+  dcpi_rt *rt = j->rt;
+  if (!j->writer) {
+    char name[64];
+    snprintf(name, sizeof name, DCPI_DATA_FILE_FMT, rt->ctx->rank);
+    dcp_status s = dcpi_block_writer_open(rt, name, j->opts.block_size,
+                                          j->opts.flags & DCP_SAVE_COMPRESS,
+                                          j->opts.zstd_level, &j->writer, err);
+    if (s) return s;
+  }
+  dcpi_ref ref;
+  dcp_status s = dcpi_block_writer_put(j->writer, data, len, &ref, err);
+  if (s) return s;
+  dcpi_commit_put_result(&j->results, kind, gidx, &ref);
+  dcpi_ref_free(&ref);
+  rt->ctx->stats.items_written++;
+  rt->ctx->stats.data_bytes += len;
+  return j->results.status ? dcpi_fail(err, j->results.status, "out of memory") : DCP_OK;
+}
+
+/* Walk the assignment from rank 0 (checked anyway: it crossed a wire). */
+static dcp_status write_assigned(save_job *j, dcpi_rbuf *r, dcpi_err *err) {
+  const dcp_state *st = j->st;
+  uint64_t n, g, local;
+  if (!dcpi_r_varint(r, &n)) return dcpi_fail(err, DCP_ECORRUPT, "malformed assignment");
+  for (uint64_t k = 0; k < n; k++) {
+    dcpi_lp_chunk_view cv;
+    if (!dcpi_r_varint(r, &g) || !dcpi_r_varint(r, &local) ||
+        dcpi_local_plan_chunk(j->lp, (size_t)local, &cv))
+      return dcpi_fail(err, DCP_ECORRUPT, "malformed assignment (chunk %llu)",
+                       (unsigned long long)k);
+    const dcpi_chunk_item *c = &st->chunks[cv.source];
+    dcp_status s = write_piece(j, DCPI_RESULT_CHUNK, g, c->data, (uint64_t)c->nbytes, err);
+    if (s) return s;
+  }
+  if (!dcpi_r_varint(r, &n)) return dcpi_fail(err, DCP_ECORRUPT, "malformed assignment");
+  for (uint64_t k = 0; k < n; k++) {
+    dcpi_lp_bytes_view bv;
+    if (!dcpi_r_varint(r, &g) || !dcpi_r_varint(r, &local) ||
+        dcpi_local_plan_bytes(j->lp, (size_t)local, &bv))
+      return dcpi_fail(err, DCP_ECORRUPT, "malformed assignment (bytes %llu)",
+                       (unsigned long long)k);
+    const dcpi_bytes_item *b = &st->bytes[bv.source];
+    dcp_status s = write_piece(j, DCPI_RESULT_BYTES, g, b->data, b->len, err);
+    if (s) return s;
+  }
+  return DCP_OK;
+}
+
+static dcp_status write_data(save_job *j) {
+  dcpi_err *err = &j->rt->err;
+  dcpi_rbuf r = {j->assignment, j->assignment_len, 0};
+  dcp_status s = write_assigned(j, &r, err);
+  if (!j->writer) return s;
+  dcp_status c = dcpi_block_writer_close(j->writer, s == DCP_OK, s ? NULL : err);
+  j->writer = NULL;
+  return s ? s : c;
+}
+
+/* ---- driver ------------------------------------------------------------- */
+
+static dcp_status run(save_job *j) {
+  dcpi_rt *rt = j->rt;
+  dcp_stats *stats = &rt->ctx->stats;
+  double t = dcpi_now();
+  dcp_status s = dcpi_rt_agree(rt, prepare(j));
+  if (!s) s = plan(j);
+  if (!s) s = dcpi_rt_agree(rt, DCP_OK);
+  stats->plan_s = dcpi_now() - t;
+  if (s) return s;
+  t = dcpi_now();
+  s = dcpi_rt_agree(rt, write_data(j));
+  stats->write_s = dcpi_now() - t;
+  if (s) return s;
+  t = dcpi_now();
+  s = dcpi_commit(rt, j->gp, &j->opts, &j->results);
+  stats->commit_s = dcpi_now() - t;
+  return s;
+}
+
+dcp_status dcp_save(dcp_ctx *ctx, dcp_state *st, const char *path,
+                    const dcp_save_options *opts) {
+  if (!ctx) return DCP_EINVAL;
+  dcpi_rt rt;
+  dcpi_rt_begin(&rt, ctx, path);
+  save_job j = {.rt = &rt, .st = st};
+  dcp_status s = DCP_OK;
+  if (!ctx->comm) {
+    dcpi_fail(&rt.err, DCP_EINVAL, "save: this context has no collective (a detached rank of a "
+              "world of %d): set coll in its config", ctx->world_size);
+    return dcpi_rt_end(&rt);
+  }
+  if (!st || st->ctx != ctx)
+    s = dcpi_fail(&rt.err, DCP_EINVAL, "save: the state is NULL or from another context");
+  else if (!path || !*path)
+    s = dcpi_fail(&rt.err, DCP_EINVAL, "save: empty checkpoint path");
+  else
+    s = effective_options(opts, &j.opts, &rt.err);
+  /* Bad arguments on one rank still go through an agreement, so the other
+   * ranks fail too instead of waiting for this one. */
+  s = s ? dcpi_rt_agree(&rt, s) : run(&j);
+  (void)s;
+  job_free(&j);
+  return dcpi_rt_end(&rt);
+}

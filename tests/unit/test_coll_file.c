@@ -1,0 +1,653 @@
+/* The file-exchange collective plugin (dcp-coll-file.so), loaded with
+ * dlopen from the build tree; ranks are forked children sharing a fresh
+ * mkdtemp rendezvous directory. Children report through their exit code
+ * (cmocka's asserts must not run in a child). */
+#include "testutil.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "dcp_plugin.h"
+
+/* Fails the child scenario with a message naming rank and line. */
+#define CHECK(cond)                                                                   \
+  do {                                                                                \
+    if (!(cond)) {                                                                    \
+      fprintf(stderr, "rank %d: %s:%d: check failed: %s\n", g_rank, __FILE__, __LINE__, \
+              #cond);                                                                 \
+      return 1;                                                                       \
+    }                                                                                 \
+  } while (0)
+/* CHECK that a plugin call returned rc, printing its message otherwise. */
+#define CHECK_RC(call, rc)                                                           \
+  do {                                                                               \
+    int got_ = (call);                                                               \
+    if (got_ != (rc)) {                                                              \
+      fprintf(stderr, "rank %d: %s:%d: %s = %d (%s), want %d\n", g_rank, __FILE__,   \
+              __LINE__, #call, got_, err.msg, (int)(rc));                            \
+      return 1;                                                                      \
+    }                                                                                \
+  } while (0)
+
+#define MIB (1024u * 1024u)
+/* Op codes and trailer of the file format (see the protocol in file.c). */
+#define OP_HELLO 1u
+#define OP_SESSION 2u
+#define OP_ALLGATHER 6u
+
+static const dcp_coll_plugin *P;
+static int g_rank = -1; /* the child's rank, for messages */
+static char g_dir[PATH_MAX];
+
+/* Loads ../lib/dcp/dcp-coll-file.so relative to this test binary. */
+static const dcp_coll_plugin *load_plugin(void) {
+  char exe[PATH_MAX], path[PATH_MAX + 64];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return NULL;
+  exe[n] = '\0';
+  char *slash = strrchr(exe, '/');
+  if (!slash) return NULL;
+  *slash = '\0';
+  snprintf(path, sizeof path, "%s/../lib/dcp/dcp-coll-file.so", exe);
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
+    return NULL;
+  }
+  dcp_plugin_entry_fn entry = (dcp_plugin_entry_fn)dlsym(h, DCP_PLUGIN_ENTRY_SYMBOL);
+  return entry ? entry(DCP_PLUGIN_COLL) : NULL;
+}
+
+/* Sleeps ms milliseconds. */
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+/* Milliseconds on the monotonic clock. */
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Deterministic bytes for (seed, len): every rank can predict every part. */
+static void fill(unsigned char *p, size_t len, unsigned seed) {
+  for (size_t i = 0; i < len; i++) p[i] = (unsigned char)(seed * 131u + i * 7u + (i >> 9));
+}
+
+/* 1 when p holds fill(seed, len). */
+static int matches(const unsigned char *p, size_t len, unsigned seed) {
+  for (size_t i = 0; i < len; i++)
+    if (p[i] != (unsigned char)(seed * 131u + i * 7u + (i >> 9))) return 0;
+  return 1;
+}
+
+/* Number of entries in dir (not . and ..), -1 if unreadable. */
+static int count_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+  closedir(d);
+  return n;
+}
+
+/* Removes the flat directory dir and its files. */
+static void remove_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  char path[PATH_MAX + 300];
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    unlink(path);
+  }
+  if (d) closedir(d);
+  rmdir(dir);
+}
+
+/* A fresh rendezvous directory in g_dir. */
+static void fresh_dir(void) {
+  snprintf(g_dir, sizeof g_dir, "/tmp/dcp-coll-file-XXXXXX");
+  assert_non_null(mkdtemp(g_dir));
+}
+
+/* Little-endian stores for hand-made files. */
+static void put64(unsigned char *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* Writes a file in the plugin's format: payload + trailer (hash of the
+ * payload, or a wrong one when bad_hash). trailer=0 writes the payload only. */
+static int write_raw(const char *path, uint32_t op, const void *payload, size_t len, int trailer,
+                     int bad_hash) {
+  unsigned char tr[32];
+  put64(tr, len);
+  put64(tr + 8, XXH3_64bits(len ? payload : "", len) ^ (bad_hash ? 1u : 0u));
+  put32(tr + 16, op);
+  put32(tr + 20, 0);
+  memcpy(tr + 24, "DCPFXCH1", 8);
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  int bad = (len && fwrite(payload, 1, len, f) != len) ||
+            (trailer && fwrite(tr, 1, sizeof tr, f) != sizeof tr);
+  return (fclose(f) != 0 || bad) ? -1 : 0;
+}
+
+/* Opens a communicator for rank/world on g_dir. */
+static int open_comm(int rank, int world, int64_t timeout_ms, const char *opts, dcp_comm **c,
+                     dcp_plugin_err *err) {
+  dcp_coll_config cfg = {.struct_size = sizeof cfg, .rank = rank, .world_size = world,
+                         .rendezvous = g_dir, .timeout_ms = timeout_ms, .options = opts};
+  return P->open(&cfg, c, err);
+}
+
+typedef int (*scenario_fn)(int rank, int world, void *arg);
+
+/* Forks world children running fn and returns the number that failed
+ * (non-zero exit, signal). A child hanging past 60 s is killed by alarm. */
+static int run_ranks(int world, scenario_fn fn, void *arg) {
+  pid_t pids[16];
+  fflush(NULL);
+  for (int r = 0; r < world; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      g_rank = r;
+      alarm(60);
+      _exit(fn(r, world, arg));
+    }
+    if (pids[r] < 0) return world;
+  }
+  int failed = 0;
+  for (int r = 0; r < world; r++) {
+    int st = 0;
+    if (waitpid(pids[r], &st, 0) != pids[r] || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      fprintf(stderr, "rank %d of %d failed (status 0x%x)\n", r, world, st);
+      failed++;
+    }
+  }
+  return failed;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Every op                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static const size_t SIZES[3] = {0, 1, MIB};
+
+/* bcast of every size from two roots. */
+static int check_bcast(dcp_comm *c, int rank, int world, unsigned char *buf) {
+  dcp_plugin_err err = {{0}};
+  for (int root = 0; root < world; root += world - 1) {
+    for (int s = 0; s < 3; s++) {
+      unsigned seed = (unsigned)(root * 10 + s);
+      memset(buf, 0, MIB);
+      if (rank == root) fill(buf, SIZES[s], seed);
+      CHECK_RC(P->bcast(c, buf, SIZES[s], root, &err), DCP_OK);
+      CHECK(matches(buf, SIZES[s], seed));
+      if (world == 1) break;
+    }
+    if (world == 1) break;
+  }
+  return 0;
+}
+
+/* allgather of every size, rank-dependent contents. */
+static int check_allgather(dcp_comm *c, int rank, int world) {
+  dcp_plugin_err err = {{0}};
+  for (int s = 0; s < 3; s++) {
+    size_t len = SIZES[s];
+    unsigned char *send = malloc(len + 1), *recv = malloc(len * (size_t)world + 1);
+    CHECK(send && recv);
+    fill(send, len, (unsigned)(100 + rank));
+    CHECK_RC(P->allgather(c, send, len, recv, &err), DCP_OK);
+    for (int r = 0; r < world; r++) CHECK(matches(recv + (size_t)r * len, len, (unsigned)(100 + r)));
+    free(send);
+    free(recv);
+  }
+  return 0;
+}
+
+/* gatherv to root 1 (mod world) with lengths 0 / 1 / 1 MiB by rank. */
+static int check_gatherv(dcp_comm *c, int rank, int world, unsigned char *big) {
+  dcp_plugin_err err = {{0}};
+  int root = 1 % world;
+  size_t lens[16], total = 0;
+  for (int r = 0; r < world; r++) total += lens[r] = SIZES[(r + 1) % 3];
+  unsigned char *send = malloc(lens[rank] + 1);
+  CHECK(send && total <= 8 * MIB);
+  fill(send, lens[rank], (unsigned)(200 + rank));
+  CHECK_RC(P->gatherv(c, send, lens[rank], big, lens, root, &err), DCP_OK);
+  for (size_t r = 0, off = 0; rank == root && r < (size_t)world; off += lens[r++])
+    CHECK(matches(big + off, lens[r], (unsigned)(200 + r)));
+  free(send);
+  return 0;
+}
+
+/* scatterv from the last rank with lengths 1 MiB / 0 / 1 by rank. */
+static int check_scatterv(dcp_comm *c, int rank, int world, unsigned char *big) {
+  dcp_plugin_err err = {{0}};
+  int root = world - 1;
+  size_t lens[16], off = 0;
+  for (int r = 0; r < world; r++) lens[r] = SIZES[(r + 2) % 3];
+  for (int r = 0; rank == root && r < world; off += lens[r++]) fill(big + off, lens[r], (unsigned)(300 + r));
+  unsigned char *recv = malloc(lens[rank] + 1);
+  CHECK(recv);
+  CHECK_RC(P->scatterv(c, big, lens, recv, lens[rank], root, &err), DCP_OK);
+  CHECK(matches(recv, lens[rank], (unsigned)(300 + rank)));
+  free(recv);
+  return 0;
+}
+
+/* allreduce MIN/MAX/SUM of rank-dependent values, and n = 0. */
+static int check_allreduce(dcp_comm *c, int rank, int world) {
+  dcp_plugin_err err = {{0}};
+  int64_t v[3] = {rank, -rank, (int64_t)rank * rank}, expect_sum = 0;
+  for (int r = 0; r < world; r++) expect_sum += (int64_t)r * r;
+  CHECK_RC(P->allreduce_i64(c, v, 3, DCP_REDUCE_SUM, &err), DCP_OK);
+  CHECK(v[0] == (int64_t)world * (world - 1) / 2 && v[1] == -v[0] && v[2] == expect_sum);
+  int64_t m[2] = {rank + 5, INT64_MIN + rank};
+  CHECK_RC(P->allreduce_i64(c, m, 2, DCP_REDUCE_MIN, &err), DCP_OK);
+  CHECK(m[0] == 5 && m[1] == INT64_MIN);
+  int64_t x[2] = {rank + 5, INT64_MIN + rank};
+  CHECK_RC(P->allreduce_i64(c, x, 2, DCP_REDUCE_MAX, &err), DCP_OK);
+  CHECK(x[0] == world + 4 && x[1] == INT64_MIN + world - 1);
+  CHECK_RC(P->allreduce_i64(c, NULL, 0, DCP_REDUCE_SUM, &err), DCP_OK);
+  CHECK_RC(P->allreduce_i64(c, x, 1, 99, &err), DCP_EINVAL);
+  return 0;
+}
+
+/* group_bcast in the even ranks (twice: the call counter), the odd ranks,
+ * and a group of one; a global barrier in between. */
+static int check_groups(dcp_comm *c, int rank, int world) {
+  dcp_plugin_err err = {{0}};
+  int32_t ranks[16];
+  size_t n = 0;
+  for (int r = rank % 2; r < world; r += 2) ranks[n++] = r;
+  unsigned char buf[300];
+  for (int rep = 0; rep < 2; rep++) {
+    int32_t root = ranks[n - 1 - (size_t)rep % n];
+    unsigned seed = (unsigned)(400 + rank % 2 * 10 + rep);
+    memset(buf, 0, sizeof buf);
+    if (rank == root) fill(buf, sizeof buf, seed);
+    CHECK_RC(P->group_bcast(c, ranks, n, buf, sizeof buf, root, &err), DCP_OK);
+    CHECK(matches(buf, sizeof buf, seed));
+  }
+  int32_t self = rank;
+  CHECK_RC(P->group_bcast(c, &self, 1, buf, 1, rank, &err), DCP_OK);
+  CHECK_RC(P->group_bcast(c, ranks, n, buf, 1, world, &err), DCP_EINVAL);
+  CHECK_RC(P->barrier(c, &err), DCP_OK);
+  return 0;
+}
+
+/* Every op with checks on every rank, then close. */
+static int scenario_all_ops(int rank, int world, void *arg) {
+  (void)arg;
+  dcp_plugin_err err = {{0}};
+  dcp_comm *c = NULL;
+  CHECK_RC(open_comm(rank, world, 20000, NULL, &c, &err), DCP_OK);
+  CHECK(P->rank(c) == rank && P->size(c) == world);
+  unsigned char *big = calloc(8, MIB);
+  CHECK(big);
+  CHECK_RC(P->barrier(c, &err), DCP_OK);
+  if (check_bcast(c, rank, world, big) || check_allgather(c, rank, world) ||
+      check_gatherv(c, rank, world, big) || check_scatterv(c, rank, world, big) ||
+      check_allreduce(c, rank, world) || check_groups(c, rank, world))
+    return 1;
+  free(big);
+  P->close(c);
+  return 0;
+}
+
+/* Runs every op on `world` ranks; the directory is empty afterwards. */
+static void all_ops(int world) {
+  fresh_dir();
+  assert_int_equal(run_ranks(world, scenario_all_ops, NULL), 0);
+  assert_int_equal(count_entries(g_dir), 0);
+  remove_dir(g_dir);
+}
+
+static void test_all_ops_2(void **state) {
+  (void)state;
+  all_ops(2);
+}
+static void test_all_ops_4(void **state) {
+  (void)state;
+  all_ops(4);
+}
+static void test_all_ops_8(void **state) {
+  (void)state;
+  all_ops(8);
+}
+
+/* A world of one in this process, on a rendezvous path that does not exist
+ * yet (two levels). */
+static void test_single_rank_creates_dir(void **state) {
+  (void)state;
+  char base[64];
+  snprintf(base, sizeof base, "/tmp/dcp-coll-file-XXXXXX");
+  assert_non_null(mkdtemp(base));
+  snprintf(g_dir, sizeof g_dir, "%s/a/b", base);
+  assert_int_equal(scenario_all_ops(0, 1, NULL), 0);
+  assert_int_equal(count_entries(g_dir), 0);
+  remove_dir(g_dir);
+  snprintf(g_dir, sizeof g_dir, "%s/a", base);
+  rmdir(g_dir);
+  rmdir(base);
+}
+
+/* Invalid configurations are refused before touching the directory. */
+static void test_config_validation(void **state) {
+  (void)state;
+  fresh_dir();
+  dcp_plugin_err err = {{0}};
+  dcp_comm *c = (dcp_comm *)&err;
+  assert_int_equal(open_comm(0, 0, 1000, NULL, &c, &err), DCP_EINVAL);
+  assert_null(c);
+  assert_int_equal(open_comm(2, 2, 1000, NULL, &c, &err), DCP_EINVAL);
+  assert_int_equal(open_comm(-1, 2, 1000, NULL, &c, &err), DCP_EINVAL);
+  assert_int_equal(open_comm(0, 1, 0, NULL, &c, &err), DCP_EINVAL);
+  assert_int_equal(open_comm(0, 1, 1000, "color=red", &c, &err), DCP_EINVAL);
+  assert_non_null(strstr(err.msg, "color"));
+  assert_int_equal(open_comm(0, 1, 1000, "job=a/b", &c, &err), DCP_EINVAL);
+  assert_int_equal(open_comm(0, 1, 1000, "job=", &c, &err), DCP_EINVAL);
+  dcp_coll_config cfg = {.struct_size = sizeof cfg, .rank = 0, .world_size = 1,
+                         .rendezvous = NULL, .timeout_ms = 1000};
+  assert_int_equal(P->open(&cfg, &c, &err), DCP_EINVAL);
+  cfg.rendezvous = g_dir;
+  cfg.struct_size = 8;
+  assert_int_equal(P->open(&cfg, &c, &err), DCP_EINVAL);
+  assert_int_equal(count_entries(g_dir), 0);
+  assert_int_equal(P->caps & DCP_COLL_CAP_BULK, 0);
+  assert_string_equal(P->name, "file");
+  remove_dir(g_dir);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Timeouts                                                                 */
+/* ------------------------------------------------------------------------ */
+
+#define TIMEOUT_MS 500
+
+/* CHECKs that [t0, now] lies in [timeout, timeout + 2 s). */
+#define CHECK_ELAPSED(t0)                                          \
+  do {                                                             \
+    double el_ = now_ms() - (t0);                                  \
+    if (el_ < TIMEOUT_MS || el_ >= TIMEOUT_MS + 2000) {            \
+      fprintf(stderr, "rank %d: elapsed %.1f ms\n", g_rank, el_); \
+      return 1;                                                    \
+    }                                                              \
+  } while (0)
+
+/* The last rank never arrives: every open times out, naming it at rank 0. */
+static int scenario_never_arrives(int rank, int world, void *arg) {
+  (void)arg;
+  if (rank == world - 1) return 0;
+  dcp_plugin_err err = {{0}};
+  dcp_comm *c = NULL;
+  double t0 = now_ms();
+  CHECK_RC(open_comm(rank, world, TIMEOUT_MS, NULL, &c, &err), DCP_ETIMEDOUT);
+  CHECK_ELAPSED(t0);
+  CHECK(c == NULL);
+  char name[32];
+  snprintf(name, sizeof name, "rank(s) %d", world - 1);
+  CHECK(rank != 0 || strstr(err.msg, name) != NULL);
+  return 0;
+}
+
+static void test_timeout_never_arrives(void **state) {
+  (void)state;
+  fresh_dir();
+  assert_int_equal(run_ranks(3, scenario_never_arrives, NULL), 0);
+  remove_dir(g_dir);
+}
+
+/* The last rank leaves after a barrier: the next op times out on the others,
+ * naming it and the round; the communicator then refuses further calls. */
+static int scenario_exits_early(int rank, int world, void *arg) {
+  (void)arg;
+  dcp_plugin_err err = {{0}};
+  dcp_comm *c = NULL;
+  CHECK_RC(open_comm(rank, world, TIMEOUT_MS, NULL, &c, &err), DCP_OK);
+  CHECK_RC(P->barrier(c, &err), DCP_OK);
+  if (rank == world - 1) return 0; /* gone without close */
+  unsigned char send[8] = {0}, recv[64];
+  double t0 = now_ms();
+  CHECK_RC(P->allgather(c, send, sizeof send, recv, &err), DCP_ETIMEDOUT);
+  CHECK_ELAPSED(t0);
+  char name[32];
+  snprintf(name, sizeof name, "rank(s) %d ", world - 1);
+  CHECK(strstr(err.msg, name) != NULL && strstr(err.msg, "round 2") != NULL);
+  CHECK_RC(P->barrier(c, &err), DCP_EPEER);
+  P->close(c); /* returns at once: no closing round on a broken communicator */
+  return 0;
+}
+
+static void test_timeout_exits_early(void **state) {
+  (void)state;
+  fresh_dir();
+  assert_int_equal(run_ranks(4, scenario_exits_early, NULL), 0);
+  remove_dir(g_dir);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Malformed files                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* Finds the session id of job `job` from a round file name in g_dir. */
+static int find_session(const char *job, char *hex) {
+  DIR *d = opendir(g_dir);
+  struct dirent *e;
+  size_t jl = strlen(job);
+  int found = 0;
+  while (d && !found && (e = readdir(d)) != NULL) {
+    const char *s = e->d_name;
+    if (strncmp(s, job, jl) == 0 && s[jl] == '.' && strlen(s) > jl + 17 && s[jl + 17] == '.') {
+      memcpy(hex, s + jl + 1, 16);
+      hex[16] = '\0';
+      found = strspn(hex, "0123456789abcdef") == 16;
+    }
+  }
+  if (d) closedir(d);
+  return found;
+}
+
+/* Rank 1 plants in round 2 a file without trailer (must be ignored until the
+ * real one replaces it) and in round 3 one with a bad checksum (rank 0 gets
+ * DCP_ECORRUPT). */
+static int scenario_corrupt(int rank, int world, void *arg) {
+  (void)arg;
+  dcp_plugin_err err = {{0}};
+  dcp_comm *c = NULL;
+  CHECK_RC(open_comm(rank, world, 5000, "job=corrupt", &c, &err), DCP_OK);
+  CHECK_RC(P->barrier(c, &err), DCP_OK);
+  unsigned char send[16], recv[32];
+  fill(send, sizeof send, (unsigned)rank);
+  if (rank == 1) {
+    char hex[17], path[PATH_MAX + 64];
+    CHECK(find_session("corrupt", hex));
+    snprintf(path, sizeof path, "%s/corrupt.%s.2.1", g_dir, hex);
+    CHECK(write_raw(path, OP_ALLGATHER, "garbage garbage garbage", 23, 0, 0) == 0);
+    sleep_ms(300);
+    CHECK_RC(P->allgather(c, send, sizeof send, recv, &err), DCP_OK);
+    snprintf(path, sizeof path, "%s/corrupt.%s.3.1", g_dir, hex);
+    CHECK(write_raw(path, OP_ALLGATHER, send, sizeof send, 1, 1) == 0);
+    return 0; /* gone: rank 0 must fail on the checksum, not wait */
+  }
+  CHECK_RC(P->allgather(c, send, sizeof send, recv, &err), DCP_OK);
+  CHECK(matches(recv, 16, 0) && matches(recv + 16, 16, 1));
+  double t0 = now_ms();
+  CHECK_RC(P->allgather(c, send, sizeof send, recv, &err), DCP_ECORRUPT);
+  CHECK(now_ms() - t0 < 2500);
+  CHECK(strstr(err.msg, "checksum") != NULL);
+  P->close(c);
+  return 0;
+}
+
+static void test_corrupt_payload(void **state) {
+  (void)state;
+  fresh_dir();
+  assert_int_equal(run_ranks(2, scenario_corrupt, NULL), 0);
+  remove_dir(g_dir);
+}
+
+/* Ranks disagreeing on the op or the length get DCP_EINVAL, not a hang. */
+static int scenario_mismatch(int rank, int world, void *arg) {
+  (void)arg;
+  (void)world;
+  dcp_plugin_err err = {{0}};
+  dcp_comm *c = NULL;
+  CHECK_RC(open_comm(rank, world, 5000, NULL, &c, &err), DCP_OK);
+  unsigned char buf[8] = {0}, recv[32];
+  if (rank == 0) {
+    CHECK_RC(P->allgather(c, buf, 8, recv, &err), DCP_EINVAL);
+    CHECK(strstr(err.msg, "8") != NULL);
+  } else {
+    CHECK_RC(P->allgather(c, buf, 4, recv, &err), DCP_EINVAL);
+  }
+  P->close(c);
+  return 0;
+}
+
+static void test_mismatched_calls(void **state) {
+  (void)state;
+  fresh_dir();
+  assert_int_equal(run_ranks(2, scenario_mismatch, NULL), 0);
+  remove_dir(g_dir);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Stale files and concurrent jobs                                          */
+/* ------------------------------------------------------------------------ */
+
+#define STALE_SESSION 0x00000000deadbeefull
+
+/* Leaves the files of a crashed earlier job "dcp" of the same world size:
+ * a session file, hellos and round files of its session. */
+static void plant_stale(int world) {
+  char path[PATH_MAX + 64];
+  unsigned char s[12 + 8 * 16], h[12];
+  put64(s, STALE_SESSION);
+  put32(s + 8, (uint32_t)world);
+  for (int r = 0; r < world; r++) {
+    put64(s + 12 + 8 * r, 1000u + (unsigned)r);
+    put64(h, 1000u + (unsigned)r);
+    put32(h + 8, (uint32_t)world);
+    snprintf(path, sizeof path, "%s/dcp.hello.%d", g_dir, r);
+    if (r) assert_int_equal(write_raw(path, OP_HELLO, h, sizeof h, 1, 0), 0);
+    snprintf(path, sizeof path, "%s/dcp.%016llx.1.%d", g_dir, (unsigned long long)STALE_SESSION, r);
+    assert_int_equal(write_raw(path, 4u, NULL, 0, 1, 0), 0);
+  }
+  snprintf(path, sizeof path, "%s/dcp.session", g_dir);
+  assert_int_equal(write_raw(path, OP_SESSION, s, 12 + 8 * (size_t)world, 1, 0), 0);
+}
+
+/* Opens after a delay (rank 0 late, or the others late: arg), then runs a
+ * few ops; a rank that took a stale session would time out. */
+static int scenario_stale(int rank, int world, void *arg) {
+  int late_root = *(const int *)arg;
+  if ((rank == 0) == late_root) sleep_ms(300);
+  dcp_plugin_err err = {{0}};
+  dcp_comm *c = NULL;
+  CHECK_RC(open_comm(rank, world, 5000, NULL, &c, &err), DCP_OK);
+  CHECK_RC(P->barrier(c, &err), DCP_OK);
+  int64_t v = rank;
+  CHECK_RC(P->allreduce_i64(c, &v, 1, DCP_REDUCE_SUM, &err), DCP_OK);
+  CHECK(v == (int64_t)world * (world - 1) / 2);
+  P->close(c);
+  return 0;
+}
+
+/* After the run only the stale round files are left (hellos and the
+ * session file were replaced and removed). */
+static void stale(int late_root) {
+  fresh_dir();
+  plant_stale(4);
+  assert_int_equal(run_ranks(4, scenario_stale, &late_root), 0);
+  assert_int_equal(count_entries(g_dir), 4);
+  char path[PATH_MAX + 64];
+  snprintf(path, sizeof path, "%s/dcp.%016llx.1.3", g_dir, (unsigned long long)STALE_SESSION);
+  assert_int_equal(access(path, F_OK), 0);
+  remove_dir(g_dir);
+}
+
+static void test_stale_session_root_late(void **state) {
+  (void)state;
+  stale(1);
+}
+static void test_stale_hellos_others_late(void **state) {
+  (void)state;
+  stale(0);
+}
+
+/* Two jobs of two ranks each share the directory at the same time. */
+static int scenario_two_jobs(int idx, int world, void *arg) {
+  (void)arg;
+  (void)world;
+  int rank = idx % 2, job = idx / 2;
+  g_rank = idx;
+  dcp_plugin_err err = {{0}};
+  dcp_comm *c = NULL;
+  CHECK_RC(open_comm(rank, 2, 5000, job ? "job=b" : "job=a", &c, &err), DCP_OK);
+  unsigned char send[64], recv[128];
+  for (int i = 0; i < 5; i++) {
+    fill(send, sizeof send, (unsigned)(job * 100 + rank + i));
+    CHECK_RC(P->allgather(c, send, sizeof send, recv, &err), DCP_OK);
+    CHECK(matches(recv, 64, (unsigned)(job * 100 + i)) &&
+          matches(recv + 64, 64, (unsigned)(job * 100 + 1 + i)));
+  }
+  P->close(c);
+  return 0;
+}
+
+static void test_two_jobs_one_dir(void **state) {
+  (void)state;
+  fresh_dir();
+  assert_int_equal(run_ranks(4, scenario_two_jobs, NULL), 0);
+  assert_int_equal(count_entries(g_dir), 0);
+  remove_dir(g_dir);
+}
+
+/* Loads the plugin once for all tests. */
+static int setup(void **state) {
+  (void)state;
+  P = load_plugin();
+  return P ? 0 : -1;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_config_validation),
+      cmocka_unit_test(test_single_rank_creates_dir),
+      cmocka_unit_test(test_all_ops_2),
+      cmocka_unit_test(test_all_ops_4),
+      cmocka_unit_test(test_all_ops_8),
+      cmocka_unit_test(test_timeout_never_arrives),
+      cmocka_unit_test(test_timeout_exits_early),
+      cmocka_unit_test(test_corrupt_payload),
+      cmocka_unit_test(test_mismatched_calls),
+      cmocka_unit_test(test_stale_session_root_late),
+      cmocka_unit_test(test_stale_hellos_others_late),
+      cmocka_unit_test(test_two_jobs_one_dir),
+  };
+  return cmocka_run_group_tests(tests, setup, NULL);
+}

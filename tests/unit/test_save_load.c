@@ -1,0 +1,315 @@
+/* dcp_save / dcp_load on one rank with the posix storage plugin: round
+ * trips (raw and zstd), resharded reads of sub-boxes that touch only their
+ * blocks, the commit rules (refuse, overwrite, incomplete), corruption
+ * detection, mismatch errors, and cleanup of a failed save's leftovers. */
+#include "testutil.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct fixture {
+  char dir[PATH_MAX];
+  char ckpt[PATH_MAX + 8];
+  char plugins[PATH_MAX];
+  dcp_ctx *ctx;
+} fixture;
+
+/* The build tree's plugin directory: tests are in build/tests, plugins in
+ * build/lib/dcp. */
+static void plugin_dir(char *out, size_t cap) {
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  assert_true(n > 0);
+  exe[n] = '\0';
+  snprintf(out, cap, "%s/../lib/dcp", dirname(exe));
+}
+
+static int setup(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  snprintf(f->dir, sizeof f->dir, "/tmp/dcp-test-XXXXXX");
+  assert_non_null(mkdtemp(f->dir));
+  snprintf(f->ckpt, sizeof f->ckpt, "%s/ckpt", f->dir);
+  plugin_dir(f->plugins, sizeof f->plugins);
+  dcp_ctx_config cfg;
+  dcp_ctx_config_init(&cfg);
+  cfg.storage = "posix";
+  cfg.plugin_path = f->plugins;
+  dcp_status s = dcp_ctx_create(&cfg, &f->ctx);
+  if (s) fprintf(stderr, "%s\n", dcp_ctx_create_error());
+  assert_int_equal(s, DCP_OK);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  dcp_ctx_free(f->ctx);
+  char cmd[PATH_MAX + 16];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
+  assert_int_equal(system(cmd), 0);
+  free(f);
+  return 0;
+}
+
+/* A 2-D F32 tensor "w" of rows x cols with w[i][j] = i*1000 + j, saved as
+ * two row bands; a BF16 vector "b"; bytes "step". */
+enum { ROWS = 300, COLS = 50 };
+
+static float w_value(int64_t i, int64_t j) { return (float)(i * 1000 + j); }
+
+static dcp_state *make_saved_state(fixture *f, float *w, uint16_t *b, uint64_t *step) {
+  dcp_state *st;
+  assert_int_equal(dcp_state_create(f->ctx, &st), DCP_OK);
+  for (int64_t i = 0; i < ROWS; i++)
+    for (int64_t j = 0; j < COLS; j++) w[i * COLS + j] = w_value(i, j);
+  for (int k = 0; k < 33; k++) b[k] = (uint16_t)(0x3f00 + k);
+  *step = 1234;
+  int64_t shape[2] = {ROWS, COLS}, bshape[1] = {33};
+  int64_t o1[2] = {0, 0}, s1[2] = {120, COLS}, o2[2] = {120, 0}, s2[2] = {ROWS - 120, COLS};
+  assert_int_equal(dcp_state_add_tensor(st, "w", DCP_F32, 2, shape), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(st, "w", o1, s1, w), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(st, "w", o2, s2, w + 120 * COLS), DCP_OK);
+  int64_t zero[1] = {0};
+  assert_int_equal(dcp_state_add_tensor(st, "b", DCP_BF16, 1, bshape), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(st, "b", zero, bshape, b), DCP_OK);
+  assert_int_equal(dcp_state_add_bytes(st, "step", DCP_SCOPE_REPLICATED, step, 8), DCP_OK);
+  return st;
+}
+
+static dcp_status save_default(fixture *f, uint32_t flags) {
+  static float w[ROWS * COLS];
+  static uint16_t b[33];
+  static uint64_t step;
+  dcp_state *st = make_saved_state(f, w, b, &step);
+  dcp_save_options o;
+  dcp_save_options_init(&o);
+  o.flags = flags;
+  o.block_size = 4096; /* many blocks, so partial reads are visible */
+  dcp_status s = dcp_save(f->ctx, st, f->ckpt, &o);
+  dcp_state_free(st);
+  return s;
+}
+
+static uint64_t file_size(const fixture *f, const char *name) {
+  char p[PATH_MAX + 64];
+  struct stat sb;
+  snprintf(p, sizeof p, "%s/%s", f->ckpt, name);
+  return stat(p, &sb) ? 0 : (uint64_t)sb.st_size;
+}
+
+static void roundtrip(void **state, uint32_t flags) {
+  fixture *f = *state;
+  assert_int_equal(save_default(f, flags), DCP_OK);
+  dcp_stats st = {.struct_size = sizeof st};
+  assert_int_equal(dcp_ctx_stats(f->ctx, &st), DCP_OK);
+  uint64_t model = ROWS * COLS * 4 + 33 * 2 + 8;
+  assert_int_equal(st.data_bytes, model);
+  assert_int_equal(st.items_written, 4);
+  uint64_t data = file_size(f, "data-00000.dcp"), meta = file_size(f, ".metadata");
+  assert_true(meta > 0);
+  if (flags & DCP_SAVE_COMPRESS)
+    assert_true(data < model); /* the values compress */
+  else
+    assert_int_equal(data, model); /* bytes on disk = model bytes */
+  assert_int_equal(st.bytes_written, data + meta);
+
+  /* load into another sharding: column halves */
+  static float left[ROWS * 25], right[ROWS * 25];
+  uint16_t b[33] = {0};
+  uint64_t step = 0;
+  dcp_state *ld;
+  assert_int_equal(dcp_state_create(f->ctx, &ld), DCP_OK);
+  int64_t shape[2] = {ROWS, COLS}, bshape[1] = {33}, zero[1] = {0};
+  int64_t ol[2] = {0, 0}, or_[2] = {0, 25}, sz[2] = {ROWS, 25};
+  assert_int_equal(dcp_state_add_tensor(ld, "w", DCP_F32, 2, shape), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(ld, "w", ol, sz, left), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(ld, "w", or_, sz, right), DCP_OK);
+  assert_int_equal(dcp_state_add_tensor(ld, "b", DCP_BF16, 1, bshape), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(ld, "b", zero, bshape, b), DCP_OK);
+  assert_int_equal(dcp_state_add_bytes(ld, "step", DCP_SCOPE_REPLICATED, &step, 8), DCP_OK);
+  dcp_status s = dcp_load(f->ctx, ld, f->ckpt, NULL);
+  if (s) fprintf(stderr, "%s\n", dcp_ctx_last_error(f->ctx));
+  assert_int_equal(s, DCP_OK);
+  for (int64_t i = 0; i < ROWS; i++)
+    for (int64_t j = 0; j < 25; j++) {
+      assert_true(left[i * 25 + j] == w_value(i, j));
+      assert_true(right[i * 25 + j] == w_value(i, j + 25));
+    }
+  for (int k = 0; k < 33; k++) assert_int_equal(b[k], 0x3f00 + k);
+  assert_int_equal(step, 1234);
+  dcp_state_free(ld);
+}
+
+static void test_roundtrip_raw(void **state) { roundtrip(state, 0); }
+static void test_roundtrip_zstd(void **state) { roundtrip(state, DCP_SAVE_COMPRESS); }
+
+/* A small box reads only the blocks it touches, not the whole chunk. */
+static void test_partial_read(void **state) {
+  fixture *f = *state;
+  assert_int_equal(save_default(f, 0), DCP_OK);
+  float part[2 * 3];
+  dcp_state *ld;
+  assert_int_equal(dcp_state_create(f->ctx, &ld), DCP_OK);
+  int64_t shape[2] = {ROWS, COLS}, off[2] = {200, 10}, sz[2] = {2, 3};
+  assert_int_equal(dcp_state_add_tensor(ld, "w", DCP_F32, 2, shape), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(ld, "w", off, sz, part), DCP_OK);
+  assert_int_equal(dcp_load(f->ctx, ld, f->ckpt, NULL), DCP_OK);
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 3; j++) assert_true(part[i * 3 + j] == w_value(200 + i, 10 + j));
+  dcp_stats st = {.struct_size = sizeof st};
+  dcp_ctx_stats(f->ctx, &st);
+  uint64_t meta = file_size(f, ".metadata");
+  /* two rows of 200 bytes lie within at most two 4 KiB blocks */
+  assert_true(st.bytes_read <= meta + 2 * 4096);
+  dcp_state_free(ld);
+}
+
+static void test_commit_rules(void **state) {
+  fixture *f = *state;
+  dcp_state *ld;
+  assert_int_equal(dcp_state_create(f->ctx, &ld), DCP_OK);
+  assert_int_equal(dcp_load(f->ctx, ld, f->ckpt, NULL), DCP_ENOTFOUND); /* no directory */
+  assert_int_equal(save_default(f, 0), DCP_OK);
+  assert_int_equal(save_default(f, 0), DCP_EEXIST);
+  assert_non_null(strstr(dcp_ctx_last_error(f->ctx), "DCP_SAVE_OVERWRITE"));
+  /* a failed save's leftovers, and the metadata removed = not committed */
+  char p[PATH_MAX + 64];
+  snprintf(p, sizeof p, "%s/data-00007.dcp", f->ckpt);
+  FILE *junk = fopen(p, "w");
+  fputs("junk", junk);
+  fclose(junk);
+  assert_int_equal(save_default(f, DCP_SAVE_OVERWRITE), DCP_OK);
+  assert_int_equal(file_size(f, "data-00007.dcp"), 0); /* cleaned up */
+  assert_int_equal(access(p, F_OK), -1);
+  snprintf(p, sizeof p, "%s/.metadata", f->ckpt);
+  assert_int_equal(unlink(p), 0);
+  assert_int_equal(dcp_load(f->ctx, ld, f->ckpt, NULL), DCP_EINCOMPLETE);
+  assert_non_null(strstr(dcp_ctx_last_error(f->ctx), "incomplete"));
+  dcp_state_free(ld);
+}
+
+/* Flip one byte of the data file: the load names the tensor and box. */
+static void test_corrupt_block(void **state) {
+  fixture *f = *state;
+  assert_int_equal(save_default(f, 0), DCP_OK);
+  char p[PATH_MAX + 64];
+  snprintf(p, sizeof p, "%s/data-00000.dcp", f->ckpt);
+  int fd = open(p, O_RDWR);
+  assert_true(fd >= 0);
+  uint8_t byte;
+  off_t at = 130 * COLS * 4 + 17; /* inside the second row band of "w" */
+  assert_int_equal(pread(fd, &byte, 1, at), 1);
+  byte ^= 0x10;
+  assert_int_equal(pwrite(fd, &byte, 1, at), 1);
+  close(fd);
+  static float all[ROWS * COLS];
+  dcp_state *ld;
+  assert_int_equal(dcp_state_create(f->ctx, &ld), DCP_OK);
+  int64_t shape[2] = {ROWS, COLS}, off[2] = {0, 0};
+  assert_int_equal(dcp_state_add_tensor(ld, "w", DCP_F32, 2, shape), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(ld, "w", off, shape, all), DCP_OK);
+  assert_int_equal(dcp_load(f->ctx, ld, f->ckpt, NULL), DCP_ECORRUPT);
+  const char *msg = dcp_ctx_last_error(f->ctx);
+  assert_non_null(strstr(msg, "'w'"));
+  assert_non_null(strstr(msg, "[120:300, 0:50]"));
+  assert_non_null(strstr(msg, "data-00000.dcp"));
+  dcp_state_free(ld);
+}
+
+static void test_mismatches(void **state) {
+  fixture *f = *state;
+  assert_int_equal(save_default(f, 0), DCP_OK);
+  float buf[ROWS * COLS];
+  int64_t shape[2] = {ROWS, COLS}, other[2] = {ROWS, COLS + 1}, off[2] = {0, 0};
+  struct { const char *fqn; dcp_dtype dt; const int64_t *shape; dcp_status want; } cases[] = {
+      {"nope", DCP_F32, shape, DCP_ENOTFOUND},
+      {"w", DCP_F16, shape, DCP_EMISMATCH},
+      {"w", DCP_F32, other, DCP_EMISMATCH},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    dcp_state *ld;
+    assert_int_equal(dcp_state_create(f->ctx, &ld), DCP_OK);
+    int64_t sz[2] = {1, 1};
+    assert_int_equal(dcp_state_add_tensor(ld, cases[i].fqn, cases[i].dt, 2, cases[i].shape), DCP_OK);
+    assert_int_equal(dcp_state_add_chunk(ld, cases[i].fqn, off, sz, buf), DCP_OK);
+    assert_int_equal(dcp_load(f->ctx, ld, f->ckpt, NULL), cases[i].want);
+    assert_non_null(strstr(dcp_ctx_last_error(f->ctx), cases[i].fqn));
+    dcp_state_free(ld);
+  }
+  uint64_t wide[2];
+  struct { const char *key; dcp_scope scope; size_t len; dcp_status want; } bcases[] = {
+      {"step", DCP_SCOPE_REPLICATED, 16, DCP_EMISMATCH},
+      {"step", DCP_SCOPE_PER_RANK, 8, DCP_ESCOPE},
+      {"epoch", DCP_SCOPE_REPLICATED, 8, DCP_ENOTFOUND},
+  };
+  for (size_t i = 0; i < sizeof bcases / sizeof bcases[0]; i++) {
+    dcp_state *ld;
+    assert_int_equal(dcp_state_create(f->ctx, &ld), DCP_OK);
+    assert_int_equal(dcp_state_add_bytes(ld, bcases[i].key, bcases[i].scope, wide, bcases[i].len),
+                     DCP_OK);
+    assert_int_equal(dcp_load(f->ctx, ld, f->ckpt, NULL), bcases[i].want);
+    assert_non_null(strstr(dcp_ctx_last_error(f->ctx), bcases[i].key));
+    dcp_state_free(ld);
+  }
+}
+
+static void test_meta_open(void **state) {
+  fixture *f = *state;
+  dcp_meta *m;
+  assert_int_equal(dcp_meta_open(f->ctx, f->ckpt, &m), DCP_ENOTFOUND);
+  assert_int_equal(save_default(f, 0), DCP_OK);
+  assert_int_equal(dcp_meta_open(f->ctx, f->ckpt, &m), DCP_OK);
+  assert_int_equal(dcp_meta_tensor_count(m), 2);
+  assert_int_equal(dcp_meta_world_size(m), 1);
+  assert_int_equal(dcp_meta_file_count(m), 1);
+  size_t ti;
+  assert_int_equal(dcp_meta_find_tensor(m, "w", &ti), DCP_OK);
+  dcp_tensor_info info;
+  assert_int_equal(dcp_meta_tensor(m, ti, &info), DCP_OK);
+  assert_int_equal(info.chunk_count, 2);
+  dcp_chunk_info ci;
+  assert_int_equal(dcp_meta_chunk(m, ti, 1, &ci), DCP_OK);
+  assert_int_equal(ci.box.offset[0], 120);
+  assert_int_equal(ci.ref.raw_length, (ROWS - 120) * COLS * 4);
+  assert_int_equal(ci.ref.block_count, ((ROWS - 120) * COLS * 4 + 4095) / 4096);
+  dcp_meta_free(m);
+}
+
+static void test_plugin_not_found(void **state) {
+  fixture *f = *state;
+  dcp_ctx_config cfg;
+  dcp_ctx_config_init(&cfg);
+  cfg.storage = "nosuchstore";
+  cfg.plugin_path = f->plugins;
+  dcp_ctx *ctx;
+  assert_int_equal(dcp_ctx_create(&cfg, &ctx), DCP_EPLUGIN);
+  assert_null(ctx);
+  assert_non_null(strstr(dcp_ctx_create_error(), "dcp-storage-nosuchstore.so"));
+  assert_non_null(strstr(dcp_ctx_create_error(), f->plugins));
+  cfg.storage = NULL;
+  cfg.world_size = 2;
+  cfg.coll = "nosuchcoll";
+  assert_int_equal(dcp_ctx_create(&cfg, &ctx), DCP_EPLUGIN);
+  assert_non_null(strstr(dcp_ctx_create_error(), "dcp-coll-nosuchcoll.so"));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_roundtrip_raw, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_roundtrip_zstd, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_partial_read, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_commit_rules, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_corrupt_block, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_mismatches, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_meta_open, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_plugin_not_found, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
