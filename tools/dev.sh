@@ -2,7 +2,9 @@
 # dev.sh — one entry point for setting up, building, testing and demoing
 # libdcp on a Debian machine. Every command installs what it needs first.
 #
-#   tools/dev.sh demo          build, then run the main job (bench/plansim)
+#   tools/dev.sh demo          build, then run the main job: a 4-rank save with
+#                              one layout and a load with another (tools/demo)
+#   tools/dev.sh plansim [...] build, then plan a 10,240-rank job in one process
 #   tools/dev.sh test          build with -Werror, run the whole ctest suite
 #   tools/dev.sh asan          build with ASan+UBSan, run the unit tests
 #   tools/dev.sh fuzz [SECS]   build the libFuzzer targets with clang, run each
@@ -40,6 +42,21 @@ shift || true
 case "$cmd" in
   deps) deps ;;
   demo)
+    deps
+    build build
+    dir=$(mktemp -d)
+    if [ -e build/lib/dcp/dcp-coll-mpi.so ] && command -v mpirun >/dev/null; then
+      echo "== 4 ranks under mpirun (mpi collective)"
+      mpirun -np 4 --oversubscribe --allow-run-as-root --mca btl self,vader \
+        build/tools/dcp-demo --coll mpi --dir "$dir/ckpt" "$@"
+    else
+      echo "== 4 forked ranks (file-exchange collective)"
+      build/tests/integration/dcp_launch 4 120 build/tools/dcp-demo --coll file \
+        --dir "$dir/ckpt" --rendezvous "$dir/rdv" "$@"
+    fi
+    rm -rf "$dir"
+    ;;
+  plansim)
     deps
     build build
     ./build/bench/plansim "$@"
@@ -92,5 +109,5 @@ case "$cmd" in
     fi
     rm -rf "$prefix"
     ;;
-  *) echo "usage: tools/dev.sh demo|test|asan|fuzz [secs]|install-check|deps" >&2; exit 2 ;;
+  *) echo "usage: tools/dev.sh demo|plansim|test|asan|fuzz [secs]|install-check|deps" >&2; exit 2 ;;
 esac

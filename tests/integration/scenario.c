@@ -5,7 +5,8 @@
  *
  *   scenario --coll mpi|file --dir CKPT --mode save|load|both
  *            [--save-tp N] [--load-tp N] [--compress] [--lowest] [--rendezvous DIR]
- *            [--expect-exists] [--overwrite]
+ *            [--expect-exists] [--overwrite] [--storage posix|sharedfs]
+ *            [--meta-per-rank]
  *
  * The model: a mesh [world/tp, tp] (DP x TP) and tensors of every kind of
  * sharding: TP on dim 0, TP on dim 1, replicated, DP and TP on two dims,
@@ -215,19 +216,21 @@ static uint64_t model_bytes(int32_t world) {
   return total;
 }
 
-/* Sum of the data files' sizes and whether .metadata is there. */
+/* Sum of the data files' sizes and whether .metadata is there, looking
+ * into subdirectories too (the sharedfs plugin fans files out). */
 static uint64_t data_bytes_on_disk(const char *dir, int *committed) {
   DIR *d = opendir(dir);
   CHECK(d, "opendir %s", dir);
   uint64_t total = 0;
   struct dirent *e;
-  *committed = 0;
   while ((e = readdir(d))) {
     char path[4096];
     struct stat sb;
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    if (stat(path, &sb) || !S_ISREG(sb.st_mode)) continue;
-    if (!strcmp(e->d_name, ".metadata")) *committed = 1;
+    if (stat(path, &sb)) continue;
+    if (S_ISDIR(sb.st_mode)) total += data_bytes_on_disk(path, committed);
+    else if (!strcmp(e->d_name, ".metadata")) *committed = 1;
     else if (!strncmp(e->d_name, "data-", 5)) total += (uint64_t)sb.st_size;
   }
   closedir(d);
@@ -235,8 +238,8 @@ static uint64_t data_bytes_on_disk(const char *dir, int *committed) {
 }
 
 typedef struct args {
-  const char *coll, *dir, *mode, *rendezvous;
-  int save_tp, load_tp, compress, lowest, expect_exists, overwrite;
+  const char *coll, *dir, *mode, *rendezvous, *storage;
+  int save_tp, load_tp, compress, lowest, expect_exists, overwrite, meta_per_rank;
 } args;
 
 static args parse(int argc, char **argv) {
@@ -247,10 +250,12 @@ static args parse(int argc, char **argv) {
     else if (!strcmp(k, "--lowest")) a.lowest = 1;
     else if (!strcmp(k, "--expect-exists")) a.expect_exists = 1;
     else if (!strcmp(k, "--overwrite")) a.overwrite = 1;
+    else if (!strcmp(k, "--meta-per-rank")) a.meta_per_rank = 1;
     else if (!strcmp(k, "--coll")) a.coll = v, i++;
     else if (!strcmp(k, "--dir")) a.dir = v, i++;
     else if (!strcmp(k, "--mode")) a.mode = v, i++;
     else if (!strcmp(k, "--rendezvous")) a.rendezvous = v, i++;
+    else if (!strcmp(k, "--storage")) a.storage = v, i++;
     else if (!strcmp(k, "--save-tp")) a.save_tp = atoi(v), i++;
     else if (!strcmp(k, "--load-tp")) a.load_tp = atoi(v), i++;
     else {
@@ -266,6 +271,7 @@ static dcp_ctx *open_ctx(const args *a) {
   dcp_ctx_config cfg;
   dcp_ctx_config_init(&cfg);
   cfg.coll = a->coll;
+  cfg.storage = a->storage;
   cfg.timeout_ms = 60000;
   if (!strcmp(a->coll, "file")) {
     const char *r = getenv("DCP_TEST_RANK"), *w = getenv("DCP_TEST_WORLD");
@@ -303,7 +309,7 @@ static void do_save(dcp_ctx *ctx, const args *a) {
     dcp_stats st = {.struct_size = sizeof st};
     dcp_ctx_stats(ctx, &st);
     if (rank == 0) {
-      int committed;
+      int committed = 0;
       uint64_t disk = data_bytes_on_disk(a->dir, &committed);
       CHECK(committed, "no .metadata after save");
       if (!a->compress)
@@ -329,7 +335,10 @@ static void do_load(dcp_ctx *ctx, const args *a) {
   dcp_meta_free(meta);
   rank_model m;
   build(ctx, &m, world, a->load_tp, 0, same_world);
-  dcp_status s = dcp_load(ctx, m.st, a->dir, NULL);
+  dcp_load_options lo;
+  dcp_load_options_init(&lo);
+  if (a->meta_per_rank) lo.flags |= DCP_LOAD_METADATA_PER_RANK;
+  dcp_status s = dcp_load(ctx, m.st, a->dir, &lo);
   CHECK(s == DCP_OK, "load: %s: %s", dcp_strerror(s), dcp_ctx_last_error(ctx));
   verify(&m, rank, same_world);
   free_model(&m);

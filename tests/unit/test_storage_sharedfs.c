@@ -310,6 +310,31 @@ static void test_read_open_is_fresh(void **state) {
   stu_rmrf(parent);
 }
 
+/* sync_dir fsyncs the subdirectory a create touched (the injected error
+ * names it), keeps it on the list after a failure, and then root. */
+static void test_sync_dir_touched(void **state) {
+  (void)state;
+  char parent[STU_PATH], root[STU_PATH], dir[STU_PATH];
+  stu_tmpdir(NULL, parent, sizeof parent);
+  stu_path(root, sizeof root, parent, "ckpt");
+  assert_int_equal(mkdir(root, 0700), 0);
+  sfs_locate(&sp, root, "t.bin", dir, sizeof dir);
+  dcp_storage *st = stu_open(&sp, root, 0, "inject=io:eio:2");
+  dcp_plugin_err err = {{0}};
+  dcp_storage_file *f;
+  assert_int_equal(sp.p->sync_dir(st, &err), DCP_EIO); /* nothing touched: root */
+  assert_non_null(strstr(err.msg, root));
+  assert_int_equal(sp.p->file_open(st, "t.bin", DCP_FILE_WRITE, &f, &err), DCP_OK);
+  assert_int_equal(sp.p->file_close(f, &err), DCP_OK); /* no data: no I/O */
+  assert_int_equal(sp.p->sync_dir(st, &err), DCP_EIO);
+  if (!strstr(err.msg, dir)) fail_msg("'%s' not in '%s'", dir, err.msg);
+  assert_int_equal(stu_stats(&sp, st).sync_ops, 0);
+  assert_int_equal(sp.p->sync_dir(st, &err), DCP_OK);
+  assert_int_equal(stu_stats(&sp, st).sync_ops, 1);
+  sp.p->close(st);
+  stu_rmrf(parent);
+}
+
 static void test_roundtrip(void **state) {
   (void)state;
   stu_case_roundtrip(&sp, NULL, NULL, (9u << 20) + 4321, 11);
@@ -367,6 +392,7 @@ int main(void) {
       cmocka_unit_test(test_estale_reopens),
       cmocka_unit_test(test_retries_bounded),
       cmocka_unit_test(test_read_open_is_fresh),
+      cmocka_unit_test(test_sync_dir_touched),
       cmocka_unit_test(test_roundtrip),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_names),

@@ -277,12 +277,16 @@ fsio_core *fsio_core_of(dcp_storage *st) { return (fsio_core *)(void *)st; }
 /* ---- directories ----------------------------------------------------------- */
 
 /* See fsio.h. */
-int fsio_fsync_dir(fsio_core *c, int dirfd, const char *name, dcp_plugin_err *err) {
+int fsio_fsync_dir(fsio_core *c, int dirfd, const char *path, dcp_plugin_err *err) {
   unsigned attempt = 0;
   int e;
-  do e = fsync(dirfd) ? errno : 0;
-  while (e && fsio_retry(c, e, &attempt));
-  return e ? fsio_fail_errno(c, err, e, "fsync directory", name) : DCP_OK;
+  do {
+    e = fsio_inject(c, FSIO_SITE_IO);
+    if (!e) e = fsync(dirfd) ? errno : 0;
+  } while (e && fsio_retry(c, e, &attempt));
+  if (!e) return DCP_OK;
+  return fsio_fail(err, fsio_errno_status(e), "fsync directory %s: %s", path ? path : c->root,
+                   strerror(e));
 }
 
 /* Regular files only: a symlink, directory or fifo planted in the

@@ -135,8 +135,9 @@ int fsio_inject(fsio_core *c, int site);
 /* Add n to a counter. */
 void fsio_count(_Atomic uint64_t *ctr, uint64_t n);
 
-/* fsync a directory fd (retrying transients); name NULL means root. */
-int fsio_fsync_dir(fsio_core *c, int dirfd, const char *name, dcp_plugin_err *err);
+/* fsync a directory fd (retrying transients); path is shown in messages
+ * (NULL: root). */
+int fsio_fsync_dir(fsio_core *c, int dirfd, const char *path, dcp_plugin_err *err);
 /* Call fn for each regular file of dirfd whose name is valid and passes
  * accept (when not NULL); stops at fn's first non-zero value, returned. */
 int fsio_list_dir(fsio_core *c, int dirfd, int (*accept)(const char *name, void *actx),

@@ -168,7 +168,8 @@ static int xfer_recover(dcp_storage_file *f, int e, unsigned gen, unsigned *atte
 static int64_t xfer(dcp_storage_file *f, xfer_kind k, void *buf, size_t len, uint64_t off,
                     dcp_plugin_err *err) {
   const char *op = k == XFER_READ ? "read" : "write";
-  if (len > (uint64_t)INT64_MAX - off) return fsio_fail_errno(f->c, err, EFBIG, op, f->name);
+  if (off > (uint64_t)INT64_MAX || len > (uint64_t)INT64_MAX - off)
+    return fsio_fail_errno(f->c, err, EFBIG, op, f->name);
   size_t done = 0;
   unsigned attempt = 0, gen;
   while (done < len) {
@@ -262,10 +263,10 @@ static int file_new(fsio_core *c, const char *name, uint32_t mode, int fd, int d
                     dcp_storage_file **out, dcp_plugin_err *err) {
   dcp_storage_file *f = calloc(1, sizeof *f);
   void *stage = NULL;
-  if (f && mode == DCP_FILE_WRITE && direct &&
-      posix_memalign(&stage, FSIO_ALIGN, c->stage_size) != 0)
-    stage = NULL, direct = -1;
-  if (!f || direct < 0 || pthread_rwlock_init(&f->lock, NULL) != 0) {
+  int no_stage = mode == DCP_FILE_WRITE && direct &&
+                 posix_memalign(&stage, FSIO_ALIGN, c->stage_size) != 0;
+  if (no_stage) stage = NULL; /* unspecified after a failure */
+  if (!f || no_stage || pthread_rwlock_init(&f->lock, NULL) != 0) {
     free(stage);
     free(f);
     close(fd);

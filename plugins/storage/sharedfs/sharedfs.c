@@ -54,13 +54,19 @@ static dcp_storage *sfs_of(fsio_core *c) { return (dcp_storage *)(void *)c; }
 /* "dNNN" for bucket b. */
 static void sfs_subname(unsigned b, char out[8]) { snprintf(out, 8, "d%03u", b); }
 
+/* Fail with errno e for an operation on subdirectory sub. */
+static int sfs_fail_sub(fsio_core *c, dcp_plugin_err *err, int e, const char *op,
+                        const char *sub) {
+  return fsio_fail(err, fsio_errno_status(e), "%s %s/%s: %s", op, c->root, sub, strerror(e));
+}
+
 /* mkdir the subdirectory; another rank winning the race is fine. */
 static int sfs_mkdir(fsio_core *c, const char *sub, dcp_plugin_err *err) {
   unsigned attempt = 0;
   int e;
   do e = mkdirat(c->rootfd, sub, 0777) && errno != EEXIST ? errno : 0;
   while (e && fsio_retry(c, e, &attempt));
-  return e ? fsio_fail_errno(c, err, e, "mkdir", NULL) : DCP_OK;
+  return e ? sfs_fail_sub(c, err, e, "mkdir", sub) : DCP_OK;
 }
 
 /* Open bucket b's directory fd, creating the directory when `create`.
@@ -79,9 +85,7 @@ static int sfs_open_sub(fsio_core *c, unsigned b, int create, int *fd, dcp_plugi
   if (rc || !e) return rc;
   *fd = -1;
   if (e == ENOENT && !create) return DCP_OK;
-  char path[FSIO_PATH_MAX];
-  snprintf(path, sizeof path, "%s/%s", c->root, sub);
-  return fsio_fail(err, fsio_errno_status(e), "open directory %s: %s", path, strerror(e));
+  return sfs_fail_sub(c, err, e, "open directory", sub);
 }
 
 /* The cached fd of bucket b, opened (and with create, made) on first use.
@@ -163,9 +167,9 @@ static int sfs_sync_dir(dcp_storage *st, dcp_plugin_err *err) {
   fsio_core *c = &st->core;
   for (unsigned b = 0; b < SFS_FANOUT; b++) {
     if (!atomic_exchange(&st->touched[b], false)) continue;
-    char sub[8];
-    sfs_subname(b, sub);
-    int rc = fsio_fsync_dir(c, atomic_load(&st->subfd[b]), sub, err);
+    char path[FSIO_PATH_MAX];
+    snprintf(path, sizeof path, "%s/d%03u", c->root, b);
+    int rc = fsio_fsync_dir(c, atomic_load(&st->subfd[b]), path, err);
     if (rc) {
       atomic_store(&st->touched[b], true);
       return rc;
