@@ -424,7 +424,7 @@ static void remove_dir(const char *dir) {
 /* ---- the disk baseline -------------------------------------------------- */
 
 static void disk_write(const char *path, uint64_t bytes, const uint8_t *buf, size_t io,
-                       double *t0, double *t1) {
+                       double *t0, double *tm, double *t1) {
   *t0 = wall_now();
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) die("open %s: %s", path, strerror(errno));
@@ -435,6 +435,7 @@ static void disk_write(const char *path, uint64_t bytes, const uint8_t *buf, siz
     if (w <= 0) die("write %s: %s", path, strerror(errno));
     done += (uint64_t)w;
   }
+  *tm = wall_now();
   if (fsync(fd)) die("fsync %s: %s", path, strerror(errno));
   *t1 = wall_now();
   posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
@@ -467,6 +468,7 @@ enum { PH_DISK_W, PH_DISK_R, PH_SAVE, PH_LOAD, PH_LOAD_SAME, NPHASE };
 typedef struct record {
   double t0[MAXREP][NPHASE], t1[MAXREP][NPHASE];
   uint64_t bytes[MAXREP][NPHASE]; /* bytes this rank moved in the disk phases */
+  double tm[MAXREP];              /* disk write: write(2)s done, fsync starts */
   dcp_stats st[MAXREP][NPHASE];   /* dcp_ctx_stats of the dcp phases */
   uint64_t checked, bad;
 } record;
@@ -513,6 +515,18 @@ static int median_rep(const record *all, int32_t world, int reps, int ph) {
       order[k - 1] = x;
     }
   return order[(reps - 1) / 2];
+}
+
+static double median(const double *v, int n) {
+  double x[MAXREP];
+  memcpy(x, v, (size_t)n * sizeof *x);
+  for (int i = 1; i < n; i++)
+    for (int k = i; k > 0 && x[k] < x[k - 1]; k--) {
+      double t = x[k];
+      x[k] = x[k - 1];
+      x[k - 1] = t;
+    }
+  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
 static uint64_t sum_bytes(const record *all, int32_t world, int rep, int ph) {
@@ -563,10 +577,22 @@ static void report(const args *a, const model *m, int32_t world, int32_t tp, int
     printf("%-4d %6.0f MiB/s %6.0f MiB/s %6.0f MiB/s %.2fx %6.0f MiB/s %.2fx %6.0f MiB/s %.2fx\n",
            k + 1, dw / MIB, dr / MIB, sv / MIB, sv / dw, ld / MIB, ld / dr, ls / MIB, ls / dr);
   }
+  double ratio[3][MAXREP];
+  for (int k = 0; k < reps; k++) {
+    double dw = (double)sum_bytes(all, world, k, PH_DISK_W) / span(all, world, k, PH_DISK_W);
+    double dr = (double)sum_bytes(all, world, k, PH_DISK_R) / span(all, world, k, PH_DISK_R);
+    ratio[0][k] = mb / span(all, world, k, PH_SAVE) / dw;
+    ratio[1][k] = mb / span(all, world, k, PH_LOAD) / dr;
+    ratio[2][k] = mb / span(all, world, k, PH_LOAD_SAME) / dr;
+  }
+  printf("median of the per-repetition ratios (each against the baseline of its own repetition):"
+         "\n  save %.2fx disk write   load %.2fx disk read   load same %.2fx disk read\n",
+         median(ratio[0], reps), median(ratio[1], reps), median(ratio[2], reps));
   static const char *names[NPHASE] = {"disk write", "disk read", "save", "load", "load same"};
   double bw[NPHASE];
   int med[NPHASE];
-  printf("\nmedian of %d (bandwidth: bytes / time; time: latest end - earliest start over ranks)\n",
+  printf("\nmedian times of %d repetitions (bandwidth: bytes / time; time: latest end - earliest "
+         "start over ranks)\n",
          reps);
   for (int ph = 0; ph < NPHASE; ph++) {
     med[ph] = median_rep(all, world, reps, ph);
@@ -574,8 +600,14 @@ static void report(const args *a, const model *m, int32_t world, int32_t tp, int
     double bytes = ph <= PH_DISK_R ? (double)sum_bytes(all, world, med[ph], ph) : mb;
     bw[ph] = bytes / t;
     printf("%-11s %6.2f GiB %6.2f s %6.0f MiB/s", names[ph], bytes / GIB, t, bw[ph] / MIB);
-    if (ph == PH_DISK_W)
-      printf("  %d writers, write(2) %zu MiB + fsync\n", (int)world, a->io_bytes >> 20);
+    if (ph == PH_DISK_W) {
+      int k = med[ph];
+      double lo = all[0].t0[k][ph], wmax = 0; /* when the last write(2) returned */
+      for (int32_t r = 1; r < world; r++) lo = all[r].t0[k][ph] < lo ? all[r].t0[k][ph] : lo;
+      for (int32_t r = 0; r < world; r++) wmax = all[r].tm[k] - lo > wmax ? all[r].tm[k] - lo : wmax;
+      printf("  %d writers, write(2) %zu MiB + fsync (write(2)s done at %.2f s)\n", (int)world,
+             a->io_bytes >> 20, wmax);
+    }
     else if (ph == PH_DISK_R)
       printf("  %d readers, read(2) %zu MiB, cold (%s)\n", (int)world, a->io_bytes >> 20,
              dropped ? "drop_caches + fadvise" : "fadvise DONTNEED only");
@@ -629,6 +661,63 @@ static void poison(const model *m, rank_state *rs) {
     int64_t n = b->size[0] * (m->t[i].ndim == 2 ? b->size[1] : 1);
     memset(rs->bufs[i], 0xEE, (size_t)n * m->es);
   }
+}
+
+/* Everything one repetition needs. */
+typedef struct bench_ctx {
+  dcp_ctx *ctx;
+  barrier *bar;
+  const model *m;
+  rank_state *rs, *rl; /* the save layout (also loaded into), the other layout */
+  record *rec;
+  const dcp_save_options *so;
+  const char *dir, *ckpt, *base;
+  uint8_t *iobuf;
+  size_t io;
+  uint64_t share;
+  int32_t rank;
+  int dropped; /* drop_caches worked every time */
+} bench_ctx;
+
+/* The disk baseline: the same bytes, the same writers, the same directory. */
+static void run_baseline(bench_ctx *b, int k) {
+  record *rec = b->rec;
+  bench_barrier(b->bar);
+  disk_write(b->base, b->share, b->iobuf, b->io, &rec->t0[k][PH_DISK_W], &rec->tm[k],
+             &rec->t1[k][PH_DISK_W]);
+  rec->bytes[k][PH_DISK_W] = b->share;
+  b->dropped &= cold_cache(b->bar, b->rank, b->dir); /* the files were fadvised already */
+  rec->bytes[k][PH_DISK_R] =
+      disk_read(b->base, b->iobuf, b->io, &rec->t0[k][PH_DISK_R], &rec->t1[k][PH_DISK_R]);
+  bench_barrier(b->bar);
+  unlink(b->base);
+}
+
+static void run_dcp(bench_ctx *b, int k) {
+  record *rec = b->rec;
+  uint64_t checked;
+  bench_barrier(b->bar);
+  rec->t0[k][PH_SAVE] = wall_now();
+  dcp_status s = dcp_save(b->ctx, b->rs->st, b->ckpt, b->so);
+  rec->t1[k][PH_SAVE] = wall_now();
+  if (s) die("dcp_save: %s: %s", dcp_strerror(s), dcp_ctx_last_error(b->ctx));
+  rec->st[k][PH_SAVE].struct_size = sizeof rec->st[k][PH_SAVE];
+  dcp_ctx_stats(b->ctx, &rec->st[k][PH_SAVE]);
+
+  /* cold load into the other layout */
+  poison(b->m, b->rl);
+  b->dropped &= cold_cache(b->bar, b->rank, b->ckpt);
+  timed_load(b->ctx, b->rl, b->ckpt, rec, k, PH_LOAD);
+  rec->bad += verify_sample(b->m, b->rl, 64, &checked);
+  rec->checked += checked;
+
+  /* cold load into the save layout (restores what the next save writes) */
+  poison(b->m, b->rs);
+  b->dropped &= cold_cache(b->bar, b->rank, b->ckpt);
+  timed_load(b->ctx, b->rs, b->ckpt, rec, k, PH_LOAD_SAME);
+  rec->bad += verify_sample(b->m, b->rs, 64, &checked);
+  rec->checked += checked;
+  if (rec->bad) die("the load returned wrong values (see above)");
 }
 
 int main(int argc, char **argv) {
@@ -693,44 +782,17 @@ int main(int argc, char **argv) {
   dcp_save_options so;
   dcp_save_options_init(&so);
   so.flags = DCP_SAVE_OVERWRITE | (a.compress ? DCP_SAVE_COMPRESS : 0);
-  int dropped = 1;
 
+  bench_ctx bc = {.ctx = ctx, .bar = &bar, .m = &m, .rs = &rs, .rl = &rl, .rec = rec,
+                  .so = &so, .dir = a.dir, .ckpt = ckpt, .base = base, .iobuf = iobuf,
+                  .io = a.io_bytes, .share = share, .rank = rank, .dropped = 1};
   for (int k = 0; k < reps; k++) {
-    /* disk baseline: the same bytes, the same writers, the same directory */
-    bench_barrier(&bar);
-    disk_write(base, share, iobuf, a.io_bytes, &rec->t0[k][PH_DISK_W], &rec->t1[k][PH_DISK_W]);
-    rec->bytes[k][PH_DISK_W] = share;
-    dropped &= cold_cache(&bar, rank, a.dir); /* the baseline files were fadvised already */
-    rec->bytes[k][PH_DISK_R] =
-        disk_read(base, iobuf, a.io_bytes, &rec->t0[k][PH_DISK_R], &rec->t1[k][PH_DISK_R]);
-    bench_barrier(&bar);
-    unlink(base);
-
-    /* save */
-    bench_barrier(&bar);
-    rec->t0[k][PH_SAVE] = wall_now();
-    dcp_status s = dcp_save(ctx, rs.st, ckpt, &so);
-    rec->t1[k][PH_SAVE] = wall_now();
-    if (s) die("dcp_save: %s: %s", dcp_strerror(s), dcp_ctx_last_error(ctx));
-    rec->st[k][PH_SAVE].struct_size = sizeof rec->st[k][PH_SAVE];
-    dcp_ctx_stats(ctx, &rec->st[k][PH_SAVE]);
-
-    /* cold load into the other layout */
-    poison(&m, &rl);
-    dropped &= cold_cache(&bar, rank, ckpt);
-    timed_load(ctx, &rl, ckpt, rec, k, PH_LOAD);
-    uint64_t checked;
-    rec->bad += verify_sample(&m, &rl, 64, &checked);
-    rec->checked += checked;
-
-    /* cold load into the save layout (restores what the next save writes) */
-    poison(&m, &rs);
-    dropped &= cold_cache(&bar, rank, ckpt);
-    timed_load(ctx, &rs, ckpt, rec, k, PH_LOAD_SAME);
-    rec->bad += verify_sample(&m, &rs, 64, &checked);
-    rec->checked += checked;
-    if (rec->bad) die("the load returned wrong values (see above)");
+    /* odd repetitions run dcp first, so neither side always follows the
+     * other's deletes and truncations */
+    if (k % 2 == 0) run_baseline(&bc, k), run_dcp(&bc, k);
+    else run_dcp(&bc, k), run_baseline(&bc, k);
   }
+  int dropped = bc.dropped;
   free(iobuf);
   free_state(&m, &rs);
   free_state(&m, &rl);

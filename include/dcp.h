@@ -12,7 +12,7 @@
  *  - Strings are UTF-8, NUL-terminated, and copied on the way in.
  *  - Integer shapes and offsets are int64_t; every product is checked for
  *    overflow (DCP_EOVERFLOW).
- *  - Nothing in this header performs I/O in this version of the library.
+ *  - I/O goes through the context's storage plugin only.
  */
 #ifndef DCP_H
 #define DCP_H
@@ -524,10 +524,35 @@ DCP_API dcp_status dcp_save(dcp_ctx *ctx, dcp_state *st, const char *path,
 
 #define DCP_LOAD_METADATA_PER_RANK 1u /* every rank reads .metadata itself
                                          instead of rank 0 broadcasting it */
+#define DCP_LOAD_NO_PIPELINE 2u       /* read dedup: read everything first,
+                                         then broadcast (no reader thread
+                                         overlapping reads with broadcasts) */
+
+/* Read dedup (dcp_load_options.read_dedup): ranks that load the identical
+ * (fqn, box) form a group; one member reads it and broadcasts it to the
+ * others. Values are stable. */
+typedef enum dcp_read_dedup {
+  DCP_READ_DEDUP_AUTO = 0, /* when the collective has DCP_COLL_CAP_BULK and
+                              DCP_COLL_CAP_GROUPS (mpi); otherwise every rank
+                              reads for itself (file exchange) */
+  DCP_READ_DEDUP_OFF = 1,  /* every rank reads everything it loads */
+  DCP_READ_DEDUP_ON = 2    /* whenever the collective has DCP_COLL_CAP_GROUPS,
+                              even without an efficient bulk path (tests) */
+} dcp_read_dedup;
 
 typedef struct dcp_load_options {
   uint32_t struct_size; /* sizeof(dcp_load_options), set by init */
   uint32_t flags;       /* DCP_LOAD_* */
+  /* -- read dedup -- every rank must pass the same read_dedup and
+     reader_policy (DCP_EINVAL on all ranks otherwise) */
+  dcp_read_dedup read_dedup;   /* default DCP_READ_DEDUP_AUTO */
+  dcp_policy reader_policy;    /* who reads for a group: DCP_POLICY_BALANCED
+                                  (default: balance bytes read across ranks)
+                                  or DCP_POLICY_LOWEST_RANK */
+  uint64_t max_inflight_bytes; /* how far reads may run ahead of the
+                                  broadcasts, in bytes read and not yet
+                                  broadcast (at least one item always may);
+                                  default 256 MiB, 0 = default */
 } dcp_load_options;
 
 /* Fill opts with the defaults. */
@@ -538,6 +563,10 @@ DCP_API void dcp_load_options_init(dcp_load_options *opts);
  * happens here), reading only the blocks it needs and verifying each
  * block's checksum; bytes items get their saved bytes (PER_RANK ones the
  * bytes this rank saved). Collective over the context's ranks.
+ * With read dedup (see dcp_read_dedup) each distinct (fqn, box) that
+ * several ranks load is read by one of them, balanced across ranks, and
+ * broadcast to the others; reads overlap the broadcasts (a reader thread)
+ * unless DCP_LOAD_NO_PIPELINE is set.
  * Errors: DCP_EINCOMPLETE (no committed .metadata, or a chunk not covered by
  * the checkpoint), DCP_ENOTFOUND (an fqn or key the checkpoint lacks),
  * DCP_EMISMATCH (dtype, shape or bytes length differs), DCP_ESCOPE (a
@@ -568,12 +597,121 @@ typedef struct dcp_stats {
   uint64_t coll_bytes, coll_ops;     /* bytes this rank sent + received */
   uint64_t items_written;            /* chunks and bytes items written */
   uint64_t data_bytes;               /* tensor/bytes payload written or loaded */
+  /* -- load read dedup -- */
+  uint64_t data_read_bytes;    /* storage bytes read from data files (load;
+                                  .metadata reads excluded) */
+  uint64_t read_payload_bytes; /* tensor bytes this rank read from storage:
+                                  its own chunks and those it read for a group */
+  uint64_t dedup_sent_bytes;   /* tensor bytes it broadcast as a group's reader */
+  uint64_t dedup_recv_bytes;   /* tensor bytes it received from a group's reader */
+  uint64_t dedup_groups;       /* groups of >= 2 ranks it belongs to */
+  uint32_t dedup_path;         /* 0: no dedup (every rank read for itself),
+                                  1: groups from the layouts, 2: groups from
+                                  the exchange of request keys */
 } dcp_stats;
 
 /* Copy the statistics of ctx's last save or load into *out. Set
  * out->struct_size to sizeof(dcp_stats) first; fields past it are not
  * written. Errors: DCP_EINVAL. */
 DCP_API dcp_status dcp_ctx_stats(const dcp_ctx *ctx, dcp_stats *out);
+
+
+/* ------------------------------------------------------------------------ */
+/* Conversion and verification                                              */
+/* ------------------------------------------------------------------------ */
+
+/* These functions run on the calling rank alone: they are not collective
+ * and may be called on any context (a world of one is the usual case, e.g.
+ * the `dcp` command). All their I/O goes through the context's storage
+ * plugin; a path to a file is split into its directory (the plugin's root)
+ * and its plain name. docs/conversion.md describes them. */
+
+/* Progress of a long conversion or verification: done of total bytes of
+ * tensor data. Called from the thread that runs the operation, at most a
+ * few times per MiB; it must not call into the library with ctx. */
+typedef void (*dcp_progress_fn)(void *arg, uint64_t done, uint64_t total);
+
+/* Have dcp_import_safetensors, dcp_export_safetensors and dcp_verify on
+ * ctx report progress to fn(arg, ...), or stop doing so (fn NULL). */
+DCP_API void dcp_ctx_set_progress(dcp_ctx *ctx, dcp_progress_fn fn, void *arg);
+
+#define DCP_IMPORT_LINK 1u /* write only .metadata, pointing into the
+                              .safetensors files themselves (no copy) */
+
+/* Import safetensors into a checkpoint at ckpt (created, one level, when
+ * missing). src is a .safetensors file or a *.safetensors.index.json of a
+ * sharded set (its weight_map names the shards, in src's directory). Every
+ * header is parsed strictly (see docs/conversion.md); __metadata__ entries
+ * become the checkpoint's user key/values (the same key with different
+ * values in two shards is DCP_ECORRUPT).
+ * Without flags, tensor data is copied into one data file in checksummed
+ * blocks (tensors over 64 MiB become several chunks), then .metadata is
+ * committed atomically. With DCP_IMPORT_LINK only .metadata is written: its
+ * storage refs point into the .safetensors files (raw blocks whose
+ * checksums are computed by reading each file once), so ckpt must be the
+ * directory that holds them, and the files must not change afterwards (a
+ * change is caught by the block checksums at load or verify).
+ * Single rank, not collective.
+ * Errors: DCP_EEXIST (a committed checkpoint is at ckpt), DCP_EINVAL (NULL
+ * or empty paths, unknown flags, DCP_IMPORT_LINK with ckpt not src's
+ * directory), DCP_ECORRUPT (a malformed header or index: the reason names
+ * the file and the tensor), DCP_ENOTFOUND (a missing file), DCP_EIO,
+ * DCP_ENOSPC, DCP_ENOMEM. Message on ctx. */
+DCP_API dcp_status dcp_import_safetensors(dcp_ctx *ctx, const char *src, const char *ckpt,
+                                          uint32_t flags);
+
+/* Export the checkpoint at ckpt to safetensors in the directory outdir
+ * (created, one level, when missing). With max_shard_bytes 0, or when all
+ * tensor data fits in one shard, writes outdir/model.safetensors; else
+ * tensors (in fqn order) are packed into shards of at most max_shard_bytes
+ * of data each (a larger tensor gets a shard of its own), written as
+ * model-00001-of-0000N.safetensors, plus model.safetensors.index.json
+ * (metadata.total_size and weight_map). User key/values become
+ * __metadata__ of every file. Each tensor is assembled from its chunks in a
+ * buffer of that tensor's size (the largest tensor bounds memory, never the
+ * model), checking every block checksum. Bytes items are not exported
+ * (safetensors has no place for them). Each file is written under a
+ * temporary name and renamed into place. Single rank, not collective.
+ * Errors: DCP_EINCOMPLETE (not committed, or a tensor not fully covered),
+ * DCP_ECORRUPT, DCP_EINVAL, DCP_EIO, DCP_ENOSPC, DCP_ENOMEM. */
+DCP_API dcp_status dcp_export_safetensors(dcp_ctx *ctx, const char *ckpt, const char *outdir,
+                                          uint64_t max_shard_bytes);
+
+/* Read tensor number `tensor` of the view meta (opened on the checkpoint at
+ * ckpt) whole into buf, row-major, len bytes (= numel * dtype size),
+ * verifying every block it reads. Single rank, not collective.
+ * Errors: DCP_EINVAL (NULL, len not the tensor's size), DCP_ENOTFOUND
+ * (index out of range, a missing file), DCP_EINCOMPLETE (the chunks do not
+ * cover the tensor), DCP_ECORRUPT (a checksum; the message names file,
+ * block and fqn), DCP_EIO, DCP_ENOMEM. */
+DCP_API dcp_status dcp_read_tensor(dcp_ctx *ctx, const char *ckpt, dcp_meta *meta,
+                                   size_t tensor, void *buf, size_t len);
+
+#define DCP_VERIFY_MSG_MAX 512
+
+/* What dcp_verify found. */
+typedef struct dcp_verify_report {
+  uint32_t struct_size;    /* sizeof(dcp_verify_report), set by the caller */
+  uint64_t tensors;        /* tensors checked */
+  uint64_t chunks;         /* chunks read */
+  uint64_t bytes_items;    /* bytes items read */
+  uint64_t blocks;         /* blocks whose checksum was checked */
+  uint64_t bytes;          /* raw bytes checked */
+  uint64_t problems;       /* corrupt blocks, uncovered tensors, ... */
+  dcp_status first_status; /* DCP_OK, or the first problem's code */
+  char first_problem[DCP_VERIFY_MSG_MAX]; /* "" or the first problem */
+} dcp_verify_report;
+
+/* Verify the checkpoint at ckpt: every block of every chunk and bytes item
+ * is read and its checksum checked, and every tensor must be exactly
+ * covered (its chunks' volumes sum to its element count and no two chunks
+ * overlap). Keeps going after a problem to count them all. out may be NULL;
+ * otherwise set out->struct_size first. Single rank, not collective.
+ * Returns DCP_OK when all is well, DCP_ECORRUPT (a checksum, a chunk
+ * overlap, unreadable metadata), DCP_EINCOMPLETE (not committed, a tensor
+ * not covered, a missing data file), or DCP_EINVAL, DCP_EIO, DCP_ENOMEM;
+ * the first problem's description is on ctx and in out. */
+DCP_API dcp_status dcp_verify(dcp_ctx *ctx, const char *ckpt, dcp_verify_report *out);
 
 #ifdef __cplusplus
 }

@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 JOBS=${JOBS:-$(nproc)}
 
-PACKAGES=(build-essential cmake pkg-config libcmocka-dev libxxhash-dev libzstd-dev clang
+PACKAGES=(build-essential cmake pkg-config libcmocka-dev libxxhash-dev libzstd-dev libjansson-dev clang
           libclang-rt-14-dev libopenmpi-dev openmpi-bin)
 
 deps() {
@@ -47,6 +47,7 @@ case "$cmd" in
     dir=$(mktemp -d)
     if [ -e build/lib/dcp/dcp-coll-mpi.so ] && command -v mpirun >/dev/null; then
       echo "== 4 ranks under mpirun (mpi collective)"
+      OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_mpi_yield_when_idle=1 \
       mpirun -np 4 --oversubscribe --allow-run-as-root --mca btl self,vader \
         build/tools/dcp-demo --coll mpi --dir "$dir/ckpt" "$@"
     else

@@ -85,6 +85,8 @@ static dcp_status setup(dcp_ctx *ctx, const dcp_ctx_config *cfg, dcpi_err *err) 
     return dcpi_fail(err, DCP_EINVAL, "timeout_ms must be > 0, not %lld",
                      (long long)cfg->timeout_ms);
   ctx->timeout_ms = cfg->timeout_ms;
+  if (cfg->plugin_path && !(ctx->plugin_path = strdup(cfg->plugin_path)))
+    return dcpi_fail(err, DCP_ENOMEM, "out of memory");
   dcp_status rc = open_coll(ctx, cfg, err);
   if (!rc && cfg->storage) rc = find_storage(ctx, cfg, err);
   return rc;
@@ -122,6 +124,7 @@ void dcp_ctx_free(dcp_ctx *ctx) {
   if (!ctx) return;
   if (ctx->comm) ctx->coll->close(ctx->comm);
   free(ctx->storage_options);
+  free(ctx->plugin_path);
   free(ctx);
 }
 

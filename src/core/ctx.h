@@ -18,9 +18,12 @@ struct dcp_ctx {
   dcp_comm *comm;
   const dcp_storage_plugin *storage;
   char *storage_options; /* owned copy, or NULL */
+  char *plugin_path;     /* owned copy of the config's, or NULL */
   dcp_stats stats;       /* of the last save or load */
   dcp_status last_status;
   char last_error[DCPI_ERR_MSG_MAX];
+  dcp_progress_fn progress; /* conversions and verification; NULL: none */
+  void *progress_arg;
 };
 
 /* Copy err's code and reason onto ctx (which may be NULL) when err holds an

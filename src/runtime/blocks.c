@@ -120,6 +120,19 @@ dcp_status dcpi_block_writer_put(dcpi_block_writer *w, const void *data, uint64_
                      (unsigned long long)nblocks);
   }
   const uint8_t *p = data;
+  if (!w->compress) {
+    /* Raw blocks are contiguous in the file as in memory: checksum them,
+     * then append the item whole, so a large one is written straight from
+     * the caller's memory with no copy. */
+    for (uint64_t b = 0; b < nblocks; b++) {
+      size_t n = (size_t)(b + 1 < nblocks ? w->block_size : len - b * w->block_size);
+      ref->checksums[b] = XXH3_64bits(p + b * w->block_size, n);
+    }
+    ref->stored_length = len;
+    dcp_status s = append(w, data, (size_t)len, err);
+    if (s) dcpi_ref_free(ref);
+    return s;
+  }
   for (uint64_t b = 0; b < nblocks; b++) {
     size_t n = (size_t)(b + 1 < nblocks ? w->block_size : len - b * w->block_size);
     const uint8_t *blk = p + b * w->block_size;
@@ -282,6 +295,28 @@ static dcp_status read_window(dcpi_block_reader *r, dcp_storage_file *f, const c
   }
   if ((s = dcpi_rt_file_read(r->rt, f, target, stored, stored_at, err))) return s;
   return decode_blocks(r, file, ref, b0, b1, what, err);
+}
+
+dcp_status dcpi_block_read_into(dcpi_block_reader *r, const char *file,
+                                const dcp_storage_ref *ref, uint64_t first, uint64_t last,
+                                uint8_t *dst, const char *what, dcpi_err *err) {
+  uint64_t bs = ref->block_size;
+  if (ref->codec != DCP_CODEC_NONE || first % bs || (last % bs && last != ref->raw_length) ||
+      last > ref->raw_length || first >= last)
+    return dcpi_fail(err, DCP_EINVAL, "%s: direct read of [%llu, %llu) not block-aligned", what,
+                     (unsigned long long)first, (unsigned long long)last);
+  dcp_storage_file *f = NULL;
+  dcp_status s = get_file(r, file, &f, err);
+  if (!s) s = dcpi_rt_file_read(r->rt, f, dst, (size_t)(last - first), ref->offset + first, err);
+  for (uint64_t b = first / bs; !s && b * bs < last; b++) {
+    const uint8_t *blk = dst + (b * bs - first);
+    if (XXH3_64bits(blk, block_raw_len(ref, b)) != ref->block_checksums[b])
+      s = dcpi_fail(err, DCP_ECORRUPT,
+                    "checksum mismatch in %s/%s, block %llu (file offset %llu) of %s",
+                    r->rt->path, file, (unsigned long long)b,
+                    (unsigned long long)(ref->offset + b * bs), what);
+  }
+  return s;
 }
 
 dcp_status dcpi_block_read(dcpi_block_reader *r, const char *file, const dcp_storage_ref *ref,

@@ -11,12 +11,16 @@
 #include "model/box.h"
 #include "model/state.h"
 #include "planner/load_plan.h"
+#include "runtime/load_int.h"
 #include "runtime/rt.h"
 
 void dcp_load_options_init(dcp_load_options *o) {
   if (!o) return;
   memset(o, 0, sizeof *o);
   o->struct_size = sizeof *o;
+  o->read_dedup = DCP_READ_DEDUP_AUTO;
+  o->reader_policy = DCP_POLICY_BALANCED;
+  o->max_inflight_bytes = DCPI_LOAD_DEFAULT_INFLIGHT;
 }
 
 static dcp_status effective_options(const dcp_load_options *in, dcp_load_options *out,
@@ -28,8 +32,15 @@ static dcp_status effective_options(const dcp_load_options *in, dcp_load_options
     memcpy(out, in, in->struct_size < sizeof *out ? in->struct_size : sizeof *out);
     out->struct_size = sizeof *out;
   }
-  if (out->flags & ~(uint32_t)DCP_LOAD_METADATA_PER_RANK)
+  if (out->flags & ~(uint32_t)(DCP_LOAD_METADATA_PER_RANK | DCP_LOAD_NO_PIPELINE))
     return dcpi_fail(err, DCP_EINVAL, "load options: unknown flags 0x%x", out->flags);
+  if ((unsigned)out->read_dedup > DCP_READ_DEDUP_ON)
+    return dcpi_fail(err, DCP_EINVAL, "load options: unknown read_dedup %u",
+                     (unsigned)out->read_dedup);
+  if ((unsigned)out->reader_policy > DCP_POLICY_LOWEST_RANK)
+    return dcpi_fail(err, DCP_EINVAL, "load options: unknown reader_policy %u",
+                     (unsigned)out->reader_policy);
+  if (!out->max_inflight_bytes) out->max_inflight_bytes = DCPI_LOAD_DEFAULT_INFLIGHT;
   return DCP_OK;
 }
 
@@ -99,54 +110,6 @@ static dcp_status lookup(void *arg, const char *fqn, size_t fqn_len, dcpi_saved_
 
 /* ---- reading ------------------------------------------------------------ */
 
-/* Copies the part of an overlap's runs that falls in one raw window. */
-typedef struct overlap_sink {
-  const dcpi_overlap *ov;
-  uint8_t *dest; /* the destination chunk's data */
-} overlap_sink;
-
-static dcp_status copy_runs(void *arg, uint64_t raw_off, const uint8_t *data, size_t len,
-                            dcpi_err *err) {
-  (void)err;
-  const overlap_sink *os = arg;
-  dcpi_run_iter it;
-  dcpi_run run;
-  int64_t lo = (int64_t)raw_off, hi = lo + (int64_t)len;
-  dcpi_run_iter_init(&it, os->ov);
-  while (dcpi_run_iter_next(&it, &run)) {
-    int64_t a = run.src_off > lo ? run.src_off : lo;
-    int64_t b = run.src_off + run.len < hi ? run.src_off + run.len : hi;
-    if (a < b) memcpy(os->dest + run.dest_off + (a - run.src_off), data + (a - lo), (size_t)(b - a));
-  }
-  return DCP_OK;
-}
-
-static dcp_status file_of(dcp_meta *m, const dcp_storage_ref *ref, const char **name,
-                          dcpi_err *err) {
-  if (dcp_meta_file(m, ref->file, name))
-    return dcpi_fail(err, DCP_ECORRUPT, "metadata names data file %u, which it lacks", ref->file);
-  return DCP_OK;
-}
-
-static dcp_status read_overlap(dcpi_block_reader *br, dcp_meta *m, const dcp_state *st,
-                               const dcpi_overlap *ov, dcpi_err *err) {
-  const dcpi_chunk_item *dest = &st->chunks[ov->dest_chunk];
-  const dcpi_tensor_item *t = &st->tensors[dest->tensor];
-  size_t ti;
-  dcp_chunk_info ci;
-  const char *file;
-  dcp_status s = dcp_meta_find_tensor(m, t->fqn, &ti);
-  if (!s) s = dcp_meta_chunk(m, ti, ov->saved_chunk, &ci);
-  if (s) return dcpi_fail(err, s, "tensor '%s': saved chunk %u unavailable", t->fqn, ov->saved_chunk);
-  if ((s = file_of(m, &ci.ref, &file, err))) return s;
-  char what[512], box[256];
-  snprintf(what, sizeof what, "tensor '%.200s' chunk %s", t->fqn,
-           dcpi_box_str(ci.box.ndim, ci.box.offset, ci.box.size, box, sizeof box));
-  overlap_sink os = {ov, dest->data};
-  return dcpi_block_read(br, file, &ci.ref, (uint64_t)ov->src_first, (uint64_t)ov->src_last,
-                         what, copy_runs, &os, err);
-}
-
 typedef struct bytes_sink {
   uint8_t *dest;
 } bytes_sink;
@@ -194,7 +157,7 @@ static dcp_status read_bytes_items(dcpi_block_reader *br, dcp_meta *m, const dcp
     dcp_bytes_info bi;
     const char *file;
     dcp_status s = find_bytes(m, b, st->rank, world, &bi, err);
-    if (!s && b->len) s = file_of(m, &bi.ref, &file, err);
+    if (!s && b->len) s = dcpi_load_file_of(m, &bi.ref, &file, err);
     if (s) return s;
     if (!b->len) continue;
     char what[300];
@@ -206,34 +169,56 @@ static dcp_status read_bytes_items(dcpi_block_reader *br, dcp_meta *m, const dcp
   return DCP_OK;
 }
 
-static dcp_status read_all(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
-                           const dcpi_load_plan *plan) {
-  dcpi_block_reader *br;
-  dcp_status s = dcpi_block_reader_create(rt, &br, &rt->err);
-  for (size_t i = 0; !s && i < plan->noverlaps; i++) {
-    s = read_overlap(br, m, st, &plan->overlaps[i], &rt->err);
-    if (!s) rt->ctx->stats.data_bytes += (uint64_t)plan->overlaps[i].bytes;
-  }
-  if (!s) s = read_bytes_items(br, m, st, rt->ctx->world_size, &rt->err);
-  dcpi_block_reader_free(br);
-  return s;
+/* ---- driver ------------------------------------------------------------- */
+
+/* Storage bytes read so far on this operation. */
+static uint64_t storage_bytes_read(dcpi_rt *rt) {
+  dcp_io_stats io;
+  rt->ctx->storage->get_stats(rt->st, &io);
+  return io.bytes_read;
 }
 
-/* ---- driver ------------------------------------------------------------- */
+/* Phase 3: read this rank's chunks (for itself and for its groups), run the
+ * group broadcasts, then the bytes items. Local status. */
+static dcp_status read_all(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
+                           const dcpi_load_plan *plan, const dcpi_load_sched *sc,
+                           const dcp_load_options *o) {
+  dcp_stats *stats = &rt->ctx->stats;
+  uint64_t io0 = storage_bytes_read(rt);
+  dcpi_block_reader *br;
+  dcpi_load_counts counts = {0};
+  dcp_status s = dcpi_block_reader_create(rt, &br, &rt->err);
+  if (s) return s; /* peers in this rank's groups wait until their deadline */
+  s = dcpi_load_exec(rt, m, st, plan, sc, br, !(o->flags & DCP_LOAD_NO_PIPELINE),
+                     o->max_inflight_bytes, &counts);
+  if (!s) s = read_bytes_items(br, m, st, rt->ctx->world_size, &rt->err);
+  dcpi_block_reader_free(br);
+  stats->data_read_bytes = storage_bytes_read(rt) - io0;
+  stats->read_payload_bytes = counts.payload;
+  stats->dedup_sent_bytes = counts.sent;
+  stats->dedup_recv_bytes = counts.recv;
+  if (!s) stats->data_bytes = (uint64_t)plan->total_bytes;
+  return s;
+}
 
 static dcp_status run(dcpi_rt *rt, dcp_state *st, const dcp_load_options *o) {
   dcp_stats *stats = &rt->ctx->stats;
   dcp_meta *meta = NULL;
   dcpi_load_plan *plan = NULL;
+  dcpi_load_sched sc = {0};
   double t = dcpi_now();
   dcp_status s = fetch_metadata(rt, o, &meta);
   if (!s) s = dcpi_rt_agree(rt, dcpi_load_plan_from_state(st, &(dcpi_saved_source){
                                                                   .lookup = lookup, .arg = meta},
                                                           &plan, &rt->err));
+  if (!s) s = dcpi_load_schedule(rt, st, o, &sc);
+  stats->dedup_path = sc.path;
+  stats->dedup_groups = sc.ngroups;
   stats->plan_s = dcpi_now() - t;
   t = dcpi_now();
-  if (!s) s = dcpi_rt_agree(rt, read_all(rt, meta, st, plan));
+  if (!s) s = dcpi_rt_agree(rt, read_all(rt, meta, st, plan, &sc, o));
   stats->read_s = dcpi_now() - t;
+  dcpi_load_sched_free(&sc);
   dcpi_load_plan_free(plan);
   dcp_meta_free(meta);
   return s;

@@ -59,6 +59,22 @@ dcp_status dcpi_rt_bcast(dcpi_rt *rt, void *buf, size_t len, int32_t root) {
   return coll_done(rt, rc, &perr, "bcast", len);
 }
 
+dcp_status dcpi_rt_allreduce(dcpi_rt *rt, int64_t *vals, size_t n, uint32_t op) {
+  dcp_plugin_err perr = {{0}};
+  int rc = rt->ctx->coll->allreduce_i64(rt->ctx->comm, vals, n, op, &perr);
+  return coll_done(rt, rc, &perr, "allreduce", n * sizeof *vals);
+}
+
+dcp_status dcpi_rt_group_bcast(dcpi_rt *rt, const int32_t *ranks, size_t n, void *buf,
+                               size_t len, int32_t root) {
+  const dcp_coll_plugin *c = rt->ctx->coll;
+  if (!(c->caps & DCP_COLL_CAP_GROUPS) || !c->group_bcast)
+    return dcpi_fail(&rt->err, DCP_EINVAL, "collective '%s' has no group broadcast", c->name);
+  dcp_plugin_err perr = {{0}};
+  int rc = c->group_bcast(rt->ctx->comm, ranks, n, buf, len, root, &perr);
+  return coll_done(rt, rc, &perr, "group_bcast", len);
+}
+
 dcp_status dcpi_rt_allgather(dcpi_rt *rt, const void *send, size_t len, void *recv) {
   dcp_plugin_err perr = {{0}};
   int rc = rt->ctx->coll->allgather(rt->ctx->comm, send, len, recv, &perr);

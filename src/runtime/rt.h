@@ -45,6 +45,13 @@ dcp_status dcpi_rt_end(dcpi_rt *rt);
 dcp_status dcpi_rt_agree(dcpi_rt *rt, dcp_status local);
 
 dcp_status dcpi_rt_bcast(dcpi_rt *rt, void *buf, size_t len, int32_t root);
+/* Element-wise reduction (DCP_REDUCE_*) of n int64 values in place. */
+dcp_status dcpi_rt_allreduce(dcpi_rt *rt, int64_t *vals, size_t n, uint32_t op);
+/* Broadcast len bytes at root's buf to the group ranks[0..n) (ascending,
+ * root and this rank among them); collective over the group only. The
+ * collective must have DCP_COLL_CAP_GROUPS (DCP_EINVAL otherwise). */
+dcp_status dcpi_rt_group_bcast(dcpi_rt *rt, const int32_t *ranks, size_t n, void *buf,
+                               size_t len, int32_t root);
 dcp_status dcpi_rt_allgather(dcpi_rt *rt, const void *send, size_t len, void *recv);
 /* Gather variable-sized buffers at root: *out (root only, malloc'd) gets
  * them back to back, lens[i] (root only, world entries, malloc'd in *lens)
@@ -128,5 +135,14 @@ typedef dcp_status (*dcpi_block_sink)(void *arg, uint64_t raw_offset, const uint
 dcp_status dcpi_block_read(dcpi_block_reader *r, const char *file, const dcp_storage_ref *ref,
                            uint64_t first, uint64_t last, const char *what,
                            dcpi_block_sink sink, void *arg, dcpi_err *err);
+
+/* Read the raw bytes [first, last) of an uncompressed item straight into
+ * dst (last-first bytes), verifying each block there: the zero-copy path
+ * for an overlap that is one contiguous run over whole blocks. first must
+ * be block-aligned and last block-aligned or the item's end.
+ * Errors: DCP_EINVAL (not so), DCP_ECORRUPT, storage errors. */
+dcp_status dcpi_block_read_into(dcpi_block_reader *r, const char *file,
+                                const dcp_storage_ref *ref, uint64_t first, uint64_t last,
+                                uint8_t *dst, const char *what, dcpi_err *err);
 
 #endif

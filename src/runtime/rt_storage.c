@@ -11,7 +11,8 @@
 static dcp_status ensure_plugin(dcpi_rt *rt) {
   if (rt->ctx->storage) return DCP_OK;
   const void *table;
-  dcp_status s = dcpi_plugin_find(DCP_PLUGIN_STORAGE, "posix", NULL, &table, &rt->err);
+  dcp_status s = dcpi_plugin_find(DCP_PLUGIN_STORAGE, "posix", rt->ctx->plugin_path, &table,
+                                  &rt->err);
   if (!s) rt->ctx->storage = table;
   return s;
 }

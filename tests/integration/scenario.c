@@ -6,7 +6,9 @@
  *   scenario --coll mpi|file --dir CKPT --mode save|load|both
  *            [--save-tp N] [--load-tp N] [--compress] [--lowest] [--rendezvous DIR]
  *            [--expect-exists] [--overwrite] [--storage posix|sharedfs]
- *            [--meta-per-rank]
+ *            [--meta-per-rank] [--no-flat]
+ *            [--dedup auto|on|off] [--no-pipeline] [--max-inflight N] [--reader-lowest]
+ *            [--check-reads] [--expect-path 0|1|2] [--corrupt] [--dedup-mismatch]
  *
  * The model: a mesh [world/tp, tp] (DP x TP) and tensors of every kind of
  * sharding: TP on dim 0, TP on dim 1, replicated, DP and TP on two dims,
@@ -14,7 +16,23 @@
  * 0-d scalar, a tensor with a zero extent, a ZeRO-style flat shard over all
  * ranks, and several dtypes. Element byte k of global element i of tensor t
  * is a hash of (t, i, k), so any box's expected bytes are known. Bytes
- * items: "step" (REPLICATED) and "rng" (PER_RANK, rank-dependent). */
+ * items: "step" (REPLICATED) and "rng" (PER_RANK, rank-dependent). Flat
+ * shards: over all ranks, over the TP ranks (replicated over DP: read
+ * dedup groups that only the key exchange finds), and two tensors that
+ * change representation between save and load (flat saved, box loaded and
+ * the reverse). --no-flat leaves all flat ones out (every chunk then has a
+ * layout: the groups come from the layouts, without exchange).
+ *
+ * Read dedup checks (--check-reads): every rank writes its load statistics
+ * to <dir>.stats.<rank>; rank 0 collects them and checks, against a
+ * reference it computes from the model and the metadata alone, that the
+ * data bytes read summed over ranks equal exactly what the distinct
+ * (fqn, box) requests need (dedup) or what every rank's own requests need
+ * (no dedup), that the payload read adds up likewise, and that the readers'
+ * loads meet the balancer's guarantee; it prints max/mean of the load.
+ * --corrupt flips a byte of a replicated tensor first: every rank must
+ * fail with DCP_ECORRUPT, promptly. --dedup-mismatch gives rank 0 another
+ * read_dedup than the others: every rank must fail with DCP_EINVAL. */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <stdint.h>
@@ -22,6 +40,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "dcp.h"
 
@@ -36,6 +56,15 @@
   } while (0)
 
 static int g_rank = -1;
+static int g_no_flat; /* leave the flat tensors out */
+
+/* How tensor t is held in a save (saving 1) or a load: 0 a layout box,
+ * 1 a flat range over all ranks, 2 over the TP ranks. */
+static int flat_mode(int f, int saving) {
+  if (f == 3) return saving ? 1 : 0;
+  if (f == 4) return saving ? 0 : 1;
+  return f;
+}
 
 typedef struct tensor_spec {
   const char *fqn;
@@ -43,7 +72,9 @@ typedef struct tensor_spec {
   uint32_t ndim;
   int64_t shape[3];
   uint32_t map[3]; /* bits: 1 = DP (mesh dim 0), 2 = TP (mesh dim 1) */
-  int flat;        /* ZeRO-style flat range over all ranks instead of a layout */
+  int flat;        /* 0: layout; ZeRO-style flat range 1: over all ranks,
+                      2: over the TP ranks (replicated over DP), 3: flat
+                      (1) when saving, layout when loading, 4: the reverse */
 } tensor_spec;
 
 static const tensor_spec MODEL[] = {
@@ -57,6 +88,9 @@ static const tensor_spec MODEL[] = {
     {"empty", DCP_F32, 2, {0, 5}, {2, 0}, 0},
     {"optim.flat", DCP_F16, 2, {13, 17}, {0, 0}, 1},
     {"fp8", DCP_F8_E4M3, 1, {64}, {2}, 0},
+    {"optim.flat_rep", DCP_F32, 2, {29, 11}, {0, 0}, 2},
+    {"swap.flat_to_box", DCP_BF16, 2, {21, 10}, {2, 0}, 3},
+    {"swap.box_to_flat", DCP_F32, 2, {17, 9}, {0, 2}, 4},
 };
 #define NMODEL (sizeof MODEL / sizeof MODEL[0])
 
@@ -120,6 +154,38 @@ static void add_buffer(rank_model *m, size_t t, const dcp_box *b, int fill) {
   m->owner[m->nbufs++] = t;
 }
 
+/* The flat range [*begin, *begin + *count) that `rank` holds of tensor t
+ * in mode 1 (over all ranks) or 2 (over the TP ranks, the same for every
+ * DP replica). */
+static void flat_range(size_t t, int mode, int32_t world, int32_t tp, int32_t rank,
+                       int64_t *begin, int64_t *count) {
+  const tensor_spec *s = &MODEL[t];
+  int64_t numel = 1;
+  for (uint32_t d = 0; d < s->ndim; d++) numel *= s->shape[d];
+  int64_t parts = mode == 2 ? tp : world, index = mode == 2 ? rank % tp : rank;
+  int64_t per = (numel + parts - 1) / parts;
+  *begin = per * index < numel ? per * index : numel;
+  *count = numel - *begin < per ? numel - *begin : per;
+}
+
+/* The boxes `rank` holds of tensor t (flat pieces or its layout box). */
+static size_t rank_boxes(const rank_model *m, size_t t, int saving, int32_t world, int32_t tp,
+                         int32_t rank, dcp_box *out) {
+  const tensor_spec *s = &MODEL[t];
+  int mode = flat_mode(s->flat, saving);
+  if (mode) {
+    int64_t begin, count;
+    flat_range(t, mode, world, tp, rank, &begin, &count);
+    dcp_box region = {.ndim = s->ndim};
+    for (uint32_t d = 0; d < s->ndim; d++) region.size[d] = s->shape[d];
+    size_t np;
+    CHECK(dcp_flat_to_boxes(&region, begin, count, out, 3, &np) == DCP_OK, "flat");
+    return np;
+  }
+  CHECK(dcp_layout_box(m->layouts[t], s->shape, rank, out) == DCP_OK, "layout_box");
+  return 1;
+}
+
 /* The state of this rank for a world of `world` with TP degree tp; fill
  * the buffers for a save, poison them for a load. */
 static void build(dcp_ctx *ctx, rank_model *m, int32_t world, int32_t tp, int fill, int with_rng) {
@@ -129,15 +195,14 @@ static void build(dcp_ctx *ctx, rank_model *m, int32_t world, int32_t tp, int fi
   int64_t mesh[2] = {world / tp, tp};
   for (size_t t = 0; t < NMODEL; t++) {
     const tensor_spec *s = &MODEL[t];
-    if (s->flat) {
+    if (g_no_flat && s->flat) continue;
+    int mode = flat_mode(s->flat, fill);
+    if (mode) {
       CHECK(dcp_state_add_tensor(m->st, s->fqn, s->dtype, s->ndim, s->shape) == DCP_OK, "add");
-      int64_t numel = s->shape[0] * s->shape[1], per = (numel + world - 1) / world;
-      int64_t begin = per * rank < numel ? per * rank : numel;
-      int64_t count = numel - begin < per ? numel - begin : per;
-      dcp_box region = {.ndim = s->ndim}, pieces[3];
-      for (uint32_t d = 0; d < s->ndim; d++) region.size[d] = s->shape[d];
-      size_t np;
-      CHECK(dcp_flat_to_boxes(&region, begin, count, pieces, 3, &np) == DCP_OK, "flat");
+      int64_t begin, count;
+      flat_range(t, mode, world, tp, rank, &begin, &count);
+      dcp_box pieces[3];
+      size_t np = rank_boxes(m, t, fill, world, tp, rank, pieces);
       /* one contiguous buffer for the range, as a flat parameter is */
       size_t es = dcp_dtype_size(s->dtype);
       uint8_t *flat = malloc(count ? (size_t)count * es : 1);
@@ -153,7 +218,6 @@ static void build(dcp_ctx *ctx, rank_model *m, int32_t world, int32_t tp, int fi
             dcp_ctx_last_error(ctx));
       if (np == 0) free(flat);
       /* remember the pieces for checking: they alias the flat buffer */
-      at = 0;
       for (size_t i = 0; i < np; i++) {
         m->bufs[m->nbufs] = i == 0 ? flat : NULL;
         m->boxes[m->nbufs] = pieces[i];
@@ -164,7 +228,7 @@ static void build(dcp_ctx *ctx, rank_model *m, int32_t world, int32_t tp, int fi
     CHECK(dcp_layout_create(ctx, 2, mesh, NULL, s->ndim, s->map, &m->layouts[t]) == DCP_OK,
           "layout: %s", dcp_ctx_last_error(ctx));
     dcp_box b;
-    CHECK(dcp_layout_box(m->layouts[t], s->shape, rank, &b) == DCP_OK, "layout_box");
+    rank_boxes(m, t, fill, world, tp, rank, &b);
     add_buffer(m, t, &b, fill);
     CHECK(dcp_state_add_sharded(m->st, s->fqn, s->dtype, s->ndim, s->shape, m->layouts[t],
                                 m->bufs[m->nbufs - 1]) == DCP_OK,
@@ -182,7 +246,7 @@ static void verify(const rank_model *m, int32_t rank, int with_rng) {
     size_t t = m->owner[i];
     uint8_t *p = m->bufs[i];
     if (!p) continue; /* a later piece of a flat range: checked with the first */
-    if (MODEL[t].flat) {
+    if (i + 1 < m->nbufs && m->owner[i + 1] == t && !m->bufs[i + 1]) { /* flat pieces */
       size_t at = 0, es = dcp_dtype_size(MODEL[t].dtype);
       for (size_t k = i; k < m->nbufs && m->owner[k] == t && (k == i || !m->bufs[k]); k++) {
         int64_t bad = visit_box(t, &m->boxes[k], p + at, 1), n = 1;
@@ -209,6 +273,7 @@ static void free_model(rank_model *m) {
 static uint64_t model_bytes(int32_t world) {
   uint64_t total = 8 + 16 * (uint64_t)world;
   for (size_t t = 0; t < NMODEL; t++) {
+    if (g_no_flat && MODEL[t].flat) continue;
     uint64_t n = 1;
     for (uint32_t d = 0; d < MODEL[t].ndim; d++) n *= (uint64_t)MODEL[t].shape[d];
     total += n * dcp_dtype_size(MODEL[t].dtype);
@@ -238,12 +303,15 @@ static uint64_t data_bytes_on_disk(const char *dir, int *committed) {
 }
 
 typedef struct args {
-  const char *coll, *dir, *mode, *rendezvous, *storage;
+  const char *coll, *dir, *mode, *rendezvous, *storage, *dedup;
   int save_tp, load_tp, compress, lowest, expect_exists, overwrite, meta_per_rank;
+  int no_pipeline, reader_lowest, check_reads, expect_path, corrupt, dedup_mismatch;
+  long long max_inflight;
 } args;
 
 static args parse(int argc, char **argv) {
-  args a = {.coll = "mpi", .mode = "both", .save_tp = 1, .load_tp = 1};
+  args a = {.coll = "mpi", .mode = "both", .save_tp = 1, .load_tp = 1, .dedup = "auto",
+            .expect_path = -1};
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
     if (!strcmp(k, "--compress")) a.compress = 1;
@@ -251,6 +319,15 @@ static args parse(int argc, char **argv) {
     else if (!strcmp(k, "--expect-exists")) a.expect_exists = 1;
     else if (!strcmp(k, "--overwrite")) a.overwrite = 1;
     else if (!strcmp(k, "--meta-per-rank")) a.meta_per_rank = 1;
+    else if (!strcmp(k, "--no-flat")) g_no_flat = 1;
+    else if (!strcmp(k, "--no-pipeline")) a.no_pipeline = 1;
+    else if (!strcmp(k, "--reader-lowest")) a.reader_lowest = 1;
+    else if (!strcmp(k, "--check-reads")) a.check_reads = 1;
+    else if (!strcmp(k, "--corrupt")) a.corrupt = 1;
+    else if (!strcmp(k, "--dedup-mismatch")) a.dedup_mismatch = 1;
+    else if (!strcmp(k, "--dedup")) a.dedup = v, i++;
+    else if (!strcmp(k, "--expect-path")) a.expect_path = atoi(v), i++;
+    else if (!strcmp(k, "--max-inflight")) a.max_inflight = atoll(v), i++;
     else if (!strcmp(k, "--coll")) a.coll = v, i++;
     else if (!strcmp(k, "--dir")) a.dir = v, i++;
     else if (!strcmp(k, "--mode")) a.mode = v, i++;
@@ -265,6 +342,276 @@ static args parse(int argc, char **argv) {
   }
   if (!a.dir) exit(2);
   return a;
+}
+
+static dcp_read_dedup dedup_of(const char *v) {
+  if (!strcmp(v, "on")) return DCP_READ_DEDUP_ON;
+  if (!strcmp(v, "off")) return DCP_READ_DEDUP_OFF;
+  CHECK(!strcmp(v, "auto"), "--dedup %s: want auto, on or off", v);
+  return DCP_READ_DEDUP_AUTO;
+}
+
+/* ---- the read reference (--check-reads) --------------------------------- */
+
+/* Storage bytes that reading raw bytes [first, last) of ref costs: the
+ * stored length of every block that range touches. */
+static uint64_t span_cost(const dcp_storage_ref *ref, uint64_t first, uint64_t last) {
+  if (first >= last) return 0;
+  uint64_t bs = ref->block_size, total = 0;
+  for (uint64_t b = first / bs; b < (last + bs - 1) / bs; b++) {
+    uint64_t raw = ref->raw_length - b * bs < bs ? ref->raw_length - b * bs : bs;
+    total += ref->codec == DCP_CODEC_ZSTD ? ref->block_stored_lengths[b] : raw;
+  }
+  return total;
+}
+
+/* Row-major index of point p of a box of extents size, relative to off. */
+static int64_t linear_in(uint32_t ndim, const int64_t *p, const int64_t *off, const int64_t *size) {
+  int64_t x = 0;
+  for (uint32_t d = 0; d < ndim; d++) x = x * size[d] + (p[d] - off[d]);
+  return x;
+}
+
+/* Storage bytes that loading `box` of tensor t costs: for each saved chunk
+ * it meets, the blocks spanning the chunk's row-major bytes from the first
+ * to the last element of the intersection. */
+static uint64_t box_cost(dcp_meta *meta, size_t t, const dcp_box *box) {
+  size_t ti;
+  dcp_tensor_info info;
+  CHECK(dcp_meta_find_tensor(meta, MODEL[t].fqn, &ti) == DCP_OK, "no %s", MODEL[t].fqn);
+  dcp_meta_tensor(meta, ti, &info);
+  uint64_t es = dcp_dtype_size(MODEL[t].dtype), total = 0;
+  for (uint64_t c = 0; c < info.chunk_count; c++) {
+    dcp_chunk_info ci;
+    dcp_box in;
+    CHECK(dcp_meta_chunk(meta, ti, (size_t)c, &ci) == DCP_OK, "chunk");
+    if (dcp_box_intersect(box, &ci.box, &in) != 1) continue;
+    int64_t last[DCP_MAX_NDIM];
+    for (uint32_t d = 0; d < in.ndim; d++) last[d] = in.offset[d] + in.size[d] - 1;
+    int64_t first = linear_in(in.ndim, in.offset, ci.box.offset, ci.box.size);
+    int64_t end = linear_in(in.ndim, last, ci.box.offset, ci.box.size) + 1;
+    total += span_cost(&ci.ref, (uint64_t)first * es, (uint64_t)end * es);
+  }
+  return total;
+}
+
+/* Storage bytes of one rank's bytes items. */
+static uint64_t bytes_items_cost(dcp_meta *meta, int32_t rank, int with_rng) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < dcp_meta_bytes_count(meta); i++) {
+    dcp_bytes_info bi;
+    dcp_meta_bytes(meta, i, &bi);
+    if (!strcmp(bi.key, "step") || (with_rng && !strcmp(bi.key, "rng") && bi.rank == rank))
+      total += span_cost(&bi.ref, 0, bi.ref.raw_length);
+  }
+  return total;
+}
+
+typedef struct request {
+  size_t t;
+  dcp_box box;
+  int32_t rank;
+  int64_t bytes;
+  uint64_t cost;
+  size_t group;
+} request;
+
+static int cmp_box_key(const request *a, const request *b) {
+  if (a->t != b->t) return a->t < b->t ? -1 : 1;
+  for (uint32_t d = 0; d < a->box.ndim; d++)
+    if (a->box.offset[d] != b->box.offset[d]) return a->box.offset[d] < b->box.offset[d] ? -1 : 1;
+  for (uint32_t d = 0; d < a->box.ndim; d++)
+    if (a->box.size[d] != b->box.size[d]) return a->box.size[d] < b->box.size[d] ? -1 : 1;
+  return 0;
+}
+
+static int cmp_request(const void *pa, const void *pb) {
+  const request *a = pa, *b = pb;
+  int c = cmp_box_key(a, b);
+  return c ? c : (a->rank > b->rank) - (a->rank < b->rank);
+}
+
+typedef struct rank_stats {
+  unsigned long long read, payload, sent, recv, groups;
+  unsigned path;
+} rank_stats;
+
+/* Every rank's statistics of the last load, through files next to the
+ * checkpoint: each rank writes its own; rank 0 waits for all. */
+static void exchange_stats(const args *a, const dcp_stats *st, int32_t rank, int32_t world,
+                           rank_stats *all) {
+  char path[4096], tmp[4200];
+  snprintf(path, sizeof path, "%s.stats.%d", a->dir, rank);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  CHECK(f, "open %s", tmp);
+  fprintf(f, "%llu %llu %llu %llu %llu %u\n", (unsigned long long)st->data_read_bytes,
+          (unsigned long long)st->read_payload_bytes, (unsigned long long)st->dedup_sent_bytes,
+          (unsigned long long)st->dedup_recv_bytes, (unsigned long long)st->dedup_groups,
+          st->dedup_path);
+  CHECK(fclose(f) == 0 && rename(tmp, path) == 0, "write %s", path);
+  if (rank != 0) return;
+  for (int32_t r = 0; r < world; r++) {
+    snprintf(path, sizeof path, "%s.stats.%d", a->dir, r);
+    for (int tries = 0; !(f = fopen(path, "r")); tries++) {
+      CHECK(tries < 6000, "no statistics from rank %d after 60 s", r);
+      nanosleep(&(struct timespec){0, 10000000}, NULL);
+    }
+    rank_stats *x = &all[r];
+    CHECK(fscanf(f, "%llu %llu %llu %llu %llu %u", &x->read, &x->payload, &x->sent, &x->recv,
+                 &x->groups, &x->path) == 6, "parse %s", path);
+    fclose(f);
+    remove(path);
+  }
+}
+
+/* Rank 0: the load's reads against the reference (see the top comment). */
+static void check_reads(const args *a, const rank_model *m, const rank_stats *all, int32_t world,
+                        int with_rng) {
+  dcp_meta *meta;
+  /* a context-free view is enough: open the file directly */
+  char mpath[4096];
+  snprintf(mpath, sizeof mpath, "%s/.metadata", a->dir);
+  FILE *f = fopen(mpath, "rb");
+  CHECK(f, "open %s", mpath);
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  uint8_t *buf = malloc((size_t)len);
+  CHECK(fread(buf, 1, (size_t)len, f) == (size_t)len, "read %s", mpath);
+  fclose(f);
+  CHECK(dcp_meta_open_memory(NULL, buf, (size_t)len, &meta) == DCP_OK, "meta_open_memory");
+  free(buf);
+
+  /* every rank's requests, grouped by (tensor, box) */
+  size_t cap = (size_t)world * NMODEL * 3, n = 0;
+  request *rq = calloc(cap, sizeof *rq);
+  for (int32_t q = 0; q < world; q++)
+    for (size_t t = 0; t < NMODEL; t++) {
+      if (g_no_flat && MODEL[t].flat) continue;
+      dcp_box boxes[3];
+      size_t nb = rank_boxes(m, t, 0, world, a->load_tp, q, boxes);
+      for (size_t i = 0; i < nb; i++) {
+        int64_t numel;
+        CHECK(dcp_box_numel(&boxes[i], &numel) == DCP_OK, "numel");
+        if (!numel) continue;
+        rq[n++] = (request){t, boxes[i], q, numel * (int64_t)dcp_dtype_size(MODEL[t].dtype),
+                            box_cost(meta, t, &boxes[i]), 0};
+      }
+    }
+  qsort(rq, n, sizeof *rq, cmp_request);
+  size_t ngroups = 0, *first = calloc(n + 1, sizeof *first), *size = calloc(n + 1, sizeof *size);
+  uint64_t need_unique = 0, need_naive = 0, pay_unique = 0, pay_naive = 0, multi_bytes = 0,
+           multi_recv = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (i == 0 || cmp_box_key(&rq[i - 1], &rq[i])) {
+      first[ngroups++] = i;
+      need_unique += rq[i].cost;
+      pay_unique += (uint64_t)rq[i].bytes;
+    }
+    rq[i].group = ngroups - 1;
+    size[ngroups - 1]++;
+    need_naive += rq[i].cost;
+    pay_naive += (uint64_t)rq[i].bytes;
+  }
+  for (size_t g = 0; g < ngroups; g++)
+    if (size[g] > 1) {
+      multi_bytes += (uint64_t)rq[first[g]].bytes;
+      multi_recv += (uint64_t)rq[first[g]].bytes * (size[g] - 1);
+    }
+  uint64_t items = 0;
+  for (int32_t q = 0; q < world; q++) items += bytes_items_cost(meta, q, with_rng);
+  need_unique += items;
+  need_naive += items;
+
+  uint64_t read = 0, payload = 0, sent = 0, recv = 0, max_load = 0;
+  unsigned path = all[0].path;
+  for (int32_t q = 0; q < world; q++) {
+    CHECK(all[q].path == path, "rank %d used dedup path %u, rank 0 %u", q, all[q].path, path);
+    read += all[q].read, payload += all[q].payload, sent += all[q].sent, recv += all[q].recv;
+    if (all[q].payload > max_load) max_load = all[q].payload;
+  }
+  if (a->expect_path >= 0)
+    CHECK(path == (unsigned)a->expect_path, "dedup path %u, expected %d", path, a->expect_path);
+  uint64_t want = path ? need_unique : need_naive, want_pay = path ? pay_unique : pay_naive;
+  CHECK(read == want, "data bytes read over all ranks: %llu, expected %llu (unique %llu, naive %llu)",
+        (unsigned long long)read, (unsigned long long)want, (unsigned long long)need_unique,
+        (unsigned long long)need_naive);
+  CHECK(payload == want_pay, "payload read %llu, expected %llu", (unsigned long long)payload,
+        (unsigned long long)want_pay);
+  CHECK(sent == (path ? multi_bytes : 0) && recv == (path ? multi_recv : 0),
+        "broadcast %llu sent / %llu received, expected %llu / %llu", (unsigned long long)sent,
+        (unsigned long long)recv, (unsigned long long)(path ? multi_bytes : 0),
+        (unsigned long long)(path ? multi_recv : 0));
+
+  /* The balancer's guarantee: if x is the last group of >= 2 ranks that r
+   * reads, load(r) <= load(h) + bytes(x) for every member h of x. The test
+   * does not know x, so it checks that some group of r's satisfies it (or
+   * that r reads only what it alone wants). With LOWEST_RANK each group's
+   * lowest member reads it: the loads are known exactly. */
+  for (int32_t q = 0; path && q < world; q++) {
+    uint64_t singles = 0, lowest = 0, bound = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (rq[i].rank != q) continue;
+      size_t g = rq[i].group;
+      if (size[g] == 1) {
+        singles += (uint64_t)rq[i].bytes;
+        continue;
+      }
+      if (rq[first[g]].rank == q) lowest += (uint64_t)rq[i].bytes;
+      uint64_t least = UINT64_MAX;
+      for (size_t k = first[g]; k < first[g] + size[g]; k++)
+        if (all[rq[k].rank].payload < least) least = all[rq[k].rank].payload;
+      if (least + (uint64_t)rq[i].bytes > bound) bound = least + (uint64_t)rq[i].bytes;
+    }
+    uint64_t load = all[q].payload;
+    if (a->reader_lowest)
+      CHECK(load == singles + lowest, "rank %d read %llu with LOWEST_RANK, expected %llu", q,
+            (unsigned long long)load, (unsigned long long)(singles + lowest));
+    else
+      CHECK(load == singles || (load > singles && load <= bound),
+            "rank %d read %llu: above the balancer's bound %llu (own share %llu)", q,
+            (unsigned long long)load, (unsigned long long)bound, (unsigned long long)singles);
+  }
+  double mean = (double)payload / world;
+  printf("reads: world %d tp %d, dedup path %u%s: %llu data bytes read (unique need %llu, naive "
+         "%llu, x%.2f of naive; model %llu); payload max/mean %.3f; %llu groups, %llu bytes "
+         "broadcast\n",
+         world, a->load_tp, path, a->no_pipeline ? " (no pipeline)" : "",
+         (unsigned long long)read, (unsigned long long)need_unique,
+         (unsigned long long)need_naive, (double)read / (double)need_naive,
+         (unsigned long long)model_bytes(world), mean > 0 ? (double)max_load / mean : 0.0,
+         (unsigned long long)ngroups, (unsigned long long)sent);
+  free(rq), free(first), free(size);
+  dcp_meta_free(meta);
+}
+
+/* Flip one byte of the stored data of a replicated tensor. */
+static void corrupt_replicated(dcp_ctx *ctx, const args *a) {
+  dcp_meta *meta;
+  size_t ti;
+  dcp_chunk_info ci;
+  const char *file;
+  CHECK(dcp_meta_open(ctx, a->dir, &meta) == DCP_OK, "meta_open");
+  CHECK(dcp_meta_find_tensor(meta, "layers.0.bias", &ti) == DCP_OK, "bias");
+  CHECK(dcp_meta_chunk(meta, ti, 0, &ci) == DCP_OK && dcp_meta_file(meta, ci.ref.file, &file) == 0,
+        "chunk");
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", a->dir, file);
+  FILE *f = fopen(path, "r+b");
+  CHECK(f, "open %s", path);
+  fseek(f, (long)ci.ref.offset + 3, SEEK_SET);
+  int c = fgetc(f);
+  fseek(f, (long)ci.ref.offset + 3, SEEK_SET);
+  fputc(c ^ 0x5A, f);
+  fclose(f);
+  dcp_meta_free(meta);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static dcp_ctx *open_ctx(const args *a) {
@@ -333,19 +680,57 @@ static void do_load(dcp_ctx *ctx, const args *a) {
   CHECK(dcp_meta_open(ctx, a->dir, &meta) == DCP_OK, "meta_open: %s", dcp_ctx_last_error(ctx));
   int same_world = dcp_meta_world_size(meta) == world;
   dcp_meta_free(meta);
+  if (a->corrupt && rank == 0) corrupt_replicated(ctx, a); /* before rank 0 joins the load */
   rank_model m;
   build(ctx, &m, world, a->load_tp, 0, same_world);
   dcp_load_options lo;
   dcp_load_options_init(&lo);
   if (a->meta_per_rank) lo.flags |= DCP_LOAD_METADATA_PER_RANK;
+  if (a->no_pipeline) lo.flags |= DCP_LOAD_NO_PIPELINE;
+  lo.read_dedup = dedup_of(a->dedup);
+  if (a->dedup_mismatch && rank == 0)
+    lo.read_dedup = lo.read_dedup == DCP_READ_DEDUP_OFF ? DCP_READ_DEDUP_ON : DCP_READ_DEDUP_OFF;
+  if (a->reader_lowest) lo.reader_policy = DCP_POLICY_LOWEST_RANK;
+  if (a->max_inflight) lo.max_inflight_bytes = (uint64_t)a->max_inflight;
+  double t0 = now_s();
   dcp_status s = dcp_load(ctx, m.st, a->dir, &lo);
+  double took = now_s() - t0;
+  if (a->corrupt) {
+    CHECK(s == DCP_ECORRUPT, "load of a corrupt checkpoint gave %s: %s", dcp_strerror(s),
+          dcp_ctx_last_error(ctx));
+    CHECK(strstr(dcp_ctx_last_error(ctx), "checksum mismatch"), "message: %s",
+          dcp_ctx_last_error(ctx));
+    CHECK(took < 20.0, "the failing load took %.1f s (waited for a deadline?)", took);
+    free_model(&m);
+    if (rank == 0) printf("load: corrupt replicated block: every rank failed: %s\n",
+                          dcp_ctx_last_error(ctx));
+    return;
+  }
+  if (a->dedup_mismatch) {
+    CHECK(s == DCP_EINVAL, "load with mismatched read_dedup gave %s", dcp_strerror(s));
+    free_model(&m);
+    if (rank == 0) printf("load: mismatched options refused on every rank: %s\n",
+                          dcp_ctx_last_error(ctx));
+    return;
+  }
   CHECK(s == DCP_OK, "load: %s: %s", dcp_strerror(s), dcp_ctx_last_error(ctx));
   verify(&m, rank, same_world);
+  dcp_stats st = {.struct_size = sizeof st};
+  dcp_ctx_stats(ctx, &st);
+  if (a->expect_path >= 0)
+    CHECK(st.dedup_path == (uint32_t)a->expect_path, "dedup path %u, expected %d", st.dedup_path,
+          a->expect_path);
+  if (a->check_reads) {
+    rank_stats *all = calloc((size_t)world, sizeof *all);
+    exchange_stats(a, &st, rank, world, all);
+    if (rank == 0) check_reads(a, &m, all, world, same_world);
+    free(all);
+  }
   free_model(&m);
   if (!same_world) {
     /* a PER_RANK item cannot be loaded into another world size */
     build(ctx, &m, world, a->load_tp, 0, 1);
-    s = dcp_load(ctx, m.st, a->dir, NULL);
+    s = dcp_load(ctx, m.st, a->dir, &lo);
     CHECK(s == DCP_ESCOPE, "PER_RANK load across world sizes gave %s", dcp_strerror(s));
     free_model(&m);
   }

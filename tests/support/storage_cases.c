@@ -33,14 +33,6 @@ dcp_io_stats stu_stats(const stu_plugin *sp, const dcp_storage *st) {
   return s;
 }
 
-/* A fresh parent directory and root = parent/ckpt, opened with CREATE. */
-static dcp_storage *fresh(const stu_plugin *sp, const char *base, const char *options,
-                          char *parent, char *root) {
-  stu_tmpdir(base, parent, STU_PATH);
-  stu_path(root, STU_PATH, parent, "ckpt");
-  return stu_open(sp, root, DCP_STORAGE_CREATE, options);
-}
-
 /* Write a small file with fixed contents. */
 static void put(const stu_plugin *sp, dcp_storage *st, const char *name, const void *data,
                 size_t n) {
@@ -93,7 +85,7 @@ void stu_case_roundtrip(const stu_plugin *sp, const char *base, const char *opti
   char parent[STU_PATH], root[STU_PATH];
   tu_rng r;
   tu_rng_seed(&r, tu_seed(seed));
-  dcp_storage *st = fresh(sp, base, options, parent, root);
+  dcp_storage *st = stu_fresh(sp, base, options, parent, root);
   roundtrip_one(sp, &st, root, options, "big.bin", len, &r);
   const size_t odd[] = {0, 1, 4095, 4096, 4097, 3 * 4096 + 17};
   for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
@@ -162,7 +154,7 @@ static void errors_missing(const stu_plugin *sp, dcp_storage *st) {
 /* See storage_testutil.h. */
 void stu_case_errors(const stu_plugin *sp, const char *options) {
   char parent[STU_PATH], root[STU_PATH];
-  dcp_storage *st = fresh(sp, NULL, options, parent, root);
+  dcp_storage *st = stu_fresh(sp, NULL, options, parent, root);
   struct stat sb;
   assert_int_equal(stat(root, &sb), 0); /* CREATE made it */
   assert_true(S_ISDIR(sb.st_mode));
@@ -193,7 +185,7 @@ static void refuse_name(const stu_plugin *sp, dcp_storage *st, const char *name)
 /* See storage_testutil.h. */
 void stu_case_names(const stu_plugin *sp, const char *options) {
   char parent[STU_PATH], root[STU_PATH], long_name[301], max_name[256];
-  dcp_storage *st = fresh(sp, NULL, options, parent, root);
+  dcp_storage *st = stu_fresh(sp, NULL, options, parent, root);
   put(sp, st, "ok", "x", 1);
   memset(long_name, 'a', 300), long_name[300] = '\0';
   memset(max_name, 'b', 255), max_name[255] = '\0';
@@ -257,13 +249,6 @@ static void dangling_refused(const stu_plugin *sp, dcp_storage *st, const char *
   assert_int_equal(unlink(link), 0);
 }
 
-/* Count list entries. */
-static int count_cb(void *arg, const char *name) {
-  (void)name;
-  ++*(int *)arg;
-  return 0;
-}
-
 /* A directory and a fifo planted under a file name: refused (never
  * blocking on the fifo), and not listed. */
 static void foreign_refused(const stu_plugin *sp, dcp_storage *st, const char *dir1,
@@ -281,14 +266,14 @@ static void foreign_refused(const stu_plugin *sp, dcp_storage *st, const char *d
   assert_non_null(strstr(err.msg, "not a regular file"));
   assert_int_not_equal(sp->p->file_size(st, "adir", &size, &err), DCP_OK);
   int n = 0;
-  assert_int_equal(sp->p->list(st, count_cb, &n, &err), DCP_OK);
+  assert_int_equal(sp->p->list(st, stu_count_cb, &n, &err), DCP_OK);
   assert_int_equal(n, 0);
 }
 
 /* See storage_testutil.h. */
 void stu_case_symlink(const stu_plugin *sp, const char *options, stu_locate_fn locate) {
   char parent[STU_PATH], root[STU_PATH], dir[STU_PATH];
-  dcp_storage *st = fresh(sp, NULL, options, parent, root);
+  dcp_storage *st = stu_fresh(sp, NULL, options, parent, root);
   locate(sp, root, "link.bin", dir, sizeof dir);
   symlink_refused(sp, st, parent, dir);
   locate(sp, root, "dang.bin", dir, sizeof dir);
@@ -350,7 +335,7 @@ static void rename_replaces(const stu_plugin *sp, dcp_storage *st) {
 /* See storage_testutil.h. */
 void stu_case_rename_remove_list(const stu_plugin *sp, const char *options) {
   char parent[STU_PATH], root[STU_PATH];
-  dcp_storage *st = fresh(sp, NULL, options, parent, root);
+  dcp_storage *st = stu_fresh(sp, NULL, options, parent, root);
   dcp_plugin_err err = {{0}};
   rename_replaces(sp, st);
   assert_int_equal(sp->p->remove(st, "c", &err), DCP_OK);
@@ -387,7 +372,7 @@ void stu_case_stats(const stu_plugin *sp, const char *options) {
   char parent[STU_PATH], root[STU_PATH];
   tu_rng r;
   tu_rng_seed(&r, tu_seed(77));
-  dcp_storage *st = fresh(sp, NULL, options, parent, root);
+  dcp_storage *st = stu_fresh(sp, NULL, options, parent, root);
   dcp_io_stats s0 = stu_stats(sp, st);
   assert_int_equal(s0.bytes_written + s0.write_ops + s0.bytes_read + s0.read_ops, 0);
   assert_int_equal(s0.sync_ops + s0.meta_ops + s0.retries, 0);
@@ -398,7 +383,7 @@ void stu_case_stats(const stu_plugin *sp, const char *options) {
   dcp_plugin_err err = {{0}};
   int n = 0;
   assert_int_equal(sp->p->rename(st, "s", "t", &err), DCP_OK);
-  assert_int_equal(sp->p->list(st, count_cb, &n, &err), DCP_OK);
+  assert_int_equal(sp->p->list(st, stu_count_cb, &n, &err), DCP_OK);
   assert_int_equal(sp->p->remove(st, "t", &err), DCP_OK);
   assert_int_equal(sp->p->sync_dir(st, &err), DCP_OK);
   dcp_io_stats s = stu_stats(sp, st);

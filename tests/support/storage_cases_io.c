@@ -12,12 +12,6 @@
 
 #include "storage_testutil.h"
 
-/* A scratch directory with root = parent/ckpt. */
-static void scratch(const char *base, char *parent, char *root) {
-  stu_tmpdir(base, parent, STU_PATH);
-  stu_path(root, STU_PATH, parent, "ckpt");
-}
-
 /* ---- options ---------------------------------------------------------------- */
 
 /* open with these options must fail with DCP_EINVAL, the message naming
@@ -35,7 +29,7 @@ static void bad_option(const stu_plugin *sp, const char *root, const char *opts,
 /* See storage_testutil.h. */
 void stu_case_options(const stu_plugin *sp) {
   char parent[STU_PATH], root[STU_PATH];
-  scratch(NULL, parent, root);
+  stu_scratch(NULL, parent, root);
   bad_option(sp, root, "bogus=1", "'bogus'");
   bad_option(sp, root, "direct=1,direkt=1", "'direkt'");
   const char *bad[] = {"direct=2",     "direct=",        "direct",          "=1",
@@ -64,7 +58,7 @@ void stu_case_options(const stu_plugin *sp) {
 static void write_fails(const stu_plugin *sp, const char *options, const char *inject,
                         int expect, const char *text) {
   char parent[STU_PATH], root[STU_PATH];
-  scratch(NULL, parent, root);
+  stu_scratch(NULL, parent, root);
   dcp_storage *st = stu_open(sp, root, DCP_STORAGE_CREATE,
                              stu_opts(options, stu_opts("direct=0", inject)));
   dcp_plugin_err err = {{0}};
@@ -86,7 +80,7 @@ static void write_fails(const stu_plugin *sp, const char *options, const char *i
 static void eintr_retried(const stu_plugin *sp, const char *options, const char *inject,
                           uint64_t retries) {
   char parent[STU_PATH], root[STU_PATH];
-  scratch(NULL, parent, root);
+  stu_scratch(NULL, parent, root);
   dcp_storage *st = stu_open(sp, root, DCP_STORAGE_CREATE, stu_opts(options, inject));
   tu_rng r;
   tu_rng_seed(&r, 5);
@@ -131,7 +125,8 @@ static void *cr_run(void *arg) {
   dcp_plugin_err err;
   for (int i = 0; buf && i < CR_READS; i++) {
     size_t off = (size_t)tu_rng_range(&r, 0, (int64_t)j->len - 1);
-    size_t n = (size_t)tu_rng_range(&r, 1, (int64_t)(j->len - off) < 200000 ? (int64_t)(j->len - off) : 200000);
+    int64_t rest = (int64_t)(j->len - off);
+    size_t n = (size_t)tu_rng_range(&r, 1, rest < 200000 ? rest : 200000);
     if (j->sp->p->file_read(j->f, buf, n, off, &err) || memcmp(buf, j->data + off, n))
       j->bad++;
     j->bytes += n;
@@ -162,7 +157,7 @@ static uint64_t cr_threads(const stu_plugin *sp, dcp_storage_file *f, const unsi
 /* See storage_testutil.h. */
 void stu_case_concurrent_reads(const stu_plugin *sp, const char *options) {
   char parent[STU_PATH], root[STU_PATH];
-  scratch(NULL, parent, root);
+  stu_scratch(NULL, parent, root);
   dcp_storage *st = stu_open(sp, root, DCP_STORAGE_CREATE, options);
   tu_rng r;
   tu_rng_seed(&r, 99);
@@ -214,7 +209,7 @@ static void direct_probe(const stu_plugin *sp, dcp_storage *st, int expect) {
  * 4096-byte blocks; pieces are uneven. */
 void stu_case_direct(const stu_plugin *sp, uint32_t flags, const char *options) {
   char parent[STU_PATH], root[STU_PATH];
-  scratch(NULL, parent, root);
+  stu_scratch(NULL, parent, root);
   int expect = stu_direct_supported(parent);
   if (!expect) print_message("O_DIRECT unsupported in %s: testing the fallback\n", parent);
   dcp_storage *st = stu_open(sp, root, DCP_STORAGE_CREATE | flags,
@@ -243,7 +238,7 @@ void stu_case_direct(const stu_plugin *sp, uint32_t flags, const char *options) 
 static uint64_t fallback_run(const stu_plugin *sp, const char *base, const char *options,
                              int *write_direct) {
   char parent[STU_PATH], root[STU_PATH];
-  scratch(base, parent, root);
+  stu_scratch(base, parent, root);
   dcp_storage *st = stu_open(sp, root, DCP_STORAGE_CREATE, options);
   tu_rng r;
   tu_rng_seed(&r, 17);

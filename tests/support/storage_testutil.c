@@ -164,6 +164,26 @@ dcp_storage *stu_open(const stu_plugin *sp, const char *root, uint32_t flags,
 }
 
 /* See storage_testutil.h. */
+void stu_scratch(const char *base, char *parent, char *root) {
+  stu_tmpdir(base, parent, STU_PATH);
+  stu_path(root, STU_PATH, parent, "ckpt");
+}
+
+/* See storage_testutil.h. */
+dcp_storage *stu_fresh(const stu_plugin *sp, const char *base, const char *options,
+                       char *parent, char *root) {
+  stu_scratch(base, parent, root);
+  return stu_open(sp, root, DCP_STORAGE_CREATE, options);
+}
+
+/* See storage_testutil.h. */
+int stu_count_cb(void *arg, const char *name) {
+  (void)name;
+  ++*(int *)arg;
+  return 0;
+}
+
+/* See storage_testutil.h. */
 void stu_fill(tu_rng *r, unsigned char *buf, size_t n) {
   for (size_t i = 0; i < n; i++) buf[i] = (unsigned char)tu_rng_next(r);
 }

@@ -44,9 +44,17 @@ char *stu_snapshot(const char *dir);
 /* 1 when open(O_DIRECT) of a new file in dir works (else EINVAL fallback). */
 int stu_direct_supported(const char *dir);
 
+/* A fresh parent directory under base (see stu_tmpdir) and root =
+ * parent/ckpt (not created). */
+void stu_scratch(const char *base, char *parent, char *root);
+/* stu_scratch, then open a backend on root with DCP_STORAGE_CREATE. */
+dcp_storage *stu_fresh(const stu_plugin *sp, const char *base, const char *options,
+                       char *parent, char *root);
 /* Open a backend on root (asserting success). */
 dcp_storage *stu_open(const stu_plugin *sp, const char *root, uint32_t flags,
                       const char *options);
+/* A list callback counting names into *(int *)arg. */
+int stu_count_cb(void *arg, const char *name);
 /* n pseudo-random bytes. */
 void stu_fill(tu_rng *r, unsigned char *buf, size_t n);
 /* Write data to name in uneven pieces (1..max_piece bytes), with a

@@ -282,6 +282,27 @@ static void test_meta_open(void **state) {
   dcp_meta_free(m);
 }
 
+/* Without a storage name the default ("posix") is looked up at the first
+ * save, on the context's plugin_path too. */
+static void test_default_storage(void **state) {
+  fixture *f = *state;
+  dcp_ctx_config cfg;
+  dcp_ctx_config_init(&cfg);
+  cfg.plugin_path = f->plugins;
+  dcp_ctx *ctx;
+  assert_int_equal(dcp_ctx_create(&cfg, &ctx), DCP_OK);
+  dcp_state *st;
+  assert_int_equal(dcp_state_create(ctx, &st), DCP_OK);
+  uint32_t v = 7;
+  assert_int_equal(dcp_state_add_bytes(st, "v", DCP_SCOPE_REPLICATED, &v, sizeof v), DCP_OK);
+  assert_int_equal(dcp_save(ctx, st, f->ckpt, NULL), DCP_OK);
+  v = 0;
+  assert_int_equal(dcp_load(ctx, st, f->ckpt, NULL), DCP_OK);
+  assert_int_equal(v, 7);
+  dcp_state_free(st);
+  dcp_ctx_free(ctx);
+}
+
 static void test_plugin_not_found(void **state) {
   fixture *f = *state;
   dcp_ctx_config cfg;
@@ -309,6 +330,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_corrupt_block, setup, teardown),
       cmocka_unit_test_setup_teardown(test_mismatches, setup, teardown),
       cmocka_unit_test_setup_teardown(test_meta_open, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_default_storage, setup, teardown),
       cmocka_unit_test_setup_teardown(test_plugin_not_found, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

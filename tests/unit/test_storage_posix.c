@@ -68,9 +68,7 @@ static void test_direct_fallback(void **state) {
 static void test_buffered_by_default(void **state) {
   (void)state;
   char parent[STU_PATH], root[STU_PATH];
-  stu_tmpdir(NULL, parent, sizeof parent);
-  stu_path(root, sizeof root, parent, "ckpt");
-  dcp_storage *st = stu_open(&sp, root, DCP_STORAGE_CREATE, NULL);
+  dcp_storage *st = stu_fresh(&sp, NULL, NULL, parent, root);
   dcp_plugin_err err = {{0}};
   dcp_storage_file *f;
   assert_int_equal(sp.p->file_open(st, "a.bin", DCP_FILE_WRITE, &f, &err), DCP_OK);
@@ -91,9 +89,7 @@ static void test_buffered_by_default(void **state) {
 static void test_eagain_not_retried(void **state) {
   (void)state;
   char parent[STU_PATH], root[STU_PATH];
-  stu_tmpdir(NULL, parent, sizeof parent);
-  stu_path(root, sizeof root, parent, "ckpt");
-  dcp_storage *st = stu_open(&sp, root, DCP_STORAGE_CREATE, "inject=io:eagain:1");
+  dcp_storage *st = stu_fresh(&sp, NULL, "inject=io:eagain:1", parent, root);
   dcp_plugin_err err = {{0}};
   dcp_storage_file *f;
   assert_int_equal(sp.p->file_open(st, "a.bin", DCP_FILE_WRITE, &f, &err), DCP_OK);

@@ -64,13 +64,6 @@ static void sfs_locate(const stu_plugin *p, const char *root, const char *name, 
   stu_path(dir, n, root, sub);
 }
 
-/* A fresh parent with root = parent/ckpt, opened with CREATE. */
-static dcp_storage *fresh(const char *options, char *parent, char *root) {
-  stu_tmpdir(NULL, parent, STU_PATH);
-  stu_path(root, STU_PATH, parent, "ckpt");
-  return stu_open(&sp, root, DCP_STORAGE_CREATE, options);
-}
-
 static void test_table(void **state) {
   (void)state;
   assert_int_equal(sp.p->caps, DCP_STORAGE_CAP_DIRECT | DCP_STORAGE_CAP_SHARED_FS);
@@ -106,20 +99,13 @@ static int check_root_entries(const char *root) {
   return subdirs;
 }
 
-/* Count list entries. */
-static int count_cb(void *arg, const char *name) {
-  (void)name;
-  ++*(int *)arg;
-  return 0;
-}
-
 /* 300 "ranks": files land in subdirectories (never in root), spread over
  * many of them, each in exactly one; a new backend finds them all (the
  * hash is stable) and list returns the logical names. */
 static void test_fanout_layout(void **state) {
   (void)state;
   char parent[STU_PATH], root[STU_PATH];
-  dcp_storage *st = fresh(NULL, parent, root);
+  dcp_storage *st = stu_fresh(&sp, NULL, NULL, parent, root);
   put_ranks(st, 300);
   assert_int_equal(sp.p->sync_dir(st, &(dcp_plugin_err){{0}}), DCP_OK);
   sp.p->close(st);
@@ -142,7 +128,7 @@ static void test_fanout_layout(void **state) {
   assert_memory_equal(buf, "rank-00123.data", 15);
   assert_int_equal(sp.p->file_close(f, &err), DCP_OK);
   int n = 0;
-  assert_int_equal(sp.p->list(st, count_cb, &n, &err), DCP_OK);
+  assert_int_equal(sp.p->list(st, stu_count_cb, &n, &err), DCP_OK);
   assert_int_equal(n, 300);
   sp.p->close(st);
   stu_rmrf(parent);
@@ -164,7 +150,7 @@ static void two_buckets(const char *root, char *a, char *b) {
 static void test_rename_across_subdirs(void **state) {
   (void)state;
   char parent[STU_PATH], root[STU_PATH], a[32], b[32], buf[32];
-  dcp_storage *st = fresh(NULL, parent, root);
+  dcp_storage *st = stu_fresh(&sp, NULL, NULL, parent, root);
   put_ranks(st, 300);
   two_buckets(root, a, b);
   int bb = find_bucket(root, b);
@@ -178,7 +164,7 @@ static void test_rename_across_subdirs(void **state) {
   assert_memory_equal(buf, a, 15); /* a's contents under b's name */
   assert_int_equal(sp.p->file_close(f, &err), DCP_OK);
   int n = 0;
-  assert_int_equal(sp.p->list(st, count_cb, &n, &err), DCP_OK);
+  assert_int_equal(sp.p->list(st, stu_count_cb, &n, &err), DCP_OK);
   assert_int_equal(n, 299);
   assert_int_equal(sp.p->sync_dir(st, &err), DCP_OK);
   sp.p->close(st);
@@ -190,7 +176,7 @@ static void test_direct_default(void **state) {
   (void)state;
   stu_case_direct(&sp, 0, NULL);
   char parent[STU_PATH], root[STU_PATH];
-  dcp_storage *st = fresh("direct=0", parent, root);
+  dcp_storage *st = stu_fresh(&sp, NULL, "direct=0", parent, root);
   dcp_plugin_err err = {{0}};
   dcp_storage_file *f;
   assert_int_equal(sp.p->file_open(st, "x", DCP_FILE_WRITE, &f, &err), DCP_OK);
@@ -210,7 +196,7 @@ static void test_direct_fallback(void **state) {
 static void estale_run(const char *wopts, const char *ropts, uint64_t *retries,
                        uint64_t *reopens) {
   char parent[STU_PATH], root[STU_PATH];
-  dcp_storage *st = fresh(wopts, parent, root);
+  dcp_storage *st = stu_fresh(&sp, NULL, wopts, parent, root);
   tu_rng r;
   tu_rng_seed(&r, 3);
   size_t len = (5u << 20) + 5;
@@ -257,7 +243,7 @@ static double ms_since(const struct timespec *t0) {
  * then DCP_EIO; returns the elapsed milliseconds. */
 static double eagain_exhausts(const char *options, uint64_t want) {
   char parent[STU_PATH], root[STU_PATH];
-  dcp_storage *st = fresh(options, parent, root);
+  dcp_storage *st = stu_fresh(&sp, NULL, options, parent, root);
   dcp_plugin_err err = {{0}};
   dcp_storage_file *f;
   assert_int_equal(sp.p->file_open(st, "busy.bin", DCP_FILE_WRITE, &f, &err), DCP_OK);
@@ -288,7 +274,7 @@ static void test_retries_bounded(void **state) {
 static void test_read_open_is_fresh(void **state) {
   (void)state;
   char parent[STU_PATH], root[STU_PATH], dir[STU_PATH], path[STU_PATH], tmp[STU_PATH];
-  dcp_storage *st = fresh(NULL, parent, root);
+  dcp_storage *st = stu_fresh(&sp, NULL, NULL, parent, root);
   sfs_locate(&sp, root, "m.bin", dir, sizeof dir);
   dcp_plugin_err err = {{0}};
   dcp_storage_file *f;
@@ -315,8 +301,7 @@ static void test_read_open_is_fresh(void **state) {
 static void test_sync_dir_touched(void **state) {
   (void)state;
   char parent[STU_PATH], root[STU_PATH], dir[STU_PATH];
-  stu_tmpdir(NULL, parent, sizeof parent);
-  stu_path(root, sizeof root, parent, "ckpt");
+  stu_scratch(NULL, parent, root);
   assert_int_equal(mkdir(root, 0700), 0);
   sfs_locate(&sp, root, "t.bin", dir, sizeof dir);
   dcp_storage *st = stu_open(&sp, root, 0, "inject=io:eio:2");

@@ -264,6 +264,24 @@ int fsio_core_open(fsio_core *c, const fsio_ops *ops, const dcp_storage_config *
 }
 
 /* See fsio.h. */
+int fsio_backend_open(size_t size, void (*init)(dcp_storage *st), const fsio_ops *ops,
+                      const dcp_storage_config *cfg, const fsio_policy *pol,
+                      int direct_default, dcp_storage **out, dcp_plugin_err *err) {
+  if (!out) return fsio_fail(err, DCP_EINVAL, "open: NULL out");
+  *out = NULL;
+  dcp_storage *st = calloc(1, size);
+  if (!st) return fsio_fail(err, DCP_ENOMEM, "out of memory");
+  if (init) init(st);
+  int rc = fsio_core_open(fsio_core_of(st), ops, cfg, pol, direct_default, err);
+  if (rc) {
+    free(st);
+    return rc;
+  }
+  *out = st;
+  return DCP_OK;
+}
+
+/* See fsio.h. */
 void fsio_core_close(fsio_core *c) {
   if (c->rootfd >= 0) close(c->rootfd);
   c->rootfd = -1;

@@ -100,6 +100,28 @@ extern const fsio_diag fsio_diag_table;
 /* fsio_diag.file_is_direct (fsio_file.c, which knows the file structure). */
 int fsio_diag_file_is_direct(const dcp_storage_file *f);
 
+/* The storage table of a plugin built on the engine: the plugin supplies
+ * its name, caps and the functions that depend on its layout. */
+#define FSIO_TABLE(NAME, CAPS, OPEN, CLOSE, SYNC_DIR, LIST)                          \
+  {                                                                                  \
+    .abi_version = DCP_PLUGIN_ABI_VERSION, .struct_size = sizeof(dcp_storage_plugin), \
+    .name = NAME, .caps = CAPS, .open = OPEN, .close = CLOSE,                        \
+    .file_open = fsio_file_open, .file_write = fsio_file_write,                      \
+    .file_read = fsio_file_read, .file_sync = fsio_file_sync,                        \
+    .file_close = fsio_file_close, .file_size = fsio_file_size,                      \
+    .rename = fsio_rename, .remove = fsio_remove, .sync_dir = SYNC_DIR, .list = LIST, \
+    .get_stats = fsio_get_stats                                                      \
+  }
+
+/* The module's one exported symbol, for a table TABLE: the storage table,
+ * or the diagnostics table for FSIO_DIAG_KIND. */
+#define FSIO_ENTRY(TABLE)                                          \
+  FSIO_EXPORT const void *dcp_plugin_entry(uint32_t kind);         \
+  FSIO_EXPORT const void *dcp_plugin_entry(uint32_t kind) {        \
+    if (kind == DCP_PLUGIN_STORAGE) return &(TABLE);               \
+    return kind == FSIO_DIAG_KIND ? (const void *)&fsio_diag_table : NULL; \
+  }
+
 /* ---- backend (fsio.c) ---------------------------------------------------- */
 
 /* Open the core on cfg: defaults from pol and direct_default (or the
@@ -107,6 +129,11 @@ int fsio_diag_file_is_direct(const dcp_storage_file *f);
  * DCP_STORAGE_CREATE) opened as a directory fd. */
 int fsio_core_open(fsio_core *c, const fsio_ops *ops, const dcp_storage_config *cfg,
                    const fsio_policy *pol, int direct_default, dcp_plugin_err *err);
+/* A plugin's open: calloc `size` bytes (its struct dcp_storage), run init
+ * on them (may be NULL), then fsio_core_open on the leading core. */
+int fsio_backend_open(size_t size, void (*init)(dcp_storage *st), const fsio_ops *ops,
+                      const dcp_storage_config *cfg, const fsio_policy *pol,
+                      int direct_default, dcp_storage **out, dcp_plugin_err *err);
 /* Release what fsio_core_open acquired. */
 void fsio_core_close(fsio_core *c);
 /* The core of a plugin's backend (its first member). */

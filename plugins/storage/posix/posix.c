@@ -40,17 +40,8 @@ static const fsio_policy posix_policy = {16, 0, 0, 0, 0};
 
 /* See dcp_plugin.h. O_DIRECT only when asked (flag or direct=1). */
 static int posix_open(const dcp_storage_config *cfg, dcp_storage **out, dcp_plugin_err *err) {
-  if (!out) return fsio_fail(err, DCP_EINVAL, "open: NULL out");
-  *out = NULL;
-  dcp_storage *st = calloc(1, sizeof *st);
-  if (!st) return fsio_fail(err, DCP_ENOMEM, "out of memory");
-  int rc = fsio_core_open(&st->core, &posix_ops, cfg, &posix_policy, 0, err);
-  if (rc) {
-    free(st);
-    return rc;
-  }
-  *out = st;
-  return DCP_OK;
+  return fsio_backend_open(sizeof(dcp_storage), NULL, &posix_ops, cfg, &posix_policy, 0, out,
+                           err);
 }
 
 /* See dcp_plugin.h. */
@@ -76,31 +67,8 @@ static int posix_list(dcp_storage *st, int (*fn)(void *arg, const char *name), v
   return rc;
 }
 
-static const dcp_storage_plugin posix_table = {
-    .abi_version = DCP_PLUGIN_ABI_VERSION,
-    .struct_size = sizeof(dcp_storage_plugin),
-    .name = "posix",
-    .caps = DCP_STORAGE_CAP_DIRECT,
-    .open = posix_open,
-    .close = posix_close,
-    .file_open = fsio_file_open,
-    .file_write = fsio_file_write,
-    .file_read = fsio_file_read,
-    .file_sync = fsio_file_sync,
-    .file_close = fsio_file_close,
-    .file_size = fsio_file_size,
-    .rename = fsio_rename,
-    .remove = fsio_remove,
-    .sync_dir = posix_sync_dir,
-    .list = posix_list,
-    .get_stats = fsio_get_stats,
-};
+static const dcp_storage_plugin posix_table =
+    FSIO_TABLE("posix", DCP_STORAGE_CAP_DIRECT, posix_open, posix_close, posix_sync_dir,
+               posix_list);
 
-FSIO_EXPORT const void *dcp_plugin_entry(uint32_t kind);
-
-/* The module's one exported symbol. */
-FSIO_EXPORT const void *dcp_plugin_entry(uint32_t kind) {
-  if (kind == DCP_PLUGIN_STORAGE) return &posix_table;
-  if (kind == FSIO_DIAG_KIND) return &fsio_diag_table;
-  return NULL;
-}
+FSIO_ENTRY(posix_table)

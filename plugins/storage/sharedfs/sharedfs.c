@@ -131,23 +131,18 @@ static const fsio_ops sfs_ops = {sfs_dir_of, sfs_touch, sfs_path_of};
 /* 5 retries sleeping 1, 2, 4, 8, 16 ms; shared-FS errors; close-to-open. */
 static const fsio_policy sfs_policy = {5, 1000, 16000, 1, 1};
 
-/* See dcp_plugin.h. */
-static int sfs_open(const dcp_storage_config *cfg, dcp_storage **out, dcp_plugin_err *err) {
-  if (!out) return fsio_fail(err, DCP_EINVAL, "open: NULL out");
-  *out = NULL;
-  dcp_storage *st = calloc(1, sizeof *st);
-  if (!st) return fsio_fail(err, DCP_ENOMEM, "out of memory");
+/* No subdirectory opened or touched yet. */
+static void sfs_init(dcp_storage *st) {
   for (unsigned b = 0; b < SFS_FANOUT; b++) {
     atomic_init(&st->subfd[b], -1);
     atomic_init(&st->touched[b], false);
   }
-  int rc = fsio_core_open(&st->core, &sfs_ops, cfg, &sfs_policy, 1, err);
-  if (rc) {
-    free(st);
-    return rc;
-  }
-  *out = st;
-  return DCP_OK;
+}
+
+/* See dcp_plugin.h. O_DIRECT unless direct=0. */
+static int sfs_open(const dcp_storage_config *cfg, dcp_storage **out, dcp_plugin_err *err) {
+  return fsio_backend_open(sizeof(dcp_storage), sfs_init, &sfs_ops, cfg, &sfs_policy, 1, out,
+                           err);
 }
 
 /* See dcp_plugin.h. */
@@ -200,31 +195,8 @@ static int sfs_list(dcp_storage *st, int (*fn)(void *arg, const char *name), voi
   return DCP_OK;
 }
 
-static const dcp_storage_plugin sfs_table = {
-    .abi_version = DCP_PLUGIN_ABI_VERSION,
-    .struct_size = sizeof(dcp_storage_plugin),
-    .name = "sharedfs",
-    .caps = DCP_STORAGE_CAP_DIRECT | DCP_STORAGE_CAP_SHARED_FS,
-    .open = sfs_open,
-    .close = sfs_close,
-    .file_open = fsio_file_open,
-    .file_write = fsio_file_write,
-    .file_read = fsio_file_read,
-    .file_sync = fsio_file_sync,
-    .file_close = fsio_file_close,
-    .file_size = fsio_file_size,
-    .rename = fsio_rename,
-    .remove = fsio_remove,
-    .sync_dir = sfs_sync_dir,
-    .list = sfs_list,
-    .get_stats = fsio_get_stats,
-};
+static const dcp_storage_plugin sfs_table =
+    FSIO_TABLE("sharedfs", DCP_STORAGE_CAP_DIRECT | DCP_STORAGE_CAP_SHARED_FS, sfs_open,
+               sfs_close, sfs_sync_dir, sfs_list);
 
-FSIO_EXPORT const void *dcp_plugin_entry(uint32_t kind);
-
-/* The module's one exported symbol. */
-FSIO_EXPORT const void *dcp_plugin_entry(uint32_t kind) {
-  if (kind == DCP_PLUGIN_STORAGE) return &sfs_table;
-  if (kind == FSIO_DIAG_KIND) return &fsio_diag_table;
-  return NULL;
-}
+FSIO_ENTRY(sfs_table)

@@ -1,0 +1,106 @@
+/* cv_io.c — storage outside a save or load, safetensors headers through
+ * the storage plugin, and progress reporting. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "convert/cv.h"
+
+void dcp_ctx_set_progress(dcp_ctx *ctx, dcp_progress_fn fn, void *arg) {
+  if (!ctx) return;
+  ctx->progress = fn;
+  ctx->progress_arg = fn ? arg : NULL;
+}
+
+void dcpi_cv_progress_add(dcpi_cv_progress *p, uint64_t n) {
+  if (!p) return;
+  p->done += n;
+  if (p->ctx && p->ctx->progress) p->ctx->progress(p->ctx->progress_arg, p->done, p->total);
+}
+
+dcp_status dcpi_cv_open(dcpi_rt *rt, dcp_ctx *ctx, const char *dir, uint32_t flags,
+                        dcpi_err *err) {
+  memset(rt, 0, sizeof *rt);
+  rt->ctx = ctx;
+  rt->path = dir;
+  dcpi_err_clear(&rt->err);
+  dcp_status s = dcpi_rt_open_storage(rt, flags);
+  if (s) {
+    rt->st = NULL;
+    dcpi_fail(err, s, "%s", rt->err.msg);
+  }
+  return s;
+}
+
+void dcpi_cv_close(dcpi_rt *rt) {
+  if (rt->st) rt->ctx->storage->close(rt->st);
+  rt->st = NULL;
+}
+
+dcp_status dcpi_cv_split(const char *path, char **dir, char **name, dcpi_err *err) {
+  *dir = *name = NULL;
+  size_t n = path ? strlen(path) : 0;
+  if (!n || path[n - 1] == '/')
+    return dcpi_fail(err, DCP_EINVAL, "'%s' is not a path to a file", path ? path : "(null)");
+  const char *slash = strrchr(path, '/');
+  if (!slash) {
+    *dir = strdup(".");
+  } else if (slash == path) {
+    *dir = strdup("/");
+  } else if ((*dir = malloc((size_t)(slash - path) + 1))) {
+    memcpy(*dir, path, (size_t)(slash - path));
+    (*dir)[slash - path] = '\0';
+  }
+  *name = strdup(slash ? slash + 1 : path);
+  if (!*dir || !*name) {
+    free(*dir), free(*name);
+    *dir = *name = NULL;
+    return dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  }
+  return DCP_OK;
+}
+
+/* Prefix err's message with the file's name. */
+static dcp_status in_file(dcpi_err *err, dcp_status s, const char *name) {
+  char msg[DCPI_ERR_MSG_MAX];
+  snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
+  return dcpi_fail(err, s, "%s: %s", name, msg);
+}
+
+static dcp_status read_header_bytes(dcpi_rt *rt, dcp_storage_file *f, const char *name,
+                                    uint64_t size, dcpi_st_header **out, dcpi_err *err) {
+  uint8_t prefix[8] = {0};
+  uint64_t hlen = 0;
+  dcp_status s = size >= 8 ? dcpi_rt_file_read(rt, f, prefix, 8, 0, err) : DCP_OK;
+  if (!s) s = dcpi_st_header_len(prefix, size, &hlen, err);
+  if (s) return s == DCP_ECORRUPT ? in_file(err, s, name) : s;
+  char *json = malloc((size_t)hlen);
+  if (!json) return dcpi_fail(err, DCP_ENOMEM, "out of memory for a %llu-byte header",
+                              (unsigned long long)hlen);
+  s = dcpi_rt_file_read(rt, f, json, (size_t)hlen, 8, err);
+  if (!s) s = dcpi_st_parse(json, (size_t)hlen, size - 8 - hlen, out, err);
+  free(json);
+  return s == DCP_ECORRUPT ? in_file(err, s, name) : s;
+}
+
+dcp_status dcpi_cv_read_st_header(dcpi_rt *rt, const char *name, dcpi_st_header **out,
+                                  dcpi_err *err) {
+  uint64_t size = 0;
+  dcp_storage_file *f = NULL;
+  *out = NULL;
+  dcp_status s = dcpi_rt_file_size(rt, name, &size, err);
+  if (!s) s = dcpi_rt_file_open(rt, name, DCP_FILE_READ, &f, err);
+  if (s) return s;
+  s = read_header_bytes(rt, f, name, size, out, err);
+  dcpi_err ignored;
+  dcpi_rt_file_close(rt, f, &ignored);
+  return s;
+}
+
+void dcpi_cv_describe_box(char *buf, size_t cap, const char *fqn, const dcp_box *box) {
+  int n = snprintf(buf, cap, "tensor '%s' box [", fqn);
+  for (uint32_t d = 0; d < box->ndim && n >= 0 && (size_t)n < cap; d++)
+    n += snprintf(buf + n, cap - (size_t)n, "%s%lld:%lld", d ? ", " : "",
+                  (long long)box->offset[d], (long long)(box->offset[d] + box->size[d]));
+  if (n >= 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, "]");
+}

@@ -1,0 +1,180 @@
+/* export.c — dcp_export_safetensors: a checkpoint to safetensors, one file
+ * or shards of a maximum size with an index.json, one tensor in memory at a
+ * time. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "convert/cv.h"
+
+typedef struct export_job {
+  dcp_ctx *ctx;
+  dcp_meta *m;
+  dcpi_rt in, out;
+  dcpi_block_reader *br;
+  size_t nt;
+  uint64_t *bytes; /* per tensor */
+  uint32_t *shard; /* per tensor */
+  uint32_t nshards;
+  uint8_t *buf;
+  size_t cap;
+  dcpi_cv_progress pr;
+  dcpi_err err;
+} export_job;
+
+/* Tensors in fqn order into shards of at most max bytes of data. */
+static dcp_status plan_shards(export_job *j, uint64_t max) {
+  j->bytes = calloc(j->nt ? j->nt : 1, sizeof *j->bytes);
+  j->shard = calloc(j->nt ? j->nt : 1, sizeof *j->shard);
+  if (!j->bytes || !j->shard) return dcpi_fail(&j->err, DCP_ENOMEM, "out of memory");
+  uint64_t fill = 0;
+  uint32_t k = 0;
+  for (size_t t = 0; t < j->nt; t++) {
+    dcp_status s = dcpi_cv_tensor_bytes(j->m, t, &j->bytes[t], &j->err);
+    if (s) return s;
+    if (max && fill && fill + j->bytes[t] > max) k++, fill = 0;
+    if (k == UINT32_MAX) return dcpi_fail(&j->err, DCP_EINVAL, "too many shards");
+    j->shard[t] = k;
+    fill += j->bytes[t];
+    j->pr.total += j->bytes[t];
+  }
+  j->nshards = k + 1;
+  return DCP_OK;
+}
+
+static void shard_name(const export_job *j, uint32_t k, char *buf, size_t cap) {
+  if (j->nshards == 1)
+    snprintf(buf, cap, "model.safetensors");
+  else
+    snprintf(buf, cap, "model-%05u-of-%05u.safetensors", k + 1, j->nshards);
+}
+
+/* The header of shard k: its tensors back to back. */
+static dcp_status shard_header(export_job *j, uint32_t k, uint8_t **hdr, size_t *len) {
+  dcpi_st_out *outs = calloc(j->nt ? j->nt : 1, sizeof *outs);
+  size_t nkv = dcp_meta_kv_count(j->m), n = 0;
+  const char **kk = calloc(nkv ? nkv : 1, sizeof *kk), **kv = calloc(nkv ? nkv : 1, sizeof *kv);
+  dcp_status s = outs && kk && kv ? DCP_OK : dcpi_fail(&j->err, DCP_ENOMEM, "out of memory");
+  for (size_t i = 0; i < nkv && !s; i++) dcp_meta_kv(j->m, i, &kk[i], &kv[i]);
+  uint64_t at = 0;
+  dcp_tensor_info ti[1];
+  int64_t(*shapes)[DCP_MAX_NDIM] = s ? NULL : calloc(j->nt ? j->nt : 1, sizeof *shapes);
+  if (!s && !shapes) s = dcpi_fail(&j->err, DCP_ENOMEM, "out of memory");
+  for (size_t t = 0; t < j->nt && !s; t++) {
+    if (j->shard[t] != k) continue;
+    dcp_meta_tensor(j->m, t, ti);
+    memcpy(shapes[n], ti->shape, sizeof ti->shape);
+    outs[n] = (dcpi_st_out){.name = ti->fqn, .dtype = ti->dtype, .ndim = ti->ndim,
+                            .shape = shapes[n], .begin = at, .end = at + j->bytes[t]};
+    at += j->bytes[t];
+    n++;
+  }
+  if (!s) s = dcpi_st_build_header(outs, n, kk, kv, nkv, hdr, len, &j->err);
+  free(shapes);
+  free(outs);
+  free(kk);
+  free(kv);
+  return s;
+}
+
+static dcp_status write_tensor(export_job *j, dcp_storage_file *f, size_t t) {
+  if (j->bytes[t] > SIZE_MAX / 2)
+    return dcpi_fail(&j->err, DCP_ENOMEM, "tensor %zu is too large for memory", t);
+  size_t n = (size_t)j->bytes[t];
+  if (n > j->cap) {
+    uint8_t *p = realloc(j->buf, n);
+    if (!p) return dcpi_fail(&j->err, DCP_ENOMEM, "out of memory for a %zu-byte tensor", n);
+    j->buf = p, j->cap = n;
+  }
+  dcp_status s = dcpi_cv_read_tensor(j->br, j->m, t, j->buf, n, &j->pr, &j->err);
+  return s ? s : dcpi_rt_file_write(&j->out, f, j->buf, n, &j->err);
+}
+
+static dcp_status write_shard(export_job *j, uint32_t k) {
+  char name[80], tmp[96];
+  shard_name(j, k, name, sizeof name);
+  snprintf(tmp, sizeof tmp, "%s.tmp", name);
+  uint8_t *hdr = NULL;
+  size_t hlen = 0;
+  dcp_storage_file *f = NULL;
+  dcp_status s = shard_header(j, k, &hdr, &hlen);
+  if (!s) s = dcpi_rt_file_open(&j->out, tmp, DCP_FILE_WRITE, &f, &j->err);
+  if (!s) s = dcpi_rt_file_write(&j->out, f, hdr, hlen, &j->err);
+  free(hdr);
+  for (size_t t = 0; t < j->nt && !s; t++)
+    if (j->shard[t] == k) s = write_tensor(j, f, t);
+  if (!s) s = dcpi_rt_file_sync(&j->out, f, &j->err);
+  dcpi_err ignored;
+  if (f) {
+    dcp_status c = dcpi_rt_file_close(&j->out, f, s ? &ignored : &j->err);
+    if (!s) s = c;
+  }
+  if (!s) s = dcpi_rt_rename(&j->out, tmp, name, &j->err);
+  if (s && f) dcpi_rt_remove(&j->out, tmp, &ignored);
+  return s;
+}
+
+static json_t *index_json(const export_job *j) {
+  json_t *root = json_object(), *md = json_object(), *wm = json_object();
+  int bad = !root || !md || !wm || json_object_set_new(md, "total_size",
+                                                       json_integer((json_int_t)j->pr.total));
+  for (size_t t = 0; t < j->nt && !bad; t++) {
+    dcp_tensor_info ti;
+    char name[80];
+    dcp_meta_tensor(j->m, t, &ti);
+    shard_name(j, j->shard[t], name, sizeof name);
+    bad = json_object_set_new(wm, ti.fqn, json_string(name));
+  }
+  bad = bad || json_object_set(root, "metadata", md) || json_object_set(root, "weight_map", wm);
+  json_decref(md);
+  json_decref(wm);
+  if (bad) json_decref(root);
+  return bad ? NULL : root;
+}
+
+static dcp_status write_index(export_job *j) {
+  json_t *root = index_json(j);
+  char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+  json_decref(root);
+  if (!text) return dcpi_fail(&j->err, DCP_ENOMEM, "cannot build the index (out of memory?)");
+  dcp_status s = dcpi_rt_write_file_atomic(&j->out, "model.safetensors.index.json",
+                                           "model.safetensors.index.json.tmp", text, strlen(text),
+                                           &j->err);
+  free(text);
+  return s;
+}
+
+static dcp_status run(export_job *j, const char *ckpt, const char *outdir, uint64_t max) {
+  dcp_status s = dcp_meta_open(j->ctx, ckpt, &j->m);
+  if (s) return dcpi_fail(&j->err, s, "%s", dcp_ctx_last_error(j->ctx));
+  j->nt = dcp_meta_tensor_count(j->m);
+  if ((s = plan_shards(j, max))) return s;
+  if ((s = dcpi_cv_open(&j->in, j->ctx, ckpt, 0, &j->err))) return s;
+  if ((s = dcpi_block_reader_create(&j->in, &j->br, &j->err))) return s;
+  if ((s = dcpi_cv_open(&j->out, j->ctx, outdir, DCP_STORAGE_CREATE, &j->err))) return s;
+  for (uint32_t k = 0; k < j->nshards && !s; k++) s = write_shard(j, k);
+  if (!s && j->nshards > 1) s = write_index(j);
+  return s;
+}
+
+dcp_status dcp_export_safetensors(dcp_ctx *ctx, const char *ckpt, const char *outdir,
+                                  uint64_t max_shard_bytes) {
+  if (!ctx) return DCP_EINVAL;
+  export_job j = {.ctx = ctx, .pr = {.ctx = ctx}};
+  dcpi_err_clear(&j.err);
+  dcp_status s;
+  if (!ckpt || !*ckpt || !outdir || !*outdir)
+    s = dcpi_fail(&j.err, DCP_EINVAL, "export: empty checkpoint or output path");
+  else
+    s = run(&j, ckpt, outdir, max_shard_bytes);
+  (void)s;
+  dcpi_block_reader_free(j.br);
+  dcpi_cv_close(&j.in);
+  dcpi_cv_close(&j.out);
+  dcp_meta_free(j.m);
+  free(j.bytes);
+  free(j.shard);
+  free(j.buf);
+  return dcpi_ctx_report(ctx, &j.err);
+}

@@ -1,0 +1,354 @@
+/* import.c — dcp_import_safetensors: safetensors (one file or a sharded set
+ * with its index.json) into a checkpoint, copied into checksummed blocks or
+ * linked (a .metadata whose refs point into the .safetensors files). */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "convert/cv.h"
+#include "core/checked.h"
+#include "metadata/meta.h"
+#include "runtime/commit.h"
+
+typedef struct source {
+  char *file;       /* plain name in the source directory */
+  dcpi_st_header *h;
+  uint32_t file_id; /* in the metadata file table (link mode) */
+} source;
+
+typedef struct import_job {
+  dcp_ctx *ctx;
+  uint32_t flags;
+  char *sdir, *sname;
+  dcpi_rt src, dst;
+  source *srcs;
+  size_t nsrc;
+  dcpi_md *md;
+  dcpi_block_writer *w;
+  uint32_t data_file;
+  uint8_t *buf; /* one window */
+  dcpi_cv_progress pr;
+  dcpi_err err;
+} import_job;
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static bool plain_name(const char *s) {
+  return *s && !strchr(s, '/') && !strchr(s, '\\') && strcmp(s, ".") && strcmp(s, "..");
+}
+
+/* ---- sources ------------------------------------------------------------------ */
+
+static dcp_status add_source(import_job *j, const char *file) {
+  for (size_t i = 0; i < j->nsrc; i++)
+    if (strcmp(j->srcs[i].file, file) == 0) return DCP_OK;
+  source *p = realloc(j->srcs, (j->nsrc + 1) * sizeof *p);
+  if (!p) return dcpi_fail(&j->err, DCP_ENOMEM, "out of memory");
+  j->srcs = p;
+  p[j->nsrc] = (source){.file = strdup(file)};
+  if (!p[j->nsrc].file) return dcpi_fail(&j->err, DCP_ENOMEM, "out of memory");
+  j->nsrc++;
+  return DCP_OK;
+}
+
+static int cmp_source(const void *a, const void *b) {
+  return strcmp(((const source *)a)->file, ((const source *)b)->file);
+}
+
+/* Every tensor of every shard is mapped to that shard, and the index maps
+ * no more tensors than the shards hold. */
+static dcp_status check_index(import_job *j, const json_t *wm) {
+  size_t total = 0;
+  for (size_t i = 0; i < j->nsrc; i++) {
+    const dcpi_st_header *h = j->srcs[i].h;
+    total += h->ntensors;
+    for (size_t t = 0; t < h->ntensors; t++) {
+      const json_t *v = json_object_get(wm, h->tensors[t].name);
+      if (!v || strcmp(json_string_value(v), j->srcs[i].file))
+        return dcpi_fail(&j->err, DCP_ECORRUPT,
+                         "%s: tensor '%s' of shard '%s' is not mapped to it by the weight_map",
+                         j->sname, h->tensors[t].name, j->srcs[i].file);
+    }
+  }
+  if (total != json_object_size(wm))
+    return dcpi_fail(&j->err, DCP_ECORRUPT,
+                     "%s: the weight_map names %zu tensors but the shards hold %zu", j->sname,
+                     json_object_size(wm), total);
+  return DCP_OK;
+}
+
+static dcp_status index_shards(import_job *j, const json_t *root) {
+  const json_t *wm = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
+  if (!json_is_object(wm))
+    return dcpi_fail(&j->err, DCP_ECORRUPT, "%s: no weight_map object", j->sname);
+  const char *key;
+  json_t *v;
+  dcp_status s = DCP_OK;
+  json_object_foreach((json_t *)wm, key, v) {
+    if (!json_is_string(v) || !plain_name(json_string_value(v)))
+      return dcpi_fail(&j->err, DCP_ECORRUPT,
+                       "%s: weight_map entry '%.200s' is not a plain file name", j->sname, key);
+    if ((s = add_source(j, json_string_value(v)))) return s;
+  }
+  qsort(j->srcs, j->nsrc, sizeof *j->srcs, cmp_source);
+  for (size_t i = 0; i < j->nsrc && !s; i++)
+    s = dcpi_cv_read_st_header(&j->src, j->srcs[i].file, &j->srcs[i].h, &j->err);
+  return s ? s : check_index(j, wm);
+}
+
+static dcp_status read_index(import_job *j) {
+  uint64_t size = 0;
+  uint8_t *data = NULL;
+  size_t len = 0;
+  dcp_status s = dcpi_rt_file_size(&j->src, j->sname, &size, &j->err);
+  if (!s && size > DCPI_ST_MAX_HEADER)
+    s = dcpi_fail(&j->err, DCP_ECORRUPT, "%s: index of %llu bytes is too large", j->sname,
+                  (unsigned long long)size);
+  if (!s) s = dcpi_rt_read_file(&j->src, j->sname, &data, &len, &j->err);
+  if (s) return s;
+  json_error_t jerr;
+  json_t *root = json_loadb((const char *)data, len, JSON_REJECT_DUPLICATES, &jerr);
+  free(data);
+  if (!root)
+    return dcpi_fail(&j->err, DCP_ECORRUPT, "%s: not valid JSON: %s (line %d)", j->sname,
+                     jerr.text, jerr.line);
+  s = index_shards(j, root);
+  json_decref(root);
+  return s;
+}
+
+static dcp_status read_sources(import_job *j) {
+  if (ends_with(j->sname, ".index.json")) return read_index(j);
+  dcp_status s = add_source(j, j->sname);
+  return s ? s : dcpi_cv_read_st_header(&j->src, j->sname, &j->srcs[0].h, &j->err);
+}
+
+/* ---- metadata ----------------------------------------------------------------- */
+
+static const char *find_kv(const dcpi_st_header *h, const char *key) {
+  for (size_t i = 0; i < h->nkv; i++)
+    if (strcmp(h->kv_keys[i], key) == 0) return h->kv_values[i];
+  return NULL;
+}
+
+/* __metadata__ of every shard; a key in several shards must agree. */
+static dcp_status add_kvs(import_job *j) {
+  dcp_status s = DCP_OK;
+  for (size_t i = 0; i < j->nsrc && !s; i++) {
+    const dcpi_st_header *h = j->srcs[i].h;
+    for (size_t k = 0; k < h->nkv && !s; k++) {
+      const char *prev = NULL;
+      for (size_t e = 0; e < i && !prev; e++) prev = find_kv(j->srcs[e].h, h->kv_keys[k]);
+      if (prev && strcmp(prev, h->kv_values[k]))
+        s = dcpi_fail(&j->err, DCP_ECORRUPT,
+                      "__metadata__ key '%.200s' differs between shards ('%s' and an earlier one)",
+                      h->kv_keys[k], j->srcs[i].file);
+      else if (!prev)
+        s = dcpi_md_add_kv(j->md, h->kv_keys[k], h->kv_values[k], &j->err);
+    }
+  }
+  return s;
+}
+
+static dcp_status add_ref_chunk(import_job *j, uint32_t tid, const dcp_box *box,
+                                const dcp_storage_ref *ref) {
+  return dcpi_md_add_chunk(j->md, tid, box->offset, box->size, ref, &j->err);
+}
+
+/* ---- copy --------------------------------------------------------------------- */
+
+/* Window of count elements from flat, already in j->buf: its boxes become
+ * chunks in the data file. */
+static dcp_status put_window(import_job *j, uint32_t tid, const dcpi_st_tensor *t,
+                             int64_t flat, int64_t count) {
+  dcp_box whole = {.ndim = t->ndim}, boxes[2 * DCP_MAX_NDIM];
+  memcpy(whole.size, t->shape, sizeof t->shape);
+  size_t nb = 0, es = dcp_dtype_size(t->dtype), at = 0;
+  dcp_status s = dcp_flat_to_boxes(&whole, flat, count, boxes, 2 * DCP_MAX_NDIM, &nb);
+  if (s) return dcpi_fail(&j->err, s, "tensor '%s': cannot cut window", t->name);
+  for (size_t b = 0; b < nb && !s; b++) {
+    int64_t n;
+    dcp_box_numel(&boxes[b], &n);
+    dcpi_ref r;
+    if ((s = dcpi_block_writer_put(j->w, j->buf + at, (uint64_t)n * es, &r, &j->err))) break;
+    dcp_storage_ref ref = {.file = j->data_file, .codec = r.codec, .block_size = r.block_size,
+                           .offset = r.offset, .stored_length = r.stored_length,
+                           .raw_length = r.raw_length, .block_count = r.block_count,
+                           .block_checksums = r.checksums, .block_stored_lengths = r.stored_lens};
+    s = add_ref_chunk(j, tid, &boxes[b], &ref);
+    dcpi_ref_free(&r);
+    at += (size_t)n * es;
+  }
+  return s;
+}
+
+static dcp_status copy_tensor(import_job *j, dcp_storage_file *f, const dcpi_st_header *h,
+                              const dcpi_st_tensor *t, uint32_t tid) {
+  size_t es = dcp_dtype_size(t->dtype);
+  int64_t numel = (int64_t)((t->end - t->begin) / es), per = (int64_t)(DCPI_CV_WINDOW / es);
+  dcp_status s = DCP_OK;
+  for (int64_t flat = 0; flat < numel && !s; flat += per) {
+    int64_t count = numel - flat < per ? numel - flat : per;
+    uint64_t off = h->data_start + t->begin + (uint64_t)flat * es;
+    s = dcpi_rt_file_read(&j->src, f, j->buf, (size_t)count * es, off, &j->err);
+    if (!s) s = put_window(j, tid, t, flat, count);
+    dcpi_cv_progress_add(&j->pr, (uint64_t)count * es);
+  }
+  return s;
+}
+
+/* ---- link --------------------------------------------------------------------- */
+
+static dcp_status link_tensor(import_job *j, dcp_storage_file *f, const source *src,
+                              const dcpi_st_tensor *t, uint32_t tid) {
+  uint64_t len = t->end - t->begin, bs = DCPI_DEFAULT_BLOCK_SIZE, nb = (len + bs - 1) / bs;
+  if (!len) return DCP_OK;
+  uint64_t *cks = malloc(nb * sizeof *cks);
+  if (!cks) return dcpi_fail(&j->err, DCP_ENOMEM, "out of memory for block checksums");
+  dcp_status s = DCP_OK;
+  uint64_t off = src->h->data_start + t->begin;
+  for (uint64_t at = 0, b = 0; at < len && !s; at += DCPI_CV_WINDOW) {
+    size_t n = (size_t)(len - at < DCPI_CV_WINDOW ? len - at : DCPI_CV_WINDOW);
+    if ((s = dcpi_rt_file_read(&j->src, f, j->buf, n, off + at, &j->err))) break;
+    for (size_t p = 0; p < n; p += (size_t)bs, b++)
+      cks[b] = XXH3_64bits(j->buf + p, n - p < bs ? n - p : (size_t)bs);
+    dcpi_cv_progress_add(&j->pr, n);
+  }
+  dcp_box box = {.ndim = t->ndim};
+  memcpy(box.size, t->shape, sizeof t->shape);
+  dcp_storage_ref ref = {.file = src->file_id, .codec = DCP_CODEC_NONE, .block_size = (uint32_t)bs,
+                         .offset = off, .stored_length = len, .raw_length = len,
+                         .block_count = nb, .block_checksums = cks};
+  if (!s) s = add_ref_chunk(j, tid, &box, &ref);
+  free(cks);
+  return s;
+}
+
+/* ---- driver --------------------------------------------------------------------- */
+
+static dcp_status import_source(import_job *j, const source *src) {
+  dcp_storage_file *f = NULL;
+  dcp_status s = dcpi_rt_file_open(&j->src, src->file, DCP_FILE_READ, &f, &j->err);
+  for (size_t i = 0; i < src->h->ntensors && !s; i++) {
+    const dcpi_st_tensor *t = &src->h->tensors[i];
+    uint32_t tid;
+    s = dcpi_md_add_tensor(j->md, t->name, t->dtype, t->ndim, t->shape, -1, NULL, &tid, &j->err);
+    if (s == DCP_EEXIST)
+      s = dcpi_fail(&j->err, DCP_ECORRUPT, "tensor '%s' appears in two shards", t->name);
+    if (!s)
+      s = j->flags & DCP_IMPORT_LINK ? link_tensor(j, f, src, t, tid)
+                                     : copy_tensor(j, f, src->h, t, tid);
+  }
+  dcpi_err ignored;
+  if (f) dcpi_rt_file_close(&j->src, f, &ignored);
+  return s;
+}
+
+static dcp_status open_outputs(import_job *j) {
+  uint64_t size;
+  dcpi_err probe;
+  dcp_status s = dcpi_rt_file_size(&j->dst, DCPI_METADATA_NAME, &size, &probe);
+  if (s == DCP_OK)
+    return dcpi_fail(&j->err, DCP_EEXIST, "a committed checkpoint exists at %s", j->dst.path);
+  if (s != DCP_ENOTFOUND) return dcpi_fail(&j->err, s, "%s", probe.msg);
+  if ((s = dcpi_md_create(&j->md))) return dcpi_fail(&j->err, s, "out of memory");
+  if (j->flags & DCP_IMPORT_LINK) {
+    for (size_t i = 0; i < j->nsrc && !s; i++)
+      s = dcpi_md_add_file(j->md, j->srcs[i].file, &j->srcs[i].file_id, &j->err);
+    return s;
+  }
+  char name[64];
+  snprintf(name, sizeof name, DCPI_DATA_FILE_FMT, 0);
+  s = dcpi_md_add_file(j->md, name, &j->data_file, &j->err);
+  return s ? s : dcpi_block_writer_open(&j->dst, name, DCPI_DEFAULT_BLOCK_SIZE, false, 0, &j->w,
+                                        &j->err);
+}
+
+static dcp_status commit(import_job *j) {
+  dcp_status s = DCP_OK;
+  if (j->w) {
+    s = dcpi_block_writer_close(j->w, true, &j->err);
+    j->w = NULL;
+  }
+  void *enc = NULL;
+  size_t len = 0;
+  if (!s) s = add_kvs(j);
+  if (!s) s = dcpi_md_encode(j->md, &enc, &len, &j->err);
+  if (!s)
+    s = dcpi_rt_write_file_atomic(&j->dst, DCPI_METADATA_NAME, DCPI_METADATA_TMP, enc, len,
+                                  &j->err);
+  free(enc);
+  return s;
+}
+
+/* Without trailing slashes ("/" stays). */
+static void trim(char *p) {
+  size_t n = strlen(p);
+  while (n > 1 && p[n - 1] == '/') p[--n] = '\0';
+}
+
+static dcp_status check_link_dir(import_job *j, const char *ckpt) {
+  char *c = strdup(ckpt);
+  if (!c) return dcpi_fail(&j->err, DCP_ENOMEM, "out of memory");
+  trim(c);
+  trim(j->sdir);
+  bool same = strcmp(c, j->sdir) == 0;
+  free(c);
+  return same ? DCP_OK
+              : dcpi_fail(&j->err, DCP_EINVAL,
+                          "import --link: the checkpoint must be the directory holding the "
+                          ".safetensors files ('%s'), not '%s'", j->sdir, ckpt);
+}
+
+static dcp_status run(import_job *j, const char *src, const char *ckpt) {
+  dcp_status s = dcpi_cv_split(src, &j->sdir, &j->sname, &j->err);
+  if (!s && (j->flags & DCP_IMPORT_LINK)) s = check_link_dir(j, ckpt);
+  if (!s) s = dcpi_cv_open(&j->src, j->ctx, j->sdir, 0, &j->err);
+  if (!s) s = read_sources(j);
+  if (!s) s = dcpi_cv_open(&j->dst, j->ctx, ckpt, DCP_STORAGE_CREATE, &j->err);
+  if (!s) s = open_outputs(j);
+  if (!s && !(j->buf = malloc(DCPI_CV_WINDOW)))
+    s = dcpi_fail(&j->err, DCP_ENOMEM, "out of memory for the copy window");
+  for (size_t i = 0; i < j->nsrc && !s; i++) j->pr.total += j->srcs[i].h->data_len;
+  for (size_t i = 0; i < j->nsrc && !s; i++) s = import_source(j, &j->srcs[i]);
+  return s ? s : commit(j);
+}
+
+static void job_free(import_job *j, bool failed) {
+  dcpi_err ignored;
+  if (j->w) dcpi_block_writer_close(j->w, false, NULL);
+  if (failed && j->dst.st && !(j->flags & DCP_IMPORT_LINK) && j->md) {
+    char name[64];
+    snprintf(name, sizeof name, DCPI_DATA_FILE_FMT, 0);
+    dcpi_rt_remove(&j->dst, name, &ignored); /* best effort */
+  }
+  dcpi_cv_close(&j->src);
+  dcpi_cv_close(&j->dst);
+  for (size_t i = 0; i < j->nsrc; i++) free(j->srcs[i].file), dcpi_st_header_free(j->srcs[i].h);
+  free(j->srcs);
+  dcpi_md_free(j->md);
+  free(j->buf);
+  free(j->sdir);
+  free(j->sname);
+}
+
+dcp_status dcp_import_safetensors(dcp_ctx *ctx, const char *src, const char *ckpt,
+                                  uint32_t flags) {
+  if (!ctx) return DCP_EINVAL;
+  import_job j = {.ctx = ctx, .flags = flags, .pr = {.ctx = ctx}};
+  dcpi_err_clear(&j.err);
+  dcp_status s;
+  if (!src || !*src || !ckpt || !*ckpt)
+    s = dcpi_fail(&j.err, DCP_EINVAL, "import: empty source or checkpoint path");
+  else if (flags & ~DCP_IMPORT_LINK)
+    s = dcpi_fail(&j.err, DCP_EINVAL, "import: unknown flags 0x%x", flags);
+  else
+    s = run(&j, src, ckpt);
+  job_free(&j, s != DCP_OK);
+  return dcpi_ctx_report(ctx, &j.err);
+}

@@ -1,0 +1,206 @@
+/* read_tensor.c — a tensor assembled whole from its saved chunks (each
+ * chunk's box is its intersection with the whole tensor), and the coverage
+ * check that makes sure every element comes from exactly one chunk. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "convert/cv.h"
+#include "core/checked.h"
+#include "metadata/view.h"
+
+dcp_status dcpi_cv_tensor_bytes(const dcp_meta *m, size_t ti, uint64_t *bytes, dcpi_err *err) {
+  dcp_tensor_info t;
+  dcp_status s = dcp_meta_tensor(m, ti, &t);
+  if (s) return dcpi_fail(err, s, "no tensor %zu", ti);
+  int64_t n = (int64_t)dcp_dtype_size(t.dtype);
+  for (uint32_t d = 0; d < t.ndim; d++)
+    if (!dcpi_mul_i64(n, t.shape[d], &n))
+      return dcpi_fail(err, DCP_EOVERFLOW, "tensor '%s': byte size overflows", t.fqn);
+  *bytes = (uint64_t)n;
+  return DCP_OK;
+}
+
+typedef struct sweep_ctx {
+  const int64_t *offs;
+  uint32_t nd;
+} sweep_ctx;
+
+static _Thread_local sweep_ctx g_sweep; /* qsort has no argument */
+
+static int cmp_dim0(const void *a, const void *b) {
+  int64_t x = g_sweep.offs[*(const size_t *)a * g_sweep.nd];
+  int64_t y = g_sweep.offs[*(const size_t *)b * g_sweep.nd];
+  return x < y ? -1 : x > y;
+}
+
+static int boxes_overlap(const int64_t *oa, const int64_t *za, const int64_t *ob,
+                         const int64_t *zb, uint32_t nd) {
+  for (uint32_t d = 0; d < nd; d++)
+    if (oa[d] >= ob[d] + zb[d] || ob[d] >= oa[d] + za[d]) return 0;
+  return 1;
+}
+
+/* No two chunks overlap: sorted by dim-0 start, only pairs whose dim-0
+ * ranges meet are compared. */
+static dcp_status check_overlaps(const dcp_tensor_info *t, const int64_t *offs,
+                                 const int64_t *sizes, size_t n, dcpi_err *err) {
+  uint32_t nd = t->ndim;
+  if (nd == 0 || n < 2) return DCP_OK;
+  size_t *idx = malloc(n * sizeof *idx);
+  if (!idx) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  for (size_t i = 0; i < n; i++) idx[i] = i;
+  g_sweep = (sweep_ctx){offs, nd};
+  qsort(idx, n, sizeof *idx, cmp_dim0);
+  dcp_status s = DCP_OK;
+  for (size_t i = 0; i < n && !s; i++) {
+    const int64_t *oi = offs + idx[i] * nd, *zi = sizes + idx[i] * nd;
+    for (size_t j = i + 1; j < n && offs[idx[j] * nd] < oi[0] + zi[0] && !s; j++)
+      if (boxes_overlap(oi, zi, offs + idx[j] * nd, sizes + idx[j] * nd, nd))
+        s = dcpi_fail(err, DCP_ECORRUPT, "tensor '%s': chunks %zu and %zu overlap", t->fqn,
+                      idx[i], idx[j]);
+  }
+  free(idx);
+  return s;
+}
+
+/* Box inside the shape and the stored length matching; *vol its volume. */
+static dcp_status check_chunk(dcp_meta *m, const dcp_tensor_info *t, size_t ti, size_t c,
+                              int64_t *vol, dcpi_err *err) {
+  dcp_chunk_info ci;
+  dcp_status s = dcp_meta_chunk(m, ti, c, &ci);
+  if (s) return dcpi_fail(err, s, "tensor '%s': chunk %zu cannot be decoded", t->fqn, c);
+  int64_t v = 1;
+  for (uint32_t d = 0; d < t->ndim; d++) {
+    int64_t end;
+    if (ci.box.offset[d] < 0 || ci.box.size[d] < 0 ||
+        !dcpi_add_i64(ci.box.offset[d], ci.box.size[d], &end) || end > t->shape[d] ||
+        !dcpi_mul_i64(v, ci.box.size[d], &v))
+      return dcpi_fail(err, DCP_ECORRUPT, "tensor '%s': chunk %zu lies outside the shape",
+                       t->fqn, c);
+  }
+  int64_t bytes;
+  if (!dcpi_mul_i64(v, (int64_t)dcp_dtype_size(t->dtype), &bytes) ||
+      (uint64_t)bytes != ci.ref.raw_length)
+    return dcpi_fail(err, DCP_ECORRUPT,
+                     "tensor '%s': chunk %zu stores %llu bytes for a %lld-element box", t->fqn, c,
+                     (unsigned long long)ci.ref.raw_length, (long long)v);
+  *vol = v;
+  return DCP_OK;
+}
+
+dcp_status dcpi_cv_check_coverage(dcp_meta *m, size_t ti, dcpi_err *err) {
+  dcp_tensor_info t;
+  dcp_status s = dcp_meta_tensor(m, ti, &t);
+  if (s) return dcpi_fail(err, s, "no tensor %zu", ti);
+  int64_t numel = 1, sum = 0, vol = 0;
+  for (uint32_t d = 0; d < t.ndim; d++)
+    if (!dcpi_mul_i64(numel, t.shape[d], &numel))
+      return dcpi_fail(err, DCP_ECORRUPT, "tensor '%s': element count overflows", t.fqn);
+  for (size_t c = 0; c < t.chunk_count; c++) {
+    if ((s = check_chunk(m, &t, ti, c, &vol, err))) return s;
+    if (!dcpi_add_i64(sum, vol, &sum))
+      return dcpi_fail(err, DCP_ECORRUPT, "tensor '%s': chunk volumes overflow", t.fqn);
+  }
+  const int64_t *offs, *sizes;
+  if (t.chunk_count && (s = dcpi_meta_chunk_boxes(m, ti, &offs, &sizes, err))) return s;
+  if (t.chunk_count && (s = check_overlaps(&t, offs, sizes, (size_t)t.chunk_count, err)))
+    return s;
+  if (sum != numel)
+    return dcpi_fail(err, sum < numel ? DCP_EINCOMPLETE : DCP_ECORRUPT,
+                     "tensor '%s': its chunks cover %lld of %lld elements", t.fqn, (long long)sum,
+                     (long long)numel);
+  return DCP_OK;
+}
+
+/* Copies a chunk's raw bytes, row by row, to their place in the tensor. */
+typedef struct place_ctx {
+  const dcp_tensor_info *t;
+  const dcp_box *box;
+  uint8_t *dst;
+  size_t esize, row_bytes;
+  dcpi_cv_progress *progress;
+} place_ctx;
+
+/* Byte offset in the tensor of row r (over the box's leading dims). */
+static uint64_t row_dest(const place_ctx *p, uint64_t r) {
+  uint32_t nd = p->t->ndim;
+  if (nd == 0) return 0;
+  uint64_t elem = 0, stride = 1;
+  elem = (uint64_t)p->box->offset[nd - 1];
+  stride = (uint64_t)p->t->shape[nd - 1];
+  for (uint32_t d = nd - 1; d-- > 0;) {
+    uint64_t i = r % (uint64_t)p->box->size[d];
+    r /= (uint64_t)p->box->size[d];
+    elem += ((uint64_t)p->box->offset[d] + i) * stride;
+    stride *= (uint64_t)p->t->shape[d];
+  }
+  return elem * p->esize;
+}
+
+static dcp_status place(void *arg, uint64_t raw_off, const uint8_t *data, size_t len,
+                        dcpi_err *err) {
+  (void)err;
+  place_ctx *p = arg;
+  uint64_t at = raw_off;
+  size_t left = len;
+  while (left) {
+    uint64_t r = at / p->row_bytes, w = at % p->row_bytes;
+    size_t n = (size_t)(p->row_bytes - w) < left ? (size_t)(p->row_bytes - w) : left;
+    memcpy(p->dst + row_dest(p, r) + w, data, n);
+    data += n, at += n, left -= n;
+  }
+  dcpi_cv_progress_add(p->progress, len);
+  return DCP_OK;
+}
+
+static dcp_status read_chunk(dcpi_block_reader *br, dcp_meta *m, const dcp_tensor_info *t,
+                             size_t ti, size_t c, uint8_t *buf, dcpi_cv_progress *pr,
+                             dcpi_err *err) {
+  dcp_chunk_info ci;
+  const char *file;
+  dcp_status s = dcp_meta_chunk(m, ti, c, &ci);
+  if (!s) s = dcp_meta_file(m, ci.ref.file, &file);
+  if (s) return dcpi_fail(err, DCP_ECORRUPT, "tensor '%s': chunk %zu unreadable", t->fqn, c);
+  char what[DCPI_ERR_MSG_MAX / 2];
+  dcpi_cv_describe_box(what, sizeof what, t->fqn, &ci.box);
+  size_t es = dcp_dtype_size(t->dtype);
+  place_ctx p = {.t = t, .box = &ci.box, .dst = buf, .esize = es, .progress = pr,
+                 .row_bytes = t->ndim ? (size_t)ci.box.size[t->ndim - 1] * es : es};
+  return dcpi_block_read(br, file, &ci.ref, 0, ci.ref.raw_length, what, place, &p, err);
+}
+
+dcp_status dcpi_cv_read_tensor(dcpi_block_reader *br, dcp_meta *m, size_t ti, uint8_t *buf,
+                               size_t len, dcpi_cv_progress *progress, dcpi_err *err) {
+  dcp_tensor_info t;
+  uint64_t bytes;
+  dcp_status s = dcpi_cv_tensor_bytes(m, ti, &bytes, err);
+  if (!s) s = dcp_meta_tensor(m, ti, &t);
+  if (s) return s;
+  if (bytes != len)
+    return dcpi_fail(err, DCP_EINVAL, "tensor '%s' has %llu bytes, the buffer %zu", t.fqn,
+                     (unsigned long long)bytes, len);
+  if ((s = dcpi_cv_check_coverage(m, ti, err))) return s;
+  for (size_t c = 0; c < t.chunk_count && !s; c++)
+    s = read_chunk(br, m, &t, ti, c, buf, progress, err);
+  return s;
+}
+
+dcp_status dcp_read_tensor(dcp_ctx *ctx, const char *ckpt, dcp_meta *meta, size_t tensor,
+                           void *buf, size_t len) {
+  if (!ctx) return DCP_EINVAL;
+  dcpi_err err;
+  dcpi_err_clear(&err);
+  if (!ckpt || !*ckpt || !meta || (!buf && len)) {
+    dcpi_fail(&err, DCP_EINVAL, "read_tensor: NULL or empty argument");
+    return dcpi_ctx_report(ctx, &err);
+  }
+  dcpi_rt rt;
+  dcpi_block_reader *br = NULL;
+  dcp_status s = dcpi_cv_open(&rt, ctx, ckpt, 0, &err);
+  if (!s) s = dcpi_block_reader_create(&rt, &br, &err);
+  if (!s) s = dcpi_cv_read_tensor(br, meta, tensor, buf, len, NULL, &err);
+  dcpi_block_reader_free(br);
+  dcpi_cv_close(&rt);
+  return dcpi_ctx_report(ctx, &err);
+}

@@ -1,0 +1,300 @@
+/* safetensors.c — strict safetensors header parsing and header building
+ * (format in safetensors.h), JSON through libjansson. */
+#include "convert/safetensors.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/checked.h"
+
+dcp_status dcpi_st_header_len(const uint8_t prefix[8], uint64_t file_size, uint64_t *header_len,
+                              dcpi_err *err) {
+  if (file_size < 8)
+    return dcpi_fail(err, DCP_ECORRUPT, "safetensors: file of %llu bytes has no 8-byte header size",
+                     (unsigned long long)file_size);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; i--) n = n << 8 | prefix[i];
+  if (n > DCPI_ST_MAX_HEADER)
+    return dcpi_fail(err, DCP_ECORRUPT, "safetensors: header size %llu exceeds the limit of %u bytes",
+                     (unsigned long long)n, DCPI_ST_MAX_HEADER);
+  if (n > file_size - 8)
+    return dcpi_fail(err, DCP_ECORRUPT,
+                     "safetensors: header size %llu runs past the end of the %llu-byte file "
+                     "(truncated?)", (unsigned long long)n, (unsigned long long)file_size);
+  if (n < 2) return dcpi_fail(err, DCP_ECORRUPT, "safetensors: header size %llu is too small",
+                              (unsigned long long)n);
+  *header_len = n;
+  return DCP_OK;
+}
+
+void dcpi_st_header_free(dcpi_st_header *h) {
+  if (!h) return;
+  for (size_t i = 0; i < h->ntensors; i++) free(h->tensors[i].name);
+  for (size_t i = 0; i < h->nkv; i++) free(h->kv_keys[i]), free(h->kv_values[i]);
+  free(h->tensors);
+  free(h->kv_keys);
+  free(h->kv_values);
+  free(h);
+}
+
+/* A non-negative JSON integer into *v. */
+static int get_uint(const json_t *j, uint64_t *v) {
+  if (!json_is_integer(j) || json_integer_value(j) < 0) return 0;
+  *v = (uint64_t)json_integer_value(j);
+  return 1;
+}
+
+static dcp_status parse_shape(const char *name, const json_t *shape, dcpi_st_tensor *t,
+                              int64_t *numel, dcpi_err *err) {
+  if (!json_is_array(shape))
+    return dcpi_fail(err, DCP_ECORRUPT, "safetensors: tensor '%s': shape is not an array", name);
+  size_t nd = json_array_size(shape);
+  if (nd > DCP_MAX_NDIM)
+    return dcpi_fail(err, DCP_ECORRUPT, "safetensors: tensor '%s': %zu dimensions (at most %d)",
+                     name, nd, DCP_MAX_NDIM);
+  t->ndim = (uint32_t)nd;
+  *numel = 1;
+  for (size_t d = 0; d < nd; d++) {
+    uint64_t e;
+    if (!get_uint(json_array_get(shape, d), &e) || e > INT64_MAX)
+      return dcpi_fail(err, DCP_ECORRUPT,
+                       "safetensors: tensor '%s': extent %zu is not a non-negative integer", name, d);
+    t->shape[d] = (int64_t)e;
+    if (!dcpi_mul_i64(*numel, (int64_t)e, numel))
+      return dcpi_fail(err, DCP_ECORRUPT, "safetensors: tensor '%s': element count overflows",
+                       name);
+  }
+  return DCP_OK;
+}
+
+static dcp_status parse_offsets(const char *name, const json_t *offs, uint64_t data_len,
+                                dcpi_st_tensor *t, dcpi_err *err) {
+  if (!json_is_array(offs) || json_array_size(offs) != 2 ||
+      !get_uint(json_array_get(offs, 0), &t->begin) || !get_uint(json_array_get(offs, 1), &t->end))
+    return dcpi_fail(err, DCP_ECORRUPT,
+                     "safetensors: tensor '%s': data_offsets is not [begin, end] of non-negative "
+                     "integers", name);
+  if (t->begin > t->end || t->end > data_len)
+    return dcpi_fail(err, DCP_ECORRUPT,
+                     "safetensors: tensor '%s': data_offsets [%llu, %llu] outside the %llu-byte "
+                     "data region", name, (unsigned long long)t->begin,
+                     (unsigned long long)t->end, (unsigned long long)data_len);
+  return DCP_OK;
+}
+
+/* Names follow the fqn rules of dcp_state_add_tensor (so a load can ask
+ * for them): 1..DCP_MAX_NAME bytes, no control characters. */
+static dcp_status check_name(const char *name, dcpi_err *err) {
+  size_t n = strlen(name);
+  if (n == 0 || n > DCP_MAX_NAME)
+    return dcpi_fail(err, DCP_ECORRUPT, "safetensors: a tensor name is empty or longer than %d bytes",
+                     DCP_MAX_NAME);
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
+      return dcpi_fail(err, DCP_ECORRUPT,
+                       "safetensors: tensor '%.200s' has a control character in its name", name);
+  return DCP_OK;
+}
+
+static dcp_status parse_tensor(const char *name, const json_t *v, uint64_t data_len,
+                               dcpi_st_tensor *t, dcpi_err *err) {
+  dcp_status s = check_name(name, err);
+  if (s) return s;
+  if (!json_is_object(v))
+    return dcpi_fail(err, DCP_ECORRUPT, "safetensors: tensor '%s' is not an object", name);
+  const char *key;
+  json_t *val;
+  json_object_foreach((json_t *)v, key, val) {
+    if (strcmp(key, "dtype") && strcmp(key, "shape") && strcmp(key, "data_offsets"))
+      return dcpi_fail(err, DCP_ECORRUPT, "safetensors: tensor '%s': unknown field '%.100s'",
+                       name, key);
+  }
+  const json_t *dt = json_object_get(v, "dtype");
+  t->dtype = json_is_string(dt) ? dcp_dtype_from_name(json_string_value(dt)) : DCP_DTYPE_INVALID;
+  if (t->dtype == DCP_DTYPE_INVALID)
+    return dcpi_fail(err, DCP_ECORRUPT, "safetensors: tensor '%s': unknown dtype %s%.40s%s", name,
+                     json_is_string(dt) ? "'" : "", json_is_string(dt) ? json_string_value(dt)
+                     : "(missing or not a string)", json_is_string(dt) ? "'" : "");
+  int64_t numel = 0, bytes = 0;
+  if ((s = parse_shape(name, json_object_get(v, "shape"), t, &numel, err))) return s;
+  if ((s = parse_offsets(name, json_object_get(v, "data_offsets"), data_len, t, err))) return s;
+  if (!dcpi_mul_i64(numel, (int64_t)dcp_dtype_size(t->dtype), &bytes) ||
+      (uint64_t)bytes != t->end - t->begin)
+    return dcpi_fail(err, DCP_ECORRUPT,
+                     "safetensors: tensor '%s': shape and dtype %s need %lld bytes but "
+                     "data_offsets span %llu", name, dcp_dtype_name(t->dtype), (long long)bytes,
+                     (unsigned long long)(t->end - t->begin));
+  if (!(t->name = strdup(name))) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  return DCP_OK;
+}
+
+static int cmp_span(const void *a, const void *b) {
+  const dcpi_st_tensor *x = a, *y = b;
+  if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+  if (x->end != y->end) return x->end < y->end ? -1 : 1;
+  return strcmp(x->name, y->name);
+}
+
+/* Spans must tile the data region: ordered, no overlap, no gap. */
+static dcp_status check_spans(const dcpi_st_header *h, dcpi_err *err) {
+  uint64_t at = 0;
+  for (size_t i = 0; i < h->ntensors; i++) {
+    const dcpi_st_tensor *t = &h->tensors[i];
+    if (t->begin < at)
+      return dcpi_fail(err, DCP_ECORRUPT,
+                       "safetensors: tensor '%s': span [%llu, %llu) overlaps tensor '%s'", t->name,
+                       (unsigned long long)t->begin, (unsigned long long)t->end,
+                       h->tensors[i - 1].name);
+    if (t->begin > at)
+      return dcpi_fail(err, DCP_ECORRUPT,
+                       "safetensors: tensor '%s': gap of %llu bytes before its span at %llu",
+                       t->name, (unsigned long long)(t->begin - at), (unsigned long long)t->begin);
+    at = t->end;
+  }
+  if (at != h->data_len)
+    return dcpi_fail(err, DCP_ECORRUPT,
+                     "safetensors: tensors cover %llu bytes of the %llu-byte data region "
+                     "(trailing bytes or truncated file)", (unsigned long long)at,
+                     (unsigned long long)h->data_len);
+  return DCP_OK;
+}
+
+static dcp_status parse_metadata(const json_t *md, dcpi_st_header *h, dcpi_err *err) {
+  if (!json_is_object(md))
+    return dcpi_fail(err, DCP_ECORRUPT, "safetensors: __metadata__ is not an object");
+  size_t n = json_object_size(md);
+  h->kv_keys = calloc(n ? n : 1, sizeof *h->kv_keys);
+  h->kv_values = calloc(n ? n : 1, sizeof *h->kv_values);
+  if (!h->kv_keys || !h->kv_values) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  const char *key;
+  json_t *val;
+  json_object_foreach((json_t *)md, key, val) {
+    if (!json_is_string(val))
+      return dcpi_fail(err, DCP_ECORRUPT, "safetensors: __metadata__ entry '%.200s' is not a string",
+                       key);
+    if (!*key) return dcpi_fail(err, DCP_ECORRUPT, "safetensors: __metadata__ has an empty key");
+    size_t k = h->nkv;
+    h->kv_keys[k] = strdup(key);
+    h->kv_values[k] = strdup(json_string_value(val));
+    h->nkv++;
+    if (!h->kv_keys[k] || !h->kv_values[k]) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  }
+  /* keys and values sorted together (insertion sort: metadata is small) */
+  for (size_t i = 1; i < h->nkv; i++)
+    for (size_t j = i; j > 0 && strcmp(h->kv_keys[j - 1], h->kv_keys[j]) > 0; j--) {
+      char *tk = h->kv_keys[j], *tv = h->kv_values[j];
+      h->kv_keys[j] = h->kv_keys[j - 1], h->kv_values[j] = h->kv_values[j - 1];
+      h->kv_keys[j - 1] = tk, h->kv_values[j - 1] = tv;
+    }
+  return DCP_OK;
+}
+
+static dcp_status parse_root(const json_t *root, dcpi_st_header *h, dcpi_err *err) {
+  size_t n = json_object_size(root);
+  h->tensors = calloc(n ? n : 1, sizeof *h->tensors);
+  if (!h->tensors) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  const char *key;
+  json_t *val;
+  dcp_status s = DCP_OK;
+  json_object_foreach((json_t *)root, key, val) {
+    if (strcmp(key, "__metadata__") == 0)
+      s = parse_metadata(val, h, err);
+    else if (!(s = parse_tensor(key, val, h->data_len, &h->tensors[h->ntensors], err)))
+      h->ntensors++;
+    if (s) return s;
+  }
+  qsort(h->tensors, h->ntensors, sizeof *h->tensors, cmp_span);
+  return check_spans(h, err);
+}
+
+dcp_status dcpi_st_parse(const char *json, size_t json_len, uint64_t data_len,
+                         dcpi_st_header **out, dcpi_err *err) {
+  *out = NULL;
+  dcpi_st_header *h = calloc(1, sizeof *h);
+  if (!h) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  h->header_len = json_len;
+  h->data_start = 8 + (uint64_t)json_len;
+  h->data_len = data_len;
+  json_error_t jerr;
+  json_t *root = json_loadb(json, json_len, JSON_REJECT_DUPLICATES, &jerr);
+  dcp_status s = DCP_OK;
+  if (!root)
+    s = dcpi_fail(err, DCP_ECORRUPT, "safetensors: header is not valid JSON: %s (line %d, column %d)",
+                  jerr.text, jerr.line, jerr.column);
+  else if (!json_is_object(root))
+    s = dcpi_fail(err, DCP_ECORRUPT, "safetensors: header is not a JSON object");
+  else
+    s = parse_root(root, h, err);
+  json_decref(root);
+  if (s) {
+    dcpi_st_header_free(h);
+    return s;
+  }
+  *out = h;
+  return DCP_OK;
+}
+
+/* ---- building --------------------------------------------------------------- */
+
+static json_t *tensor_json(const dcpi_st_out *t) {
+  json_t *o = json_object(), *shape = json_array(), *offs = json_array();
+  const char *dt = dcp_dtype_name(t->dtype);
+  int bad = !o || !shape || !offs || !dt;
+  for (uint32_t d = 0; !bad && d < t->ndim; d++)
+    bad = json_array_append_new(shape, json_integer((json_int_t)t->shape[d]));
+  bad = bad || json_array_append_new(offs, json_integer((json_int_t)t->begin)) ||
+        json_array_append_new(offs, json_integer((json_int_t)t->end));
+  bad = bad || json_object_set_new(o, "dtype", json_string(dt)) ||
+        json_object_set(o, "shape", shape) || json_object_set(o, "data_offsets", offs);
+  json_decref(shape);
+  json_decref(offs);
+  if (bad) json_decref(o);
+  return bad ? NULL : o;
+}
+
+static json_t *header_json(const dcpi_st_out *t, size_t n, const char *const *kk,
+                           const char *const *kv, size_t nkv) {
+  json_t *root = json_object();
+  int bad = !root;
+  if (!bad && nkv) {
+    json_t *md = json_object();
+    for (size_t i = 0; md && !bad && i < nkv; i++) {
+      json_t *v = json_string(kv[i]);
+      bad = !v || json_object_set_new(md, kk[i], v);
+    }
+    bad = bad || !md || json_object_set(root, "__metadata__", md);
+    json_decref(md);
+  }
+  for (size_t i = 0; !bad && i < n; i++) {
+    json_t *o = tensor_json(&t[i]);
+    bad = !o || json_object_set_new(root, t[i].name, o);
+  }
+  if (bad) json_decref(root);
+  return bad ? NULL : root;
+}
+
+dcp_status dcpi_st_build_header(const dcpi_st_out *t, size_t n, const char *const *kv_keys,
+                                const char *const *kv_values, size_t nkv, uint8_t **out,
+                                size_t *len, dcpi_err *err) {
+  *out = NULL;
+  json_t *root = header_json(t, n, kv_keys, kv_values, nkv);
+  char *text = root ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+  json_decref(root);
+  if (!text)
+    return dcpi_fail(err, DCP_EINVAL, "safetensors: cannot build a header (invalid dtype, a name "
+                     "or value that is not UTF-8, or out of memory)");
+  size_t tl = strlen(text), hl = (tl + 7) / 8 * 8;
+  uint8_t *buf = malloc(8 + hl);
+  if (!buf) {
+    free(text);
+    return dcpi_fail(err, DCP_ENOMEM, "out of memory for a safetensors header");
+  }
+  for (int i = 0; i < 8; i++) buf[i] = (uint8_t)((uint64_t)hl >> (8 * i));
+  memcpy(buf + 8, text, tl);
+  memset(buf + 8 + tl, ' ', hl - tl);
+  free(text);
+  *out = buf;
+  *len = 8 + hl;
+  return DCP_OK;
+}

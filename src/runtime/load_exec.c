@@ -1,0 +1,268 @@
+/* load_exec.c — reading destination chunks, and running a read-dedup
+ * schedule: readers read (and verify) straight into their own destination
+ * chunks, then broadcast them to their group; small chunks of one group go
+ * as one packed broadcast.
+ *
+ * Pipeline: a reader thread reads the units this rank broadcasts, in
+ * schedule order, while the calling thread runs the broadcasts; it may run
+ * ahead by max_inflight bytes (read, not yet broadcast) and fills waits with
+ * the chunks the rank reads for itself. Only the calling thread talks to
+ * other ranks; only the reader thread touches the storage, the metadata
+ * view and the block reader while it runs. The two share a mutex-protected
+ * progress record, and a chunk is handed from one thread to the other only
+ * through it. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metadata/view.h"
+#include "model/box.h"
+#include "runtime/load_int.h"
+
+/* ---- reading one chunk ---------------------------------------------------- */
+
+/* Copies the part of an overlap's runs that falls in one raw window. */
+typedef struct overlap_sink {
+  const dcpi_overlap *ov;
+  uint8_t *dest; /* the destination chunk's data */
+} overlap_sink;
+
+static dcp_status copy_runs(void *arg, uint64_t raw_off, const uint8_t *data, size_t len,
+                            dcpi_err *err) {
+  (void)err;
+  const overlap_sink *os = arg;
+  dcpi_run_iter it;
+  dcpi_run run;
+  int64_t lo = (int64_t)raw_off, hi = lo + (int64_t)len;
+  dcpi_run_iter_init(&it, os->ov);
+  while (dcpi_run_iter_next(&it, &run)) {
+    int64_t a = run.src_off > lo ? run.src_off : lo;
+    int64_t b = run.src_off + run.len < hi ? run.src_off + run.len : hi;
+    if (a < b) memcpy(os->dest + run.dest_off + (a - run.src_off), data + (a - lo), (size_t)(b - a));
+  }
+  return DCP_OK;
+}
+
+dcp_status dcpi_load_file_of(dcp_meta *m, const dcp_storage_ref *ref, const char **name,
+                             dcpi_err *err) {
+  if (dcp_meta_file(m, ref->file, name))
+    return dcpi_fail(err, DCP_ECORRUPT, "metadata names data file %u, which it lacks", ref->file);
+  return DCP_OK;
+}
+
+static dcp_status read_overlap(dcpi_block_reader *br, dcp_meta *m, const dcp_state *st,
+                               const dcpi_overlap *ov, dcpi_err *err) {
+  const dcpi_chunk_item *dest = &st->chunks[ov->dest_chunk];
+  const dcpi_tensor_item *t = &st->tensors[dest->tensor];
+  size_t ti;
+  dcp_chunk_info ci;
+  const char *file;
+  dcp_status s = dcp_meta_find_tensor(m, t->fqn, &ti);
+  if (!s) s = dcp_meta_chunk(m, ti, ov->saved_chunk, &ci);
+  if (s) return dcpi_fail(err, s, "tensor '%s': saved chunk %u unavailable", t->fqn, ov->saved_chunk);
+  if ((s = dcpi_load_file_of(m, &ci.ref, &file, err))) return s;
+  char what[512], box[256];
+  snprintf(what, sizeof what, "tensor '%.200s' chunk %s", t->fqn,
+           dcpi_box_str(ci.box.ndim, ci.box.offset, ci.box.size, box, sizeof box));
+  overlap_sink os = {ov, dest->data};
+  return dcpi_block_read(br, file, &ci.ref, (uint64_t)ov->src_first, (uint64_t)ov->src_last,
+                         what, copy_runs, &os, err);
+}
+
+dcp_status dcpi_load_read_chunk(dcpi_block_reader *br, dcp_meta *m, const dcp_state *st,
+                                const dcpi_load_plan *plan, size_t chunk, dcpi_err *err) {
+  dcp_status s = DCP_OK;
+  for (size_t i = plan->chunk_first[chunk]; !s && i < plan->chunk_first[chunk + 1]; i++)
+    s = read_overlap(br, m, st, &plan->overlaps[i], err);
+  return s;
+}
+
+/* ---- running a schedule --------------------------------------------------- */
+
+typedef struct exec {
+  /* fixed while the thread runs */
+  dcp_meta *m;
+  const dcp_state *st;
+  const dcpi_load_plan *plan;
+  const dcpi_load_sched *sc;
+  dcpi_block_reader *br;
+  size_t *runits; /* the units this rank reads for, in schedule order */
+  size_t nr;
+  uint32_t *own;  /* the chunks it reads for itself */
+  size_t nown;
+  int64_t max_inflight;
+  /* shared, under mu */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  size_t read_done;     /* runits[0, read_done) are read */
+  int64_t read_bytes;   /* their bytes */
+  int64_t sent_bytes;   /* bytes of those the caller has broadcast */
+  bool exited, stop;
+  /* the reader's own (read by the caller after the join) */
+  dcp_status rs;
+  dcpi_err rerr;
+  uint64_t payload;
+  size_t own_next;
+} exec;
+
+/* Read one chunk unless an earlier read failed (then nothing more is read:
+ * the load is failing, only the broadcasts still have to happen). */
+static void read_one(exec *x, uint32_t chunk) {
+  if (x->rs) return;
+  x->rs = dcpi_load_read_chunk(x->br, x->m, x->st, x->plan, chunk, &x->rerr);
+  if (!x->rs) x->payload += (uint64_t)x->st->chunks[chunk].nbytes;
+}
+
+static void read_unit(exec *x, const dcpi_bcast_unit *u) {
+  for (size_t i = 0; i < u->count; i++) read_one(x, x->sc->items[u->first + i]);
+}
+
+static void *reader_main(void *arg) {
+  exec *x = arg;
+  pthread_mutex_lock(&x->mu);
+  for (size_t k = 0; k < x->nr && !x->stop; k++) {
+    const dcpi_bcast_unit *u = &x->sc->units[x->runits[k]];
+    /* wait for room: nothing in flight, or this unit fits the bound */
+    for (;;) {
+      int64_t inflight = x->read_bytes - x->sent_bytes;
+      if (x->stop || inflight == 0 || inflight + u->bytes <= x->max_inflight) break;
+      if (x->own_next < x->nown) { /* fill the wait with a chunk of our own */
+        uint32_t c = x->own[x->own_next++];
+        pthread_mutex_unlock(&x->mu);
+        read_one(x, c);
+        pthread_mutex_lock(&x->mu);
+      } else {
+        pthread_cond_wait(&x->cv, &x->mu);
+      }
+    }
+    if (x->stop) break;
+    pthread_mutex_unlock(&x->mu);
+    read_unit(x, u);
+    pthread_mutex_lock(&x->mu);
+    x->read_done = k + 1;
+    x->read_bytes += u->bytes;
+    pthread_cond_broadcast(&x->cv);
+  }
+  while (!x->stop && x->own_next < x->nown) {
+    uint32_t c = x->own[x->own_next++];
+    pthread_mutex_unlock(&x->mu);
+    read_one(x, c);
+    pthread_mutex_lock(&x->mu);
+  }
+  x->exited = true;
+  pthread_cond_broadcast(&x->cv);
+  pthread_mutex_unlock(&x->mu);
+  return NULL;
+}
+
+/* Broadcast unit u (k: its index among the units this rank reads, when it
+ * is the reader). */
+static dcp_status bcast_unit(dcpi_rt *rt, exec *x, const dcpi_bcast_unit *u, uint8_t *pack,
+                             dcpi_load_counts *counts) {
+  const dcpi_chunk_item *chunks = x->st->chunks;
+  bool reader = u->reader == rt->ctx->rank;
+  void *buf = u->packed ? (void *)pack : chunks[x->sc->items[u->first]].data;
+  if (u->packed && reader)
+    for (size_t i = 0, at = 0; i < u->count; i++) {
+      const dcpi_chunk_item *c = &chunks[x->sc->items[u->first + i]];
+      memcpy(pack + at, c->data, (size_t)c->nbytes);
+      at += (size_t)c->nbytes;
+    }
+  dcp_status s = dcpi_rt_group_bcast(rt, u->members, u->nmembers, buf, (size_t)u->bytes,
+                                     u->reader);
+  if (s) return s;
+  if (u->packed && !reader)
+    for (size_t i = 0, at = 0; i < u->count; i++) {
+      const dcpi_chunk_item *c = &chunks[x->sc->items[u->first + i]];
+      memcpy(c->data, pack + at, (size_t)c->nbytes);
+      at += (size_t)c->nbytes;
+    }
+  if (reader)
+    counts->sent += (uint64_t)u->bytes;
+  else
+    counts->recv += (uint64_t)u->bytes;
+  return DCP_OK;
+}
+
+dcp_status dcpi_load_exec(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
+                          const dcpi_load_plan *plan, const dcpi_load_sched *sc,
+                          dcpi_block_reader *br, bool pipeline, uint64_t max_inflight,
+                          dcpi_load_counts *counts) {
+  memset(counts, 0, sizeof *counts);
+  exec x = {.m = m, .st = st, .plan = plan, .sc = sc, .br = br,
+            .max_inflight = max_inflight > INT64_MAX ? INT64_MAX : (int64_t)max_inflight};
+  dcpi_err_clear(&x.rerr);
+  x.runits = malloc((sc->nunits ? sc->nunits : 1) * sizeof *x.runits);
+  x.own = malloc((st->nchunks ? st->nchunks : 1) * sizeof *x.own);
+  uint8_t *pack = malloc(sc->max_pack ? (size_t)sc->max_pack : 1);
+  if (!x.runits || !x.own || !pack) {
+    /* Nothing was broadcast: the peers wait on this rank until their
+     * deadline (the schedule's agreement made allocation failures here
+     * unlikely: these are small). */
+    free(x.runits), free(x.own), free(pack);
+    return dcpi_fail(&rt->err, DCP_ENOMEM, "read dedup: out of memory");
+  }
+  for (size_t u = 0; u < sc->nunits; u++)
+    if (sc->units[u].reader == rt->ctx->rank) x.runits[x.nr++] = u;
+  for (size_t c = 0; c < st->nchunks; c++)
+    if (sc->role[c] == DCPI_CHUNK_OWN && st->chunks[c].nbytes > 0) x.own[x.nown++] = (uint32_t)c;
+
+  bool threaded = false;
+  if (pipeline && x.nr > 0) {
+    threaded = !pthread_mutex_init(&x.mu, NULL);
+    if (threaded && pthread_cond_init(&x.cv, NULL)) {
+      pthread_mutex_destroy(&x.mu);
+      threaded = false;
+    }
+    pthread_t tid;
+    if (threaded && pthread_create(&tid, NULL, reader_main, &x)) {
+      pthread_cond_destroy(&x.cv);
+      pthread_mutex_destroy(&x.mu);
+      threaded = false; /* run read-then-broadcast instead */
+    }
+    if (threaded) {
+      dcp_status cs = DCP_OK;
+      size_t k = 0;
+      for (size_t i = 0; i < sc->nunits && !cs; i++) {
+        const dcpi_bcast_unit *u = &sc->units[i];
+        bool reader = u->reader == rt->ctx->rank;
+        if (reader) {
+          pthread_mutex_lock(&x.mu);
+          while (x.read_done <= k && !x.exited) pthread_cond_wait(&x.cv, &x.mu);
+          pthread_mutex_unlock(&x.mu);
+        }
+        cs = bcast_unit(rt, &x, u, pack, counts);
+        if (reader) {
+          pthread_mutex_lock(&x.mu);
+          x.sent_bytes += u->bytes;
+          k++;
+          pthread_cond_broadcast(&x.cv);
+          pthread_mutex_unlock(&x.mu);
+        }
+      }
+      pthread_mutex_lock(&x.mu);
+      if (cs) x.stop = true; /* a collective failed: the load is over */
+      pthread_cond_broadcast(&x.cv);
+      pthread_mutex_unlock(&x.mu);
+      pthread_join(tid, NULL);
+      pthread_cond_destroy(&x.cv);
+      pthread_mutex_destroy(&x.mu);
+      free(x.runits), free(x.own), free(pack);
+      counts->payload = x.payload;
+      if (cs) return cs; /* its message is in rt->err */
+      if (x.rs) rt->err = x.rerr;
+      return x.rs;
+    }
+  }
+  /* read-then-broadcast: everything this rank reads, then the units */
+  for (size_t k = 0; k < x.nr; k++) read_unit(&x, &sc->units[x.runits[k]]);
+  for (size_t i = 0; i < x.nown; i++) read_one(&x, x.own[i]);
+  dcp_status cs = DCP_OK;
+  for (size_t i = 0; i < sc->nunits && !cs; i++) cs = bcast_unit(rt, &x, &sc->units[i], pack, counts);
+  free(x.runits), free(x.own), free(pack);
+  counts->payload = x.payload;
+  if (cs) return cs;
+  if (x.rs) rt->err = x.rerr;
+  return x.rs;
+}

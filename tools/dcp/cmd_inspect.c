@@ -1,0 +1,226 @@
+/* cmd_inspect.c — `dcp ls` and `dcp inspect [--json]`. */
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static uint64_t tensor_bytes(const dcp_tensor_info *t) {
+  uint64_t n = dcp_dtype_size(t->dtype);
+  for (uint32_t d = 0; d < t->ndim; d++) n *= (uint64_t)t->shape[d];
+  return n;
+}
+
+static void print_shape(const dcp_tensor_info *t) {
+  putchar('[');
+  for (uint32_t d = 0; d < t->ndim; d++) printf("%s%" PRId64, d ? ", " : "", t->shape[d]);
+  putchar(']');
+}
+
+static const char *scope_name(dcp_scope s) {
+  return s == DCP_SCOPE_PER_RANK ? "per-rank" : "replicated";
+}
+
+/* Open the view of CKPT (printing why not). */
+static dcp_meta *open_meta(dcp_ctx *ctx, const char *cmd, const char *path, int *rc) {
+  dcp_meta *m = NULL;
+  dcp_status s = dcp_meta_open(ctx, path, &m);
+  if (s) *rc = cli_fail(cmd, ctx, s);
+  return m;
+}
+
+static const char ls_help[] =
+    "usage: dcp ls CKPT\n\n"
+    "One line per tensor: fqn, dtype, shape, chunk count, bytes; then bytes items.\n"
+    "exit status: 0 ok, 2 usage, 3 error\n";
+
+int cmd_ls(int argc, char **argv) {
+  cli_args a;
+  if (!cli_parse(argc, argv, "", &a)) return CLI_USAGE;
+  if (a.help) return fputs(ls_help, stdout), CLI_OK;
+  if (a.npos != 1) return fputs(ls_help, stderr), CLI_USAGE;
+  int rc = CLI_OK;
+  dcp_ctx *ctx = cli_context("ls", true);
+  dcp_meta *m = ctx ? open_meta(ctx, "ls", a.pos[0], &rc) : NULL;
+  for (size_t i = 0; m && i < dcp_meta_tensor_count(m); i++) {
+    dcp_tensor_info t;
+    dcp_meta_tensor(m, i, &t);
+    printf("%s\t%s\t", t.fqn, dcp_dtype_name(t.dtype));
+    print_shape(&t);
+    printf("\t%" PRIu64 " chunks\t%" PRIu64 " bytes\n", t.chunk_count, tensor_bytes(&t));
+  }
+  for (size_t i = 0; m && i < dcp_meta_bytes_count(m); i++) {
+    dcp_bytes_info b;
+    dcp_meta_bytes(m, i, &b);
+    printf("%s\tbytes\t%s", b.key, scope_name(b.scope));
+    if (b.scope == DCP_SCOPE_PER_RANK) printf(" rank %d", (int)b.rank);
+    printf("\t%" PRIu64 " bytes\n", b.ref.raw_length);
+  }
+  dcp_meta_free(m);
+  dcp_ctx_free(ctx);
+  return ctx ? rc : CLI_ERROR;
+}
+
+/* ---- inspect (text) ----------------------------------------------------------- */
+
+static void text_header(dcp_meta *m, const char *path) {
+  uint64_t total = 0, chunks = 0;
+  for (size_t i = 0; i < dcp_meta_tensor_count(m); i++) {
+    dcp_tensor_info t;
+    dcp_meta_tensor(m, i, &t);
+    total += tensor_bytes(&t);
+    chunks += t.chunk_count;
+  }
+  char h[32];
+  printf("checkpoint   %s\nformat       %u\nworld size   %d (at save)\n", path,
+         dcp_meta_format_version(m), (int)dcp_meta_world_size(m));
+  printf("tensors      %zu (%" PRIu64 " chunks, %s)\nbytes items  %zu\n",
+         dcp_meta_tensor_count(m), chunks, cli_human(total, h, sizeof h),
+         dcp_meta_bytes_count(m));
+  printf("files        %zu\n", dcp_meta_file_count(m));
+  for (size_t i = 0; i < dcp_meta_file_count(m); i++) {
+    const char *n;
+    dcp_meta_file(m, i, &n);
+    printf("  [%zu] %s\n", i, n);
+  }
+  printf("meshes       %zu\n", dcp_meta_mesh_count(m));
+  for (size_t i = 0; i < dcp_meta_mesh_count(m); i++) {
+    dcp_mesh_info mi;
+    dcp_meta_mesh(m, i, &mi);
+    printf("  [%zu] shape", i);
+    for (uint32_t d = 0; d < mi.ndim; d++) printf("%s%" PRId64, d ? "x" : " ", mi.shape[d]);
+    putchar('\n');
+  }
+  printf("key/values   %zu\n", dcp_meta_kv_count(m));
+  for (size_t i = 0; i < dcp_meta_kv_count(m); i++) {
+    const char *k, *v;
+    dcp_meta_kv(m, i, &k, &v);
+    printf("  %s = %s\n", k, v);
+  }
+}
+
+static void text_tensors(dcp_meta *m) {
+  printf("tensors:\n");
+  for (size_t i = 0; i < dcp_meta_tensor_count(m); i++) {
+    dcp_tensor_info t;
+    dcp_meta_tensor(m, i, &t);
+    printf("  %s  %s ", t.fqn, dcp_dtype_name(t.dtype));
+    print_shape(&t);
+    printf("  %" PRIu64 " chunks  %" PRIu64 " bytes", t.chunk_count, tensor_bytes(&t));
+    if (t.layout >= 0) printf("  layout mesh %d", (int)t.layout);
+    putchar('\n');
+  }
+  if (dcp_meta_bytes_count(m)) printf("bytes items:\n");
+  for (size_t i = 0; i < dcp_meta_bytes_count(m); i++) {
+    dcp_bytes_info b;
+    dcp_meta_bytes(m, i, &b);
+    printf("  %s  %s", b.key, scope_name(b.scope));
+    if (b.scope == DCP_SCOPE_PER_RANK) printf(" rank %d", (int)b.rank);
+    printf("  %" PRIu64 " bytes\n", b.ref.raw_length);
+  }
+}
+
+/* ---- inspect (json) ----------------------------------------------------------- */
+
+static json_t *tensor_json(dcp_meta *m, size_t i) {
+  dcp_tensor_info t;
+  dcp_meta_tensor(m, i, &t);
+  json_t *o = json_object(), *shape = json_array(), *chunks = json_array();
+  for (uint32_t d = 0; d < t.ndim; d++) json_array_append_new(shape, json_integer(t.shape[d]));
+  for (size_t c = 0; c < t.chunk_count; c++) {
+    dcp_chunk_info ci;
+    if (dcp_meta_chunk(m, i, c, &ci)) break;
+    json_t *co = json_object(), *off = json_array(), *sz = json_array();
+    for (uint32_t d = 0; d < ci.box.ndim; d++) {
+      json_array_append_new(off, json_integer(ci.box.offset[d]));
+      json_array_append_new(sz, json_integer(ci.box.size[d]));
+    }
+    json_object_set_new(co, "offset", off);
+    json_object_set_new(co, "size", sz);
+    json_object_set_new(co, "file", json_integer(ci.ref.file));
+    json_object_set_new(co, "file_offset", json_integer((json_int_t)ci.ref.offset));
+    json_object_set_new(co, "stored_bytes", json_integer((json_int_t)ci.ref.stored_length));
+    json_object_set_new(co, "codec", json_string(ci.ref.codec ? "zstd" : "none"));
+    json_object_set_new(co, "blocks", json_integer((json_int_t)ci.ref.block_count));
+    json_array_append_new(chunks, co);
+  }
+  json_object_set_new(o, "fqn", json_string(t.fqn));
+  json_object_set_new(o, "dtype", json_string(dcp_dtype_name(t.dtype)));
+  json_object_set_new(o, "shape", shape);
+  json_object_set_new(o, "bytes", json_integer((json_int_t)tensor_bytes(&t)));
+  json_object_set_new(o, "layout", t.layout >= 0 ? json_integer(t.layout) : json_null());
+  json_object_set_new(o, "chunks", chunks);
+  return o;
+}
+
+static json_t *inspect_json(dcp_meta *m) {
+  json_t *root = json_object(), *files = json_array(), *meshes = json_array(),
+         *kv = json_object(), *tensors = json_array(), *bytes = json_array();
+  for (size_t i = 0; i < dcp_meta_file_count(m); i++) {
+    const char *n;
+    dcp_meta_file(m, i, &n);
+    json_array_append_new(files, json_string(n));
+  }
+  for (size_t i = 0; i < dcp_meta_mesh_count(m); i++) {
+    dcp_mesh_info mi;
+    dcp_meta_mesh(m, i, &mi);
+    json_t *sh = json_array();
+    for (uint32_t d = 0; d < mi.ndim; d++) json_array_append_new(sh, json_integer(mi.shape[d]));
+    json_array_append_new(meshes, sh);
+  }
+  for (size_t i = 0; i < dcp_meta_kv_count(m); i++) {
+    const char *k, *v;
+    dcp_meta_kv(m, i, &k, &v);
+    json_object_set_new(kv, k, json_string(v));
+  }
+  for (size_t i = 0; i < dcp_meta_tensor_count(m); i++)
+    json_array_append_new(tensors, tensor_json(m, i));
+  for (size_t i = 0; i < dcp_meta_bytes_count(m); i++) {
+    dcp_bytes_info b;
+    dcp_meta_bytes(m, i, &b);
+    json_t *o = json_object();
+    json_object_set_new(o, "key", json_string(b.key));
+    json_object_set_new(o, "scope", json_string(scope_name(b.scope)));
+    json_object_set_new(o, "rank", b.rank >= 0 ? json_integer(b.rank) : json_null());
+    json_object_set_new(o, "bytes", json_integer((json_int_t)b.ref.raw_length));
+    json_array_append_new(bytes, o);
+  }
+  json_object_set_new(root, "format_version", json_integer(dcp_meta_format_version(m)));
+  json_object_set_new(root, "world_size", json_integer(dcp_meta_world_size(m)));
+  json_object_set_new(root, "files", files);
+  json_object_set_new(root, "meshes", meshes);
+  json_object_set_new(root, "key_values", kv);
+  json_object_set_new(root, "tensors", tensors);
+  json_object_set_new(root, "bytes_items", bytes);
+  return root;
+}
+
+static const char inspect_help[] =
+    "usage: dcp inspect CKPT [--json]\n\n"
+    "Print a checkpoint's metadata: format, save-time world size and meshes, data\n"
+    "files, user key/values, tensors (dtype, shape, chunks, bytes, layout) and\n"
+    "bytes items. --json prints one JSON object with every chunk as well.\n"
+    "exit status: 0 ok, 2 usage, 3 error\n";
+
+int cmd_inspect(int argc, char **argv) {
+  cli_args a;
+  if (!cli_parse(argc, argv, "json", &a)) return CLI_USAGE;
+  if (a.help) return fputs(inspect_help, stdout), CLI_OK;
+  if (a.npos != 1) return fputs(inspect_help, stderr), CLI_USAGE;
+  int rc = CLI_OK;
+  dcp_ctx *ctx = cli_context("inspect", true);
+  dcp_meta *m = ctx ? open_meta(ctx, "inspect", a.pos[0], &rc) : NULL;
+  if (m && a.json) {
+    json_t *root = inspect_json(m);
+    if (json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER)) rc = CLI_ERROR;
+    putchar('\n');
+    json_decref(root);
+  } else if (m) {
+    text_header(m, a.pos[0]);
+    text_tensors(m);
+  }
+  dcp_meta_free(m);
+  dcp_ctx_free(ctx);
+  return ctx ? rc : CLI_ERROR;
+}
