@@ -182,17 +182,13 @@ static uint64_t storage_bytes_read(dcpi_rt *rt) {
  * group broadcasts, then the bytes items. Local status. */
 static dcp_status read_all(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
                            const dcpi_load_plan *plan, const dcpi_load_sched *sc,
-                           const dcp_load_options *o) {
+                           const dcp_load_options *o, dcpi_block_reader *br) {
   dcp_stats *stats = &rt->ctx->stats;
   uint64_t io0 = storage_bytes_read(rt);
-  dcpi_block_reader *br;
   dcpi_load_counts counts = {0};
-  dcp_status s = dcpi_block_reader_create(rt, &br, &rt->err);
-  if (s) return s; /* peers in this rank's groups wait until their deadline */
-  s = dcpi_load_exec(rt, m, st, plan, sc, br, !(o->flags & DCP_LOAD_NO_PIPELINE),
+  dcp_status s = dcpi_load_exec(rt, m, st, plan, sc, br, !(o->flags & DCP_LOAD_NO_PIPELINE),
                      o->max_inflight_bytes, &counts);
   if (!s) s = read_bytes_items(br, m, st, rt->ctx->world_size, &rt->err);
-  dcpi_block_reader_free(br);
   stats->data_read_bytes = storage_bytes_read(rt) - io0;
   stats->read_payload_bytes = counts.payload;
   stats->dedup_sent_bytes = counts.sent;
@@ -206,18 +202,24 @@ static dcp_status run(dcpi_rt *rt, dcp_state *st, const dcp_load_options *o) {
   dcp_meta *meta = NULL;
   dcpi_load_plan *plan = NULL;
   dcpi_load_sched sc = {0};
+  dcpi_block_reader *br = NULL;
   double t = dcpi_now();
   dcp_status s = fetch_metadata(rt, o, &meta);
-  if (!s) s = dcpi_rt_agree(rt, dcpi_load_plan_from_state(st, &(dcpi_saved_source){
-                                                                  .lookup = lookup, .arg = meta},
-                                                          &plan, &rt->err));
+  if (!s) {
+    dcp_status ls = dcpi_load_plan_from_state(
+        st, &(dcpi_saved_source){.lookup = lookup, .arg = meta}, &plan, &rt->err);
+    /* the block reader too, before anyone depends on this rank's reads */
+    if (!ls) ls = dcpi_block_reader_create(rt, &br, &rt->err);
+    s = dcpi_rt_agree(rt, ls);
+  }
   if (!s) s = dcpi_load_schedule(rt, st, o, &sc);
   stats->dedup_path = sc.path;
   stats->dedup_groups = sc.ngroups;
   stats->plan_s = dcpi_now() - t;
   t = dcpi_now();
-  if (!s) s = dcpi_rt_agree(rt, read_all(rt, meta, st, plan, &sc, o));
+  if (!s) s = dcpi_rt_agree(rt, read_all(rt, meta, st, plan, &sc, o, br));
   stats->read_s = dcpi_now() - t;
+  dcpi_block_reader_free(br);
   dcpi_load_sched_free(&sc);
   dcpi_load_plan_free(plan);
   dcp_meta_free(meta);

@@ -193,23 +193,23 @@ dcp_status dcpi_load_exec(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
   exec x = {.m = m, .st = st, .plan = plan, .sc = sc, .br = br,
             .max_inflight = max_inflight > INT64_MAX ? INT64_MAX : (int64_t)max_inflight};
   dcpi_err_clear(&x.rerr);
-  x.runits = malloc((sc->nunits ? sc->nunits : 1) * sizeof *x.runits);
-  x.own = malloc((st->nchunks ? st->nchunks : 1) * sizeof *x.own);
-  uint8_t *pack = malloc(sc->max_pack ? (size_t)sc->max_pack : 1);
-  if (!x.runits || !x.own || !pack) {
-    /* Nothing was broadcast: the peers wait on this rank until their
-     * deadline (the schedule's agreement made allocation failures here
-     * unlikely: these are small). */
-    free(x.runits), free(x.own), free(pack);
-    return dcpi_fail(&rt->err, DCP_ENOMEM, "read dedup: out of memory");
-  }
+  /* With broadcasts to run, the schedule brought the working memory
+   * (allocated before its agreement); without, a failure here is local. */
+  uint32_t *own_tmp = NULL;
+  x.runits = sc->runits;
+  x.own = sc->own;
+  uint8_t *pack = sc->pack;
+  if (sc->nunits && (!x.runits || !x.own || !pack))
+    return dcpi_fail(&rt->err, DCP_EINVAL, "read dedup: a schedule without working memory");
+  if (!x.own && !(x.own = own_tmp = malloc((st->nchunks ? st->nchunks : 1) * sizeof *x.own)))
+    return dcpi_fail(&rt->err, DCP_ENOMEM, "out of memory");
   for (size_t u = 0; u < sc->nunits; u++)
     if (sc->units[u].reader == rt->ctx->rank) x.runits[x.nr++] = u;
   for (size_t c = 0; c < st->nchunks; c++)
     if (sc->role[c] == DCPI_CHUNK_OWN && st->chunks[c].nbytes > 0) x.own[x.nown++] = (uint32_t)c;
 
   bool threaded = false;
-  if (pipeline && x.nr > 0) {
+  if (pipeline && sc->nunits > 0 && (x.nr > 0 || x.nown > 0)) {
     threaded = !pthread_mutex_init(&x.mu, NULL);
     if (threaded && pthread_cond_init(&x.cv, NULL)) {
       pthread_mutex_destroy(&x.mu);
@@ -248,7 +248,7 @@ dcp_status dcpi_load_exec(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
       pthread_join(tid, NULL);
       pthread_cond_destroy(&x.cv);
       pthread_mutex_destroy(&x.mu);
-      free(x.runits), free(x.own), free(pack);
+      free(own_tmp);
       counts->payload = x.payload;
       if (cs) return cs; /* its message is in rt->err */
       if (x.rs) rt->err = x.rerr;
@@ -260,7 +260,7 @@ dcp_status dcpi_load_exec(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
   for (size_t i = 0; i < x.nown; i++) read_one(&x, x.own[i]);
   dcp_status cs = DCP_OK;
   for (size_t i = 0; i < sc->nunits && !cs; i++) cs = bcast_unit(rt, &x, &sc->units[i], pack, counts);
-  free(x.runits), free(x.own), free(pack);
+  free(own_tmp);
   counts->payload = x.payload;
   if (cs) return cs;
   if (x.rs) rt->err = x.rerr;

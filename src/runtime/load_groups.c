@@ -21,6 +21,9 @@ void dcpi_load_sched_free(dcpi_load_sched *sc) {
   free(sc->items);
   free(sc->units);
   free(sc->members);
+  free(sc->pack);
+  free(sc->runits);
+  free(sc->own);
   memset(sc, 0, sizeof *sc);
 }
 
@@ -115,8 +118,8 @@ dcp_status dcpi_load_layout_groups(const dcp_state *st, int32_t world,
   for (size_t i = 0; i < st->nchunks; i++)
     if (chunk_key_bytes(&st->chunks[i]) > 0 && !is_layout_chunk(st, &st->chunks[i]))
       return DCP_OK; /* a chunk added by hand: only an exchange knows who else has it */
-  /* Layout tensors with a non-empty chunk here: every mesh position's box
-   * is a request of the rank there. */
+  /* For every layout tensor, each mesh position's box is a request of the
+   * rank there. */
   size_t *count = calloc((size_t)world, sizeof *count);
   bool *used = calloc(st->ntensors ? st->ntensors : 1, sizeof *used);
   dcp_status s = DCP_OK;
@@ -124,8 +127,9 @@ dcp_status dcpi_load_layout_groups(const dcp_state *st, int32_t world,
     s = dcpi_fail(err, DCP_ENOMEM, "read dedup: out of memory");
     goto out;
   }
-  for (size_t i = 0; i < st->nchunks; i++)
-    if (chunk_key_bytes(&st->chunks[i]) > 0) used[st->chunks[i].tensor] = true;
+  /* every tensor declared with a layout, even where this rank's box is
+   * empty: its replicas then see the same set and balance alike */
+  for (size_t t = 0; t < st->ntensors; t++) used[t] = st->tensors[t].layout != NULL;
   for (size_t t = 0; t < st->ntensors; t++) {
     if (!used[t]) continue;
     const dcp_layout *l = st->tensors[t].layout;
@@ -425,6 +429,13 @@ dcp_status dcpi_load_schedule(dcpi_rt *rt, const dcp_state *st, const dcp_load_o
     if ((s = exchange_groups(rt, keys, nkeys, policy, &g))) goto agree;
   }
   s = dcpi_load_sched_build(g, ctx->rank, keys, chunk_of, nkeys, st->nchunks, sc, &rt->err);
+  if (!s) {
+    sc->pack = malloc(sc->max_pack ? (size_t)sc->max_pack : 1);
+    sc->runits = malloc((sc->nunits ? sc->nunits : 1) * sizeof *sc->runits);
+    sc->own = malloc((st->nchunks ? st->nchunks : 1) * sizeof *sc->own);
+    if (!sc->pack || !sc->runits || !sc->own)
+      s = dcpi_fail(&rt->err, DCP_ENOMEM, "read dedup: out of memory for the schedule");
+  }
 agree:
   s = dcpi_rt_agree(rt, s);
 out:

@@ -59,6 +59,11 @@ typedef struct dcpi_load_sched {
   int64_t max_pack;        /* largest packed unit (pack buffer size) */
   uint64_t ngroups;        /* groups of >= 2 ranks this rank is in */
   int64_t read_bytes;      /* payload this rank reads (own + for groups) */
+  /* working memory of dcpi_load_exec, allocated before the schedule's
+   * agreement so that no rank fails to allocate once broadcasts begin */
+  uint8_t *pack;           /* max_pack bytes */
+  size_t *runits;          /* nunits */
+  uint32_t *own;           /* nchunks */
 } dcpi_load_sched;
 
 void dcpi_load_sched_free(dcpi_load_sched *sc);

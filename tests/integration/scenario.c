@@ -6,9 +6,12 @@
  *   scenario --coll mpi|file --dir CKPT --mode save|load|both
  *            [--save-tp N] [--load-tp N] [--compress] [--lowest] [--rendezvous DIR]
  *            [--expect-exists] [--overwrite] [--storage posix|sharedfs]
- *            [--meta-per-rank] [--no-flat]
+ *            [--meta-per-rank] [--no-bytes] [--no-flat]
  *            [--dedup auto|on|off] [--no-pipeline] [--max-inflight N] [--reader-lowest]
  *            [--check-reads] [--expect-path 0|1|2] [--corrupt] [--dedup-mismatch]
+ *
+ * --no-bytes loads the tensors only (a checkpoint converted from
+ * safetensors has no bytes items).
  *
  * The model: a mesh [world/tp, tp] (DP x TP) and tensors of every kind of
  * sharding: TP on dim 0, TP on dim 1, replicated, DP and TP on two dims,
@@ -56,6 +59,7 @@
   } while (0)
 
 static int g_rank = -1;
+static int g_no_bytes; /* load tensors only */
 static int g_no_flat; /* leave the flat tensors out */
 
 /* How tensor t is held in a save (saving 1) or a load: 0 a layout box,
@@ -236,6 +240,7 @@ static void build(dcp_ctx *ctx, rank_model *m, int32_t world, int32_t tp, int fi
   }
   for (int i = 0; i < 8; i++) m->step[i] = fill ? (uint8_t)(42 + i) : 0;
   for (int i = 0; i < 16; i++) m->rng[i] = fill ? (uint8_t)(rank * 16 + i) : 0;
+  if (g_no_bytes) return;
   CHECK(dcp_state_add_bytes(m->st, "step", DCP_SCOPE_REPLICATED, m->step, 8) == DCP_OK, "bytes");
   if (with_rng)
     CHECK(dcp_state_add_bytes(m->st, "rng", DCP_SCOPE_PER_RANK, m->rng, 16) == DCP_OK, "bytes");
@@ -259,6 +264,7 @@ static void verify(const rank_model *m, int32_t rank, int with_rng) {
     int64_t bad = visit_box(t, &m->boxes[i], p, 1);
     CHECK(bad == 0, "%s: %lld bytes differ after load", MODEL[t].fqn, (long long)bad);
   }
+  if (g_no_bytes) return;
   for (int i = 0; i < 8; i++) CHECK(m->step[i] == 42 + i, "step byte %d", i);
   for (int i = 0; with_rng && i < 16; i++) CHECK(m->rng[i] == (uint8_t)(rank * 16 + i), "rng");
 }
@@ -304,7 +310,7 @@ static uint64_t data_bytes_on_disk(const char *dir, int *committed) {
 
 typedef struct args {
   const char *coll, *dir, *mode, *rendezvous, *storage, *dedup;
-  int save_tp, load_tp, compress, lowest, expect_exists, overwrite, meta_per_rank;
+  int save_tp, load_tp, compress, lowest, expect_exists, overwrite, meta_per_rank, no_bytes;
   int no_pipeline, reader_lowest, check_reads, expect_path, corrupt, dedup_mismatch;
   long long max_inflight;
 } args;
@@ -319,6 +325,7 @@ static args parse(int argc, char **argv) {
     else if (!strcmp(k, "--expect-exists")) a.expect_exists = 1;
     else if (!strcmp(k, "--overwrite")) a.overwrite = 1;
     else if (!strcmp(k, "--meta-per-rank")) a.meta_per_rank = 1;
+    else if (!strcmp(k, "--no-bytes")) a.no_bytes = 1;
     else if (!strcmp(k, "--no-flat")) g_no_flat = 1;
     else if (!strcmp(k, "--no-pipeline")) a.no_pipeline = 1;
     else if (!strcmp(k, "--reader-lowest")) a.reader_lowest = 1;
@@ -398,6 +405,7 @@ static uint64_t box_cost(dcp_meta *meta, size_t t, const dcp_box *box) {
 /* Storage bytes of one rank's bytes items. */
 static uint64_t bytes_items_cost(dcp_meta *meta, int32_t rank, int with_rng) {
   uint64_t total = 0;
+  if (g_no_bytes) return 0; /* none loaded */
   for (size_t i = 0; i < dcp_meta_bytes_count(meta); i++) {
     dcp_bytes_info bi;
     dcp_meta_bytes(meta, i, &bi);
@@ -678,7 +686,7 @@ static void do_load(dcp_ctx *ctx, const args *a) {
   CHECK(world % a->load_tp == 0, "world %d not divisible by load tp %d", world, a->load_tp);
   dcp_meta *meta;
   CHECK(dcp_meta_open(ctx, a->dir, &meta) == DCP_OK, "meta_open: %s", dcp_ctx_last_error(ctx));
-  int same_world = dcp_meta_world_size(meta) == world;
+  int same_world = dcp_meta_world_size(meta) == world && !a->no_bytes;
   dcp_meta_free(meta);
   if (a->corrupt && rank == 0) corrupt_replicated(ctx, a); /* before rank 0 joins the load */
   rank_model m;
@@ -727,7 +735,7 @@ static void do_load(dcp_ctx *ctx, const args *a) {
     free(all);
   }
   free_model(&m);
-  if (!same_world) {
+  if (!same_world && !a->no_bytes) {
     /* a PER_RANK item cannot be loaded into another world size */
     build(ctx, &m, world, a->load_tp, 0, 1);
     s = dcp_load(ctx, m.st, a->dir, &lo);
@@ -739,6 +747,7 @@ static void do_load(dcp_ctx *ctx, const args *a) {
 
 int main(int argc, char **argv) {
   args a = parse(argc, argv);
+  g_no_bytes = a.no_bytes;
   dcp_ctx *ctx = open_ctx(&a);
   if (!strcmp(a.mode, "save") || !strcmp(a.mode, "both")) do_save(ctx, &a);
   if (!strcmp(a.mode, "load") || !strcmp(a.mode, "both")) do_load(ctx, &a);
