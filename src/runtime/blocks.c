@@ -172,6 +172,14 @@ typedef struct open_file {
   dcp_storage_file *f;
 } open_file;
 
+/* A merged read: [start, start+len) of one file, fetched in one go for
+ * several adjacent requests (dcpi_block_prefetch). */
+typedef struct span {
+  dcp_storage_file *f;
+  uint64_t start, len;
+  uint8_t *data;
+} span;
+
 struct dcpi_block_reader {
   dcpi_rt *rt;
   ZSTD_DCtx *zd;
@@ -179,6 +187,8 @@ struct dcpi_block_reader {
   size_t raw_cap, stored_cap;
   open_file *files; /* opened on first use, closed at free */
   size_t nfiles, files_cap;
+  span *spans; /* prefetched, until dcpi_block_prefetch_drop */
+  size_t nspans, spans_cap;
 };
 
 dcp_status dcpi_block_reader_create(dcpi_rt *rt, dcpi_block_reader **out, dcpi_err *err) {
@@ -200,6 +210,8 @@ void dcpi_block_reader_free(dcpi_block_reader *r) {
     free(r->files[i].name);
   }
   free(r->files);
+  dcpi_block_prefetch_drop(r);
+  free(r->spans);
   ZSTD_freeDCtx(r->zd);
   free(r->raw);
   free(r->stored);
@@ -273,6 +285,20 @@ static dcp_status decode_blocks(dcpi_block_reader *r, const char *file,
   return DCP_OK;
 }
 
+/* Read len bytes of f at off: from a prefetched span when one holds them,
+ * else from storage. */
+static dcp_status fetch(dcpi_block_reader *r, dcp_storage_file *f, uint8_t *dst, size_t len,
+                        uint64_t off, dcpi_err *err) {
+  for (size_t i = 0; i < r->nspans; i++) {
+    const span *sp = &r->spans[i];
+    if (sp->f == f && off >= sp->start && off + len <= sp->start + sp->len) {
+      memcpy(dst, sp->data + (off - sp->start), len);
+      return DCP_OK;
+    }
+  }
+  return dcpi_rt_file_read(r->rt, f, dst, len, off, err);
+}
+
 /* Read and verify blocks [b0, b1) into r->raw; stored_at is the file offset
  * of block b0. */
 static dcp_status read_window(dcpi_block_reader *r, dcp_storage_file *f, const char *file,
@@ -293,7 +319,7 @@ static dcp_status read_window(dcpi_block_reader *r, dcp_storage_file *f, const c
     if ((s = grow(&r->stored, &r->stored_cap, stored, err))) return s;
     target = r->stored;
   }
-  if ((s = dcpi_rt_file_read(r->rt, f, target, stored, stored_at, err))) return s;
+  if ((s = fetch(r, f, target, stored, stored_at, err))) return s;
   return decode_blocks(r, file, ref, b0, b1, what, err);
 }
 
@@ -349,4 +375,94 @@ dcp_status dcpi_block_read(dcpi_block_reader *r, const char *file, const dcp_sto
     if (!s) s = sink(arg, w0 * bs, r->raw, raw, err);
   }
   return s;
+}
+
+/* ---- coalescing ----------------------------------------------------------- */
+
+#define COALESCE_ITEM_MAX (1u << 20)  /* only pieces this small are merged */
+#define COALESCE_SPAN_MAX (64u << 20) /* bytes one merged read may cover */
+
+typedef struct pending {
+  dcp_storage_file *f;
+  uint64_t start, end; /* stored bytes of the blocks a request touches */
+} pending;
+
+static int cmp_pending(const void *pa, const void *pb) {
+  const pending *a = pa, *b = pb;
+  if (a->f != b->f) return (uintptr_t)a->f < (uintptr_t)b->f ? -1 : 1;
+  return (a->start > b->start) - (a->start < b->start);
+}
+
+/* Stored byte range [*start, *end) of the blocks covering raw [first, last). */
+static void stored_range(const dcp_storage_ref *ref, uint64_t first, uint64_t last,
+                         uint64_t *start, uint64_t *end) {
+  uint64_t bs = ref->block_size, b0 = first / bs, b1 = (last + bs - 1) / bs;
+  if (ref->codec != DCP_CODEC_ZSTD) {
+    uint64_t e = b1 * bs < ref->raw_length ? b1 * bs : ref->raw_length;
+    *start = ref->offset + b0 * bs;
+    *end = ref->offset + e;
+    return;
+  }
+  uint64_t at = ref->offset;
+  for (uint64_t b = 0; b < b0; b++) at += ref->block_stored_lengths[b];
+  *start = at;
+  for (uint64_t b = b0; b < b1; b++) at += ref->block_stored_lengths[b];
+  *end = at;
+}
+
+static dcp_status add_span(dcpi_block_reader *r, dcp_storage_file *f, uint64_t start,
+                           uint64_t end, dcpi_err *err) {
+  if (DCPI_RESERVE(r->spans, r->spans_cap, r->nspans + 1))
+    return dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  span *sp = &r->spans[r->nspans];
+  *sp = (span){.f = f, .start = start, .len = end - start};
+  if (!(sp->data = malloc((size_t)sp->len)))
+    return dcpi_fail(err, DCP_ENOMEM, "out of memory for a %llu-byte read",
+                     (unsigned long long)sp->len);
+  dcp_status s = dcpi_rt_file_read(r->rt, f, sp->data, (size_t)sp->len, start, err);
+  if (s) {
+    free(sp->data);
+    return s;
+  }
+  r->nspans++;
+  return DCP_OK;
+}
+
+dcp_status dcpi_block_prefetch(dcpi_block_reader *r, const dcpi_block_req *reqs, size_t n,
+                               dcpi_err *err) {
+  pending *p = malloc((n ? n : 1) * sizeof *p);
+  if (!p) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  size_t m = 0;
+  dcp_status s = DCP_OK;
+  for (size_t i = 0; i < n && !s; i++) {
+    const dcpi_block_req *q = &reqs[i];
+    if (q->first >= q->last || q->last > q->ref->raw_length) continue;
+    uint64_t a, b;
+    stored_range(q->ref, q->first, q->last, &a, &b);
+    if (b - a > COALESCE_ITEM_MAX) continue;
+    s = get_file(r, q->file, &p[m].f, err);
+    p[m].start = a, p[m].end = b;
+    m++;
+  }
+  if (!s) qsort(p, m, sizeof *p, cmp_pending);
+  /* Merge only exactly adjacent (or overlapping) ranges: a merged read
+   * never fetches a byte that no request needs. */
+  for (size_t i = 0; i < m && !s;) {
+    size_t j = i + 1;
+    uint64_t end = p[i].end;
+    while (j < m && p[j].f == p[i].f && p[j].start <= end &&
+           (p[j].end > end ? p[j].end : end) - p[i].start <= COALESCE_SPAN_MAX) {
+      if (p[j].end > end) end = p[j].end;
+      j++;
+    }
+    if (j - i > 1) s = add_span(r, p[i].f, p[i].start, end, err);
+    i = j;
+  }
+  free(p);
+  return s;
+}
+
+void dcpi_block_prefetch_drop(dcpi_block_reader *r) {
+  for (size_t i = 0; i < r->nspans; i++) free(r->spans[i].data);
+  r->nspans = 0;
 }

@@ -150,23 +150,42 @@ static dcp_status find_bytes(dcp_meta *m, const dcpi_bytes_item *b, int32_t rank
                    b->key, rank);
 }
 
+/* Read one found bytes item into its buffer. */
+static dcp_status read_one_bytes(dcpi_block_reader *br, const dcpi_bytes_item *b,
+                                 const char *file, const dcp_storage_ref *ref, dcpi_err *err) {
+  char what[300];
+  snprintf(what, sizeof what, "bytes '%.200s'", b->key);
+  bytes_sink bs = {b->data};
+  return dcpi_block_read(br, file, ref, 0, b->len, what, copy_bytes, &bs, err);
+}
+
+/* Find every bytes item first, so that the small ones adjacent in a data
+ * file (typically all of them) are fetched together. */
 static dcp_status read_bytes_items(dcpi_block_reader *br, dcp_meta *m, const dcp_state *st,
                                    int32_t world, dcpi_err *err) {
-  for (size_t i = 0; i < st->nbytes; i++) {
+  size_t n = st->nbytes;
+  dcp_bytes_info *found = malloc((n ? n : 1) * sizeof *found);
+  dcpi_block_req *reqs = malloc((n ? n : 1) * sizeof *reqs);
+  dcp_status s = found && reqs ? DCP_OK : dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  for (size_t i = 0; !s && i < n; i++) {
     const dcpi_bytes_item *b = &st->bytes[i];
-    dcp_bytes_info bi;
-    const char *file;
-    dcp_status s = find_bytes(m, b, st->rank, world, &bi, err);
-    if (!s && b->len) s = dcpi_load_file_of(m, &bi.ref, &file, err);
-    if (s) return s;
-    if (!b->len) continue;
-    char what[300];
-    snprintf(what, sizeof what, "bytes '%.200s'", b->key);
-    bytes_sink bs = {b->data};
-    if ((s = dcpi_block_read(br, file, &bi.ref, 0, b->len, what, copy_bytes, &bs, err)))
-      return s;
+    reqs[i] = (dcpi_block_req){NULL, &found[i].ref, 0, b->len};
+    s = find_bytes(m, b, st->rank, world, &found[i], err);
+    if (!s && b->len) s = dcpi_load_file_of(m, &found[i].ref, &reqs[i].file, err);
   }
-  return DCP_OK;
+  size_t m_reqs = 0; /* the non-empty ones, packed to the front */
+  for (size_t i = 0; !s && i < n; i++)
+    if (st->bytes[i].len) reqs[m_reqs++] = reqs[i];
+  if (!s && m_reqs > 1) s = dcpi_block_prefetch(br, reqs, m_reqs, err);
+  for (size_t i = 0, k = 0; !s && i < n; i++)
+    if (st->bytes[i].len) {
+      s = read_one_bytes(br, &st->bytes[i], reqs[k].file, reqs[k].ref, err);
+      k++;
+    }
+  dcpi_block_prefetch_drop(br);
+  free(found);
+  free(reqs);
+  return s;
 }
 
 /* ---- driver ------------------------------------------------------------- */

@@ -70,11 +70,41 @@ static dcp_status read_overlap(dcpi_block_reader *br, dcp_meta *m, const dcp_sta
                          what, copy_runs, &os, err);
 }
 
+/* Announce overlaps [a, b) of a chunk to the block reader, so that those
+ * adjacent in one data file are fetched in one read. */
+static dcp_status prefetch_overlaps(dcpi_block_reader *br, dcp_meta *m, const dcp_state *st,
+                                    const dcpi_load_plan *plan, size_t a, size_t b,
+                                    dcpi_err *err) {
+  size_t n = b - a;
+  dcpi_block_req *reqs = malloc(n * sizeof *reqs);
+  dcp_storage_ref *refs = malloc(n * sizeof *refs);
+  dcp_status s = reqs && refs ? DCP_OK : dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  for (size_t i = 0; !s && i < n; i++) {
+    const dcpi_overlap *ov = &plan->overlaps[a + i];
+    const dcpi_tensor_item *t = &st->tensors[st->chunks[ov->dest_chunk].tensor];
+    size_t ti;
+    dcp_chunk_info ci;
+    const char *file;
+    if (dcp_meta_find_tensor(m, t->fqn, &ti) || dcp_meta_chunk(m, ti, ov->saved_chunk, &ci))
+      s = dcpi_fail(err, DCP_ECORRUPT, "tensor '%s': saved chunk %u unavailable", t->fqn,
+                    ov->saved_chunk);
+    else if (!(s = dcpi_load_file_of(m, &ci.ref, &file, err))) {
+      refs[i] = ci.ref;
+      reqs[i] = (dcpi_block_req){file, &refs[i], (uint64_t)ov->src_first, (uint64_t)ov->src_last};
+    }
+  }
+  if (!s) s = dcpi_block_prefetch(br, reqs, n, err);
+  free(reqs);
+  free(refs);
+  return s;
+}
+
 dcp_status dcpi_load_read_chunk(dcpi_block_reader *br, dcp_meta *m, const dcp_state *st,
                                 const dcpi_load_plan *plan, size_t chunk, dcpi_err *err) {
-  dcp_status s = DCP_OK;
-  for (size_t i = plan->chunk_first[chunk]; !s && i < plan->chunk_first[chunk + 1]; i++)
-    s = read_overlap(br, m, st, &plan->overlaps[i], err);
+  size_t a = plan->chunk_first[chunk], b = plan->chunk_first[chunk + 1];
+  dcp_status s = b - a > 1 ? prefetch_overlaps(br, m, st, plan, a, b, err) : DCP_OK;
+  for (size_t i = a; !s && i < b; i++) s = read_overlap(br, m, st, &plan->overlaps[i], err);
+  dcpi_block_prefetch_drop(br);
   return s;
 }
 

@@ -145,4 +145,23 @@ dcp_status dcpi_block_read_into(dcpi_block_reader *r, const char *file,
                                 const dcp_storage_ref *ref, uint64_t first, uint64_t last,
                                 uint8_t *dst, const char *what, dcpi_err *err);
 
+/* One upcoming read: raw bytes [first, last) of the item at ref in file. */
+typedef struct dcpi_block_req {
+  const char *file;
+  const dcp_storage_ref *ref;
+  uint64_t first, last;
+} dcpi_block_req;
+
+/* Coalescing: fetch, in as few storage reads as possible, the blocks of the
+ * small requests (<= 1 MiB of stored blocks each) whose stored ranges are
+ * adjacent in one file; later dcpi_block_read calls for them are served
+ * from memory. Ranges are merged only when they touch, so nothing is read
+ * that no request needs. The ref pointers need only live during the call.
+ * Errors: storage errors, DCP_ENOMEM. */
+dcp_status dcpi_block_prefetch(dcpi_block_reader *r, const dcpi_block_req *reqs, size_t n,
+                               dcpi_err *err);
+
+/* Release what dcpi_block_prefetch holds. */
+void dcpi_block_prefetch_drop(dcpi_block_reader *r);
+
 #endif

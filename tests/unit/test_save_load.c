@@ -171,6 +171,51 @@ static void test_partial_read(void **state) {
   dcp_state_free(ld);
 }
 
+/* Saved pieces adjacent in one data file are fetched in one read when a
+ * destination chunk needs them all. */
+static void test_coalesced_reads(void **state) {
+  fixture *f = *state;
+  enum { BANDS = 10 };
+  static float w[ROWS * COLS];
+  dcp_state *st;
+  assert_int_equal(dcp_state_create(f->ctx, &st), DCP_OK);
+  for (int64_t i = 0; i < ROWS * COLS; i++) w[i] = (float)i;
+  int64_t shape[2] = {ROWS, COLS}, rows = ROWS / BANDS;
+  assert_int_equal(dcp_state_add_tensor(st, "w", DCP_F32, 2, shape), DCP_OK);
+  for (int64_t b = 0; b < BANDS; b++) {
+    int64_t off[2] = {b * rows, 0}, sz[2] = {rows, COLS};
+    assert_int_equal(dcp_state_add_chunk(st, "w", off, sz, w + b * rows * COLS), DCP_OK);
+  }
+  uint64_t small[3] = {11, 22, 33};
+  assert_int_equal(dcp_state_add_bytes(st, "a", DCP_SCOPE_REPLICATED, &small[0], 8), DCP_OK);
+  assert_int_equal(dcp_state_add_bytes(st, "b", DCP_SCOPE_REPLICATED, &small[1], 8), DCP_OK);
+  assert_int_equal(dcp_state_add_bytes(st, "c", DCP_SCOPE_PER_RANK, &small[2], 8), DCP_OK);
+  dcp_save_options o;
+  dcp_save_options_init(&o);
+  o.block_size = 4096;
+  assert_int_equal(dcp_save(f->ctx, st, f->ckpt, &o), DCP_OK);
+  dcp_state_free(st);
+  memset(small, 0, sizeof small);
+  static float all[ROWS * COLS];
+  assert_int_equal(dcp_state_create(f->ctx, &st), DCP_OK);
+  int64_t zero[2] = {0, 0};
+  assert_int_equal(dcp_state_add_tensor(st, "w", DCP_F32, 2, shape), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(st, "w", zero, shape, all), DCP_OK);
+  assert_int_equal(dcp_state_add_bytes(st, "c", DCP_SCOPE_PER_RANK, &small[2], 8), DCP_OK);
+  assert_int_equal(dcp_state_add_bytes(st, "b", DCP_SCOPE_REPLICATED, &small[1], 8), DCP_OK);
+  assert_int_equal(dcp_state_add_bytes(st, "a", DCP_SCOPE_REPLICATED, &small[0], 8), DCP_OK);
+  assert_int_equal(dcp_load(f->ctx, st, f->ckpt, NULL), DCP_OK);
+  for (int64_t i = 0; i < ROWS * COLS; i++) assert_true(all[i] == (float)i);
+  assert_true(small[0] == 11 && small[1] == 22 && small[2] == 33);
+  dcp_stats stats = {.struct_size = sizeof stats};
+  dcp_ctx_stats(f->ctx, &stats);
+  /* one read of .metadata, one of the ten bands (6000 bytes each), one of
+   * the three bytes items */
+  assert_int_equal(stats.read_ops, 3);
+  assert_int_equal(stats.data_read_bytes, ROWS * COLS * 4 + 24);
+  dcp_state_free(st);
+}
+
 static void test_commit_rules(void **state) {
   fixture *f = *state;
   dcp_state *ld;
@@ -326,6 +371,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_roundtrip_raw, setup, teardown),
       cmocka_unit_test_setup_teardown(test_roundtrip_zstd, setup, teardown),
       cmocka_unit_test_setup_teardown(test_partial_read, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_coalesced_reads, setup, teardown),
       cmocka_unit_test_setup_teardown(test_commit_rules, setup, teardown),
       cmocka_unit_test_setup_teardown(test_corrupt_block, setup, teardown),
       cmocka_unit_test_setup_teardown(test_mismatches, setup, teardown),
