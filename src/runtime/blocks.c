@@ -333,7 +333,7 @@ dcp_status dcpi_block_read_into(dcpi_block_reader *r, const char *file,
                      (unsigned long long)first, (unsigned long long)last);
   dcp_storage_file *f = NULL;
   dcp_status s = get_file(r, file, &f, err);
-  if (!s) s = dcpi_rt_file_read(r->rt, f, dst, (size_t)(last - first), ref->offset + first, err);
+  if (!s) s = fetch(r, f, dst, (size_t)(last - first), ref->offset + first, err);
   for (uint64_t b = first / bs; !s && b * bs < last; b++) {
     const uint8_t *blk = dst + (b * bs - first);
     if (XXH3_64bits(blk, block_raw_len(ref, b)) != ref->block_checksums[b])

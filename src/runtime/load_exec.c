@@ -51,6 +51,16 @@ dcp_status dcpi_load_file_of(dcp_meta *m, const dcp_storage_ref *ref, const char
   return DCP_OK;
 }
 
+/* Whether an overlap can be read straight into its destination: raw
+ * blocks, one contiguous run, starting on a block boundary and ending on
+ * one or at the item's end (so the blocks read are exactly the bytes
+ * copied, and each can be verified in place). */
+static bool direct_ok(const dcpi_overlap *ov, const dcp_storage_ref *ref) {
+  uint64_t bs = ref->block_size, first = (uint64_t)ov->src_first, last = (uint64_t)ov->src_last;
+  return ref->codec == DCP_CODEC_NONE && dcpi_overlap_run_count(ov) == 1 && first % bs == 0 &&
+         (last % bs == 0 || last == ref->raw_length) && last > first;
+}
+
 static dcp_status read_overlap(dcpi_block_reader *br, dcp_meta *m, const dcp_state *st,
                                const dcpi_overlap *ov, dcpi_err *err) {
   const dcpi_chunk_item *dest = &st->chunks[ov->dest_chunk];
@@ -65,6 +75,15 @@ static dcp_status read_overlap(dcpi_block_reader *br, dcp_meta *m, const dcp_sta
   char what[512], box[256];
   snprintf(what, sizeof what, "tensor '%.200s' chunk %s", t->fqn,
            dcpi_box_str(ci.box.ndim, ci.box.offset, ci.box.size, box, sizeof box));
+  if (direct_ok(ov, &ci.ref)) {
+    dcpi_run_iter it;
+    dcpi_run run;
+    dcpi_run_iter_init(&it, ov);
+    dcpi_run_iter_next(&it, &run);
+    return dcpi_block_read_into(br, file, &ci.ref, (uint64_t)run.src_off,
+                                (uint64_t)(run.src_off + run.len), (uint8_t *)dest->data + run.dest_off,
+                                what, err);
+  }
   overlap_sink os = {ov, dest->data};
   return dcpi_block_read(br, file, &ci.ref, (uint64_t)ov->src_first, (uint64_t)ov->src_last,
                          what, copy_runs, &os, err);
