@@ -608,6 +608,10 @@ typedef struct dcp_stats {
   uint32_t dedup_path;         /* 0: no dedup (every rank read for itself),
                                   1: groups from the layouts, 2: groups from
                                   the exchange of request keys */
+  /* -- save plan cache -- */
+  uint32_t plan_cache_hit;     /* 1 when this save reused a cached global
+                                  plan (no gather/scatter of plans) */
+  uint64_t plan_coll_bytes;    /* collective bytes of the plan phase */
 } dcp_stats;
 
 /* Copy the statistics of ctx's last save or load into *out. Set

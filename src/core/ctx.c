@@ -123,6 +123,7 @@ dcp_status dcp_ctx_create(const dcp_ctx_config *cfg, dcp_ctx **out) {
 void dcp_ctx_free(dcp_ctx *ctx) {
   if (!ctx) return;
   if (ctx->comm) ctx->coll->close(ctx->comm);
+  dcpi_plan_cache_clear(&ctx->plans);
   free(ctx->storage_options);
   free(ctx->plugin_path);
   free(ctx);

@@ -6,6 +6,7 @@
 
 #include "core/err.h"
 #include "dcp_plugin.h"
+#include "runtime/plan_cache.h"
 
 #define DCPI_DEFAULT_TIMEOUT_MS 300000
 
@@ -20,6 +21,7 @@ struct dcp_ctx {
   char *storage_options; /* owned copy, or NULL */
   char *plugin_path;     /* owned copy of the config's, or NULL */
   dcp_stats stats;       /* of the last save or load */
+  dcpi_plan_cache plans; /* global plans of earlier saves, by plan key */
   dcp_status last_status;
   char last_error[DCPI_ERR_MSG_MAX];
   dcp_progress_fn progress; /* conversions and verification; NULL: none */

@@ -18,6 +18,8 @@
 #include "core/wire.h"
 #include "model/state.h"
 #include "planner/save_plan.h"
+#include <xxhash.h>
+
 #include "runtime/commit.h"
 #include "runtime/rt.h"
 
@@ -60,6 +62,9 @@ typedef struct save_job {
   uint8_t *plan_enc; /* this rank's encoded local plan */
   size_t plan_len;
   dcpi_global_plan *gp; /* rank 0 only */
+  bool gp_cached;       /* gp belongs to the context's plan cache */
+  dcpi_plan_key key;    /* of this rank's local plan */
+  int64_t generation;   /* of the global plan (rank 0 makes it) */
   uint8_t *assignment;  /* what this rank writes (from rank 0) */
   size_t assignment_len;
   dcpi_block_writer *writer; /* this rank's data file, once it has one */
@@ -70,7 +75,7 @@ static void job_free(save_job *j) {
   if (j->writer) dcpi_block_writer_close(j->writer, false, NULL);
   dcpi_local_plan_free(j->lp);
   free(j->plan_enc);
-  dcpi_global_plan_free(j->gp);
+  if (!j->gp_cached) dcpi_global_plan_free(j->gp);
   free(j->assignment);
   dcpi_wbuf_free(&j->results);
 }
@@ -107,7 +112,44 @@ static dcp_status prepare(save_job *j) {
   if (!s && rt->ctx->rank == 0) s = guard_existing(j, err);
   if (!s) s = dcpi_local_plan_from_state(j->st, &so, &j->lp, err);
   if (!s) s = dcpi_local_plan_encode(j->lp, &j->plan_enc, &j->plan_len, err);
+  if (!s) s = dcpi_plan_hash(j->lp, &j->key, err);
   return s;
+}
+
+/* ---- plan cache --------------------------------------------------------- */
+
+/* One tiny agreement: did every rank find its plan key in its cache, all
+ * under the same generation? Then that generation's global plan holds
+ * unchanged and the gather/scatter of plans is skipped. */
+static dcp_status try_cache(save_job *j, bool *hit) {
+  dcpi_rt *rt = j->rt;
+  dcpi_plan_entry *e = dcpi_plan_cache_find(&rt->ctx->plans, j->key);
+  if (e && rt->ctx->rank == 0 && !e->gp) e = NULL; /* not from a save coordinated here */
+  /* MIN over {-miss, gen, -gen}: any miss shows as -1, and min(gen) ==
+   * -min(-gen) == max(gen) says every rank holds the same generation. */
+  int64_t v[3] = {e ? 0 : -1, e ? e->generation : 0, e ? -e->generation : 0};
+  dcp_status s = dcpi_rt_allreduce(rt, v, 3, DCP_REDUCE_MIN);
+  *hit = !s && v[0] == 0 && v[1] == -v[2] && v[1] > 0;
+  if (!*hit) return s;
+  if (!(j->assignment = malloc(e->assignment_len ? e->assignment_len : 1)))
+    return dcpi_fail(&rt->err, DCP_ENOMEM, "out of memory");
+  memcpy(j->assignment, e->assignment, e->assignment_len);
+  j->assignment_len = e->assignment_len;
+  j->gp = e->gp;
+  j->gp_cached = true;
+  return DCP_OK;
+}
+
+/* After a planned save: every rank learns the generation and caches its
+ * part (rank 0 also the global plan, which stays valid for the commit). */
+static dcp_status remember_plan(save_job *j) {
+  dcpi_rt *rt = j->rt;
+  dcp_status s = dcpi_rt_bcast(rt, &j->generation, sizeof j->generation, 0);
+  if (s) return s;
+  if (dcpi_plan_cache_put(&rt->ctx->plans, j->key, j->generation, j->assignment,
+                          j->assignment_len, j->gp))
+    j->gp_cached = j->gp != NULL;
+  return DCP_OK;
 }
 
 /* ---- plan --------------------------------------------------------------- */
@@ -175,6 +217,10 @@ static dcp_status plan(save_job *j) {
   if (s) return s;
   dcpi_wbuf *msgs = NULL;
   if (rt->ctx->rank == 0) {
+    size_t total = 0;
+    for (int32_t r = 0; r < world; r++) total += lens[r];
+    /* the generation names this set of plans: 63 bits, never 0 */
+    j->generation = (int64_t)(XXH3_64bits(all, total) & INT64_MAX) | 1;
     s = build_global(j, all, lens, &rt->err);
     if (!s && !(msgs = calloc((size_t)world, sizeof *msgs)))
       s = dcpi_fail(&rt->err, DCP_ENOMEM, "out of memory");
@@ -270,10 +316,16 @@ static dcp_status run(save_job *j) {
   dcpi_rt *rt = j->rt;
   dcp_stats *stats = &rt->ctx->stats;
   double t = dcpi_now();
+  uint64_t coll0 = stats->coll_bytes;
+  bool hit = false;
   dcp_status s = dcpi_rt_agree(rt, prepare(j));
-  if (!s) s = plan(j);
+  if (!s) s = try_cache(j, &hit);
+  if (!s && !hit) s = plan(j);
+  if (!s && !hit) s = remember_plan(j);
   if (!s) s = dcpi_rt_agree(rt, DCP_OK);
   stats->plan_s = dcpi_now() - t;
+  stats->plan_cache_hit = hit;
+  stats->plan_coll_bytes = stats->coll_bytes - coll0;
   if (s) return s;
   t = dcpi_now();
   s = dcpi_rt_agree(rt, write_data(j));

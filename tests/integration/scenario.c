@@ -6,7 +6,7 @@
  *   scenario --coll mpi|file --dir CKPT --mode save|load|both
  *            [--save-tp N] [--load-tp N] [--compress] [--lowest] [--rendezvous DIR]
  *            [--expect-exists] [--overwrite] [--storage posix|sharedfs]
- *            [--meta-per-rank] [--no-bytes] [--no-flat]
+ *            [--meta-per-rank] [--no-bytes] [--save-twice] [--no-flat]
  *            [--dedup auto|on|off] [--no-pipeline] [--max-inflight N] [--reader-lowest]
  *            [--check-reads] [--expect-path 0|1|2] [--corrupt] [--dedup-mismatch]
  *
@@ -310,7 +310,8 @@ static uint64_t data_bytes_on_disk(const char *dir, int *committed) {
 
 typedef struct args {
   const char *coll, *dir, *mode, *rendezvous, *storage, *dedup;
-  int save_tp, load_tp, compress, lowest, expect_exists, overwrite, meta_per_rank, no_bytes;
+  int save_tp, load_tp, compress, lowest, expect_exists, overwrite, meta_per_rank, no_bytes,
+      save_twice;
   int no_pipeline, reader_lowest, check_reads, expect_path, corrupt, dedup_mismatch;
   long long max_inflight;
 } args;
@@ -326,6 +327,7 @@ static args parse(int argc, char **argv) {
     else if (!strcmp(k, "--overwrite")) a.overwrite = 1;
     else if (!strcmp(k, "--meta-per-rank")) a.meta_per_rank = 1;
     else if (!strcmp(k, "--no-bytes")) a.no_bytes = 1;
+    else if (!strcmp(k, "--save-twice")) a.save_twice = 1;
     else if (!strcmp(k, "--no-flat")) g_no_flat = 1;
     else if (!strcmp(k, "--no-pipeline")) a.no_pipeline = 1;
     else if (!strcmp(k, "--reader-lowest")) a.reader_lowest = 1;
@@ -676,6 +678,22 @@ static void do_save(dcp_ctx *ctx, const args *a) {
       printf("save: world %d tp %d%s: %llu bytes of data for %llu model bytes, %.3f s\n", world,
              a->save_tp, a->compress ? " zstd" : "", (unsigned long long)disk,
              (unsigned long long)model_bytes(world), st.total_s);
+    }
+    if (a->save_twice) {
+      /* same geometry again: every rank reuses the cached global plan */
+      o.flags |= DCP_SAVE_OVERWRITE;
+      s = dcp_save(ctx, m.st, a->dir, &o);
+      CHECK(s == DCP_OK, "second save: %s: %s", dcp_strerror(s), dcp_ctx_last_error(ctx));
+      dcp_stats st2 = {.struct_size = sizeof st2};
+      dcp_ctx_stats(ctx, &st2);
+      CHECK(st.plan_cache_hit == 0 && st2.plan_cache_hit == 1,
+            "plan cache: first save hit %u, second %u", st.plan_cache_hit, st2.plan_cache_hit);
+      CHECK(st2.plan_coll_bytes < st.plan_coll_bytes,
+            "plan-phase collective bytes %llu on a hit, %llu on the miss",
+            (unsigned long long)st2.plan_coll_bytes, (unsigned long long)st.plan_coll_bytes);
+      if (rank == 0)
+        printf("second save: plan cache hit, plan-phase collective bytes %llu (miss: %llu)\n",
+               (unsigned long long)st2.plan_coll_bytes, (unsigned long long)st.plan_coll_bytes);
     }
   }
   free_model(&m);

@@ -216,6 +216,57 @@ static void test_coalesced_reads(void **state) {
   dcp_state_free(st);
 }
 
+/* A second save of the same geometry reuses the global plan (no gather or
+ * scatter of plans) but writes the current data; a change of shape or of
+ * options misses. */
+static void test_plan_cache(void **state) {
+  fixture *f = *state;
+  static float w[ROWS * COLS];
+  static uint16_t b[33];
+  static uint64_t step;
+  dcp_state *st = make_saved_state(f, w, b, &step);
+  dcp_save_options o;
+  dcp_save_options_init(&o);
+  o.flags = DCP_SAVE_OVERWRITE;
+  dcp_stats s1 = {.struct_size = sizeof s1}, s2 = s1, s3 = s1;
+  assert_int_equal(dcp_save(f->ctx, st, f->ckpt, &o), DCP_OK);
+  dcp_ctx_stats(f->ctx, &s1);
+  assert_int_equal(s1.plan_cache_hit, 0);
+  w[5] = -1.5f; /* new data, same geometry */
+  step = 77;
+  assert_int_equal(dcp_save(f->ctx, st, f->ckpt, &o), DCP_OK);
+  dcp_ctx_stats(f->ctx, &s2);
+  assert_int_equal(s2.plan_cache_hit, 1);
+  assert_true(s2.plan_coll_bytes < s1.plan_coll_bytes);
+  o.block_size = 8192; /* options are part of the key */
+  assert_int_equal(dcp_save(f->ctx, st, f->ckpt, &o), DCP_OK);
+  dcp_ctx_stats(f->ctx, &s3);
+  assert_int_equal(s3.plan_cache_hit, 0);
+  dcp_state_free(st);
+  /* what was written is the data of the last save */
+  static float back[ROWS * COLS];
+  uint64_t step_back = 0;
+  assert_int_equal(dcp_state_create(f->ctx, &st), DCP_OK);
+  int64_t shape[2] = {ROWS, COLS}, zero[2] = {0, 0};
+  assert_int_equal(dcp_state_add_tensor(st, "w", DCP_F32, 2, shape), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(st, "w", zero, shape, back), DCP_OK);
+  assert_int_equal(dcp_state_add_bytes(st, "step", DCP_SCOPE_REPLICATED, &step_back, 8), DCP_OK);
+  assert_int_equal(dcp_load(f->ctx, st, f->ckpt, NULL), DCP_OK);
+  assert_true(back[5] == -1.5f && back[6] == w_value(0, 6));
+  assert_int_equal(step_back, 77);
+  dcp_state_free(st);
+  /* another shape misses */
+  assert_int_equal(dcp_state_create(f->ctx, &st), DCP_OK);
+  int64_t other[2] = {ROWS, COLS - 1}, sz[2] = {ROWS, COLS - 1};
+  assert_int_equal(dcp_state_add_tensor(st, "w", DCP_F32, 2, other), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(st, "w", zero, sz, back), DCP_OK);
+  o.block_size = 8192;
+  assert_int_equal(dcp_save(f->ctx, st, f->ckpt, &o), DCP_OK);
+  dcp_ctx_stats(f->ctx, &s3);
+  assert_int_equal(s3.plan_cache_hit, 0);
+  dcp_state_free(st);
+}
+
 static void test_commit_rules(void **state) {
   fixture *f = *state;
   dcp_state *ld;
@@ -372,6 +423,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_roundtrip_zstd, setup, teardown),
       cmocka_unit_test_setup_teardown(test_partial_read, setup, teardown),
       cmocka_unit_test_setup_teardown(test_coalesced_reads, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_plan_cache, setup, teardown),
       cmocka_unit_test_setup_teardown(test_commit_rules, setup, teardown),
       cmocka_unit_test_setup_teardown(test_corrupt_block, setup, teardown),
       cmocka_unit_test_setup_teardown(test_mismatches, setup, teardown),

@@ -1,0 +1,111 @@
+/* proto.h — the trainer ↔ dcp-writer message protocol (docs/async.md).
+ *
+ * A stream of frames over a socketpair. Every frame is a 24-byte header
+ *
+ *     u32 magic "DCPW" | u16 version | u16 type | u64 payload length |
+ *     u64 XXH3_64bits(payload)
+ *
+ * (little endian) followed by the payload. A SAVE frame carries the staging
+ * pool's file descriptor as SCM_RIGHTS ancillary data. Decoding never trusts
+ * a length or count: anything out of bounds is DCP_ECORRUPT, another
+ * version DCP_EVERSION. */
+#ifndef DCP_WRITER_PROTO_H
+#define DCP_WRITER_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+#define DCPI_WP_MAGIC 0x57504344u /* "DCPW" */
+#define DCPI_WP_VERSION 1u
+#define DCPI_WP_HEADER 24u
+#define DCPI_WP_MAX_PAYLOAD (1ull << 30) /* refuse frames above 1 GiB */
+
+enum { DCPI_WP_SAVE = 1, DCPI_WP_DONE = 2 };
+
+/* Coordination config of the writer's own context. */
+typedef struct dcpi_wp_coord {
+  char *coll, *coll_options, *rendezvous; /* coll "single", "file", "gloo" */
+  int32_t rank, world_size;
+  int64_t timeout_ms;
+  char *storage, *storage_options, *plugin_path; /* NULL: default / none */
+} dcpi_wp_coord;
+
+typedef struct dcpi_wp_tensor {
+  char *fqn;
+  uint32_t dtype, ndim;
+  int64_t shape[DCP_MAX_NDIM];
+} dcpi_wp_tensor;
+
+typedef struct dcpi_wp_chunk {
+  uint32_t tensor;
+  dcp_box box;
+  uint64_t offset, nbytes; /* in the pool */
+} dcpi_wp_chunk;
+
+typedef struct dcpi_wp_bytes {
+  char *key;
+  uint32_t scope;
+  uint64_t offset, len; /* in the pool */
+} dcpi_wp_bytes;
+
+/* A SAVE job: where, how, with whom, and what lies where in the pool. */
+typedef struct dcpi_wp_job {
+  uint64_t seq;
+  char *path;
+  uint32_t flags, block_size, policy;
+  int32_t zstd_level;
+  size_t nkv;
+  char **kv_keys, **kv_values;
+  dcpi_wp_coord coord;
+  uint64_t pool_size;
+  size_t ntensors, nchunks, nbytes;
+  dcpi_wp_tensor *tensors;
+  dcpi_wp_chunk *chunks;
+  dcpi_wp_bytes *bytes;
+} dcpi_wp_job;
+
+/* Encode job into a freshly allocated payload (*out, *len).
+ * Errors: DCP_ENOMEM, DCP_EOVERFLOW. */
+dcp_status dcpi_wp_job_encode(const dcpi_wp_job *job, uint8_t **out, size_t *len);
+
+/* Decode a SAVE payload into *job (zeroed first; free with
+ * dcpi_wp_job_free even on error). Errors: DCP_ECORRUPT, DCP_ENOMEM. */
+dcp_status dcpi_wp_job_decode(const uint8_t *p, size_t len, dcpi_wp_job *job, dcpi_err *err);
+
+/* Free what dcpi_wp_job_decode allocated. */
+void dcpi_wp_job_free(dcpi_wp_job *job);
+
+/* Encode / decode a DONE payload: job seq, status, message. */
+dcp_status dcpi_wp_done_encode(uint64_t seq, dcp_status st, const char *msg, uint8_t **out,
+                               size_t *len);
+dcp_status dcpi_wp_done_decode(const uint8_t *p, size_t len, uint64_t *seq, dcp_status *st,
+                               char *msg, size_t msg_cap, dcpi_err *err);
+
+/* Fill hdr (DCPI_WP_HEADER bytes) for a frame of type with payload p. */
+void dcpi_wp_header(uint8_t *hdr, uint16_t type, const uint8_t *p, size_t len);
+
+/* Check a received header: magic, version, length bound. Sets *type and
+ * *len. Errors: DCP_ECORRUPT, DCP_EVERSION. */
+dcp_status dcpi_wp_check_header(const uint8_t *hdr, uint16_t *type, uint64_t *len,
+                                dcpi_err *err);
+
+/* Check the payload's checksum against the header's. Errors: DCP_ECORRUPT. */
+dcp_status dcpi_wp_check_payload(const uint8_t *hdr, const uint8_t *p, size_t len,
+                                 dcpi_err *err);
+
+/* Send one frame on a stream socket, with fd_pass (>= 0) attached as
+ * SCM_RIGHTS. Never raises SIGPIPE. Errors: DCP_EIO (peer gone: DCP_EPEER). */
+dcp_status dcpi_wp_send(int sock, uint16_t type, const uint8_t *p, size_t len, int fd_pass,
+                        dcpi_err *err);
+
+/* Receive one whole frame: *type, a malloc'ed payload (*p, *len) and a
+ * passed descriptor (*fd, -1 when none; may be NULL to refuse one).
+ * Returns DCP_ENOTFOUND on a clean EOF before any byte of a frame,
+ * DCP_EPEER on EOF inside a frame, DCP_ECORRUPT, DCP_EVERSION, DCP_EIO,
+ * DCP_ENOMEM. */
+dcp_status dcpi_wp_recv(int sock, uint16_t *type, uint8_t **p, size_t *len, int *fd,
+                        dcpi_err *err);
+
+#endif
