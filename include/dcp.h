@@ -717,6 +717,75 @@ typedef struct dcp_verify_report {
  * the first problem's description is on ctx and in out. */
 DCP_API dcp_status dcp_verify(dcp_ctx *ctx, const char *ckpt, dcp_verify_report *out);
 
+/* ------------------------------------------------------------------------ */
+/* Async save                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* An async save returns once this rank's chunks and bytes items are copied
+ * ("staged") into a reusable shared-memory pool; a writer process
+ * (dcp-writer, spawned once per context with posix_spawn) then plans,
+ * coordinates with the other ranks' writers, writes and commits exactly as
+ * dcp_save would. docs/async.md describes the design and failure semantics.
+ * The writer is found through $DCP_WRITER, else next to libdcp
+ * (../bin, ../libexec, ../libexec/dcp), else $PATH. */
+typedef struct dcp_async dcp_async;
+
+/* Copies len bytes from a chunk's data (src, as given to the state) into
+ * the staging pool (dst, host shared memory). Lets a framework stage device
+ * memory (a D2H copy). Must be complete when it returns. */
+typedef void (*dcp_async_copy_fn)(void *arg, void *dst, const void *src, size_t len);
+
+/* Stage tensor chunks of later async saves on ctx with fn(arg, ...) instead
+ * of the default (memcpy, split over a few threads for copies of 64 MiB and
+ * more); fn NULL restores the default. Bytes items are always memcpy'd.
+ * Errors: DCP_EINVAL (NULL ctx), DCP_ENOMEM. */
+DCP_API dcp_status dcp_async_set_copy(dcp_ctx *ctx, dcp_async_copy_fn fn, void *arg);
+
+/* How the writers of ctx's ranks coordinate: the collective plugin coll
+ * ("file": file exchange in the shared directory rendezvous; "gloo" once
+ * that plugin exists) with its options (NULL: "job=dcpwriter", so the
+ * trainer's own file collective may share the directory). Needed before
+ * the first async save when the world has more than one rank; a world of
+ * one uses "single". Takes effect when the writer is (re)started.
+ * Errors: DCP_EINVAL (NULL ctx or coll), DCP_ENOMEM. */
+DCP_API dcp_status dcp_async_set_coordination(dcp_ctx *ctx, const char *coll,
+                                              const char *rendezvous,
+                                              const char *coll_options);
+
+/* Start an async save of st to path (see dcp_save; collective in the same
+ * way: every rank calls it). Waits first for a previous async save of ctx
+ * that is still persisting (the pool is reused), starts the writer when
+ * there is none (or the previous one died), copies every local chunk and
+ * bytes item of st into the pool, hands the job to the writer and returns:
+ * st's memory may be changed or freed as soon as it returns. *out receives
+ * a handle to wait on and free.
+ * Errors (on ctx): DCP_EINVAL (NULL arguments, st of another context, a
+ * multi-rank world without dcp_async_set_coordination), DCP_ENOTFOUND (no
+ * dcp-writer; the message lists the paths tried), DCP_ENOMEM (the pool),
+ * DCP_EIO, DCP_EPEER (the writer could not be reached). Errors of the save
+ * itself come from dcp_async_wait. */
+DCP_API dcp_status dcp_async_save(dcp_ctx *ctx, dcp_state *st, const char *path,
+                                  const dcp_save_options *opts, dcp_async **out);
+
+/* Whether h's save has finished (persisted or failed): *done 1 or 0.
+ * Never blocks. Errors: DCP_EINVAL (NULL). */
+DCP_API dcp_status dcp_async_test(dcp_async *h, int *done);
+
+/* Wait until h's save has finished and return its outcome, with the same
+ * semantics as dcp_save on every rank (the writers agree through their
+ * collective); the message goes to the context's last error. A writer that
+ * died before finishing gives DCP_EPEER. May be called more than once. */
+DCP_API dcp_status dcp_async_wait(dcp_async *h);
+
+/* Free a handle; waits for its save first when it is still running.
+ * NULL is a no-op. */
+DCP_API void dcp_async_free(dcp_async *h);
+
+/* Wait for ctx's pending async save, stop its writer process (reaped: no
+ * zombie) and free its staging pool. Call before dcp_ctx_free on a context
+ * that saved asynchronously. A no-op otherwise. */
+DCP_API void dcp_async_shutdown(dcp_ctx *ctx);
+
 #ifdef __cplusplus
 }
 #endif

@@ -16,7 +16,7 @@ ROOT=$PWD
 JOBS=${JOBS:-$(nproc)}
 
 PACKAGES=(build-essential cmake pkg-config libcmocka-dev libxxhash-dev libzstd-dev libjansson-dev clang
-          libclang-rt-14-dev libopenmpi-dev openmpi-bin)
+          libclang-rt-14-dev libopenmpi-dev openmpi-bin libgloo-dev)
 
 deps() {
   local missing=()

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "async/async_int.h"
 #include "core/plugin.h"
 
 /* Whether a caller's config (of cfg->struct_size bytes) has `field`: a
@@ -122,6 +123,7 @@ dcp_status dcp_ctx_create(const dcp_ctx_config *cfg, dcp_ctx **out) {
 
 void dcp_ctx_free(dcp_ctx *ctx) {
   if (!ctx) return;
+  dcpi_async_ctx_release(ctx); /* its writer process and staging pool */
   if (ctx->comm) ctx->coll->close(ctx->comm);
   dcpi_plan_cache_clear(&ctx->plans);
   free(ctx->storage_options);

@@ -2,6 +2,7 @@
  * payloads and frame headers (see proto.h). */
 #include "writer/proto.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>

@@ -630,9 +630,10 @@ static dcp_ctx *open_ctx(const args *a) {
   cfg.coll = a->coll;
   cfg.storage = a->storage;
   cfg.timeout_ms = 60000;
-  if (!strcmp(a->coll, "file")) {
+  if (!strcmp(a->coll, "file") || !strcmp(a->coll, "gloo")) {
     const char *r = getenv("DCP_TEST_RANK"), *w = getenv("DCP_TEST_WORLD");
-    CHECK(r && w, "the file collective needs DCP_TEST_RANK/DCP_TEST_WORLD (run under launch)");
+    CHECK(r && w, "the %s collective needs DCP_TEST_RANK/DCP_TEST_WORLD (run under launch)",
+          a->coll);
     cfg.rank = atoi(r);
     cfg.world_size = atoi(w);
     cfg.rendezvous = a->rendezvous;

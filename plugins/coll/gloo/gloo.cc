@@ -1,0 +1,836 @@
+/*
+ * dcp-coll-gloo — collectives over Gloo's TCP transport (Debian's libgloo).
+ *
+ * A C++17 shim behind the C plugin table: every entry point catches every
+ * C++ exception and returns a dcp_status with the exception's message
+ * (a gloo timeout becomes DCP_ETIMEDOUT, a peer that closed its connection
+ * DCP_EPEER, anything else DCP_EIO). After a failed collective the
+ * communicator is broken: later calls return DCP_EPEER at once.
+ *
+ * Options ("key=value,..."): job=NAME (default "dcp", [A-Za-z0-9_-]{1,64}),
+ * host=ADDR (the address this rank listens on, default 127.0.0.1) or
+ * iface=NAME (a network interface; host and iface are exclusive).
+ *
+ * Rendezvous (in cfg->rendezvous, created when missing). Gloo's FileStore
+ * refuses to set a key whose file exists, so the keys of one open must never
+ * meet those of an earlier (possibly crashed) run of the same job. Open
+ * therefore first agrees on a fresh session S, as dcp-coll-file does:
+ *   1. rank r > 0 draws a random nonce n_r and writes "<job>.gloo.hello.<r>"
+ *      = "DCPGLOO1 <world> <n_r>";
+ *   2. rank 0 draws S, creates the directory "<job>.gloo.<S>", waits for
+ *      every hello of this world size and writes "<job>.gloo.session"
+ *      = "DCPGLOO1 <world> <S> <n_1> ... <n_{W-1}>";
+ *   3. rank r accepts only a session file that echoes its own n_r (a
+ *      session file left by a crashed run is never taken for this one),
+ *      removes its hello and writes "<job>.gloo.<S>/ack.<r>";
+ *   4. until every rank has acked, rank 0 re-reads the hellos of the ranks
+ *      still missing and rewrites the session file when one changed (it had
+ *      read a stale hello before the fresh one replaced it); then it removes
+ *      the session file;
+ *   5. every rank connects the full mesh through a gloo FileStore on
+ *      "<job>.gloo.<S>" (behind a PrefixStore named after the job), then a
+ *      gloo barrier proves that every rank is done with the store, and rank
+ *      0 removes the whole session directory.
+ * An open that succeeds on every rank leaves the rendezvous directory as it
+ * found it. A run that crashes during open can leave its hellos and session
+ * file (ignored and replaced by the next run) and one "<job>.gloo.<S>"
+ * directory (never looked at again: safe to delete).
+ *
+ * Ops: barrier, bcast, allgather and allreduce_i64 are gloo's collectives.
+ * gatherv, scatterv and group_bcast are point-to-point over unbound buffers:
+ * every message is an 8-byte length header followed by the payload (when
+ * not empty) on the next slot, so a length that disagrees with what the
+ * receiver expects is detected (DCP_EINVAL after draining the payload)
+ * instead of confusing the transport. gatherv's root posts every receive at
+ * once and copies its own part; scatterv's root posts every send at once;
+ * group_bcast's root sends to each member of the group (a flat tree), on a
+ * slot derived from a hash of the group's ranks (cached per group). Slots
+ * carry the prefix 0xDC in their top byte, out of the range gloo's own
+ * collectives use (prefixes 0x01..0x08). Messages between two ranks on one
+ * slot are matched in order, which is what collective call order gives.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <memory>
+#include <new>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/attr.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include "dcp_plugin.h"
+
+#define GLOO_EXPORT __attribute__((visibility("default")))
+
+extern "C" GLOO_EXPORT const void *dcp_plugin_entry(uint32_t kind);
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ms = std::chrono::milliseconds;
+using UB = std::unique_ptr<gloo::transport::UnboundBuffer>;
+
+constexpr const char *kMagic = "DCPGLOO1";
+constexpr size_t kJobMax = 64;
+constexpr uint64_t kSlotPrefix = 0xDCull << 56;
+
+// Ops, for slots of point-to-point messages.
+enum : uint64_t { OP_GATHERV = 1, OP_SCATTERV = 2, OP_GROUP = 3 };
+
+// A failure with its dcp_status, thrown inside the shim only.
+struct Fail {
+  int code;
+  std::string msg;
+};
+
+[[noreturn]] __attribute__((format(printf, 2, 3))) void fail(int code, const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  throw Fail{code, buf};
+}
+
+__attribute__((format(printf, 3, 4))) int set_err(dcp_plugin_err *err, int code,
+                                                  const char *fmt, ...) {
+  if (err) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+// One timeout for a whole call, possibly spanning several waits.
+struct Deadline {
+  Clock::time_point end;
+  explicit Deadline(int64_t timeout_ms) : end(Clock::now() + ms(timeout_ms)) {}
+  bool passed() const { return Clock::now() >= end; }
+  // What is left, at least 1 ms (gloo treats 0 as "no timeout").
+  ms left(const char *what) const {
+    auto now = Clock::now();
+    if (now >= end) fail(DCP_ETIMEDOUT, "%s: timed out", what);
+    auto l = std::chrono::duration_cast<ms>(end - now);
+    return l.count() < 1 ? ms(1) : l;
+  }
+};
+
+bool has(const std::string &s, const char *needle) { return s.find(needle) != std::string::npos; }
+
+// The dcp_status for a gloo exception's message.
+int classify(const std::string &m) {
+  if (has(m, "imed out") || has(m, "imeout")) return DCP_ETIMEDOUT;
+  if (has(m, "losed by peer") || has(m, "onnection reset") || has(m, "roken pipe") ||
+      has(m, "onnection refused") || has(m, "ECONNRESET") || has(m, "EPIPE"))
+    return DCP_EPEER;
+  return DCP_EIO;
+}
+
+uint64_t random_nonce() {
+  uint64_t v = 0;
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    if (read(fd, &v, sizeof v) != (ssize_t)sizeof v) v = 0;
+    close(fd);
+  }
+  if (!v) {
+    std::random_device rd;
+    std::mt19937_64 g(((uint64_t)rd() << 32) ^ rd() ^
+                      (uint64_t)Clock::now().time_since_epoch().count() ^ (uint64_t)getpid());
+    v = g();
+  }
+  return v ? v : 1;
+}
+
+std::string hex64(uint64_t v) {
+  char b[17];
+  snprintf(b, sizeof b, "%016llx", (unsigned long long)v);
+  return b;
+}
+
+// mkdir -p; 0 or errno.
+int mkdirs(const std::string &path) {
+  std::string cur;
+  size_t i = 0;
+  while (i <= path.size()) {
+    size_t j = path.find('/', i);
+    if (j == std::string::npos) j = path.size();
+    cur = path.substr(0, j);
+    if (!cur.empty() && mkdir(cur.c_str(), 0777) != 0 && errno != EEXIST) return errno;
+    i = j + 1;
+  }
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return errno;
+  return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+}
+
+// Writes data to path atomically (temporary file, then rename).
+void write_atomic(const std::string &path, const std::string &data) {
+  std::string tmp = path + ".tmp." + std::to_string(getpid());
+  FILE *f = fopen(tmp.c_str(), "wb");
+  if (!f) fail(DCP_EIO, "cannot create %s: %s", tmp.c_str(), strerror(errno));
+  bool bad = fwrite(data.data(), 1, data.size(), f) != data.size();
+  if (fclose(f) != 0 || bad) {
+    unlink(tmp.c_str());
+    fail(DCP_EIO, "cannot write %s", tmp.c_str());
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    int e = errno;
+    unlink(tmp.c_str());
+    fail(DCP_EIO, "cannot rename %s: %s", tmp.c_str(), strerror(e));
+  }
+}
+
+// The contents of a small file; false when it cannot be read.
+bool read_small(const std::string &path, std::string &out) {
+  FILE *f = fopen(path.c_str(), "rb");
+  if (!f) return false;
+  char buf[4096];
+  out.clear();
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  fclose(f);
+  return true;
+}
+
+// Removes a flat directory and its files (best effort).
+void remove_tree(const std::string &dir) {
+  if (DIR *d = opendir(dir.c_str())) {
+    while (struct dirent *e = readdir(d)) {
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      unlink((dir + "/" + e->d_name).c_str());
+    }
+    closedir(d);
+  }
+  rmdir(dir.c_str());
+}
+
+void sleep_poll() { std::this_thread::sleep_for(ms(5)); }
+
+// "a, b, c" for at most 8 ranks.
+std::string rank_list(const std::vector<int> &v) {
+  std::string s;
+  for (size_t i = 0; i < v.size() && i < 8; i++) s += (i ? ", " : "") + std::to_string(v[i]);
+  if (v.size() > 8) s += " and " + std::to_string(v.size() - 8) + " more";
+  return s;
+}
+
+}  // namespace
+
+struct dcp_comm {
+  int32_t rank = 0, size = 0;
+  int64_t timeout_ms = 0;
+  std::string dir, job = "dcp", host, iface;
+  std::shared_ptr<gloo::transport::Device> dev;
+  std::shared_ptr<gloo::Context> ctx;
+  bool broken = false;
+  std::string why;                             // the failure that broke it
+  std::map<std::vector<int32_t>, uint64_t> groups;  // group -> slot key
+};
+
+namespace {
+
+std::string path_in(const dcp_comm *c, const std::string &name) { return c->dir + "/" + name; }
+std::string hello_path(const dcp_comm *c, int r) {
+  return path_in(c, c->job + ".gloo.hello." + std::to_string(r));
+}
+std::string session_path(const dcp_comm *c) { return path_in(c, c->job + ".gloo.session"); }
+std::string session_dir(const dcp_comm *c, uint64_t s) {
+  return path_in(c, c->job + ".gloo." + hex64(s));
+}
+
+// Parses "DCPGLOO1 <world> <hex>..." into the numbers after the magic.
+bool parse_words(const std::string &text, std::vector<uint64_t> &out) {
+  std::istringstream in(text);
+  std::string magic;
+  if (!(in >> magic) || magic != kMagic) return false;
+  out.clear();
+  std::string w;
+  while (in >> w) {
+    char *end = nullptr;
+    errno = 0;
+    unsigned long long v = strtoull(w.c_str(), &end, 16);
+    if (errno || !end || *end) return false;
+    out.push_back(v);
+  }
+  return true;
+}
+
+// The nonce of rank r's hello for this world, 0 when absent or stale.
+uint64_t read_hello(const dcp_comm *c, int r) {
+  std::string t;
+  std::vector<uint64_t> v;
+  if (!read_small(hello_path(c, r), t) || !parse_words(t, v) || v.size() != 2 ||
+      v[0] != (uint64_t)c->size)
+    return 0;
+  return v[1];
+}
+
+void write_session(const dcp_comm *c, uint64_t s, const std::vector<uint64_t> &nonces) {
+  std::ostringstream o;
+  o << kMagic << ' ' << std::hex << c->size << ' ' << s;
+  for (int r = 1; r < c->size; r++) o << ' ' << nonces[(size_t)r];
+  o << '\n';
+  write_atomic(session_path(c), o.str());
+}
+
+// Steps 1-4 of the protocol at rank 0: returns S with its directory made.
+uint64_t handshake_root(dcp_comm *c, const Deadline &d) {
+  uint64_t s = random_nonce();
+  std::string sdir = session_dir(c, s);
+  if (mkdir(sdir.c_str(), 0777) != 0)
+    fail(DCP_EIO, "open: cannot create %s: %s", sdir.c_str(), strerror(errno));
+  try {
+    if (c->size == 1) return s;
+    std::vector<uint64_t> nonces((size_t)c->size, 0);
+    for (;;) {
+      std::vector<int> missing;
+      for (int r = 1; r < c->size; r++) {
+        if (!nonces[(size_t)r]) nonces[(size_t)r] = read_hello(c, r);
+        if (!nonces[(size_t)r]) missing.push_back(r);
+      }
+      if (missing.empty()) break;
+      if (d.passed())
+        fail(DCP_ETIMEDOUT, "open: timed out after %lld ms waiting for rank(s) %s (job %s in %s)",
+             (long long)c->timeout_ms, rank_list(missing).c_str(), c->job.c_str(),
+             c->dir.c_str());
+      sleep_poll();
+    }
+    write_session(c, s, nonces);
+    std::vector<bool> acked((size_t)c->size, false);
+    for (;;) {
+      std::vector<int> missing;
+      bool changed = false;
+      for (int r = 1; r < c->size; r++) {
+        if (acked[(size_t)r]) continue;
+        if (access((sdir + "/ack." + std::to_string(r)).c_str(), F_OK) == 0) {
+          acked[(size_t)r] = true;
+          continue;
+        }
+        uint64_t n = read_hello(c, r);
+        if (n && n != nonces[(size_t)r]) nonces[(size_t)r] = n, changed = true;
+        missing.push_back(r);
+      }
+      if (missing.empty()) break;
+      if (changed) write_session(c, s, nonces);
+      if (d.passed())
+        fail(DCP_ETIMEDOUT, "open: timed out after %lld ms waiting for rank(s) %s to join session %s",
+             (long long)c->timeout_ms, rank_list(missing).c_str(), hex64(s).c_str());
+      sleep_poll();
+    }
+    unlink(session_path(c).c_str());
+    return s;
+  } catch (...) {
+    unlink(session_path(c).c_str());
+    remove_tree(sdir);
+    throw;
+  }
+}
+
+// Steps 1 and 3 at rank r > 0: returns S.
+uint64_t handshake_member(dcp_comm *c, const Deadline &d) {
+  uint64_t nonce = random_nonce();
+  std::ostringstream o;
+  o << kMagic << ' ' << std::hex << c->size << ' ' << nonce << '\n';
+  write_atomic(hello_path(c, c->rank), o.str());
+  try {
+    uint64_t s = 0;
+    for (;;) {
+      std::string t;
+      std::vector<uint64_t> v;
+      if (read_small(session_path(c), t) && parse_words(t, v) &&
+          v.size() == (size_t)c->size + 1 && v[0] == (uint64_t)c->size &&
+          v[(size_t)c->rank + 1] == nonce) {
+        s = v[1];
+        break;
+      }
+      if (d.passed())
+        fail(DCP_ETIMEDOUT, "open: timed out after %lld ms waiting for rank 0's session (job %s in %s)",
+             (long long)c->timeout_ms, c->job.c_str(), c->dir.c_str());
+      sleep_poll();
+    }
+    unlink(hello_path(c, c->rank).c_str());
+    std::string ack = session_dir(c, s) + "/ack." + std::to_string(c->rank);
+    FILE *f = fopen(ack.c_str(), "wb");
+    if (!f) fail(DCP_EIO, "open: cannot create %s: %s", ack.c_str(), strerror(errno));
+    fclose(f);
+    return s;
+  } catch (...) {
+    unlink(hello_path(c, c->rank).c_str());
+    throw;
+  }
+}
+
+void parse_options(dcp_comm *c, const char *opts) {
+  if (!opts) return;
+  std::string s(opts);
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    std::string kv = s.substr(i, j - i);
+    i = j + 1;
+    if (kv.empty()) continue;
+    size_t eq = kv.find('=');
+    std::string k = kv.substr(0, eq), v = eq == std::string::npos ? "" : kv.substr(eq + 1);
+    if (eq == std::string::npos) fail(DCP_EINVAL, "option \"%s\" is not key=value", kv.c_str());
+    if (k == "job") {
+      if (v.empty() || v.size() > kJobMax ||
+          v.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") !=
+              std::string::npos)
+        fail(DCP_EINVAL, "job=\"%s\": want 1..64 of [A-Za-z0-9_-]", v.c_str());
+      c->job = v;
+    } else if (k == "host") {
+      if (v.empty()) fail(DCP_EINVAL, "host= is empty");
+      c->host = v;
+    } else if (k == "iface") {
+      if (v.empty()) fail(DCP_EINVAL, "iface= is empty");
+      c->iface = v;
+    } else {
+      fail(DCP_EINVAL, "unknown option \"%s\" (known: job, host, iface)", k.c_str());
+    }
+  }
+  if (!c->host.empty() && !c->iface.empty()) fail(DCP_EINVAL, "host= and iface= are exclusive");
+}
+
+// Runs fn, turning every exception into a status; a failure breaks c.
+template <typename F>
+int guarded(dcp_comm *c, dcp_plugin_err *err, const char *op, F &&fn) {
+  if (c->broken)
+    return set_err(err, DCP_EPEER, "%s: communicator broken by an earlier failure: %s", op,
+                   c->why.c_str());
+  int code = DCP_OK;
+  std::string msg;
+  try {
+    fn();
+    return DCP_OK;
+  } catch (const Fail &f) {
+    code = f.code, msg = f.msg;
+  } catch (const gloo::IoException &e) {
+    code = classify(e.what()), msg = e.what();
+  } catch (const std::bad_alloc &) {
+    code = DCP_ENOMEM, msg = "out of memory";
+  } catch (const std::exception &e) {  // gloo::EnforceNotMet, gloo::Exception, ...
+    code = classify(e.what()), msg = e.what();
+  } catch (...) {
+    code = DCP_EIO, msg = "unknown C++ exception";
+  }
+  c->broken = true;
+  c->why = std::string(op) + ": " + msg;
+  return set_err(err, code, "%s: %s", op, msg.c_str());
+}
+
+// Argument checks before any traffic: a failure here does not break c.
+#define ARGCHECK(cond, ...)                                  \
+  do {                                                       \
+    if (!(cond)) return set_err(err, DCP_EINVAL, __VA_ARGS__); \
+  } while (0)
+
+uint64_t slot_of(uint64_t op, uint64_t key) {
+  return kSlotPrefix | ((op & 0x7f) << 49) | ((key & ((1ull << 48) - 1)) << 1);
+}
+
+// An outgoing message: length header on slot, payload on slot + 1.
+struct Out {
+  uint64_t hdr = 0;
+  int peer = -1;
+  UB hb, db;
+};
+
+void post_send(gloo::Context &ctx, Out &m, int peer, uint64_t slot, const void *p, size_t len) {
+  m.hdr = len;
+  m.peer = peer;
+  m.hb = ctx.createUnboundBuffer(&m.hdr, sizeof m.hdr);
+  m.hb->send(peer, slot);
+  if (len) {
+    m.db = ctx.createUnboundBuffer(const_cast<void *>(p), len);
+    m.db->send(peer, slot + 1);
+  }
+}
+
+void wait_send(Out &m, const Deadline &d, const char *op) {
+  if (!m.hb->waitSend(d.left(op))) fail(DCP_EIO, "%s: send to rank %d aborted", op, m.peer);
+  if (m.db && !m.db->waitSend(d.left(op)))
+    fail(DCP_EIO, "%s: send to rank %d aborted", op, m.peer);
+}
+
+// An incoming message of an expected length into dst.
+struct In {
+  uint64_t hdr = 0;
+  int peer = -1;
+  uint64_t slot = 0;
+  void *dst = nullptr;
+  size_t expect = 0;
+  UB hb, db;
+  std::vector<char> scratch;  // a payload of the wrong length, drained
+};
+
+void post_recv_hdr(gloo::Context &ctx, In &m, int peer, uint64_t slot, void *dst, size_t expect) {
+  m.peer = peer, m.slot = slot, m.dst = dst, m.expect = expect;
+  m.hb = ctx.createUnboundBuffer(&m.hdr, sizeof m.hdr);
+  m.hb->recv(peer, slot);
+}
+
+// Waits for the header and posts the payload's receive; false on a length
+// mismatch (the payload is then drained into scratch).
+bool wait_hdr_post_data(gloo::Context &ctx, In &m, const Deadline &d, const char *op) {
+  if (!m.hb->waitRecv(d.left(op))) fail(DCP_EIO, "%s: receive from rank %d aborted", op, m.peer);
+  bool ok = m.hdr == m.expect;
+  if (m.hdr) {
+    void *p = m.dst;
+    if (!ok) {
+      m.scratch.resize((size_t)m.hdr);
+      p = m.scratch.data();
+    }
+    m.db = ctx.createUnboundBuffer(p, (size_t)m.hdr);
+    m.db->recv(m.peer, m.slot + 1);
+  }
+  return ok;
+}
+
+void wait_data(In &m, const Deadline &d, const char *op) {
+  if (m.db && !m.db->waitRecv(d.left(op)))
+    fail(DCP_EIO, "%s: receive from rank %d aborted", op, m.peer);
+}
+
+// ---------------------------------------------------------------------------
+// The table's functions
+// ---------------------------------------------------------------------------
+
+int g_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *err) {
+  if (!out) return set_err(err, DCP_EINVAL, "open: out is NULL");
+  *out = nullptr;
+  if (!cfg || cfg->struct_size < offsetof(dcp_coll_config, timeout_ms) + sizeof cfg->timeout_ms)
+    return set_err(err, DCP_EINVAL, "open: config too small or NULL");
+  if (cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
+    return set_err(err, DCP_EINVAL, "open: rank %d of world %d is out of range", (int)cfg->rank,
+                   (int)cfg->world_size);
+  if (cfg->timeout_ms <= 0)
+    return set_err(err, DCP_EINVAL, "open: timeout_ms must be > 0 (got %lld)",
+                   (long long)cfg->timeout_ms);
+  if (!cfg->rendezvous || !*cfg->rendezvous)
+    return set_err(err, DCP_EINVAL, "open: the gloo collective needs a rendezvous directory");
+  const char *opts =
+      cfg->struct_size >= offsetof(dcp_coll_config, options) + sizeof cfg->options ? cfg->options
+                                                                                  : nullptr;
+  dcp_comm *c = nullptr;
+  try {
+    c = new dcp_comm;
+  } catch (...) {
+    return set_err(err, DCP_ENOMEM, "open: out of memory");
+  }
+  c->rank = cfg->rank;
+  c->size = cfg->world_size;
+  c->timeout_ms = cfg->timeout_ms;
+  int rc = guarded(c, err, "open", [&] {
+    c->dir = cfg->rendezvous;
+    parse_options(c, opts);
+    Deadline d(c->timeout_ms);
+    if (int e = mkdirs(c->dir))
+      fail(DCP_EIO, "cannot create rendezvous directory %s: %s", c->dir.c_str(), strerror(e));
+    uint64_t s = c->rank == 0 ? handshake_root(c, d) : handshake_member(c, d);
+    std::string sdir = session_dir(c, s);
+    try {
+      gloo::transport::tcp::attr attr;
+      if (!c->iface.empty())
+        attr.iface = c->iface;
+      else
+        attr.hostname = c->host.empty() ? "127.0.0.1" : c->host;
+      c->dev = gloo::transport::tcp::CreateDevice(attr);
+      auto ctx = std::make_shared<gloo::rendezvous::Context>(c->rank, c->size);
+      ctx->setTimeout(d.left("open: connect"));
+      {
+        gloo::rendezvous::FileStore fs(sdir);
+        gloo::rendezvous::PrefixStore ps(c->job, fs);
+        ctx->connectFullMesh(ps, c->dev);
+      }
+      ctx->setTimeout(ms(c->timeout_ms));
+      c->ctx = ctx;
+      gloo::BarrierOptions b(c->ctx);
+      b.setTimeout(d.left("open: barrier"));
+      gloo::barrier(b);
+    } catch (...) {
+      if (c->rank == 0) remove_tree(sdir);
+      throw;
+    }
+    if (c->rank == 0) remove_tree(sdir);  // every rank is past the store
+  });
+  if (rc != DCP_OK) {
+    try {
+      c->ctx.reset();
+      c->dev.reset();
+    } catch (...) {
+    }
+    delete c;
+    return rc;
+  }
+  *out = c;
+  return DCP_OK;
+}
+
+void g_close(dcp_comm *c) {
+  if (!c) return;
+  try {
+    c->ctx.reset();
+    c->dev.reset();
+  } catch (...) {
+  }
+  delete c;
+}
+
+int32_t g_rank(const dcp_comm *c) { return c->rank; }
+int32_t g_size(const dcp_comm *c) { return c->size; }
+
+int g_barrier(dcp_comm *c, dcp_plugin_err *err) {
+  return guarded(c, err, "barrier", [&] {
+    if (c->size == 1) return;
+    gloo::BarrierOptions o(c->ctx);
+    o.setTimeout(ms(c->timeout_ms));
+    gloo::barrier(o);
+  });
+}
+
+int g_bcast(dcp_comm *c, void *buf, size_t len, int32_t root, dcp_plugin_err *err) {
+  ARGCHECK(root >= 0 && root < c->size, "bcast: root %d out of range", (int)root);
+  ARGCHECK(buf || !len, "bcast: buf is NULL");
+  return guarded(c, err, "bcast", [&] {
+    if (c->size == 1 || len == 0) return;
+    gloo::BroadcastOptions o(c->ctx);
+    o.setOutput(static_cast<uint8_t *>(buf), len);
+    o.setRoot(root);
+    o.setTimeout(ms(c->timeout_ms));
+    gloo::broadcast(o);
+  });
+}
+
+int g_allgather(dcp_comm *c, const void *send, size_t len, void *recv, dcp_plugin_err *err) {
+  ARGCHECK((send && recv) || !len, "allgather: NULL buffer");
+  ARGCHECK(len <= SIZE_MAX / (size_t)c->size, "allgather: %zu bytes times %d ranks overflows", len,
+           (int)c->size);
+  return guarded(c, err, "allgather", [&] {
+    if (len == 0) return;
+    if (c->size == 1) {
+      memmove(recv, send, len);
+      return;
+    }
+    gloo::AllgatherOptions o(c->ctx);
+    o.setInput(const_cast<uint8_t *>(static_cast<const uint8_t *>(send)), len);
+    o.setOutput(static_cast<uint8_t *>(recv), len * (size_t)c->size);
+    o.setTimeout(ms(c->timeout_ms));
+    gloo::allgather(o);
+  });
+}
+
+int g_gatherv(dcp_comm *c, const void *send, size_t len, void *recv, const size_t *lens,
+              int32_t root, dcp_plugin_err *err) {
+  ARGCHECK(root >= 0 && root < c->size, "gatherv: root %d out of range", (int)root);
+  ARGCHECK(send || !len, "gatherv: send is NULL");
+  if (c->rank == root) {
+    ARGCHECK(lens, "gatherv: lens is NULL at the root");
+    ARGCHECK(lens[root] == len, "gatherv: lens[%d] = %zu but the root sends %zu", (int)root,
+             lens[root], len);
+    size_t total = 0;
+    for (int32_t r = 0; r < c->size; r++) {
+      ARGCHECK(lens[r] <= SIZE_MAX - total, "gatherv: total length overflows");
+      total += lens[r];
+    }
+    ARGCHECK(recv || !total, "gatherv: recv is NULL at the root");
+  }
+  return guarded(c, err, "gatherv", [&] {
+    Deadline d(c->timeout_ms);
+    uint64_t slot = slot_of(OP_GATHERV, 0);
+    if (c->rank != root) {
+      Out m;
+      post_send(*c->ctx, m, root, slot, send, len);
+      wait_send(m, d, "gatherv");
+      return;
+    }
+    std::vector<In> in((size_t)c->size);
+    char *dst = static_cast<char *>(recv);
+    for (int32_t r = 0; r < c->size; r++) {
+      if (r == root) {
+        if (len) memmove(dst, send, len);
+      } else {
+        post_recv_hdr(*c->ctx, in[(size_t)r], r, slot, dst, lens[r]);
+      }
+      dst += lens[r];
+    }
+    int bad = -1;
+    for (int32_t r = 0; r < c->size; r++)
+      if (r != root && !wait_hdr_post_data(*c->ctx, in[(size_t)r], d, "gatherv") && bad < 0)
+        bad = r;
+    for (int32_t r = 0; r < c->size; r++)
+      if (r != root) wait_data(in[(size_t)r], d, "gatherv");
+    if (bad >= 0)
+      fail(DCP_EINVAL, "rank %d sent %llu bytes, lens[%d] = %zu", bad,
+           (unsigned long long)in[(size_t)bad].hdr, bad, lens[bad]);
+  });
+}
+
+int g_scatterv(dcp_comm *c, const void *send, const size_t *lens, void *recv, size_t len,
+               int32_t root, dcp_plugin_err *err) {
+  ARGCHECK(root >= 0 && root < c->size, "scatterv: root %d out of range", (int)root);
+  ARGCHECK(recv || !len, "scatterv: recv is NULL");
+  if (c->rank == root) {
+    ARGCHECK(lens, "scatterv: lens is NULL at the root");
+    ARGCHECK(lens[root] == len, "scatterv: lens[%d] = %zu but the root receives %zu", (int)root,
+             lens[root], len);
+    size_t total = 0;
+    for (int32_t r = 0; r < c->size; r++) {
+      ARGCHECK(lens[r] <= SIZE_MAX - total, "scatterv: total length overflows");
+      total += lens[r];
+    }
+    ARGCHECK(send || !total, "scatterv: send is NULL at the root");
+  }
+  return guarded(c, err, "scatterv", [&] {
+    Deadline d(c->timeout_ms);
+    uint64_t slot = slot_of(OP_SCATTERV, 0);
+    if (c->rank != root) {
+      In m;
+      post_recv_hdr(*c->ctx, m, root, slot, recv, len);
+      bool ok = wait_hdr_post_data(*c->ctx, m, d, "scatterv");
+      wait_data(m, d, "scatterv");
+      if (!ok)
+        fail(DCP_EINVAL, "root %d sent %llu bytes, this rank expects %zu", (int)root,
+             (unsigned long long)m.hdr, len);
+      return;
+    }
+    std::vector<Out> out((size_t)c->size);
+    const char *src = static_cast<const char *>(send);
+    for (int32_t r = 0; r < c->size; r++) {
+      if (r == root) {
+        if (len) memmove(recv, src, len);
+      } else {
+        post_send(*c->ctx, out[(size_t)r], r, slot, src, lens[r]);
+      }
+      src += lens[r];
+    }
+    for (int32_t r = 0; r < c->size; r++)
+      if (r != root) wait_send(out[(size_t)r], d, "scatterv");
+  });
+}
+
+void red_sum(void *c_, const void *a_, const void *b_, size_t n) {
+  auto *c = static_cast<int64_t *>(c_);
+  auto *a = static_cast<const int64_t *>(a_), *b = static_cast<const int64_t *>(b_);
+  for (size_t i = 0; i < n; i++) c[i] = (int64_t)((uint64_t)a[i] + (uint64_t)b[i]);
+}
+void red_min(void *c_, const void *a_, const void *b_, size_t n) {
+  auto *c = static_cast<int64_t *>(c_);
+  auto *a = static_cast<const int64_t *>(a_), *b = static_cast<const int64_t *>(b_);
+  for (size_t i = 0; i < n; i++) c[i] = std::min(a[i], b[i]);
+}
+void red_max(void *c_, const void *a_, const void *b_, size_t n) {
+  auto *c = static_cast<int64_t *>(c_);
+  auto *a = static_cast<const int64_t *>(a_), *b = static_cast<const int64_t *>(b_);
+  for (size_t i = 0; i < n; i++) c[i] = std::max(a[i], b[i]);
+}
+
+int g_allreduce_i64(dcp_comm *c, int64_t *vals, size_t n, uint32_t op, dcp_plugin_err *err) {
+  ARGCHECK(op == DCP_REDUCE_MIN || op == DCP_REDUCE_MAX || op == DCP_REDUCE_SUM,
+           "allreduce_i64: unknown op %u", (unsigned)op);
+  ARGCHECK(vals || !n, "allreduce_i64: vals is NULL");
+  return guarded(c, err, "allreduce_i64", [&] {
+    if (n == 0 || c->size == 1) return;
+    gloo::AllreduceOptions o(c->ctx);
+    o.setOutput(vals, n);
+    o.setReduceFunction(op == DCP_REDUCE_SUM ? red_sum : op == DCP_REDUCE_MIN ? red_min : red_max);
+    o.setTimeout(ms(c->timeout_ms));
+    gloo::allreduce(o);
+  });
+}
+
+int g_group_bcast(dcp_comm *c, const int32_t *ranks, size_t n, void *buf, size_t len,
+                  int32_t root, dcp_plugin_err *err) {
+  ARGCHECK(ranks && n >= 1 && n <= (size_t)c->size, "group_bcast: bad group (n = %zu)", n);
+  ARGCHECK(buf || !len, "group_bcast: buf is NULL");
+  bool self = false, has_root = false;
+  for (size_t i = 0; i < n; i++) {
+    ARGCHECK(ranks[i] >= 0 && ranks[i] < c->size, "group_bcast: rank %d out of range",
+             (int)ranks[i]);
+    ARGCHECK(i == 0 || ranks[i] > ranks[i - 1], "group_bcast: ranks are not ascending");
+    self |= ranks[i] == c->rank;
+    has_root |= ranks[i] == root;
+  }
+  ARGCHECK(self, "group_bcast: rank %d is not in the group", (int)c->rank);
+  ARGCHECK(has_root, "group_bcast: root %d is not in the group", (int)root);
+  return guarded(c, err, "group_bcast", [&] {
+    if (n == 1) return;
+    std::vector<int32_t> key(ranks, ranks + n);
+    auto it = c->groups.find(key);
+    if (it == c->groups.end()) {
+      uint64_t h = 1469598103934665603ull;  // FNV-1a of the ranks
+      for (int32_t r : key)
+        for (int b = 0; b < 4; b++) h = (h ^ (((uint32_t)r >> (8 * b)) & 0xff)) * 1099511628211ull;
+      it = c->groups.emplace(std::move(key), h).first;
+    }
+    uint64_t slot = slot_of(OP_GROUP, it->second);
+    Deadline d(c->timeout_ms);
+    if (c->rank == root) {
+      std::vector<Out> out(n);
+      for (size_t i = 0; i < n; i++)
+        if (ranks[i] != root) post_send(*c->ctx, out[i], ranks[i], slot, buf, len);
+      for (size_t i = 0; i < n; i++)
+        if (ranks[i] != root) wait_send(out[i], d, "group_bcast");
+      return;
+    }
+    In m;
+    post_recv_hdr(*c->ctx, m, root, slot, buf, len);
+    bool ok = wait_hdr_post_data(*c->ctx, m, d, "group_bcast");
+    wait_data(m, d, "group_bcast");
+    if (!ok)
+      fail(DCP_EINVAL, "root %d sent %llu bytes, this rank expects %zu", (int)root,
+           (unsigned long long)m.hdr, len);
+  });
+}
+
+const dcp_coll_plugin gloo_table = {
+    DCP_PLUGIN_ABI_VERSION,
+    sizeof(dcp_coll_plugin),
+    "gloo",
+    DCP_COLL_CAP_BULK | DCP_COLL_CAP_GROUPS,
+    g_open,
+    g_close,
+    g_rank,
+    g_size,
+    g_barrier,
+    g_bcast,
+    g_allgather,
+    g_gatherv,
+    g_scatterv,
+    g_allreduce_i64,
+    g_group_bcast,
+};
+
+}  // namespace
+
+extern "C" const void *dcp_plugin_entry(uint32_t kind) {
+  return kind == DCP_PLUGIN_COLL ? &gloo_table : nullptr;
+}

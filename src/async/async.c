@@ -1,0 +1,167 @@
+/* async.c — dcp_async_*: the per-context writer state (a side table keyed
+ * by the context pointer), staging into the pool and job submission. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "async/async_int.h"
+#include "model/state.h"
+#include "writer/proto.h"
+
+/* ---- side table ------------------------------------------------------- */
+
+static struct {
+  pthread_mutex_t lock;
+  dcpi_async_writer **v;
+  size_t n, cap;
+} table = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0};
+
+static dcpi_async_writer *lookup_locked(const dcp_ctx *ctx, size_t *at) {
+  for (size_t i = 0; i < table.n; i++)
+    if (table.v[i]->ctx == ctx) {
+      if (at) *at = i;
+      return table.v[i];
+    }
+  return NULL;
+}
+
+static dcpi_async_writer *writer_new(dcp_ctx *ctx) {
+  dcpi_async_writer *w = calloc(1, sizeof *w);
+  if (!w) return NULL;
+  w->ctx = ctx;
+  w->sock = -1;
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_cond_init(&w->cv, NULL);
+  dcpi_pool_init(&w->pool);
+  return w;
+}
+
+/* ctx's writer state, created on first use (NULL: out of memory). */
+dcpi_async_writer *dcpi_async_writer_of(dcp_ctx *ctx) {
+  pthread_mutex_lock(&table.lock);
+  dcpi_async_writer *w = lookup_locked(ctx, NULL);
+  if (!w && table.n == table.cap) {
+    size_t cap = table.cap ? table.cap * 2 : 8;
+    void *v = realloc(table.v, cap * sizeof *table.v);
+    if (v) table.v = v, table.cap = cap;
+  }
+  if (!w && table.n < table.cap && (w = writer_new(ctx))) table.v[table.n++] = w;
+  pthread_mutex_unlock(&table.lock);
+  return w;
+}
+
+static dcpi_async_writer *writer_find(const dcp_ctx *ctx) {
+  pthread_mutex_lock(&table.lock);
+  dcpi_async_writer *w = lookup_locked(ctx, NULL);
+  pthread_mutex_unlock(&table.lock);
+  return w;
+}
+
+/* Wait until nothing is staging or pending. Caller holds w->mu. */
+static void wait_idle_locked(dcpi_async_writer *w) {
+  while (w->pending || w->staging) pthread_cond_wait(&w->cv, &w->mu);
+}
+
+void dcpi_async_ctx_release(dcp_ctx *ctx) {
+  size_t at;
+  pthread_mutex_lock(&table.lock);
+  dcpi_async_writer *w = lookup_locked(ctx, &at);
+  if (w) table.v[at] = table.v[--table.n];
+  if (table.n == 0) free(table.v), table.v = NULL, table.cap = 0;
+  pthread_mutex_unlock(&table.lock);
+  if (!w) return;
+  pthread_mutex_lock(&w->mu);
+  wait_idle_locked(w);
+  pthread_mutex_unlock(&w->mu);
+  dcpi_writer_stop(w);
+  dcpi_pool_free(&w->pool);
+  free(w->coll), free(w->coll_options), free(w->rendezvous);
+  pthread_cond_destroy(&w->cv);
+  pthread_mutex_destroy(&w->mu);
+  free(w);
+}
+
+void dcp_async_shutdown(dcp_ctx *ctx) {
+  if (ctx) dcpi_async_ctx_release(ctx);
+}
+
+/* ---- configuration ---------------------------------------------------- */
+
+dcp_status dcp_async_set_copy(dcp_ctx *ctx, dcp_async_copy_fn fn, void *arg) {
+  if (!ctx) return DCP_EINVAL;
+  dcpi_async_writer *w = dcpi_async_writer_of(ctx);
+  if (!w) return DCP_ENOMEM;
+  pthread_mutex_lock(&w->mu);
+  wait_idle_locked(w);
+  w->copy = fn;
+  w->copy_arg = fn ? arg : NULL;
+  pthread_mutex_unlock(&w->mu);
+  return DCP_OK;
+}
+
+static int dup_opt(char **dst, const char *src) {
+  free(*dst);
+  *dst = NULL;
+  return !src || (*dst = strdup(src)) != NULL;
+}
+
+dcp_status dcp_async_set_coordination(dcp_ctx *ctx, const char *coll, const char *rendezvous,
+                                      const char *coll_options) {
+  if (!ctx || !coll || !coll[0]) return DCP_EINVAL;
+  dcpi_async_writer *w = dcpi_async_writer_of(ctx);
+  if (!w) return DCP_ENOMEM;
+  pthread_mutex_lock(&w->mu);
+  wait_idle_locked(w);
+  int ok = dup_opt(&w->coll, coll) && dup_opt(&w->rendezvous, rendezvous) &&
+           dup_opt(&w->coll_options, coll_options ? coll_options : "job=dcpwriter");
+  pthread_mutex_unlock(&w->mu);
+  return ok ? DCP_OK : DCP_ENOMEM;
+}
+
+/* ---- accessors -------------------------------------------------------- */
+
+#define ACCESSOR(type, name, expr)            \
+  type name(dcp_ctx *ctx) {                   \
+    dcpi_async_writer *w = writer_find(ctx);  \
+    if (!w) return 0;                         \
+    pthread_mutex_lock(&w->mu);               \
+    type v = (expr);                          \
+    pthread_mutex_unlock(&w->mu);             \
+    return v;                                 \
+  }
+
+ACCESSOR(pid_t, dcpi_async_writer_pid, w->alive ? w->pid : 0)
+ACCESSOR(uint64_t, dcpi_async_pool_creations, w->pool.creations)
+ACCESSOR(uint64_t, dcpi_async_pool_growths, w->pool.growths)
+ACCESSOR(uint64_t, dcpi_async_spawns, w->spawns)
+ACCESSOR(uint64_t, dcpi_async_saves, w->saves)
+
+/* ---- handles ---------------------------------------------------------- */
+
+dcp_status dcp_async_test(dcp_async *h, int *done) {
+  if (!h || !done) return DCP_EINVAL;
+  pthread_mutex_lock(&h->w->mu);
+  *done = h->done;
+  pthread_mutex_unlock(&h->w->mu);
+  return DCP_OK;
+}
+
+dcp_status dcp_async_wait(dcp_async *h) {
+  if (!h) return DCP_EINVAL;
+  dcpi_async_writer *w = h->w;
+  pthread_mutex_lock(&w->mu);
+  while (!h->done) pthread_cond_wait(&w->cv, &w->mu);
+  dcpi_err err = {h->status, ""};
+  snprintf(err.msg, sizeof err.msg, "%s", h->msg);
+  pthread_mutex_unlock(&w->mu);
+  return dcpi_ctx_report(w->ctx, &err);
+}
+
+void dcp_async_free(dcp_async *h) {
+  if (!h) return;
+  dcpi_async_writer *w = h->w;
+  pthread_mutex_lock(&w->mu);
+  while (!h->done) pthread_cond_wait(&w->cv, &w->mu);
+  pthread_mutex_unlock(&w->mu);
+  free(h);
+}

@@ -1,0 +1,72 @@
+/* async_int.h — trainer-side internals of async saves: the per-context
+ * writer state (writer process, socket, join thread, staging pool), kept in
+ * a side table keyed by the context pointer. */
+#ifndef DCP_ASYNC_INT_H
+#define DCP_ASYNC_INT_H
+
+#include <pthread.h>
+#include <sys/types.h>
+
+#include "async/pool.h"
+#include "core/ctx.h"
+
+typedef struct dcpi_async_writer {
+  dcp_ctx *ctx;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pid_t pid;        /* writer process, 0 when none */
+  int sock;         /* our end of the socketpair, -1 when none */
+  pthread_t join;   /* the only reader of sock */
+  int join_started;
+  int alive;        /* 0 once the join thread saw the stream end */
+  int staging;      /* a dcp_async_save is copying into the pool */
+  dcpi_pool pool;
+  dcp_async_copy_fn copy;
+  void *copy_arg;
+  char *coll, *coll_options, *rendezvous; /* writers' coordination */
+  struct dcp_async *pending; /* submitted, no DONE yet */
+  uint64_t seq;              /* last job submitted */
+  uint64_t spawns, saves;
+} dcpi_async_writer;
+
+struct dcp_async {
+  dcpi_async_writer *w;
+  uint64_t seq;
+  int done;
+  dcp_status status;
+  char msg[DCPI_ERR_MSG_MAX];
+};
+
+/* ctx's writer state, created on first use (NULL: out of memory). */
+dcpi_async_writer *dcpi_async_writer_of(dcp_ctx *ctx);
+
+/* Find the dcp-writer executable (DCP_WRITER, next to libdcp, PATH) into
+ * buf. Errors: DCP_ENOTFOUND naming the places tried. */
+dcp_status dcpi_writer_find(char *buf, size_t cap, dcpi_err *err);
+
+/* Spawn the writer with posix_spawn, connected by a socketpair, and start
+ * the join thread. Errors: DCP_ENOTFOUND, DCP_EIO. */
+dcp_status dcpi_writer_start(dcpi_async_writer *w, dcpi_err *err);
+
+/* Close our end, join the join thread and reap the process (no zombie;
+ * tolerates SIGCHLD set to SIG_IGN). */
+void dcpi_writer_stop(dcpi_async_writer *w);
+
+/* The directory of the loaded libdcp (or of the program that embeds it)
+ * into buf, "" when unknown. */
+void dcpi_lib_dir(char *buf, size_t cap);
+
+/* Release ctx's async state: wait for a pending save, stop the writer,
+ * free the pool. Safe when ctx never saved asynchronously. (To be called
+ * from dcp_ctx_free.) */
+void dcpi_async_ctx_release(dcp_ctx *ctx);
+
+/* Test accessors: the writer's pid (0: none), pool memfds created, pool
+ * growths, writer spawns, async saves submitted. */
+pid_t dcpi_async_writer_pid(dcp_ctx *ctx);
+uint64_t dcpi_async_pool_creations(dcp_ctx *ctx);
+uint64_t dcpi_async_pool_growths(dcp_ctx *ctx);
+uint64_t dcpi_async_spawns(dcp_ctx *ctx);
+uint64_t dcpi_async_saves(dcp_ctx *ctx);
+
+#endif

@@ -1,0 +1,212 @@
+/* stage.c — dcp_async_save: stage the state into the pool, describe it as a
+ * SAVE job and hand it to the writer process. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "async/async_int.h"
+#include "model/state.h"
+#include "writer/proto.h"
+
+#define STAGE_ALIGN 64u
+
+static size_t align_up(size_t v) { return (v + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN; }
+
+/* Pool offsets of every chunk and bytes item (64-byte aligned, in order)
+ * into job, and the bytes needed into *total. */
+static dcp_status place_items(const dcp_state *st, dcpi_wp_job *j, size_t *total,
+                              dcpi_err *err) {
+  size_t off = 0;
+  for (size_t i = 0; i < st->nchunks; i++) {
+    const dcpi_chunk_item *c = &st->chunks[i];
+    j->chunks[i] = (dcpi_wp_chunk){c->tensor, c->box, off, (uint64_t)c->nbytes};
+    if ((uint64_t)c->nbytes > SIZE_MAX - STAGE_ALIGN - off)
+      return dcpi_fail(err, DCP_EOVERFLOW, "async save: state too large to stage");
+    off = align_up(off + (size_t)c->nbytes);
+  }
+  for (size_t i = 0; i < st->nbytes; i++) {
+    const dcpi_bytes_item *b = &st->bytes[i];
+    j->bytes[i] = (dcpi_wp_bytes){b->key, (uint32_t)b->scope, off, b->len};
+    if (b->len > SIZE_MAX - STAGE_ALIGN - off)
+      return dcpi_fail(err, DCP_EOVERFLOW, "async save: state too large to stage");
+    off = align_up(off + b->len);
+  }
+  *total = off;
+  return DCP_OK;
+}
+
+/* Copy every item into the pool at the offsets of job. */
+static void copy_items(dcpi_async_writer *w, const dcp_state *st, const dcpi_wp_job *j) {
+  uint8_t *base = w->pool.base;
+  for (size_t i = 0; i < st->nchunks; i++) {
+    const dcpi_chunk_item *c = &st->chunks[i];
+    if (c->nbytes <= 0) continue;
+    if (w->copy)
+      w->copy(w->copy_arg, base + j->chunks[i].offset, c->data, (size_t)c->nbytes);
+    else
+      dcpi_parallel_memcpy(base + j->chunks[i].offset, c->data, (size_t)c->nbytes);
+  }
+  for (size_t i = 0; i < st->nbytes; i++)
+    if (st->bytes[i].len)
+      dcpi_parallel_memcpy(base + j->bytes[i].offset, st->bytes[i].data, st->bytes[i].len);
+}
+
+/* The tensors of st, borrowed (fqn pointers stay st's). */
+static void describe_tensors(const dcp_state *st, dcpi_wp_job *j) {
+  for (size_t i = 0; i < st->ntensors; i++) {
+    const dcpi_tensor_item *t = &st->tensors[i];
+    j->tensors[i].fqn = t->fqn;
+    j->tensors[i].dtype = (uint32_t)t->dtype;
+    j->tensors[i].ndim = t->ndim;
+    memcpy(j->tensors[i].shape, t->shape, sizeof t->shape);
+  }
+}
+
+/* The plugin path the writer searches: the context's, then the plugin
+ * directory next to this libdcp (the writer may be linked elsewhere). */
+static char *writer_plugin_path(const dcp_ctx *ctx) {
+  char lib[1024];
+  dcpi_lib_dir(lib, sizeof lib);
+  const char *mine = ctx->plugin_path ? ctx->plugin_path : "";
+  size_t n = strlen(mine) + strlen(lib) + 8;
+  char *p = malloc(n);
+  if (p) snprintf(p, n, "%s%s%s%s", mine, mine[0] && lib[0] ? ":" : "", lib, lib[0] ? "/dcp" : "");
+  return p;
+}
+
+static dcp_status describe_coord(dcpi_async_writer *w, dcpi_wp_coord *c, dcpi_err *err) {
+  const dcp_ctx *ctx = w->ctx;
+  if (!w->coll && ctx->world_size > 1)
+    return dcpi_fail(err, DCP_EINVAL,
+                     "async save on %d ranks: set the writers' coordination first "
+                     "(dcp_async_set_coordination)", ctx->world_size);
+  c->coll = w->coll ? w->coll : "single";
+  c->coll_options = w->coll_options;
+  c->rendezvous = w->rendezvous;
+  c->rank = ctx->rank;
+  c->world_size = ctx->world_size;
+  c->timeout_ms = ctx->timeout_ms;
+  c->storage = ctx->storage ? (char *)ctx->storage->name : NULL;
+  c->storage_options = ctx->storage_options;
+  if (!(c->plugin_path = writer_plugin_path(ctx)))
+    return dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  return DCP_OK;
+}
+
+static void describe_options(const dcp_save_options *in, dcpi_wp_job *j) {
+  dcp_save_options o;
+  dcp_save_options_init(&o);
+  if (in) memcpy(&o, in, in->struct_size < sizeof o ? in->struct_size : sizeof o);
+  j->flags = o.flags;
+  j->block_size = o.block_size;
+  j->zstd_level = o.zstd_level;
+  j->policy = (uint32_t)o.policy;
+  j->nkv = o.nkv;
+  j->kv_keys = (char **)o.kv_keys;
+  j->kv_values = (char **)o.kv_values;
+}
+
+static void job_release(dcpi_wp_job *j) {
+  free(j->tensors), free(j->chunks), free(j->bytes);
+  free(j->coord.plugin_path);
+}
+
+/* Describe st and ctx as a job, stage st into the pool. */
+static dcp_status prepare_job(dcpi_async_writer *w, dcp_state *st, const char *path,
+                              const dcp_save_options *opts, dcpi_wp_job *j, dcpi_err *err) {
+  size_t total = 0;
+  j->path = (char *)path;
+  j->ntensors = st->ntensors, j->nchunks = st->nchunks, j->nbytes = st->nbytes;
+  j->tensors = calloc(st->ntensors + 1, sizeof *j->tensors);
+  j->chunks = calloc(st->nchunks + 1, sizeof *j->chunks);
+  j->bytes = calloc(st->nbytes + 1, sizeof *j->bytes);
+  if (!j->tensors || !j->chunks || !j->bytes) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  if (opts && opts->struct_size < offsetof(dcp_save_options, flags) + sizeof opts->flags)
+    return dcpi_fail(err, DCP_EINVAL, "save options: struct_size %u too small", opts->struct_size);
+  describe_options(opts, j);
+  if (j->nkv && (!j->kv_keys || !j->kv_values))
+    return dcpi_fail(err, DCP_EINVAL, "save options: nkv %zu with NULL arrays", j->nkv);
+  describe_tensors(st, j);
+  dcp_status s = describe_coord(w, &j->coord, err);
+  if (!s) s = place_items(st, j, &total, err);
+  if (!s) s = dcpi_pool_reserve(&w->pool, total, err);
+  if (s) return s;
+  j->pool_size = w->pool.size;
+  copy_items(w, st, j);
+  return DCP_OK;
+}
+
+/* Encode and send job as handle h's; h is pending from before the send so
+ * that a DONE, however fast, finds it. */
+static dcp_status submit(dcpi_async_writer *w, dcpi_wp_job *j, dcp_async *h, dcpi_err *err) {
+  uint8_t *payload;
+  size_t len;
+  dcp_status s = dcpi_wp_job_encode(j, &payload, &len);
+  if (s) return dcpi_fail(err, s, "async save: cannot encode the job");
+  pthread_mutex_lock(&w->mu);
+  w->pending = h;
+  pthread_mutex_unlock(&w->mu);
+  s = dcpi_wp_send(w->sock, DCPI_WP_SAVE, payload, len, w->pool.fd, err);
+  free(payload);
+  pthread_mutex_lock(&w->mu);
+  if (s && w->pending == h) w->pending = NULL;
+  pthread_mutex_unlock(&w->mu);
+  return s;
+}
+
+/* Claim the writer state for one save: wait for the previous one, then
+ * restart a writer that is gone. */
+static dcp_status claim(dcpi_async_writer *w, dcpi_err *err) {
+  pthread_mutex_lock(&w->mu);
+  while (w->pending || w->staging) pthread_cond_wait(&w->cv, &w->mu);
+  w->staging = 1;
+  int alive = w->alive;
+  pthread_mutex_unlock(&w->mu);
+  if (alive) return DCP_OK;
+  dcpi_writer_stop(w); /* reap a writer that died */
+  return dcpi_writer_start(w, err);
+}
+
+static void unclaim(dcpi_async_writer *w, int submitted) {
+  pthread_mutex_lock(&w->mu);
+  w->staging = 0;
+  w->saves += submitted ? 1u : 0u;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+static dcp_status async_save(dcpi_async_writer *w, dcp_state *st, const char *path,
+                             const dcp_save_options *opts, dcp_async *h, dcpi_err *err) {
+  dcpi_wp_job j;
+  memset(&j, 0, sizeof j);
+  dcp_status s = claim(w, err);
+  if (!s) s = prepare_job(w, st, path, opts, &j, err);
+  if (!s) {
+    h->seq = j.seq = ++w->seq;
+    s = submit(w, &j, h, err);
+  }
+  job_release(&j);
+  unclaim(w, !s);
+  return s;
+}
+
+dcp_status dcp_async_save(dcp_ctx *ctx, dcp_state *st, const char *path,
+                          const dcp_save_options *opts, dcp_async **out) {
+  dcpi_err err;
+  dcpi_err_clear(&err);
+  if (out) *out = NULL;
+  if (!ctx || !st || !path || !path[0] || !out || st->ctx != ctx)
+    return dcpi_fail(&err, DCP_EINVAL, "dcp_async_save: bad arguments"),
+           dcpi_ctx_report(ctx, &err);
+  dcpi_async_writer *w = dcpi_async_writer_of(ctx);
+  dcp_async *h = w ? calloc(1, sizeof *h) : NULL;
+  if (!h) return dcpi_fail(&err, DCP_ENOMEM, "out of memory"), dcpi_ctx_report(ctx, &err);
+  h->w = w;
+  dcp_status s = async_save(w, st, path, opts, h, &err);
+  if (s) {
+    free(h);
+    return dcpi_ctx_report(ctx, &err);
+  }
+  *out = h;
+  return DCP_OK;
+}

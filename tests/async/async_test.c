@@ -1,0 +1,313 @@
+/* async_test — async save scenarios (docs/async.md), one per mode:
+ *
+ *   async_test basic        --dir D [--rendezvous R]   (1 rank, or N under
+ *                            dcp_launch with the file collective)
+ *   async_test kill-trainer --dir D   a forked trainer async-saves and
+ *                            SIGKILLs itself; the writer still commits
+ *   async_test kill-writer  --dir D   the writer killed mid-save: wait
+ *                            fails, the previous checkpoint loads, the
+ *                            next save respawns a writer
+ *   async_test notfound     --dir D   DCP_WRITER names nothing
+ *
+ * Every checkpoint is loaded back and compared byte for byte. */
+#define _POSIX_C_SOURCE 200809L
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "async/async_int.h"
+#include "dcp.h"
+
+#define CHECK(c, ...)                                                        \
+  do {                                                                       \
+    if (!(c)) {                                                              \
+      fprintf(stderr, "rank %d: %s:%d: ", g_rank, __FILE__, __LINE__);      \
+      fprintf(stderr, __VA_ARGS__);                                          \
+      fprintf(stderr, "\n");                                                 \
+      exit(1);                                                               \
+    }                                                                        \
+  } while (0)
+#define OK(expr, ctx)                                                             \
+  do {                                                                            \
+    dcp_status s_ = (expr);                                                       \
+    CHECK(s_ == DCP_OK, "%s: %s (%s)", #expr, dcp_strerror(s_),                   \
+          (ctx) ? dcp_ctx_last_error(ctx) : "");                                  \
+  } while (0)
+
+static int g_rank;
+
+#define ROWS 64
+#define COLS 33
+#define BIG ((size_t)65 << 20) /* over the parallel-copy threshold */
+
+/* This rank's buffers: its rows of "w" (float), all of "rep" (i64,
+ * replicated), a replicated and a per-rank bytes item, and on one rank a
+ * large "big" tensor. */
+typedef struct model {
+  int rank, world;
+  float *w;
+  int64_t rows, row0;
+  int64_t rep[100];
+  char cfg[40], rng[24];
+  uint8_t *big; /* NULL unless single-rank */
+} model;
+
+static void model_alloc(model *m, int rank, int world, int big) {
+  memset(m, 0, sizeof *m);
+  m->rank = rank, m->world = world;
+  int64_t per = (ROWS + world - 1) / world;
+  m->row0 = per * rank < ROWS ? per * rank : ROWS;
+  m->rows = m->row0 + per < ROWS ? per : ROWS - m->row0;
+  m->w = calloc((size_t)(m->rows * COLS) + 1, sizeof *m->w);
+  m->big = big ? malloc(BIG) : NULL;
+  CHECK(m->w && (!big || m->big), "out of memory");
+}
+
+static void model_fill(model *m, uint32_t gen) {
+  for (int64_t i = 0; i < m->rows * COLS; i++) m->w[i] = (float)(gen * 100000 + m->row0 * COLS + i);
+  for (int i = 0; i < 100; i++) m->rep[i] = (int64_t)gen * 7 + i;
+  memset(m->cfg, 0, sizeof m->cfg);
+  memset(m->rng, 0, sizeof m->rng);
+  snprintf(m->cfg, sizeof m->cfg, "config generation %u", gen);
+  snprintf(m->rng, sizeof m->rng, "rng r%d g%u", m->rank, gen);
+  if (m->big)
+    for (size_t i = 0; i < BIG; i += 4093) m->big[i] = (uint8_t)(i * 31 + gen);
+}
+
+static void model_free(model *m) {
+  free(m->w);
+  free(m->big);
+}
+
+static dcp_state *model_state(dcp_ctx *ctx, model *m) {
+  dcp_state *st;
+  OK(dcp_state_create(ctx, &st), ctx);
+  int64_t shape[2] = {ROWS, COLS}, off[2] = {m->row0, 0}, size[2] = {m->rows, COLS};
+  OK(dcp_state_add_tensor(st, "w", DCP_F32, 2, shape), ctx);
+  OK(dcp_state_add_chunk(st, "w", off, size, m->w), ctx);
+  int64_t rshape[1] = {100}, roff[1] = {0};
+  OK(dcp_state_add_tensor(st, "rep", DCP_I64, 1, rshape), ctx);
+  OK(dcp_state_add_chunk(st, "rep", roff, rshape, m->rep), ctx);
+  OK(dcp_state_add_bytes(st, "cfg", DCP_SCOPE_REPLICATED, m->cfg, sizeof m->cfg), ctx);
+  OK(dcp_state_add_bytes(st, "rng", DCP_SCOPE_PER_RANK, m->rng, sizeof m->rng), ctx);
+  if (m->big) {
+    int64_t bshape[1] = {(int64_t)BIG};
+    OK(dcp_state_add_tensor(st, "big", DCP_U8, 1, bshape), ctx);
+    OK(dcp_state_add_chunk(st, "big", roff, bshape, m->big), ctx);
+  }
+  return st;
+}
+
+/* Load path into fresh buffers and compare with a model filled with gen. */
+static void check_load(dcp_ctx *ctx, const char *path, int rank, int world, int big,
+                       uint32_t gen) {
+  model want, got;
+  model_alloc(&want, rank, world, big);
+  model_alloc(&got, rank, world, big);
+  model_fill(&want, gen);
+  dcp_state *st = model_state(ctx, &got);
+  OK(dcp_load(ctx, st, path, NULL), ctx);
+  dcp_state_free(st);
+  CHECK(!memcmp(want.w, got.w, (size_t)(want.rows * COLS) * sizeof *want.w), "w differs in %s",
+        path);
+  CHECK(!memcmp(want.rep, got.rep, sizeof want.rep), "rep differs in %s", path);
+  CHECK(!memcmp(want.cfg, got.cfg, sizeof want.cfg), "cfg differs in %s", path);
+  CHECK(!memcmp(want.rng, got.rng, sizeof want.rng), "rng differs in %s", path);
+  CHECK(!big || !memcmp(want.big, got.big, BIG), "big differs in %s", path);
+  model_free(&want);
+  model_free(&got);
+}
+
+typedef struct args {
+  const char *mode, *dir, *rdv;
+} args;
+
+static dcp_ctx *open_ctx(const args *a, int *rank, int *world) {
+  dcp_ctx_config cfg;
+  dcp_ctx_config_init(&cfg);
+  cfg.timeout_ms = 60000;
+  const char *r = getenv("DCP_TEST_RANK"), *w = getenv("DCP_TEST_WORLD");
+  if (a->rdv && r && w) {
+    cfg.coll = "file";
+    cfg.rendezvous = a->rdv;
+    cfg.rank = atoi(r);
+    cfg.world_size = atoi(w);
+  }
+  dcp_ctx *ctx;
+  dcp_status s = dcp_ctx_create(&cfg, &ctx);
+  CHECK(s == DCP_OK, "ctx: %s", dcp_ctx_create_error());
+  *rank = g_rank = dcp_ctx_rank(ctx);
+  *world = dcp_ctx_world_size(ctx);
+  if (*world > 1) OK(dcp_async_set_coordination(ctx, "file", a->rdv, NULL), ctx);
+  return ctx;
+}
+
+static void path_of(char *buf, size_t cap, const args *a, const char *name) {
+  snprintf(buf, cap, "%s/%s", a->dir, name);
+}
+
+static int g_copies;
+
+static void counting_copy(void *arg, void *dst, const void *src, size_t len) {
+  (*(int *)arg)++;
+  memcpy(dst, src, len);
+}
+
+/* Save gen through m's state, then overwrite m with junk at once (the
+ * checkpoint must hold the staged values). Returns the handle. */
+static dcp_async *save_then_mutate(dcp_ctx *ctx, model *m, const char *path, uint32_t gen) {
+  model_fill(m, gen);
+  dcp_state *st = model_state(ctx, m);
+  dcp_async *h;
+  OK(dcp_async_save(ctx, st, path, NULL, &h), ctx);
+  dcp_state_free(st);
+  model_fill(m, 999);
+  return h;
+}
+
+static int mode_basic(const args *a) {
+  int rank, world;
+  dcp_ctx *ctx = open_ctx(a, &rank, &world);
+  int big = world == 1;
+  model m;
+  model_alloc(&m, rank, world, big);
+  char p1[512], p2[512];
+  path_of(p1, sizeof p1, a, "one");
+  path_of(p2, sizeof p2, a, "two");
+  dcp_async *h1 = save_then_mutate(ctx, &m, p1, 1);
+  int done = 0;
+  OK(dcp_async_test(h1, &done), ctx);
+  OK(dcp_async_wait(h1), ctx);
+  OK(dcp_async_test(h1, &done), ctx);
+  CHECK(done == 1, "test after wait says not done");
+  dcp_async_free(h1);
+  OK(dcp_async_set_copy(ctx, counting_copy, &g_copies), ctx);
+  dcp_async *h2 = save_then_mutate(ctx, &m, p2, 2);
+  OK(dcp_async_wait(h2), ctx);
+  dcp_async_free(h2);
+  CHECK(g_copies == (big ? 3 : 2), "copy callback ran %d times", g_copies);
+  CHECK(dcpi_async_pool_creations(ctx) == 1, "pool created %llu times",
+        (unsigned long long)dcpi_async_pool_creations(ctx));
+  CHECK(dcpi_async_pool_growths(ctx) == 0, "pool grew");
+  CHECK(dcpi_async_spawns(ctx) == 1 && dcpi_async_saves(ctx) == 2, "spawns %llu saves %llu",
+        (unsigned long long)dcpi_async_spawns(ctx), (unsigned long long)dcpi_async_saves(ctx));
+  check_load(ctx, p1, rank, world, big, 1);
+  check_load(ctx, p2, rank, world, big, 2);
+  pid_t pid = dcpi_async_writer_pid(ctx);
+  dcp_async_shutdown(ctx);
+  CHECK(pid > 0 && kill(pid, 0) != 0, "writer %d still there after shutdown", (int)pid);
+  model_free(&m);
+  dcp_ctx_free(ctx);
+  return 0;
+}
+
+static int committed(const char *path) {
+  char md[600];
+  snprintf(md, sizeof md, "%s/.metadata", path);
+  struct stat sb;
+  return stat(md, &sb) == 0;
+}
+
+static int mode_kill_trainer(const args *a) {
+  char p[512];
+  path_of(p, sizeof p, a, "orphan");
+  pid_t child = fork();
+  CHECK(child >= 0, "fork");
+  if (child == 0) {
+    setenv("DCP_WRITER_DELAY_MS", "500", 1); /* commit after the trainer died */
+    int rank, world;
+    dcp_ctx *ctx = open_ctx(a, &rank, &world);
+    model m;
+    model_alloc(&m, 0, 1, 1);
+    dcp_async *h = save_then_mutate(ctx, &m, p, 5);
+    (void)h;
+    raise(SIGKILL);
+    _exit(3);
+  }
+  int status;
+  CHECK(waitpid(child, &status, 0) == child && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+        "the trainer did not die of SIGKILL (status %d)", status);
+  for (int i = 0; i < 1200 && !committed(p); i++) nanosleep(&(struct timespec){0, 50000000}, NULL);
+  CHECK(committed(p), "no committed .metadata at %s after 60 s", p);
+  int rank, world;
+  dcp_ctx *ctx = open_ctx(a, &rank, &world);
+  check_load(ctx, p, 0, 1, 1, 5);
+  dcp_ctx_free(ctx);
+  return 0;
+}
+
+static int mode_kill_writer(const args *a) {
+  setenv("DCP_WRITER_DELAY_MS", "1500", 1);
+  int rank, world;
+  dcp_ctx *ctx = open_ctx(a, &rank, &world);
+  model m;
+  model_alloc(&m, 0, 1, 0);
+  char p1[512], p2[512], p3[512];
+  path_of(p1, sizeof p1, a, "good"), path_of(p2, sizeof p2, a, "killed");
+  path_of(p3, sizeof p3, a, "after");
+  dcp_async *h = save_then_mutate(ctx, &m, p1, 1);
+  OK(dcp_async_wait(h), ctx);
+  dcp_async_free(h);
+  h = save_then_mutate(ctx, &m, p2, 2);
+  pid_t pid = dcpi_async_writer_pid(ctx);
+  CHECK(pid > 0 && kill(pid, SIGKILL) == 0, "cannot kill the writer %d", (int)pid);
+  dcp_status s = dcp_async_wait(h);
+  CHECK(s == DCP_EPEER, "wait after the writer died: %s", dcp_strerror(s));
+  CHECK(strstr(dcp_ctx_last_error(ctx), "writer"), "message: %s", dcp_ctx_last_error(ctx));
+  dcp_async_free(h);
+  CHECK(!committed(p2), "the killed save committed");
+  check_load(ctx, p1, 0, 1, 0, 1);
+  h = save_then_mutate(ctx, &m, p3, 3);
+  OK(dcp_async_wait(h), ctx);
+  dcp_async_free(h);
+  CHECK(dcpi_async_spawns(ctx) == 2, "writer spawned %llu times",
+        (unsigned long long)dcpi_async_spawns(ctx));
+  check_load(ctx, p3, 0, 1, 0, 3);
+  dcp_async_shutdown(ctx);
+  model_free(&m);
+  dcp_ctx_free(ctx);
+  return 0;
+}
+
+static int mode_notfound(const args *a) {
+  setenv("DCP_WRITER", "/nonexistent/dcp-writer", 1);
+  int rank, world;
+  dcp_ctx *ctx = open_ctx(a, &rank, &world);
+  model m;
+  model_alloc(&m, 0, 1, 0);
+  model_fill(&m, 1);
+  dcp_state *st = model_state(ctx, &m);
+  dcp_async *h = NULL;
+  char p[512];
+  path_of(p, sizeof p, a, "never");
+  dcp_status s = dcp_async_save(ctx, st, p, NULL, &h);
+  CHECK(s == DCP_ENOTFOUND && !h, "async save without a writer: %s", dcp_strerror(s));
+  CHECK(strstr(dcp_ctx_last_error(ctx), "/nonexistent/dcp-writer"), "message: %s",
+        dcp_ctx_last_error(ctx));
+  dcp_state_free(st);
+  dcp_async_shutdown(ctx);
+  model_free(&m);
+  dcp_ctx_free(ctx);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  args a = {argc > 1 ? argv[1] : "", NULL, NULL};
+  for (int i = 2; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--dir")) a.dir = argv[i + 1];
+    else if (!strcmp(argv[i], "--rendezvous")) a.rdv = argv[i + 1];
+  }
+  CHECK(a.dir, "usage: async_test MODE --dir D [--rendezvous R]");
+  mkdir(a.dir, 0755);
+  if (!strcmp(a.mode, "basic")) return mode_basic(&a);
+  if (!strcmp(a.mode, "kill-trainer")) return mode_kill_trainer(&a);
+  if (!strcmp(a.mode, "kill-writer")) return mode_kill_writer(&a);
+  if (!strcmp(a.mode, "notfound")) return mode_notfound(&a);
+  CHECK(0, "unknown mode %s", a.mode);
+  return 2;
+}

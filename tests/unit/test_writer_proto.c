@@ -1,0 +1,164 @@
+/* test_writer_proto.c — the async writer protocol: job and DONE payloads
+ * round-trip; truncated or altered payloads and headers are refused with
+ * DCP_ECORRUPT / DCP_EVERSION, never read out of bounds; frames cross a
+ * socketpair with a passed descriptor. */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "testutil.h"
+#include "writer/proto.h"
+
+static dcpi_wp_tensor tensors[2] = {{"a.weight", DCP_F32, 2, {4, 8}}, {"b", DCP_I64, 0, {0}}};
+static dcpi_wp_chunk chunks[2] = {{0, {2, {0, 0}, {4, 8}}, 0, 128}, {1, {0, {0}, {0}}, 128, 8}};
+static dcpi_wp_bytes bytes[1] = {{"rng", DCP_SCOPE_PER_RANK, 192, 5}};
+static char *keys[1] = {"step"}, *values[1] = {"7"};
+
+static void sample(dcpi_wp_job *j) {
+  memset(j, 0, sizeof *j);
+  j->seq = 3, j->path = "/ckpt/x", j->flags = 1, j->block_size = 4096, j->zstd_level = -2;
+  j->nkv = 1, j->kv_keys = keys, j->kv_values = values;
+  j->coord = (dcpi_wp_coord){"file", "job=w", "/rdv", 1, 2, 5000, NULL, "k=v", "/p"};
+  j->pool_size = 4096;
+  j->ntensors = 2, j->tensors = tensors, j->nchunks = 2, j->chunks = chunks;
+  j->nbytes = 1, j->bytes = bytes;
+}
+
+static void test_job_roundtrip(void **state) {
+  (void)state;
+  dcpi_wp_job j, d;
+  sample(&j);
+  uint8_t *p;
+  size_t len;
+  assert_int_equal(dcpi_wp_job_encode(&j, &p, &len), DCP_OK);
+  dcpi_err err;
+  assert_int_equal(dcpi_wp_job_decode(p, len, &d, &err), DCP_OK);
+  assert_int_equal(d.seq, 3);
+  assert_string_equal(d.path, "/ckpt/x");
+  assert_int_equal(d.zstd_level, -2);
+  assert_string_equal(d.kv_keys[0], "step");
+  assert_string_equal(d.coord.coll, "file");
+  assert_null(d.coord.storage);
+  assert_int_equal(d.coord.rank, 1);
+  assert_int_equal(d.ntensors, 2);
+  assert_string_equal(d.tensors[0].fqn, "a.weight");
+  assert_int_equal(d.tensors[0].shape[1], 8);
+  assert_int_equal(d.chunks[0].box.size[1], 8);
+  assert_int_equal(d.chunks[1].offset, 128);
+  assert_string_equal(d.bytes[0].key, "rng");
+  assert_int_equal(d.bytes[0].len, 5);
+  dcpi_wp_job_free(&d);
+  /* every truncation fails cleanly */
+  for (size_t n = 0; n < len; n++) {
+    assert_int_equal(dcpi_wp_job_decode(p, n, &d, &err), DCP_ECORRUPT);
+    dcpi_wp_job_free(&d);
+  }
+  /* every single-byte change decodes or fails cleanly */
+  for (size_t i = 0; i < len; i++) {
+    uint8_t *q = malloc(len);
+    memcpy(q, p, len);
+    q[i] ^= 0xA5;
+    dcp_status s = dcpi_wp_job_decode(q, len, &d, &err);
+    assert_true(s == DCP_OK || s == DCP_ECORRUPT);
+    dcpi_wp_job_free(&d);
+    free(q);
+  }
+  free(p);
+}
+
+static void test_ranges_checked(void **state) {
+  (void)state;
+  dcpi_wp_job j, d;
+  sample(&j);
+  j.pool_size = 100; /* chunk 0 ends at 128 */
+  uint8_t *p;
+  size_t len;
+  dcpi_err err;
+  assert_int_equal(dcpi_wp_job_encode(&j, &p, &len), DCP_OK);
+  assert_int_equal(dcpi_wp_job_decode(p, len, &d, &err), DCP_ECORRUPT);
+  dcpi_wp_job_free(&d);
+  free(p);
+  sample(&j);
+  dcpi_wp_chunk bad = chunks[0];
+  bad.tensor = 2;
+  j.chunks = &bad, j.nchunks = 1;
+  assert_int_equal(dcpi_wp_job_encode(&j, &p, &len), DCP_OK);
+  assert_int_equal(dcpi_wp_job_decode(p, len, &d, &err), DCP_ECORRUPT);
+  dcpi_wp_job_free(&d);
+  free(p);
+}
+
+static void test_done_and_header(void **state) {
+  (void)state;
+  uint8_t *p, hdr[DCPI_WP_HEADER];
+  size_t len;
+  uint64_t seq;
+  dcp_status st;
+  char msg[64];
+  dcpi_err err;
+  assert_int_equal(dcpi_wp_done_encode(9, DCP_EIO, "disk on fire", &p, &len), DCP_OK);
+  assert_int_equal(dcpi_wp_done_decode(p, len, &seq, &st, msg, sizeof msg, &err), DCP_OK);
+  assert_int_equal(seq, 9);
+  assert_int_equal(st, DCP_EIO);
+  assert_string_equal(msg, "disk on fire");
+  dcpi_wp_header(hdr, DCPI_WP_DONE, p, len);
+  uint16_t type;
+  uint64_t n;
+  assert_int_equal(dcpi_wp_check_header(hdr, &type, &n, &err), DCP_OK);
+  assert_int_equal(n, len);
+  assert_int_equal(dcpi_wp_check_payload(hdr, p, len, &err), DCP_OK);
+  p[0] ^= 1;
+  assert_int_equal(dcpi_wp_check_payload(hdr, p, len, &err), DCP_ECORRUPT);
+  hdr[4] = 9; /* version */
+  assert_int_equal(dcpi_wp_check_header(hdr, &type, &n, &err), DCP_EVERSION);
+  hdr[4] = 1, hdr[0] ^= 1; /* magic */
+  assert_int_equal(dcpi_wp_check_header(hdr, &type, &n, &err), DCP_ECORRUPT);
+  hdr[0] ^= 1, hdr[6] = 77; /* type */
+  assert_int_equal(dcpi_wp_check_header(hdr, &type, &n, &err), DCP_ECORRUPT);
+  free(p);
+}
+
+static void test_socket_frames(void **state) {
+  (void)state;
+  int sv[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  int passed[2];
+  assert_int_equal(pipe(passed), 0);
+  dcpi_err err;
+  const uint8_t payload[5] = {1, 2, 3, 4, 5};
+  assert_int_equal(dcpi_wp_send(sv[0], DCPI_WP_SAVE, payload, 5, passed[1], &err), DCP_OK);
+  uint16_t type;
+  uint8_t *p;
+  size_t len;
+  int fd;
+  assert_int_equal(dcpi_wp_recv(sv[1], &type, &p, &len, &fd, &err), DCP_OK);
+  assert_int_equal(type, DCPI_WP_SAVE);
+  assert_int_equal(len, 5);
+  assert_memory_equal(p, payload, 5);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, "x", 1), 1); /* the passed pipe end works */
+  char c;
+  assert_int_equal(read(passed[0], &c, 1), 1);
+  free(p);
+  close(fd), close(passed[0]), close(passed[1]);
+  /* a torn frame, then a clean end */
+  uint8_t hdr[DCPI_WP_HEADER];
+  dcpi_wp_header(hdr, DCPI_WP_DONE, payload, 5);
+  assert_int_equal(write(sv[0], hdr, sizeof hdr), (ssize_t)sizeof hdr);
+  close(sv[0]);
+  assert_int_equal(dcpi_wp_recv(sv[1], &type, &p, &len, NULL, &err), DCP_EPEER);
+  assert_int_equal(dcpi_wp_recv(sv[1], &type, &p, &len, NULL, &err), DCP_ENOTFOUND);
+  close(sv[1]);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_job_roundtrip),
+      cmocka_unit_test(test_ranges_checked),
+      cmocka_unit_test(test_done_and_header),
+      cmocka_unit_test(test_socket_frames),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,117 @@
+/* dcp-writer — the writer process of async saves (docs/async.md).
+ *
+ *   dcp-writer --fd N
+ *
+ * Spawned by libdcp with one end of a socketpair as descriptor N. Reads
+ * SAVE jobs (src/writer/proto.h), each with the staging pool's memfd
+ * attached; for each it maps the pool read-only, builds a state whose
+ * chunks point into the mapping and runs dcp_save through its own context
+ * (its own collective: "single", "file", ...), then answers DONE with the
+ * status and message. It exits when the trainer's end closes and no job is
+ * pending, so a job received before the trainer died is still finished and
+ * committed. Test hook: DCP_WRITER_DELAY_MS sleeps before each job. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "writer/proto.h"
+#include "writer/session.h"
+
+static int parse_fd(int argc, char **argv) {
+  for (int i = 1; i + 1 < argc; i++)
+    if (!strcmp(argv[i], "--fd")) return atoi(argv[i + 1]);
+  return -1;
+}
+
+static void test_delay(void) {
+  const char *d = getenv("DCP_WRITER_DELAY_MS");
+  long ms = d ? atol(d) : 0;
+  if (ms <= 0) return;
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+/* Map the pool read-only, after checking it is as large as the job says. */
+static dcp_status map_pool(int fd, uint64_t size, const uint8_t **base, dcpi_err *err) {
+  struct stat sb;
+  *base = NULL;
+  if (fd < 0) return dcpi_fail(err, DCP_EINVAL, "dcp-writer: SAVE without a pool descriptor");
+  if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < size)
+    return dcpi_fail(err, DCP_ECORRUPT, "dcp-writer: pool smaller than the job's %llu bytes",
+                     (unsigned long long)size);
+  if (size == 0) return DCP_OK;
+  void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED)
+    return dcpi_fail(err, DCP_ENOMEM, "dcp-writer: mmap of the pool: %s", strerror(errno));
+  *base = m;
+  return DCP_OK;
+}
+
+/* Run one SAVE payload; the reply's status and message into err. */
+static uint64_t run_job(dcpi_wsession *s, const uint8_t *p, size_t len, int pool_fd,
+                        dcpi_err *err) {
+  dcpi_wp_job job;
+  const uint8_t *base = NULL;
+  dcp_status st = dcpi_wp_job_decode(p, len, &job, err);
+  if (!st) st = map_pool(pool_fd, job.pool_size, &base, err);
+  if (!st) {
+    test_delay();
+    dcpi_wsession_save(s, &job, base, err);
+  }
+  if (base) munmap((void *)base, (size_t)job.pool_size);
+  uint64_t seq = job.seq;
+  dcpi_wp_job_free(&job);
+  return seq;
+}
+
+static void reply(int sock, uint64_t seq, const dcpi_err *err) {
+  uint8_t *p;
+  size_t len;
+  dcpi_err ignored;
+  if (dcpi_wp_done_encode(seq, err->code, err->msg, &p, &len)) return;
+  dcpi_wp_send(sock, DCPI_WP_DONE, p, len, -1, &ignored); /* trainer may be gone */
+  free(p);
+}
+
+int main(int argc, char **argv) {
+  int sock = parse_fd(argc, argv);
+  if (sock < 0) {
+    fprintf(stderr, "usage: dcp-writer --fd N (started by libdcp, not by hand)\n");
+    return 2;
+  }
+  signal(SIGPIPE, SIG_IGN); /* a dead trainer must not kill the writer */
+  dcpi_wsession s;
+  dcpi_wsession_init(&s);
+  int rc = 0;
+  for (;;) {
+    uint16_t type;
+    uint8_t *p;
+    size_t len;
+    int pool_fd;
+    dcpi_err err;
+    dcpi_err_clear(&err);
+    dcp_status st = dcpi_wp_recv(sock, &type, &p, &len, &pool_fd, &err);
+    if (st == DCP_ENOTFOUND) break; /* trainer closed: nothing pending */
+    if (st || type != DCPI_WP_SAVE) {
+      fprintf(stderr, "dcp-writer: %s\n", st ? err.msg : "unexpected message");
+      free(p);
+      if (pool_fd >= 0) close(pool_fd);
+      rc = 1;
+      break;
+    }
+    uint64_t seq = run_job(&s, p, len, pool_fd, &err);
+    free(p);
+    if (pool_fd >= 0) close(pool_fd);
+    reply(sock, seq, &err);
+  }
+  dcpi_wsession_free(&s);
+  close(sock);
+  return rc;
+}
