@@ -49,7 +49,7 @@ case "$cmd" in
       echo "== 4 ranks under mpirun (mpi collective)"
       OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_mpi_yield_when_idle=1 \
       mpirun -np 4 --oversubscribe --allow-run-as-root --mca btl self,vader \
-        build/tools/dcp-demo --coll mpi --dir "$dir/ckpt" "$@"
+        build/tools/dcp-demo --coll mpi --dir "$dir/ckpt" --rendezvous "$dir/rdv" "$@"
     else
       echo "== 4 forked ranks (file-exchange collective)"
       build/tests/integration/dcp_launch 4 120 build/tools/dcp-demo --coll file \
