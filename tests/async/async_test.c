@@ -125,6 +125,7 @@ static void check_load(dcp_ctx *ctx, const char *path, int rank, int world, int 
 
 typedef struct args {
   const char *mode, *dir, *rdv;
+  const char *writer_coll; /* how the writers coordinate (default "file") */
 } args;
 
 static dcp_ctx *open_ctx(const args *a, int *rank, int *world) {
@@ -143,7 +144,9 @@ static dcp_ctx *open_ctx(const args *a, int *rank, int *world) {
   CHECK(s == DCP_OK, "ctx: %s", dcp_ctx_create_error());
   *rank = g_rank = dcp_ctx_rank(ctx);
   *world = dcp_ctx_world_size(ctx);
-  if (*world > 1) OK(dcp_async_set_coordination(ctx, "file", a->rdv, NULL), ctx);
+  if (*world > 1)
+    OK(dcp_async_set_coordination(ctx, a->writer_coll ? a->writer_coll : "file", a->rdv, NULL),
+       ctx);
   return ctx;
 }
 
@@ -297,10 +300,11 @@ static int mode_notfound(const args *a) {
 }
 
 int main(int argc, char **argv) {
-  args a = {argc > 1 ? argv[1] : "", NULL, NULL};
+  args a = {argc > 1 ? argv[1] : "", NULL, NULL, NULL};
   for (int i = 2; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--dir")) a.dir = argv[i + 1];
     else if (!strcmp(argv[i], "--rendezvous")) a.rdv = argv[i + 1];
+    else if (!strcmp(argv[i], "--writer-coll")) a.writer_coll = argv[i + 1];
   }
   CHECK(a.dir, "usage: async_test MODE --dir D [--rendezvous R]");
   mkdir(a.dir, 0755);
