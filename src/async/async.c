@@ -153,6 +153,9 @@ dcp_status dcp_async_wait(dcp_async *h) {
   while (!h->done) pthread_cond_wait(&w->cv, &w->mu);
   dcpi_err err = {h->status, ""};
   snprintf(err.msg, sizeof err.msg, "%s", h->msg);
+  /* the persisting side's figures become the context's statistics */
+  w->ctx->stats = h->stats;
+  w->ctx->stats.struct_size = sizeof w->ctx->stats;
   pthread_mutex_unlock(&w->mu);
   return dcpi_ctx_report(w->ctx, &err);
 }

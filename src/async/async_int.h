@@ -35,6 +35,7 @@ struct dcp_async {
   int done;
   dcp_status status;
   char msg[DCPI_ERR_MSG_MAX];
+  dcp_stats stats; /* the writer's, of this save (zero if it died) */
 };
 
 /* ctx's writer state, created on first use (NULL: out of memory). */

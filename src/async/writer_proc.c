@@ -119,10 +119,12 @@ static dcp_status spawn(dcpi_async_writer *w, const char *exe, int child_end, dc
 
 /* Finish the pending handle (if any, and if it is job seq or seq is 0)
  * with st/msg. Caller holds w->mu. */
-static void finish_pending(dcpi_async_writer *w, uint64_t seq, dcp_status st, const char *msg) {
+static void finish_pending(dcpi_async_writer *w, uint64_t seq, dcp_status st, const char *msg,
+                           const dcp_stats *stats) {
   struct dcp_async *h = w->pending;
   if (!h || (seq && h->seq != seq)) return;
   h->status = st;
+  if (stats) h->stats = *stats;
   snprintf(h->msg, sizeof h->msg, "%s", msg);
   h->done = 1;
   w->pending = NULL;
@@ -136,9 +138,10 @@ static int handle_frame(dcpi_async_writer *w, uint16_t type, const uint8_t *p, s
   dcp_status st;
   char msg[DCPI_ERR_MSG_MAX];
   if (type != DCPI_WP_DONE) return dcpi_fail(err, DCP_ECORRUPT, "unexpected message %u", type);
-  if (dcpi_wp_done_decode(p, len, &seq, &st, msg, sizeof msg, err)) return 1;
+  dcp_stats stats;
+  if (dcpi_wp_done_decode(p, len, &seq, &st, msg, sizeof msg, &stats, err)) return 1;
   pthread_mutex_lock(&w->mu);
-  finish_pending(w, seq, st, msg);
+  finish_pending(w, seq, st, msg, &stats);
   pthread_mutex_unlock(&w->mu);
   return 0;
 }
@@ -161,7 +164,7 @@ static void *join_main(void *arg) {
            (int)w->pid, err.msg);
   pthread_mutex_lock(&w->mu);
   w->alive = 0;
-  finish_pending(w, 0, DCP_EPEER, msg);
+  finish_pending(w, 0, DCP_EPEER, msg, NULL);
   pthread_mutex_unlock(&w->mu);
   return NULL;
 }

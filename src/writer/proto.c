@@ -272,12 +272,38 @@ void dcpi_wp_job_free(dcpi_wp_job *j) {
 
 /* ---- DONE ------------------------------------------------------------- */
 
-dcp_status dcpi_wp_done_encode(uint64_t seq, dcp_status st, const char *msg, uint8_t **out,
-                               size_t *len) {
+/* The statistics a DONE carries, in wire order. Times travel as the bit
+ * patterns of their doubles. */
+#define STATS_U64(X)                                                              \
+  X(bytes_written) X(write_ops) X(bytes_read) X(read_ops) X(sync_ops) X(meta_ops) \
+  X(coll_bytes) X(coll_ops) X(items_written) X(data_bytes) X(plan_coll_bytes)
+#define STATS_F64(X) X(plan_s) X(write_s) X(commit_s) X(total_s)
+
+static uint64_t f64_bits(double v) {
+  uint64_t u;
+  memcpy(&u, &v, sizeof u);
+  return u;
+}
+
+static double bits_f64(uint64_t u) {
+  double v;
+  memcpy(&v, &u, sizeof v);
+  return v;
+}
+
+dcp_status dcpi_wp_done_encode(uint64_t seq, dcp_status st, const char *msg,
+                               const dcp_stats *stats, uint8_t **out, size_t *len) {
   dcpi_wbuf w = {0};
+  dcp_stats none = {0};
+  if (!stats) stats = &none;
   dcpi_w_varint(&w, seq);
   dcpi_w_zigzag(&w, st);
   w_str(&w, msg ? msg : "");
+#define PUT_U64(f) dcpi_w_varint(&w, stats->f);
+#define PUT_F64(f) dcpi_w_u64(&w, f64_bits(stats->f));
+  STATS_U64(PUT_U64)
+  STATS_F64(PUT_F64)
+  dcpi_w_varint(&w, stats->plan_cache_hit);
   if (w.status) {
     dcp_status s = w.status;
     dcpi_wbuf_free(&w);
@@ -289,16 +315,27 @@ dcp_status dcpi_wp_done_encode(uint64_t seq, dcp_status st, const char *msg, uin
 }
 
 dcp_status dcpi_wp_done_decode(const uint8_t *p, size_t len, uint64_t *seq, dcp_status *st,
-                               char *msg, size_t msg_cap, dcpi_err *err) {
+                               char *msg, size_t msg_cap, dcp_stats *stats, dcpi_err *err) {
   rd d = {{p, len, 0}, err, DCP_OK};
   int32_t code = 0;
   char *m = NULL;
+  dcp_stats got = {.struct_size = sizeof got};
+  uint64_t bits, hit = 0;
   bool ok = r_u64(&d, seq, "seq") && r_i32(&d, &code, "status") && r_str(&d, &m, "message");
+#define GET_U64(f) ok = ok && r_u64(&d, &got.f, #f);
+#define GET_F64(f) ok = ok && dcpi_r_u64(&d.r, &bits) && ((got.f = bits_f64(bits)), 1);
+  STATS_U64(GET_U64)
+  STATS_F64(GET_F64)
+  ok = ok && r_u64(&d, &hit, "plan_cache_hit");
+  if (ok && hit > 1) ok = bad(&d, "plan_cache_hit");
   if (ok && (code > 0 || code < -1000)) ok = bad(&d, "status");
   if (ok && dcpi_r_left(&d.r) != 0) ok = bad(&d, "trailing bytes");
+  if (!ok && d.st == DCP_OK) ok = bad(&d, "statistics");
   if (ok) {
     *st = (dcp_status)code;
     snprintf(msg, msg_cap, "%s", m ? m : "");
+    got.plan_cache_hit = (uint32_t)hit;
+    if (stats) *stats = got;
   }
   free(m);
   return d.st;

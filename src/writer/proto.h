@@ -18,7 +18,7 @@
 #include "core/err.h"
 
 #define DCPI_WP_MAGIC 0x57504344u /* "DCPW" */
-#define DCPI_WP_VERSION 1u
+#define DCPI_WP_VERSION 2u /* 2: DONE carries the save's statistics */
 #define DCPI_WP_HEADER 24u
 #define DCPI_WP_MAX_PAYLOAD (1ull << 30) /* refuse frames above 1 GiB */
 
@@ -77,11 +77,12 @@ dcp_status dcpi_wp_job_decode(const uint8_t *p, size_t len, dcpi_wp_job *job, dc
 /* Free what dcpi_wp_job_decode allocated. */
 void dcpi_wp_job_free(dcpi_wp_job *job);
 
-/* Encode / decode a DONE payload: job seq, status, message. */
-dcp_status dcpi_wp_done_encode(uint64_t seq, dcp_status st, const char *msg, uint8_t **out,
-                               size_t *len);
+/* Encode / decode a DONE payload: job seq, status, message, and the
+ * writer's dcp_stats of the save (so dcp_async_wait can report them). */
+dcp_status dcpi_wp_done_encode(uint64_t seq, dcp_status st, const char *msg,
+                               const dcp_stats *stats, uint8_t **out, size_t *len);
 dcp_status dcpi_wp_done_decode(const uint8_t *p, size_t len, uint64_t *seq, dcp_status *st,
-                               char *msg, size_t msg_cap, dcpi_err *err);
+                               char *msg, size_t msg_cap, dcp_stats *stats, dcpi_err *err);
 
 /* Fill hdr (DCPI_WP_HEADER bytes) for a frame of type with payload p. */
 void dcpi_wp_header(uint8_t *hdr, uint16_t type, const uint8_t *p, size_t len);

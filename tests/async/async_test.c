@@ -186,6 +186,11 @@ static int mode_basic(const args *a) {
   int done = 0;
   OK(dcp_async_test(h1, &done), ctx);
   OK(dcp_async_wait(h1), ctx);
+  dcp_stats st1 = {.struct_size = sizeof st1};
+  dcp_ctx_stats(ctx, &st1); /* the writer's figures of the save */
+  CHECK(st1.plan_cache_hit == 0 && st1.items_written > 0 && st1.data_bytes > 0,
+        "first async save stats: hit %u, items %llu", st1.plan_cache_hit,
+        (unsigned long long)st1.items_written);
   OK(dcp_async_test(h1, &done), ctx);
   CHECK(done == 1, "test after wait says not done");
   dcp_async_free(h1);
@@ -193,6 +198,13 @@ static int mode_basic(const args *a) {
   dcp_async *h2 = save_then_mutate(ctx, &m, p2, 2);
   OK(dcp_async_wait(h2), ctx);
   dcp_async_free(h2);
+  /* same geometry: the writer reused its cached global plan */
+  dcp_stats st2 = {.struct_size = sizeof st2};
+  dcp_ctx_stats(ctx, &st2);
+  CHECK(st2.plan_cache_hit == 1, "second async save missed the plan cache");
+  CHECK(world == 1 || st2.plan_coll_bytes < st1.plan_coll_bytes,
+        "plan-phase collective bytes %llu on the hit, %llu on the miss",
+        (unsigned long long)st2.plan_coll_bytes, (unsigned long long)st1.plan_coll_bytes);
   CHECK(g_copies == (big ? 3 : 2), "copy callback ran %d times", g_copies);
   CHECK(dcpi_async_pool_creations(ctx) == 1, "pool created %llu times",
         (unsigned long long)dcpi_async_pool_creations(ctx));

@@ -98,11 +98,23 @@ static void test_done_and_header(void **state) {
   dcp_status st;
   char msg[64];
   dcpi_err err;
-  assert_int_equal(dcpi_wp_done_encode(9, DCP_EIO, "disk on fire", &p, &len), DCP_OK);
-  assert_int_equal(dcpi_wp_done_decode(p, len, &seq, &st, msg, sizeof msg, &err), DCP_OK);
+  dcp_stats sent = {.struct_size = sizeof sent, .plan_s = 0.25, .total_s = 1.5,
+                    .bytes_written = 123456789, .coll_bytes = 40, .items_written = 7,
+                    .plan_cache_hit = 1, .plan_coll_bytes = 40};
+  dcp_stats got;
+  assert_int_equal(dcpi_wp_done_encode(9, DCP_EIO, "disk on fire", &sent, &p, &len), DCP_OK);
+  assert_int_equal(dcpi_wp_done_decode(p, len, &seq, &st, msg, sizeof msg, &got, &err), DCP_OK);
   assert_int_equal(seq, 9);
   assert_int_equal(st, DCP_EIO);
   assert_string_equal(msg, "disk on fire");
+  assert_true(got.plan_s == 0.25 && got.total_s == 1.5);
+  assert_int_equal(got.bytes_written, 123456789);
+  assert_int_equal(got.items_written, 7);
+  assert_int_equal(got.plan_cache_hit, 1);
+  assert_int_equal(got.plan_coll_bytes, 40);
+  for (size_t cut = 0; cut < len; cut++) /* every truncation is refused */
+    assert_int_equal(dcpi_wp_done_decode(p, cut, &seq, &st, msg, sizeof msg, &got, &err),
+                     DCP_ECORRUPT);
   dcpi_wp_header(hdr, DCPI_WP_DONE, p, len);
   uint16_t type;
   uint64_t n;
@@ -113,7 +125,7 @@ static void test_done_and_header(void **state) {
   assert_int_equal(dcpi_wp_check_payload(hdr, p, len, &err), DCP_ECORRUPT);
   hdr[4] = 9; /* version */
   assert_int_equal(dcpi_wp_check_header(hdr, &type, &n, &err), DCP_EVERSION);
-  hdr[4] = 1, hdr[0] ^= 1; /* magic */
+  hdr[4] = DCPI_WP_VERSION & 0xff, hdr[0] ^= 1; /* magic */
   assert_int_equal(dcpi_wp_check_header(hdr, &type, &n, &err), DCP_ECORRUPT);
   hdr[0] ^= 1, hdr[6] = 77; /* type */
   assert_int_equal(dcpi_wp_check_header(hdr, &type, &n, &err), DCP_ECORRUPT);

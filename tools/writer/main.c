@@ -71,11 +71,13 @@ static uint64_t run_job(dcpi_wsession *s, const uint8_t *p, size_t len, int pool
   return seq;
 }
 
-static void reply(int sock, uint64_t seq, const dcpi_err *err) {
+static void reply(int sock, uint64_t seq, const dcpi_err *err, const dcp_ctx *ctx) {
   uint8_t *p;
   size_t len;
   dcpi_err ignored;
-  if (dcpi_wp_done_encode(seq, err->code, err->msg, &p, &len)) return;
+  dcp_stats stats = {.struct_size = sizeof stats};
+  if (!ctx || dcp_ctx_stats(ctx, &stats)) stats = (dcp_stats){0};
+  if (dcpi_wp_done_encode(seq, err->code, err->msg, &stats, &p, &len)) return;
   dcpi_wp_send(sock, DCPI_WP_DONE, p, len, -1, &ignored); /* trainer may be gone */
   free(p);
 }
@@ -109,7 +111,7 @@ int main(int argc, char **argv) {
     uint64_t seq = run_job(&s, p, len, pool_fd, &err);
     free(p);
     if (pool_fd >= 0) close(pool_fd);
-    reply(sock, seq, &err);
+    reply(sock, seq, &err, s.ctx);
   }
   dcpi_wsession_free(&s);
   close(sock);
