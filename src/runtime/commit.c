@@ -134,6 +134,9 @@ static dcp_status build(dcpi_md *md, const dcpi_global_plan *gp, const dcp_save_
 static bool is_ours(const char *name) {
   int rank, end = 0;
   if (strcmp(name, DCPI_METADATA_TMP) == 0) return true;
+  if (sscanf(name, "%d.metadata%n", &rank, &end) == 1 && name[end] == '\0' && rank >= 0)
+    return true; /* per-rank metadata of an earlier uncoordinated save */
+  end = 0;
   return sscanf(name, "data-%d.dcp%n", &rank, &end) == 1 && name[end] == '\0' && rank >= 0;
 }
 
@@ -163,7 +166,8 @@ static void remove_leftovers(dcpi_rt *rt, const size_t *lens, int32_t world) {
   if (dcpi_rt_list(rt, collect, &c, &ignored) == DCP_OK)
     for (size_t i = 0; i < c.n; i++) {
       int rank = -1;
-      bool keep = sscanf(c.names[i], "data-%d.dcp", &rank) == 1 && rank < world && lens[rank];
+      bool keep = strncmp(c.names[i], "data-", 5) == 0 &&
+                  sscanf(c.names[i], "data-%d.dcp", &rank) == 1 && rank < world && lens[rank];
       if (!keep) dcpi_rt_remove(rt, c.names[i], &ignored);
     }
   for (size_t i = 0; i < c.n; i++) free(c.names[i]);

@@ -12,6 +12,7 @@
 #include "model/state.h"
 #include "planner/load_plan.h"
 #include "runtime/load_int.h"
+#include "runtime/local_save.h"
 #include "runtime/rt.h"
 
 void dcp_load_options_init(dcp_load_options *o) {
@@ -45,9 +46,12 @@ static dcp_status effective_options(const dcp_load_options *in, dcp_load_options
 }
 
 /* Read .metadata on this rank; a missing one means "not committed". */
+/* Read .metadata on this rank; without one, merge the per-rank metadata
+ * of a save made with no collective; with neither, "not committed". */
 static dcp_status read_metadata(dcpi_rt *rt, uint8_t **data, size_t *len) {
   dcpi_err probe;
   dcp_status s = dcpi_rt_read_file(rt, DCPI_METADATA_NAME, data, len, &probe);
+  if (s == DCP_ENOTFOUND) s = dcpi_merge_rank_metadata(rt, data, len, &probe);
   if (s == DCP_ENOTFOUND)
     return dcpi_fail(&rt->err, DCP_EINCOMPLETE,
                      "%s has no committed %s: the checkpoint is incomplete or absent", rt->path,

@@ -21,6 +21,7 @@
 #include <xxhash.h>
 
 #include "runtime/commit.h"
+#include "runtime/local_save.h"
 #include "runtime/rt.h"
 
 void dcp_save_options_init(dcp_save_options *o) {
@@ -89,7 +90,19 @@ static dcp_status guard_existing(save_job *j, dcpi_err *err) {
   uint64_t size;
   dcpi_err probe;
   dcp_status s = dcpi_rt_file_size(rt, DCPI_METADATA_NAME, &size, &probe);
-  if (s == DCP_ENOTFOUND) return DCP_OK;
+  if (s == DCP_ENOTFOUND) {
+    /* an uncommitted directory, or one holding an uncoordinated save
+     * (<rank>.metadata): that too is only replaced when asked */
+    char rank0[32];
+    snprintf(rank0, sizeof rank0, DCPI_RANK_METADATA_FMT, 0);
+    if (dcpi_rt_file_size(rt, rank0, &size, &probe) != DCP_OK) return DCP_OK;
+    if (!(j->opts.flags & DCP_SAVE_OVERWRITE))
+      return dcpi_fail(err, DCP_EEXIST,
+                       "a checkpoint saved without a collective is at %s (set "
+                       "DCP_SAVE_OVERWRITE to replace it)", rt->path);
+    if ((s = dcpi_rt_remove(rt, rank0, err))) return s; /* un-commit; the rest goes after */
+    return dcpi_rt_sync_dir(rt, err);
+  }
   if (s) return dcpi_fail(err, s, "%s", probe.msg);
   if (!(j->opts.flags & DCP_SAVE_OVERWRITE))
     return dcpi_fail(err, DCP_EEXIST,
@@ -344,17 +357,17 @@ dcp_status dcp_save(dcp_ctx *ctx, dcp_state *st, const char *path,
   dcpi_rt_begin(&rt, ctx, path);
   save_job j = {.rt = &rt, .st = st};
   dcp_status s = DCP_OK;
-  if (!ctx->comm) {
-    dcpi_fail(&rt.err, DCP_EINVAL, "save: this context has no collective (a detached rank of a "
-              "world of %d): set coll in its config", ctx->world_size);
-    return dcpi_rt_end(&rt);
-  }
   if (!st || st->ctx != ctx)
     s = dcpi_fail(&rt.err, DCP_EINVAL, "save: the state is NULL or from another context");
   else if (!path || !*path)
     s = dcpi_fail(&rt.err, DCP_EINVAL, "save: empty checkpoint path");
   else
     s = effective_options(opts, &j.opts, &rt.err);
+  if (!ctx->comm) {
+    /* a detached rank: the "none" coordination, <rank>.metadata */
+    if (!s) dcpi_local_save(&rt, st, &j.opts);
+    return dcpi_rt_end(&rt);
+  }
   /* Bad arguments on one rank still go through an agreement, so the other
    * ranks fail too instead of waiting for this one. */
   s = s ? dcpi_rt_agree(&rt, s) : run(&j);

@@ -3,6 +3,7 @@
 #include "writer/session.h"
 
 #include <stdlib.h>
+#include <stdbool.h>
 #include <string.h>
 
 void dcpi_wsession_init(dcpi_wsession *s) { memset(s, 0, sizeof *s); }
@@ -51,7 +52,11 @@ static dcp_status ensure_ctx(dcpi_wsession *s, const dcpi_wp_coord *c, dcpi_err 
   dcp_ctx_config_init(&cfg);
   cfg.rank = c->rank;
   cfg.world_size = c->world_size;
-  cfg.coll = c->coll;
+  /* "none": no traffic between the writers; each commits <rank>.metadata
+   * and dcp_load merges them (a detached context saves that way) */
+  bool none = c->coll && strcmp(c->coll, "none") == 0;
+  cfg.coll = none || (c->world_size > 1 && !c->coll) ? NULL : c->coll;
+  if (none && c->world_size == 1) cfg.coll = "single";
   cfg.coll_options = c->coll_options;
   cfg.rendezvous = c->rendezvous;
   cfg.timeout_ms = c->timeout_ms;

@@ -267,6 +267,97 @@ static void test_plan_cache(void **state) {
   dcp_state_free(st);
 }
 
+/* Detached ranks (no collective) save without any coordination: each
+ * commits <rank>.metadata; a load merges them once every rank has. */
+static dcp_ctx *detached(fixture *f, int32_t rank, int32_t world) {
+  dcp_ctx_config cfg;
+  dcp_ctx_config_init(&cfg);
+  cfg.rank = rank, cfg.world_size = world, cfg.plugin_path = f->plugins;
+  dcp_ctx *ctx;
+  assert_int_equal(dcp_ctx_create(&cfg, &ctx), DCP_OK);
+  return ctx;
+}
+
+static dcp_status save_rank(dcp_ctx *ctx, const char *path, float *half, float *b, uint64_t *rng,
+                            uint32_t flags) {
+  int32_t rank = dcp_ctx_rank(ctx);
+  dcp_state *st;
+  assert_int_equal(dcp_state_create(ctx, &st), DCP_OK);
+  int64_t shape[2] = {ROWS, COLS}, off[2] = {rank * ROWS / 2, 0}, sz[2] = {ROWS / 2, COLS};
+  int64_t bshape[1] = {COLS}, zero[1] = {0}, mesh[1] = {2};
+  uint32_t map[1] = {0}; /* replicated over both ranks */
+  dcp_layout *l;
+  assert_int_equal(dcp_layout_create(ctx, 1, mesh, NULL, 1, map, &l), DCP_OK);
+  assert_int_equal(dcp_state_add_tensor(st, "w", DCP_F32, 2, shape), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(st, "w", off, sz, half), DCP_OK);
+  assert_int_equal(dcp_state_add_tensor(st, "b.by_hand", DCP_F32, 1, bshape), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(st, "b.by_hand", zero, bshape, b), DCP_OK);
+  assert_int_equal(dcp_state_add_sharded(st, "b.layout", DCP_F32, 1, bshape, l, b), DCP_OK);
+  assert_int_equal(dcp_state_add_bytes(st, "rng", DCP_SCOPE_PER_RANK, rng, 8), DCP_OK);
+  dcp_save_options o;
+  dcp_save_options_init(&o);
+  o.flags = flags;
+  dcp_status s = dcp_save(ctx, st, path, &o);
+  dcp_state_free(st);
+  dcp_layout_free(l);
+  return s;
+}
+
+static void test_uncoordinated(void **state) {
+  fixture *f = *state;
+  static float w[ROWS * COLS], b[COLS];
+  for (int64_t i = 0; i < ROWS * COLS; i++) w[i] = (float)i;
+  for (int64_t j = 0; j < COLS; j++) b[j] = (float)-j;
+  uint64_t rng[2] = {1000, 1001};
+  dcp_ctx *r0 = detached(f, 0, 2), *r1 = detached(f, 1, 2);
+  assert_int_equal(save_rank(r0, f->ckpt, w, b, &rng[0], 0), DCP_OK);
+  dcp_stats s0 = {.struct_size = sizeof s0}, s1 = s0;
+  dcp_ctx_stats(r0, &s0);
+  /* rank 1 has not committed yet: a load refuses and names it */
+  static float all[ROWS * COLS], bb[COLS], bl[COLS];
+  dcp_state *ld;
+  int64_t shape[2] = {ROWS, COLS}, zero2[2] = {0, 0}, bshape[1] = {COLS}, zero[1] = {0};
+  assert_int_equal(dcp_state_create(f->ctx, &ld), DCP_OK);
+  assert_int_equal(dcp_state_add_tensor(ld, "w", DCP_F32, 2, shape), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(ld, "w", zero2, shape, all), DCP_OK);
+  assert_int_equal(dcp_state_add_tensor(ld, "b.by_hand", DCP_F32, 1, bshape), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(ld, "b.by_hand", zero, bshape, bb), DCP_OK);
+  assert_int_equal(dcp_state_add_tensor(ld, "b.layout", DCP_F32, 1, bshape), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(ld, "b.layout", zero, bshape, bl), DCP_OK);
+  assert_int_equal(dcp_load(f->ctx, ld, f->ckpt, NULL), DCP_EINCOMPLETE);
+  assert_non_null(strstr(dcp_ctx_last_error(f->ctx), "(1)"));
+  assert_int_equal(save_rank(r1, f->ckpt, w + ROWS / 2 * COLS, b, &rng[1], 0), DCP_OK);
+  dcp_ctx_stats(r1, &s1);
+  /* the layout-replicated vector is written by one rank only; the one
+   * added by hand by both (the merge keeps one) */
+  assert_int_equal(s0.items_written + s1.items_written, 2 + 2 + 1 + 2);
+  assert_int_equal(dcp_load(f->ctx, ld, f->ckpt, NULL), DCP_OK);
+  for (int64_t i = 0; i < ROWS * COLS; i++) assert_true(all[i] == (float)i);
+  for (int64_t j = 0; j < COLS; j++) assert_true(bb[j] == (float)-j && bl[j] == (float)-j);
+  dcp_meta *m;
+  assert_int_equal(dcp_meta_open(f->ctx, f->ckpt, &m), DCP_OK);
+  assert_int_equal(dcp_meta_world_size(m), 2);
+  assert_int_equal(dcp_meta_file_count(m), 2);
+  assert_int_equal(dcp_meta_bytes_count(m), 2); /* rng of rank 0 and of rank 1 */
+  dcp_meta_free(m);
+  /* per-rank bytes need the saving world: this world of one cannot take them */
+  uint64_t mine = 0;
+  assert_int_equal(dcp_state_add_bytes(ld, "rng", DCP_SCOPE_PER_RANK, &mine, 8), DCP_OK);
+  assert_int_equal(dcp_load(f->ctx, ld, f->ckpt, NULL), DCP_ESCOPE);
+  dcp_state_free(ld);
+  /* committed ranks are not overwritten unless asked */
+  assert_int_equal(save_rank(r0, f->ckpt, w, b, &rng[0], 0), DCP_EEXIST);
+  assert_int_equal(save_rank(r0, f->ckpt, w, b, &rng[0], DCP_SAVE_OVERWRITE), DCP_OK);
+  /* a coordinated save replaces an uncoordinated checkpoint only when asked,
+   * and then leaves no per-rank metadata behind */
+  assert_int_equal(save_default(f, 0), DCP_EEXIST);
+  assert_int_equal(save_default(f, DCP_SAVE_OVERWRITE), DCP_OK);
+  assert_int_equal(file_size(f, "0.metadata"), 0);
+  assert_int_equal(file_size(f, "1.metadata"), 0);
+  dcp_ctx_free(r0);
+  dcp_ctx_free(r1);
+}
+
 static void test_commit_rules(void **state) {
   fixture *f = *state;
   dcp_state *ld;
@@ -424,6 +515,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_partial_read, setup, teardown),
       cmocka_unit_test_setup_teardown(test_coalesced_reads, setup, teardown),
       cmocka_unit_test_setup_teardown(test_plan_cache, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_uncoordinated, setup, teardown),
       cmocka_unit_test_setup_teardown(test_commit_rules, setup, teardown),
       cmocka_unit_test_setup_teardown(test_corrupt_block, setup, teardown),
       cmocka_unit_test_setup_teardown(test_mismatches, setup, teardown),

@@ -1,0 +1,210 @@
+/* merge.c — one metadata from the per-rank metadata of a save made without
+ * a collective (local_save.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/checked.h"
+#include "core/strmap.h"
+#include "metadata/meta.h"
+#include "runtime/local_save.h"
+
+typedef struct tensor_form {
+  dcp_dtype dtype;
+  uint32_t ndim;
+  int64_t shape[DCP_MAX_NDIM];
+} tensor_form;
+
+typedef struct merger {
+  dcpi_md *md;
+  tensor_form *forms; /* by merged tensor id */
+  size_t nforms, forms_cap;
+  dcpi_strmap tensors; /* fqn → merged tensor id */
+  dcpi_strmap seen;    /* chunk (tensor id + box) and replicated bytes keys */
+  char **keys;         /* owned key bytes behind `seen` */
+  size_t nkeys, keys_cap;
+  dcpi_err *err;
+} merger;
+
+static void merger_free(merger *g) {
+  dcpi_md_free(g->md);
+  free(g->forms);
+  dcpi_strmap_free(&g->tensors);
+  dcpi_strmap_free(&g->seen);
+  for (size_t i = 0; i < g->nkeys; i++) free(g->keys[i]);
+  free(g->keys);
+}
+
+/* A copy of key owned by the merger (the maps borrow their keys). */
+static const char *own(merger *g, const void *key, size_t len) {
+  char *copy = malloc(len ? len : 1);
+  if (!copy || DCPI_RESERVE(g->keys, g->keys_cap, g->nkeys + 1)) {
+    free(copy);
+    return NULL;
+  }
+  memcpy(copy, key, len);
+  return g->keys[g->nkeys++] = copy;
+}
+
+/* 1 when the key was seen before, 0 after recording it, < 0 on error. */
+static int seen_before(merger *g, const void *key, size_t len) {
+  uint32_t v;
+  if (dcpi_strmap_get(&g->seen, key, len, &v)) return 1;
+  const char *k = own(g, key, len);
+  return k ? dcpi_strmap_put(&g->seen, k, len, 0, NULL) : DCP_ENOMEM;
+}
+
+static dcp_status read_rank(dcpi_rt *rt, int32_t rank, dcp_meta **out, dcpi_err *err) {
+  char name[64];
+  uint8_t *data = NULL;
+  size_t len = 0;
+  snprintf(name, sizeof name, DCPI_RANK_METADATA_FMT, rank);
+  dcp_status s = dcpi_rt_read_file(rt, name, &data, &len, err);
+  if (!s && (s = dcp_meta_open_memory(rt->ctx, data, len, out)))
+    dcpi_fail(err, s, "%s/%s: %s", rt->path, name, dcp_ctx_last_error(rt->ctx));
+  free(data);
+  return s;
+}
+
+/* The merged id of tensor ti of rank r's view, adding it on first sight;
+ * every rank must describe it alike. */
+static dcp_status merged_tensor(merger *g, dcp_meta *m, size_t ti, int32_t r, uint32_t *tid) {
+  dcp_tensor_info info;
+  dcp_meta_tensor(m, ti, &info);
+  size_t len = strlen(info.fqn);
+  if (dcpi_strmap_get(&g->tensors, info.fqn, len, tid)) {
+    const tensor_form *f = &g->forms[*tid];
+    if (f->dtype != info.dtype || f->ndim != info.ndim ||
+        memcmp(f->shape, info.shape, info.ndim * sizeof *info.shape))
+      return dcpi_fail(g->err, DCP_ECORRUPT,
+                       "rank %d's metadata disagrees with an earlier rank on tensor '%s' "
+                       "(dtype or shape)", r, info.fqn);
+    return DCP_OK;
+  }
+  dcp_status s = dcpi_md_add_tensor(g->md, info.fqn, info.dtype, info.ndim, info.shape, -1, NULL,
+                                    tid, g->err);
+  if (s) return s;
+  const char *key = own(g, info.fqn, len);
+  if (!key || DCPI_RESERVE(g->forms, g->forms_cap, (size_t)*tid + 1) ||
+      dcpi_strmap_put(&g->tensors, key, len, *tid, NULL) < 0)
+    return dcpi_fail(g->err, DCP_ENOMEM, "out of memory");
+  tensor_form *f = &g->forms[*tid];
+  *f = (tensor_form){.dtype = info.dtype, .ndim = info.ndim};
+  memcpy(f->shape, info.shape, info.ndim * sizeof *info.shape);
+  if (*tid >= g->nforms) g->nforms = (size_t)*tid + 1;
+  return DCP_OK;
+}
+
+static dcp_status add_chunks(merger *g, dcp_meta *m, int32_t r, const uint32_t *file_map) {
+  for (size_t ti = 0; ti < dcp_meta_tensor_count(m); ti++) {
+    uint32_t tid;
+    dcp_status s = merged_tensor(g, m, ti, r, &tid);
+    dcp_tensor_info info;
+    dcp_meta_tensor(m, ti, &info);
+    for (uint64_t c = 0; !s && c < info.chunk_count; c++) {
+      dcp_chunk_info ci;
+      if ((s = dcp_meta_chunk(m, ti, (size_t)c, &ci)))
+        return dcpi_fail(g->err, s, "rank %d's metadata, tensor '%s': chunk list unreadable", r,
+                         info.fqn);
+      int64_t key[1 + 2 * DCP_MAX_NDIM] = {tid};
+      memcpy(key + 1, ci.box.offset, info.ndim * sizeof(int64_t));
+      memcpy(key + 1 + info.ndim, ci.box.size, info.ndim * sizeof(int64_t));
+      int rc = seen_before(g, key, (1 + 2 * (size_t)info.ndim) * sizeof(int64_t));
+      if (rc < 0) return dcpi_fail(g->err, DCP_ENOMEM, "out of memory");
+      if (rc) continue; /* a replica another rank wrote too */
+      ci.ref.file = file_map[ci.ref.file];
+      s = dcpi_md_add_chunk(g->md, tid, ci.box.offset, ci.box.size, &ci.ref, g->err);
+    }
+    if (s) return s;
+  }
+  return DCP_OK;
+}
+
+static dcp_status add_bytes(merger *g, dcp_meta *m, const uint32_t *file_map) {
+  for (size_t i = 0; i < dcp_meta_bytes_count(m); i++) {
+    dcp_bytes_info bi;
+    dcp_meta_bytes(m, i, &bi);
+    if (bi.scope == DCP_SCOPE_REPLICATED) {
+      char key[DCP_MAX_NAME + 2] = "B";
+      snprintf(key + 1, sizeof key - 1, "%s", bi.key);
+      int rc = seen_before(g, key, strlen(key));
+      if (rc < 0) return dcpi_fail(g->err, DCP_ENOMEM, "out of memory");
+      if (rc) continue;
+    }
+    bi.ref.file = file_map[bi.ref.file];
+    dcp_status s = dcpi_md_add_bytes(g->md, bi.key, bi.scope, bi.rank, &bi.ref, g->err);
+    if (s) return s;
+  }
+  return DCP_OK;
+}
+
+/* Fold rank r's view into the merged metadata. */
+static dcp_status add_rank(merger *g, dcp_meta *m, int32_t r, int32_t world) {
+  if (dcp_meta_world_size(m) != world)
+    return dcpi_fail(g->err, DCP_ECORRUPT, "rank %d's metadata names a world of %d, rank 0's %d",
+                     r, dcp_meta_world_size(m), world);
+  size_t nf = dcp_meta_file_count(m);
+  uint32_t *file_map = malloc((nf ? nf : 1) * sizeof *file_map);
+  if (!file_map) return dcpi_fail(g->err, DCP_ENOMEM, "out of memory");
+  dcp_status s = DCP_OK;
+  for (size_t f = 0; !s && f < nf; f++) {
+    const char *name;
+    dcp_meta_file(m, f, &name);
+    s = dcpi_md_add_file(g->md, name, &file_map[f], g->err);
+  }
+  if (!s) s = add_chunks(g, m, r, file_map);
+  if (!s) s = add_bytes(g, m, file_map);
+  for (size_t k = 0; !s && r == 0 && k < dcp_meta_kv_count(m); k++) {
+    const char *key, *value;
+    dcp_meta_kv(m, k, &key, &value);
+    s = dcpi_md_add_kv(g->md, key, value, g->err);
+  }
+  free(file_map);
+  return s;
+}
+
+/* Fail with the ranks (a few) whose metadata is missing, if any. */
+static dcp_status check_complete(dcpi_rt *rt, int32_t world, dcpi_err *err) {
+  char missing[256] = "";
+  int32_t n = 0;
+  for (int32_t r = 1; r < world; r++) {
+    char name[64];
+    uint64_t size;
+    dcpi_err probe;
+    snprintf(name, sizeof name, DCPI_RANK_METADATA_FMT, r);
+    dcp_status s = dcpi_rt_file_size(rt, name, &size, &probe);
+    if (s && s != DCP_ENOTFOUND) return dcpi_fail(err, s, "%s", probe.msg);
+    if (s == DCP_ENOTFOUND && n++ < 8)
+      snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s%d", n > 1 ? ", " : "",
+               r);
+  }
+  if (!n) return DCP_OK;
+  return dcpi_fail(err, DCP_EINCOMPLETE,
+                   "%s holds per-rank metadata of a world of %d, but %d rank(s) have not "
+                   "committed (%s%s): the checkpoint is incomplete",
+                   rt->path, world, n, missing, n > 8 ? ", ..." : "");
+}
+
+dcp_status dcpi_merge_rank_metadata(dcpi_rt *rt, uint8_t **data, size_t *len, dcpi_err *err) {
+  merger g = {.err = err};
+  dcp_meta *m0 = NULL;
+  dcp_status s = read_rank(rt, 0, &m0, err);
+  if (s) return s;
+  int32_t world = dcp_meta_world_size(m0);
+  s = check_complete(rt, world, err);
+  if (!s && (s = dcpi_md_create(&g.md))) dcpi_fail(err, s, "out of memory");
+  if (!s) s = dcpi_md_set_world(g.md, world, err);
+  if (!s) s = add_rank(&g, m0, 0, world);
+  dcp_meta_free(m0);
+  for (int32_t r = 1; !s && r < world; r++) {
+    dcp_meta *m;
+    if ((s = read_rank(rt, r, &m, err))) break;
+    s = add_rank(&g, m, r, world);
+    dcp_meta_free(m);
+  }
+  void *enc = NULL;
+  if (!s) s = dcpi_md_encode(g.md, &enc, len, err);
+  merger_free(&g);
+  *data = enc;
+  return s;
+}
