@@ -125,7 +125,9 @@ static void check_load(dcp_ctx *ctx, const char *path, int rank, int world, int 
 
 typedef struct args {
   const char *mode, *dir, *rdv;
-  const char *writer_coll; /* how the writers coordinate (default "file") */
+  const char *writer_coll;  /* how the writers coordinate (default "file") */
+  const char *trainer_coll; /* the trainer's own collective: "file" (forked
+                               ranks, the default) or "mpi" (under mpirun) */
 } args;
 
 static dcp_ctx *open_ctx(const args *a, int *rank, int *world) {
@@ -133,7 +135,9 @@ static dcp_ctx *open_ctx(const args *a, int *rank, int *world) {
   dcp_ctx_config_init(&cfg);
   cfg.timeout_ms = 60000;
   const char *r = getenv("DCP_TEST_RANK"), *w = getenv("DCP_TEST_WORLD");
-  if (a->rdv && r && w) {
+  if (a->trainer_coll && !strcmp(a->trainer_coll, "mpi")) {
+    cfg.coll = "mpi";
+  } else if (a->rdv && r && w) {
     cfg.coll = "file";
     cfg.rendezvous = a->rdv;
     cfg.rank = atoi(r);
@@ -313,11 +317,12 @@ static int mode_notfound(const args *a) {
 }
 
 int main(int argc, char **argv) {
-  args a = {argc > 1 ? argv[1] : "", NULL, NULL, NULL};
+  args a = {argc > 1 ? argv[1] : "", NULL, NULL, NULL, NULL};
   for (int i = 2; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--dir")) a.dir = argv[i + 1];
     else if (!strcmp(argv[i], "--rendezvous")) a.rdv = argv[i + 1];
     else if (!strcmp(argv[i], "--writer-coll")) a.writer_coll = argv[i + 1];
+    else if (!strcmp(argv[i], "--trainer-coll")) a.trainer_coll = argv[i + 1];
   }
   CHECK(a.dir, "usage: async_test MODE --dir D [--rendezvous R]");
   mkdir(a.dir, 0755);
