@@ -1,7 +1,10 @@
 #include "testutil.h"
 
+#include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 void tu_rng_seed(tu_rng *r, uint64_t seed) { r->state = seed; }
 
@@ -39,4 +42,12 @@ int tu_box_contains(const dcp_box *b, const int64_t *p) {
   for (uint32_t d = 0; d < b->ndim; d++)
     if (p[d] < b->offset[d] || p[d] >= b->offset[d] + b->size[d]) return 0;
   return 1;
+}
+
+void tu_plugin_dir(char *out, size_t cap) {
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  assert_true(n > 0);
+  exe[n] = '\0';
+  snprintf(out, cap, "%s/../lib/dcp", dirname(exe));
 }

@@ -31,4 +31,8 @@ int64_t tu_linear(uint32_t ndim, const int64_t *sz, const int64_t *c);
 /* 1 when point p (global coordinates) lies in box b. */
 int tu_box_contains(const dcp_box *b, const int64_t *p);
 
+/* The build tree's plugin directory: ../lib/dcp next to the test binary
+ * (asserts that /proc/self/exe resolves). */
+void tu_plugin_dir(char *out, size_t cap);
+
 #endif

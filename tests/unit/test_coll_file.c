@@ -4,129 +4,23 @@
  * (cmocka's asserts must not run in a child). */
 #include "testutil.h"
 
+#include "coll_testkit.h"
+
 #include <dirent.h>
-#include <dlfcn.h>
-#include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include "dcp_plugin.h"
 
-/* Fails the child scenario with a message naming rank and line. */
-#define CHECK(cond)                                                                   \
-  do {                                                                                \
-    if (!(cond)) {                                                                    \
-      fprintf(stderr, "rank %d: %s:%d: check failed: %s\n", g_rank, __FILE__, __LINE__, \
-              #cond);                                                                 \
-      return 1;                                                                       \
-    }                                                                                 \
-  } while (0)
-/* CHECK that a plugin call returned rc, printing its message otherwise. */
-#define CHECK_RC(call, rc)                                                           \
-  do {                                                                               \
-    int got_ = (call);                                                               \
-    if (got_ != (rc)) {                                                              \
-      fprintf(stderr, "rank %d: %s:%d: %s = %d (%s), want %d\n", g_rank, __FILE__,   \
-              __LINE__, #call, got_, err.msg, (int)(rc));                            \
-      return 1;                                                                      \
-    }                                                                                \
-  } while (0)
-
-#define MIB (1024u * 1024u)
 /* Op codes and trailer of the file format (see the protocol in file.c). */
 #define OP_HELLO 1u
 #define OP_SESSION 2u
 #define OP_ALLGATHER 6u
-
-static const dcp_coll_plugin *P;
-static int g_rank = -1; /* the child's rank, for messages */
-static char g_dir[PATH_MAX];
-
-/* Loads ../lib/dcp/dcp-coll-file.so relative to this test binary. */
-static const dcp_coll_plugin *load_plugin(void) {
-  char exe[PATH_MAX], path[PATH_MAX + 64];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return NULL;
-  exe[n] = '\0';
-  char *slash = strrchr(exe, '/');
-  if (!slash) return NULL;
-  *slash = '\0';
-  snprintf(path, sizeof path, "%s/../lib/dcp/dcp-coll-file.so", exe);
-  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
-    return NULL;
-  }
-  dcp_plugin_entry_fn entry = (dcp_plugin_entry_fn)dlsym(h, DCP_PLUGIN_ENTRY_SYMBOL);
-  return entry ? entry(DCP_PLUGIN_COLL) : NULL;
-}
-
-/* Sleeps ms milliseconds. */
-static void sleep_ms(long ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
-/* Milliseconds on the monotonic clock. */
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-/* Deterministic bytes for (seed, len): every rank can predict every part. */
-static void fill(unsigned char *p, size_t len, unsigned seed) {
-  for (size_t i = 0; i < len; i++) p[i] = (unsigned char)(seed * 131u + i * 7u + (i >> 9));
-}
-
-/* 1 when p holds fill(seed, len). */
-static int matches(const unsigned char *p, size_t len, unsigned seed) {
-  for (size_t i = 0; i < len; i++)
-    if (p[i] != (unsigned char)(seed * 131u + i * 7u + (i >> 9))) return 0;
-  return 1;
-}
-
-/* Number of entries in dir (not . and ..), -1 if unreadable. */
-static int count_entries(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return -1;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL)
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
-  closedir(d);
-  return n;
-}
-
-/* Removes the flat directory dir and its files. */
-static void remove_dir(const char *dir) {
-  DIR *d = opendir(dir);
-  char path[PATH_MAX + 300];
-  struct dirent *e;
-  while (d && (e = readdir(d)) != NULL) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    unlink(path);
-  }
-  if (d) closedir(d);
-  rmdir(dir);
-}
-
-/* A fresh rendezvous directory in g_dir. */
-static void fresh_dir(void) {
-  snprintf(g_dir, sizeof g_dir, "/tmp/dcp-coll-file-XXXXXX");
-  assert_non_null(mkdtemp(g_dir));
-}
 
 /* Little-endian stores for hand-made files. */
 static void put64(unsigned char *p, uint64_t v) {
@@ -153,46 +47,9 @@ static int write_raw(const char *path, uint32_t op, const void *payload, size_t 
   return (fclose(f) != 0 || bad) ? -1 : 0;
 }
 
-/* Opens a communicator for rank/world on g_dir. */
-static int open_comm(int rank, int world, int64_t timeout_ms, const char *opts, dcp_comm **c,
-                     dcp_plugin_err *err) {
-  dcp_coll_config cfg = {.struct_size = sizeof cfg, .rank = rank, .world_size = world,
-                         .rendezvous = g_dir, .timeout_ms = timeout_ms, .options = opts};
-  return P->open(&cfg, c, err);
-}
-
-typedef int (*scenario_fn)(int rank, int world, void *arg);
-
-/* Forks world children running fn and returns the number that failed
- * (non-zero exit, signal). A child hanging past 60 s is killed by alarm. */
-static int run_ranks(int world, scenario_fn fn, void *arg) {
-  pid_t pids[16];
-  fflush(NULL);
-  for (int r = 0; r < world; r++) {
-    pids[r] = fork();
-    if (pids[r] == 0) {
-      g_rank = r;
-      alarm(60);
-      _exit(fn(r, world, arg));
-    }
-    if (pids[r] < 0) return world;
-  }
-  int failed = 0;
-  for (int r = 0; r < world; r++) {
-    int st = 0;
-    if (waitpid(pids[r], &st, 0) != pids[r] || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-      fprintf(stderr, "rank %d of %d failed (status 0x%x)\n", r, world, st);
-      failed++;
-    }
-  }
-  return failed;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Every op                                                                 */
 /* ------------------------------------------------------------------------ */
-
-static const size_t SIZES[3] = {0, 1, MIB};
 
 /* bcast of every size from two roots. */
 static int check_bcast(dcp_comm *c, int rank, int world, unsigned char *buf) {
@@ -201,28 +58,12 @@ static int check_bcast(dcp_comm *c, int rank, int world, unsigned char *buf) {
     for (int s = 0; s < 3; s++) {
       unsigned seed = (unsigned)(root * 10 + s);
       memset(buf, 0, MIB);
-      if (rank == root) fill(buf, SIZES[s], seed);
-      CHECK_RC(P->bcast(c, buf, SIZES[s], root, &err), DCP_OK);
-      CHECK(matches(buf, SIZES[s], seed));
+      if (rank == root) ctk_fill(buf, CTK_SIZES[s], seed);
+      CHECK_RC(ctk_P->bcast(c, buf, CTK_SIZES[s], root, &err), DCP_OK);
+      CHECK(ctk_matches(buf, CTK_SIZES[s], seed));
       if (world == 1) break;
     }
     if (world == 1) break;
-  }
-  return 0;
-}
-
-/* allgather of every size, rank-dependent contents. */
-static int check_allgather(dcp_comm *c, int rank, int world) {
-  dcp_plugin_err err = {{0}};
-  for (int s = 0; s < 3; s++) {
-    size_t len = SIZES[s];
-    unsigned char *send = malloc(len + 1), *recv = malloc(len * (size_t)world + 1);
-    CHECK(send && recv);
-    fill(send, len, (unsigned)(100 + rank));
-    CHECK_RC(P->allgather(c, send, len, recv, &err), DCP_OK);
-    for (int r = 0; r < world; r++) CHECK(matches(recv + (size_t)r * len, len, (unsigned)(100 + r)));
-    free(send);
-    free(recv);
   }
   return 0;
 }
@@ -232,13 +73,13 @@ static int check_gatherv(dcp_comm *c, int rank, int world, unsigned char *big) {
   dcp_plugin_err err = {{0}};
   int root = 1 % world;
   size_t lens[16], total = 0;
-  for (int r = 0; r < world; r++) total += lens[r] = SIZES[(r + 1) % 3];
+  for (int r = 0; r < world; r++) total += lens[r] = CTK_SIZES[(r + 1) % 3];
   unsigned char *send = malloc(lens[rank] + 1);
   CHECK(send && total <= 8 * MIB);
-  fill(send, lens[rank], (unsigned)(200 + rank));
-  CHECK_RC(P->gatherv(c, send, lens[rank], big, lens, root, &err), DCP_OK);
+  ctk_fill(send, lens[rank], (unsigned)(200 + rank));
+  CHECK_RC(ctk_P->gatherv(c, send, lens[rank], big, lens, root, &err), DCP_OK);
   for (size_t r = 0, off = 0; rank == root && r < (size_t)world; off += lens[r++])
-    CHECK(matches(big + off, lens[r], (unsigned)(200 + r)));
+    CHECK(ctk_matches(big + off, lens[r], (unsigned)(200 + r)));
   free(send);
   return 0;
 }
@@ -248,31 +89,13 @@ static int check_scatterv(dcp_comm *c, int rank, int world, unsigned char *big) 
   dcp_plugin_err err = {{0}};
   int root = world - 1;
   size_t lens[16], off = 0;
-  for (int r = 0; r < world; r++) lens[r] = SIZES[(r + 2) % 3];
-  for (int r = 0; rank == root && r < world; off += lens[r++]) fill(big + off, lens[r], (unsigned)(300 + r));
+  for (int r = 0; r < world; r++) lens[r] = CTK_SIZES[(r + 2) % 3];
+  for (int r = 0; rank == root && r < world; off += lens[r++]) ctk_fill(big + off, lens[r], (unsigned)(300 + r));
   unsigned char *recv = malloc(lens[rank] + 1);
   CHECK(recv);
-  CHECK_RC(P->scatterv(c, big, lens, recv, lens[rank], root, &err), DCP_OK);
-  CHECK(matches(recv, lens[rank], (unsigned)(300 + rank)));
+  CHECK_RC(ctk_P->scatterv(c, big, lens, recv, lens[rank], root, &err), DCP_OK);
+  CHECK(ctk_matches(recv, lens[rank], (unsigned)(300 + rank)));
   free(recv);
-  return 0;
-}
-
-/* allreduce MIN/MAX/SUM of rank-dependent values, and n = 0. */
-static int check_allreduce(dcp_comm *c, int rank, int world) {
-  dcp_plugin_err err = {{0}};
-  int64_t v[3] = {rank, -rank, (int64_t)rank * rank}, expect_sum = 0;
-  for (int r = 0; r < world; r++) expect_sum += (int64_t)r * r;
-  CHECK_RC(P->allreduce_i64(c, v, 3, DCP_REDUCE_SUM, &err), DCP_OK);
-  CHECK(v[0] == (int64_t)world * (world - 1) / 2 && v[1] == -v[0] && v[2] == expect_sum);
-  int64_t m[2] = {rank + 5, INT64_MIN + rank};
-  CHECK_RC(P->allreduce_i64(c, m, 2, DCP_REDUCE_MIN, &err), DCP_OK);
-  CHECK(m[0] == 5 && m[1] == INT64_MIN);
-  int64_t x[2] = {rank + 5, INT64_MIN + rank};
-  CHECK_RC(P->allreduce_i64(c, x, 2, DCP_REDUCE_MAX, &err), DCP_OK);
-  CHECK(x[0] == world + 4 && x[1] == INT64_MIN + world - 1);
-  CHECK_RC(P->allreduce_i64(c, NULL, 0, DCP_REDUCE_SUM, &err), DCP_OK);
-  CHECK_RC(P->allreduce_i64(c, x, 1, 99, &err), DCP_EINVAL);
   return 0;
 }
 
@@ -288,14 +111,14 @@ static int check_groups(dcp_comm *c, int rank, int world) {
     int32_t root = ranks[n - 1 - (size_t)rep % n];
     unsigned seed = (unsigned)(400 + rank % 2 * 10 + rep);
     memset(buf, 0, sizeof buf);
-    if (rank == root) fill(buf, sizeof buf, seed);
-    CHECK_RC(P->group_bcast(c, ranks, n, buf, sizeof buf, root, &err), DCP_OK);
-    CHECK(matches(buf, sizeof buf, seed));
+    if (rank == root) ctk_fill(buf, sizeof buf, seed);
+    CHECK_RC(ctk_P->group_bcast(c, ranks, n, buf, sizeof buf, root, &err), DCP_OK);
+    CHECK(ctk_matches(buf, sizeof buf, seed));
   }
   int32_t self = rank;
-  CHECK_RC(P->group_bcast(c, &self, 1, buf, 1, rank, &err), DCP_OK);
-  CHECK_RC(P->group_bcast(c, ranks, n, buf, 1, world, &err), DCP_EINVAL);
-  CHECK_RC(P->barrier(c, &err), DCP_OK);
+  CHECK_RC(ctk_P->group_bcast(c, &self, 1, buf, 1, rank, &err), DCP_OK);
+  CHECK_RC(ctk_P->group_bcast(c, ranks, n, buf, 1, world, &err), DCP_EINVAL);
+  CHECK_RC(ctk_P->barrier(c, &err), DCP_OK);
   return 0;
 }
 
@@ -304,26 +127,26 @@ static int scenario_all_ops(int rank, int world, void *arg) {
   (void)arg;
   dcp_plugin_err err = {{0}};
   dcp_comm *c = NULL;
-  CHECK_RC(open_comm(rank, world, 20000, NULL, &c, &err), DCP_OK);
-  CHECK(P->rank(c) == rank && P->size(c) == world);
+  CHECK_RC(ctk_open_comm(rank, world, 20000, NULL, &c, &err), DCP_OK);
+  CHECK(ctk_P->rank(c) == rank && ctk_P->size(c) == world);
   unsigned char *big = calloc(8, MIB);
   CHECK(big);
-  CHECK_RC(P->barrier(c, &err), DCP_OK);
-  if (check_bcast(c, rank, world, big) || check_allgather(c, rank, world) ||
+  CHECK_RC(ctk_P->barrier(c, &err), DCP_OK);
+  if (check_bcast(c, rank, world, big) || ctk_check_allgather(c, rank, world) ||
       check_gatherv(c, rank, world, big) || check_scatterv(c, rank, world, big) ||
-      check_allreduce(c, rank, world) || check_groups(c, rank, world))
+      ctk_check_allreduce(c, rank, world, 0) || check_groups(c, rank, world))
     return 1;
   free(big);
-  P->close(c);
+  ctk_P->close(c);
   return 0;
 }
 
 /* Runs every op on `world` ranks; the directory is empty afterwards. */
 static void all_ops(int world) {
-  fresh_dir();
-  assert_int_equal(run_ranks(world, scenario_all_ops, NULL), 0);
-  assert_int_equal(count_entries(g_dir), 0);
-  remove_dir(g_dir);
+  ctk_fresh_dir("dcp-coll-file");
+  assert_int_equal(ctk_run_ranks(world, scenario_all_ops, NULL), 0);
+  assert_int_equal(ctk_count_entries(ctk_dir), 0);
+  ctk_remove_dir(ctk_dir);
 }
 
 static void test_all_ops_2(void **state) {
@@ -346,40 +169,40 @@ static void test_single_rank_creates_dir(void **state) {
   char base[64];
   snprintf(base, sizeof base, "/tmp/dcp-coll-file-XXXXXX");
   assert_non_null(mkdtemp(base));
-  snprintf(g_dir, sizeof g_dir, "%s/a/b", base);
+  snprintf(ctk_dir, sizeof ctk_dir, "%s/a/b", base);
   assert_int_equal(scenario_all_ops(0, 1, NULL), 0);
-  assert_int_equal(count_entries(g_dir), 0);
-  remove_dir(g_dir);
-  snprintf(g_dir, sizeof g_dir, "%s/a", base);
-  rmdir(g_dir);
+  assert_int_equal(ctk_count_entries(ctk_dir), 0);
+  ctk_remove_dir(ctk_dir);
+  snprintf(ctk_dir, sizeof ctk_dir, "%s/a", base);
+  rmdir(ctk_dir);
   rmdir(base);
 }
 
 /* Invalid configurations are refused before touching the directory. */
 static void test_config_validation(void **state) {
   (void)state;
-  fresh_dir();
+  ctk_fresh_dir("dcp-coll-file");
   dcp_plugin_err err = {{0}};
   dcp_comm *c = (dcp_comm *)&err;
-  assert_int_equal(open_comm(0, 0, 1000, NULL, &c, &err), DCP_EINVAL);
+  assert_int_equal(ctk_open_comm(0, 0, 1000, NULL, &c, &err), DCP_EINVAL);
   assert_null(c);
-  assert_int_equal(open_comm(2, 2, 1000, NULL, &c, &err), DCP_EINVAL);
-  assert_int_equal(open_comm(-1, 2, 1000, NULL, &c, &err), DCP_EINVAL);
-  assert_int_equal(open_comm(0, 1, 0, NULL, &c, &err), DCP_EINVAL);
-  assert_int_equal(open_comm(0, 1, 1000, "color=red", &c, &err), DCP_EINVAL);
+  assert_int_equal(ctk_open_comm(2, 2, 1000, NULL, &c, &err), DCP_EINVAL);
+  assert_int_equal(ctk_open_comm(-1, 2, 1000, NULL, &c, &err), DCP_EINVAL);
+  assert_int_equal(ctk_open_comm(0, 1, 0, NULL, &c, &err), DCP_EINVAL);
+  assert_int_equal(ctk_open_comm(0, 1, 1000, "color=red", &c, &err), DCP_EINVAL);
   assert_non_null(strstr(err.msg, "color"));
-  assert_int_equal(open_comm(0, 1, 1000, "job=a/b", &c, &err), DCP_EINVAL);
-  assert_int_equal(open_comm(0, 1, 1000, "job=", &c, &err), DCP_EINVAL);
+  assert_int_equal(ctk_open_comm(0, 1, 1000, "job=a/b", &c, &err), DCP_EINVAL);
+  assert_int_equal(ctk_open_comm(0, 1, 1000, "job=", &c, &err), DCP_EINVAL);
   dcp_coll_config cfg = {.struct_size = sizeof cfg, .rank = 0, .world_size = 1,
                          .rendezvous = NULL, .timeout_ms = 1000};
-  assert_int_equal(P->open(&cfg, &c, &err), DCP_EINVAL);
-  cfg.rendezvous = g_dir;
+  assert_int_equal(ctk_P->open(&cfg, &c, &err), DCP_EINVAL);
+  cfg.rendezvous = ctk_dir;
   cfg.struct_size = 8;
-  assert_int_equal(P->open(&cfg, &c, &err), DCP_EINVAL);
-  assert_int_equal(count_entries(g_dir), 0);
-  assert_int_equal(P->caps & DCP_COLL_CAP_BULK, 0);
-  assert_string_equal(P->name, "file");
-  remove_dir(g_dir);
+  assert_int_equal(ctk_P->open(&cfg, &c, &err), DCP_EINVAL);
+  assert_int_equal(ctk_count_entries(ctk_dir), 0);
+  assert_int_equal(ctk_P->caps & DCP_COLL_CAP_BULK, 0);
+  assert_string_equal(ctk_P->name, "file");
+  ctk_remove_dir(ctk_dir);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -391,9 +214,9 @@ static void test_config_validation(void **state) {
 /* CHECKs that [t0, now] lies in [timeout, timeout + 2 s). */
 #define CHECK_ELAPSED(t0)                                          \
   do {                                                             \
-    double el_ = now_ms() - (t0);                                  \
+    double el_ = ctk_now_ms() - (t0);                                  \
     if (el_ < TIMEOUT_MS || el_ >= TIMEOUT_MS + 2000) {            \
-      fprintf(stderr, "rank %d: elapsed %.1f ms\n", g_rank, el_); \
+      fprintf(stderr, "rank %d: elapsed %.1f ms\n", ctk_rank, el_); \
       return 1;                                                    \
     }                                                              \
   } while (0)
@@ -404,8 +227,8 @@ static int scenario_never_arrives(int rank, int world, void *arg) {
   if (rank == world - 1) return 0;
   dcp_plugin_err err = {{0}};
   dcp_comm *c = NULL;
-  double t0 = now_ms();
-  CHECK_RC(open_comm(rank, world, TIMEOUT_MS, NULL, &c, &err), DCP_ETIMEDOUT);
+  double t0 = ctk_now_ms();
+  CHECK_RC(ctk_open_comm(rank, world, TIMEOUT_MS, NULL, &c, &err), DCP_ETIMEDOUT);
   CHECK_ELAPSED(t0);
   CHECK(c == NULL);
   char name[32];
@@ -416,9 +239,9 @@ static int scenario_never_arrives(int rank, int world, void *arg) {
 
 static void test_timeout_never_arrives(void **state) {
   (void)state;
-  fresh_dir();
-  assert_int_equal(run_ranks(3, scenario_never_arrives, NULL), 0);
-  remove_dir(g_dir);
+  ctk_fresh_dir("dcp-coll-file");
+  assert_int_equal(ctk_run_ranks(3, scenario_never_arrives, NULL), 0);
+  ctk_remove_dir(ctk_dir);
 }
 
 /* The last rank leaves after a barrier: the next op times out on the others,
@@ -427,35 +250,35 @@ static int scenario_exits_early(int rank, int world, void *arg) {
   (void)arg;
   dcp_plugin_err err = {{0}};
   dcp_comm *c = NULL;
-  CHECK_RC(open_comm(rank, world, TIMEOUT_MS, NULL, &c, &err), DCP_OK);
-  CHECK_RC(P->barrier(c, &err), DCP_OK);
+  CHECK_RC(ctk_open_comm(rank, world, TIMEOUT_MS, NULL, &c, &err), DCP_OK);
+  CHECK_RC(ctk_P->barrier(c, &err), DCP_OK);
   if (rank == world - 1) return 0; /* gone without close */
   unsigned char send[8] = {0}, recv[64];
-  double t0 = now_ms();
-  CHECK_RC(P->allgather(c, send, sizeof send, recv, &err), DCP_ETIMEDOUT);
+  double t0 = ctk_now_ms();
+  CHECK_RC(ctk_P->allgather(c, send, sizeof send, recv, &err), DCP_ETIMEDOUT);
   CHECK_ELAPSED(t0);
   char name[32];
   snprintf(name, sizeof name, "rank(s) %d ", world - 1);
   CHECK(strstr(err.msg, name) != NULL && strstr(err.msg, "round 2") != NULL);
-  CHECK_RC(P->barrier(c, &err), DCP_EPEER);
-  P->close(c); /* returns at once: no closing round on a broken communicator */
+  CHECK_RC(ctk_P->barrier(c, &err), DCP_EPEER);
+  ctk_P->close(c); /* returns at once: no closing round on a broken communicator */
   return 0;
 }
 
 static void test_timeout_exits_early(void **state) {
   (void)state;
-  fresh_dir();
-  assert_int_equal(run_ranks(4, scenario_exits_early, NULL), 0);
-  remove_dir(g_dir);
+  ctk_fresh_dir("dcp-coll-file");
+  assert_int_equal(ctk_run_ranks(4, scenario_exits_early, NULL), 0);
+  ctk_remove_dir(ctk_dir);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Malformed files                                                          */
 /* ------------------------------------------------------------------------ */
 
-/* Finds the session id of job `job` from a round file name in g_dir. */
+/* Finds the session id of job `job` from a round file name in ctk_dir. */
 static int find_session(const char *job, char *hex) {
-  DIR *d = opendir(g_dir);
+  DIR *d = opendir(ctk_dir);
   struct dirent *e;
   size_t jl = strlen(job);
   int found = 0;
@@ -478,36 +301,36 @@ static int scenario_corrupt(int rank, int world, void *arg) {
   (void)arg;
   dcp_plugin_err err = {{0}};
   dcp_comm *c = NULL;
-  CHECK_RC(open_comm(rank, world, 5000, "job=corrupt", &c, &err), DCP_OK);
-  CHECK_RC(P->barrier(c, &err), DCP_OK);
+  CHECK_RC(ctk_open_comm(rank, world, 5000, "job=corrupt", &c, &err), DCP_OK);
+  CHECK_RC(ctk_P->barrier(c, &err), DCP_OK);
   unsigned char send[16], recv[32];
-  fill(send, sizeof send, (unsigned)rank);
+  ctk_fill(send, sizeof send, (unsigned)rank);
   if (rank == 1) {
     char hex[17], path[PATH_MAX + 64];
     CHECK(find_session("corrupt", hex));
-    snprintf(path, sizeof path, "%s/corrupt.%s.2.1", g_dir, hex);
+    snprintf(path, sizeof path, "%s/corrupt.%s.2.1", ctk_dir, hex);
     CHECK(write_raw(path, OP_ALLGATHER, "garbage garbage garbage", 23, 0, 0) == 0);
-    sleep_ms(300);
-    CHECK_RC(P->allgather(c, send, sizeof send, recv, &err), DCP_OK);
-    snprintf(path, sizeof path, "%s/corrupt.%s.3.1", g_dir, hex);
+    ctk_sleep_ms(300);
+    CHECK_RC(ctk_P->allgather(c, send, sizeof send, recv, &err), DCP_OK);
+    snprintf(path, sizeof path, "%s/corrupt.%s.3.1", ctk_dir, hex);
     CHECK(write_raw(path, OP_ALLGATHER, send, sizeof send, 1, 1) == 0);
     return 0; /* gone: rank 0 must fail on the checksum, not wait */
   }
-  CHECK_RC(P->allgather(c, send, sizeof send, recv, &err), DCP_OK);
-  CHECK(matches(recv, 16, 0) && matches(recv + 16, 16, 1));
-  double t0 = now_ms();
-  CHECK_RC(P->allgather(c, send, sizeof send, recv, &err), DCP_ECORRUPT);
-  CHECK(now_ms() - t0 < 2500);
+  CHECK_RC(ctk_P->allgather(c, send, sizeof send, recv, &err), DCP_OK);
+  CHECK(ctk_matches(recv, 16, 0) && ctk_matches(recv + 16, 16, 1));
+  double t0 = ctk_now_ms();
+  CHECK_RC(ctk_P->allgather(c, send, sizeof send, recv, &err), DCP_ECORRUPT);
+  CHECK(ctk_now_ms() - t0 < 2500);
   CHECK(strstr(err.msg, "checksum") != NULL);
-  P->close(c);
+  ctk_P->close(c);
   return 0;
 }
 
 static void test_corrupt_payload(void **state) {
   (void)state;
-  fresh_dir();
-  assert_int_equal(run_ranks(2, scenario_corrupt, NULL), 0);
-  remove_dir(g_dir);
+  ctk_fresh_dir("dcp-coll-file");
+  assert_int_equal(ctk_run_ranks(2, scenario_corrupt, NULL), 0);
+  ctk_remove_dir(ctk_dir);
 }
 
 /* Ranks disagreeing on the op or the length get DCP_EINVAL, not a hang. */
@@ -516,23 +339,23 @@ static int scenario_mismatch(int rank, int world, void *arg) {
   (void)world;
   dcp_plugin_err err = {{0}};
   dcp_comm *c = NULL;
-  CHECK_RC(open_comm(rank, world, 5000, NULL, &c, &err), DCP_OK);
+  CHECK_RC(ctk_open_comm(rank, world, 5000, NULL, &c, &err), DCP_OK);
   unsigned char buf[8] = {0}, recv[32];
   if (rank == 0) {
-    CHECK_RC(P->allgather(c, buf, 8, recv, &err), DCP_EINVAL);
+    CHECK_RC(ctk_P->allgather(c, buf, 8, recv, &err), DCP_EINVAL);
     CHECK(strstr(err.msg, "8") != NULL);
   } else {
-    CHECK_RC(P->allgather(c, buf, 4, recv, &err), DCP_EINVAL);
+    CHECK_RC(ctk_P->allgather(c, buf, 4, recv, &err), DCP_EINVAL);
   }
-  P->close(c);
+  ctk_P->close(c);
   return 0;
 }
 
 static void test_mismatched_calls(void **state) {
   (void)state;
-  fresh_dir();
-  assert_int_equal(run_ranks(2, scenario_mismatch, NULL), 0);
-  remove_dir(g_dir);
+  ctk_fresh_dir("dcp-coll-file");
+  assert_int_equal(ctk_run_ranks(2, scenario_mismatch, NULL), 0);
+  ctk_remove_dir(ctk_dir);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -552,12 +375,12 @@ static void plant_stale(int world) {
     put64(s + 12 + 8 * r, 1000u + (unsigned)r);
     put64(h, 1000u + (unsigned)r);
     put32(h + 8, (uint32_t)world);
-    snprintf(path, sizeof path, "%s/dcp.hello.%d", g_dir, r);
+    snprintf(path, sizeof path, "%s/dcp.hello.%d", ctk_dir, r);
     if (r) assert_int_equal(write_raw(path, OP_HELLO, h, sizeof h, 1, 0), 0);
-    snprintf(path, sizeof path, "%s/dcp.%016llx.1.%d", g_dir, (unsigned long long)STALE_SESSION, r);
+    snprintf(path, sizeof path, "%s/dcp.%016llx.1.%d", ctk_dir, (unsigned long long)STALE_SESSION, r);
     assert_int_equal(write_raw(path, 4u, NULL, 0, 1, 0), 0);
   }
-  snprintf(path, sizeof path, "%s/dcp.session", g_dir);
+  snprintf(path, sizeof path, "%s/dcp.session", ctk_dir);
   assert_int_equal(write_raw(path, OP_SESSION, s, 12 + 8 * (size_t)world, 1, 0), 0);
 }
 
@@ -565,29 +388,29 @@ static void plant_stale(int world) {
  * few ops; a rank that took a stale session would time out. */
 static int scenario_stale(int rank, int world, void *arg) {
   int late_root = *(const int *)arg;
-  if ((rank == 0) == late_root) sleep_ms(300);
+  if ((rank == 0) == late_root) ctk_sleep_ms(300);
   dcp_plugin_err err = {{0}};
   dcp_comm *c = NULL;
-  CHECK_RC(open_comm(rank, world, 5000, NULL, &c, &err), DCP_OK);
-  CHECK_RC(P->barrier(c, &err), DCP_OK);
+  CHECK_RC(ctk_open_comm(rank, world, 5000, NULL, &c, &err), DCP_OK);
+  CHECK_RC(ctk_P->barrier(c, &err), DCP_OK);
   int64_t v = rank;
-  CHECK_RC(P->allreduce_i64(c, &v, 1, DCP_REDUCE_SUM, &err), DCP_OK);
+  CHECK_RC(ctk_P->allreduce_i64(c, &v, 1, DCP_REDUCE_SUM, &err), DCP_OK);
   CHECK(v == (int64_t)world * (world - 1) / 2);
-  P->close(c);
+  ctk_P->close(c);
   return 0;
 }
 
 /* After the run only the stale round files are left (hellos and the
  * session file were replaced and removed). */
 static void stale(int late_root) {
-  fresh_dir();
+  ctk_fresh_dir("dcp-coll-file");
   plant_stale(4);
-  assert_int_equal(run_ranks(4, scenario_stale, &late_root), 0);
-  assert_int_equal(count_entries(g_dir), 4);
+  assert_int_equal(ctk_run_ranks(4, scenario_stale, &late_root), 0);
+  assert_int_equal(ctk_count_entries(ctk_dir), 4);
   char path[PATH_MAX + 64];
-  snprintf(path, sizeof path, "%s/dcp.%016llx.1.3", g_dir, (unsigned long long)STALE_SESSION);
+  snprintf(path, sizeof path, "%s/dcp.%016llx.1.3", ctk_dir, (unsigned long long)STALE_SESSION);
   assert_int_equal(access(path, F_OK), 0);
-  remove_dir(g_dir);
+  ctk_remove_dir(ctk_dir);
 }
 
 static void test_stale_session_root_late(void **state) {
@@ -604,34 +427,34 @@ static int scenario_two_jobs(int idx, int world, void *arg) {
   (void)arg;
   (void)world;
   int rank = idx % 2, job = idx / 2;
-  g_rank = idx;
+  ctk_rank = idx;
   dcp_plugin_err err = {{0}};
   dcp_comm *c = NULL;
-  CHECK_RC(open_comm(rank, 2, 5000, job ? "job=b" : "job=a", &c, &err), DCP_OK);
+  CHECK_RC(ctk_open_comm(rank, 2, 5000, job ? "job=b" : "job=a", &c, &err), DCP_OK);
   unsigned char send[64], recv[128];
   for (int i = 0; i < 5; i++) {
-    fill(send, sizeof send, (unsigned)(job * 100 + rank + i));
-    CHECK_RC(P->allgather(c, send, sizeof send, recv, &err), DCP_OK);
-    CHECK(matches(recv, 64, (unsigned)(job * 100 + i)) &&
-          matches(recv + 64, 64, (unsigned)(job * 100 + 1 + i)));
+    ctk_fill(send, sizeof send, (unsigned)(job * 100 + rank + i));
+    CHECK_RC(ctk_P->allgather(c, send, sizeof send, recv, &err), DCP_OK);
+    CHECK(ctk_matches(recv, 64, (unsigned)(job * 100 + i)) &&
+          ctk_matches(recv + 64, 64, (unsigned)(job * 100 + 1 + i)));
   }
-  P->close(c);
+  ctk_P->close(c);
   return 0;
 }
 
 static void test_two_jobs_one_dir(void **state) {
   (void)state;
-  fresh_dir();
-  assert_int_equal(run_ranks(4, scenario_two_jobs, NULL), 0);
-  assert_int_equal(count_entries(g_dir), 0);
-  remove_dir(g_dir);
+  ctk_fresh_dir("dcp-coll-file");
+  assert_int_equal(ctk_run_ranks(4, scenario_two_jobs, NULL), 0);
+  assert_int_equal(ctk_count_entries(ctk_dir), 0);
+  ctk_remove_dir(ctk_dir);
 }
 
 /* Loads the plugin once for all tests. */
 static int setup(void **state) {
   (void)state;
-  P = load_plugin();
-  return P ? 0 : -1;
+  ctk_P = ctk_load_plugin("file", 0);
+  return ctk_P ? 0 : -1;
 }
 
 int main(void) {

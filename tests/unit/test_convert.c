@@ -4,7 +4,6 @@
 #include "testutil.h"
 
 #include <jansson.h>
-#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,11 +21,8 @@ typedef struct fixture {
 
 static int setup(void **state) {
   fixture *f = calloc(1, sizeof *f);
-  char exe[PATH_MAX], plugins[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  assert_true(n > 0);
-  exe[n] = '\0';
-  snprintf(plugins, sizeof plugins, "%s/../lib/dcp", dirname(exe));
+  char plugins[PATH_MAX];
+  tu_plugin_dir(plugins, sizeof plugins);
   snprintf(f->dir, sizeof f->dir, "/tmp/dcp-conv-XXXXXX");
   assert_non_null(mkdtemp(f->dir));
   dcp_ctx_config cfg;

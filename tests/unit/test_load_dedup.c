@@ -7,7 +7,6 @@
  * options are checked and the statistics count the data reads. */
 #include "testutil.h"
 
-#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -302,20 +301,12 @@ static void test_schedules_never_cross(void **state) {
 
 /* ---- one rank: options and statistics ------------------------------------ */
 
-static void plugin_dir(char *out, size_t cap) {
-  char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  assert_true(n > 0);
-  exe[n] = '\0';
-  snprintf(out, cap, "%s/../lib/dcp", dirname(exe));
-}
-
 static void test_single_rank_options(void **state) {
   (void)state;
   char dir[] = "/tmp/dcp-dedup-XXXXXX", ckpt[64], plugins[PATH_MAX];
   assert_non_null(mkdtemp(dir));
   snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
-  plugin_dir(plugins, sizeof plugins);
+  tu_plugin_dir(plugins, sizeof plugins);
   dcp_ctx_config cfg;
   dcp_ctx_config_init(&cfg);
   cfg.plugin_path = plugins;

@@ -6,7 +6,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,22 +20,12 @@ typedef struct fixture {
   dcp_ctx *ctx;
 } fixture;
 
-/* The build tree's plugin directory: tests are in build/tests, plugins in
- * build/lib/dcp. */
-static void plugin_dir(char *out, size_t cap) {
-  char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  assert_true(n > 0);
-  exe[n] = '\0';
-  snprintf(out, cap, "%s/../lib/dcp", dirname(exe));
-}
-
 static int setup(void **state) {
   fixture *f = calloc(1, sizeof *f);
   snprintf(f->dir, sizeof f->dir, "/tmp/dcp-test-XXXXXX");
   assert_non_null(mkdtemp(f->dir));
   snprintf(f->ckpt, sizeof f->ckpt, "%s/ckpt", f->dir);
-  plugin_dir(f->plugins, sizeof f->plugins);
+  tu_plugin_dir(f->plugins, sizeof f->plugins);
   dcp_ctx_config cfg;
   dcp_ctx_config_init(&cfg);
   cfg.storage = "posix";

@@ -1,0 +1,87 @@
+/* coll_testkit.h — shared machinery for the collective-plugin unit tests
+ * (test_coll_file.c, test_coll_gloo.c): plugin loading, forked ranks that
+ * report through their exit code, a rendezvous directory, deterministic
+ * payloads and the per-op checks both plugins must pass identically.
+ * Include after testutil.h. */
+#ifndef DCP_COLL_TESTKIT_H
+#define DCP_COLL_TESTKIT_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dcp_plugin.h"
+
+/* The plugin under test (set by the test's setup), the forked child's rank
+ * (for messages; -1 in the parent) and the rendezvous directory. */
+extern const dcp_coll_plugin *ctk_P;
+extern int ctk_rank;
+extern char ctk_dir[PATH_MAX];
+
+/* Fails the child scenario with a message naming rank and line. */
+#define CHECK(cond)                                                                     \
+  do {                                                                                  \
+    if (!(cond)) {                                                                      \
+      fprintf(stderr, "rank %d: %s:%d: check failed: %s\n", ctk_rank, __FILE__, __LINE__, \
+              #cond);                                                                   \
+      return 1;                                                                         \
+    }                                                                                   \
+  } while (0)
+/* CHECK that a plugin call returned rc, printing its message otherwise
+ * (needs a dcp_plugin_err named err in scope). */
+#define CHECK_RC(call, rc)                                                           \
+  do {                                                                               \
+    int got_ = (call);                                                               \
+    if (got_ != (rc)) {                                                              \
+      fprintf(stderr, "rank %d: %s:%d: %s = %d (%s), want %d\n", ctk_rank, __FILE__, \
+              __LINE__, #call, got_, err.msg, (int)(rc));                            \
+      return 1;                                                                      \
+    }                                                                                \
+  } while (0)
+
+#define MIB (1024u * 1024u)
+
+/* Payload sizes every op is run with: 0, 1 and 1 MiB bytes. */
+extern const size_t CTK_SIZES[3];
+
+/* Loads ../lib/dcp/dcp-coll-<name>.so relative to this test binary and
+ * returns its collective table. When optional and the file does not exist,
+ * says so on stderr and returns NULL (the caller skips its tests). */
+const dcp_coll_plugin *ctk_load_plugin(const char *name, int optional);
+
+/* Sleeps ms milliseconds. */
+void ctk_sleep_ms(long ms);
+/* Milliseconds on the monotonic clock. */
+double ctk_now_ms(void);
+
+/* Deterministic bytes for (seed, len): every rank can predict every part. */
+void ctk_fill(unsigned char *p, size_t len, unsigned seed);
+/* 1 when p holds ctk_fill(seed, len). */
+int ctk_matches(const unsigned char *p, size_t len, unsigned seed);
+
+/* Number of entries in dir (not . and ..), -1 if unreadable. */
+int ctk_count_entries(const char *dir);
+/* Removes dir with its files and flat subdirectories. */
+void ctk_remove_dir(const char *dir);
+/* A fresh rendezvous directory /tmp/<prefix>-XXXXXX in ctk_dir. */
+void ctk_fresh_dir(const char *prefix);
+
+/* Opens a communicator of ctk_P for rank/world on ctk_dir. */
+int ctk_open_comm(int rank, int world, int64_t timeout_ms, const char *opts, dcp_comm **c,
+                  dcp_plugin_err *err);
+
+typedef int (*ctk_scenario_fn)(int rank, int world, void *arg);
+
+/* Forks world (<= 16) children running fn (ctk_rank set) and returns the
+ * number that failed (non-zero exit, signal). A child hanging past 60 s is
+ * killed by alarm. */
+int ctk_run_ranks(int world, ctk_scenario_fn fn, void *arg);
+
+/* allgather of every size, rank-dependent contents. 0 on success. */
+int ctk_check_allgather(dcp_comm *c, int rank, int world);
+/* allreduce MIN/MAX/SUM of rank-dependent values, then (when many_n > 0)
+ * a SUM of many_n values, then n = 0 and a bad op. 0 on success. */
+int ctk_check_allreduce(dcp_comm *c, int rank, int world, size_t many_n);
+
+#endif
