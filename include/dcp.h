@@ -774,7 +774,11 @@ DCP_API dcp_status dcp_async_test(dcp_async *h, int *done);
 /* Wait until h's save has finished and return its outcome, with the same
  * semantics as dcp_save on every rank (the writers agree through their
  * collective); the message goes to the context's last error. A writer that
- * died before finishing gives DCP_EPEER. May be called more than once. */
+ * died before finishing gives DCP_EPEER. With coordination "none" the
+ * writers never talk: a rank's wait covers its own <rank>.metadata only, and
+ * the checkpoint is loadable once every rank's wait has returned DCP_OK.
+ * After the wait, dcp_ctx_stats reports the writer's figures of the save.
+ * May be called more than once. */
 DCP_API dcp_status dcp_async_wait(dcp_async *h);
 
 /* Free a handle; waits for its save first when it is still running.

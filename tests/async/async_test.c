@@ -177,6 +177,23 @@ static dcp_async *save_then_mutate(dcp_ctx *ctx, model *m, const char *path, uin
   return h;
 }
 
+/* With "none" coordination every writer commits <rank>.metadata on its
+ * own: before loading, wait (bounded) until all ranks of the world have. */
+static void wait_rank_metadata(const char *path, int world) {
+  for (int tries = 0; tries < 3000; tries++) {
+    int all = 1;
+    for (int r = 0; r < world && all; r++) {
+      char md[600];
+      struct stat sb;
+      snprintf(md, sizeof md, "%s/%d.metadata", path, r);
+      all = stat(md, &sb) == 0;
+    }
+    if (all) return;
+    nanosleep(&(struct timespec){0, 10000000}, NULL);
+  }
+  CHECK(0, "not every rank committed %s within 30 s", path);
+}
+
 static int mode_basic(const args *a) {
   int rank, world;
   dcp_ctx *ctx = open_ctx(a, &rank, &world);
@@ -216,6 +233,10 @@ static int mode_basic(const args *a) {
   CHECK(dcpi_async_pool_growths(ctx) == 0, "pool grew");
   CHECK(dcpi_async_spawns(ctx) == 1 && dcpi_async_saves(ctx) == 2, "spawns %llu saves %llu",
         (unsigned long long)dcpi_async_spawns(ctx), (unsigned long long)dcpi_async_saves(ctx));
+  if (!coordinated) { /* a rank's wait covers its own part only */
+    wait_rank_metadata(p1, world);
+    wait_rank_metadata(p2, world);
+  }
   check_load(ctx, p1, rank, world, big, 1);
   check_load(ctx, p2, rank, world, big, 2);
   pid_t pid = dcpi_async_writer_pid(ctx);
