@@ -177,7 +177,11 @@ static dcp_status build_global(save_job *j, const uint8_t *all, const size_t *le
   size_t at = 0;
   for (int32_t r = 0; r < world && !s; at += lens[r], r++) {
     s = dcpi_local_plan_decode(all + at, lens[r], &plans[r], err);
-    if (s) dcpi_fail(err, s, "plan of rank %d: %.400s", r, err->msg);
+    if (s) {
+      char why[DCPI_ERR_MSG_MAX]; /* err->msg cannot be its own format argument */
+      memcpy(why, err->msg, sizeof why);
+      dcpi_fail(err, s, "plan of rank %d: %.400s", r, why);
+    }
   }
   if (!s)
     s = dcpi_global_plan_build((const dcpi_local_plan *const *)plans, (size_t)world, NULL,
