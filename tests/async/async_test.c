@@ -128,12 +128,13 @@ typedef struct args {
   const char *writer_coll;  /* how the writers coordinate (default "file") */
   const char *trainer_coll; /* the trainer's own collective: "file" (forked
                                ranks, the default) or "mpi" (under mpirun) */
+  long timeout_ms;          /* deadline of every wait (default 60 s) */
 } args;
 
 static dcp_ctx *open_ctx(const args *a, int *rank, int *world) {
   dcp_ctx_config cfg;
   dcp_ctx_config_init(&cfg);
-  cfg.timeout_ms = 60000;
+  cfg.timeout_ms = a->timeout_ms > 0 ? a->timeout_ms : 60000;
   const char *r = getenv("DCP_TEST_RANK"), *w = getenv("DCP_TEST_WORLD");
   if (a->trainer_coll && !strcmp(a->trainer_coll, "mpi")) {
     cfg.coll = "mpi";
@@ -282,6 +283,56 @@ static int mode_kill_trainer(const args *a) {
   return 0;
 }
 
+/* Seconds on a monotonic clock. */
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Several ranks: the last rank's writer dies mid-save. Its peers' writers
+ * must give up by their deadline (no hang), every rank's wait returns an
+ * error, nothing is committed, and the previous checkpoint still loads. */
+static int mode_kill_peer_writer(const args *a) {
+  setenv("DCP_WRITER_DELAY_MS", "500", 1);
+  int rank, world;
+  dcp_ctx *ctx = open_ctx(a, &rank, &world);
+  CHECK(world > 1, "kill-peer-writer needs several ranks");
+  model m;
+  model_alloc(&m, rank, world, 0);
+  char p1[512], p2[512];
+  path_of(p1, sizeof p1, a, "good"), path_of(p2, sizeof p2, a, "killed");
+  dcp_async *h = save_then_mutate(ctx, &m, p1, 1);
+  OK(dcp_async_wait(h), ctx);
+  dcp_async_free(h);
+  double t0 = now_s();
+  h = save_then_mutate(ctx, &m, p2, 2);
+  if (rank == world - 1) {
+    pid_t pid = dcpi_async_writer_pid(ctx);
+    CHECK(pid > 0 && kill(pid, SIGKILL) == 0, "cannot kill the writer %d", (int)pid);
+  }
+  dcp_status s = dcp_async_wait(h);
+  double took = now_s() - t0, limit = (double)a->timeout_ms / 1e3 + 0.5 + 5.0;
+  CHECK(s != DCP_OK, "rank %d: the save with a dead writer succeeded", rank);
+  CHECK(took < limit, "rank %d: wait took %.1f s, more than the deadline allows (%.1f s)", rank,
+        took, limit);
+  dcp_async_free(h);
+  CHECK(!committed(p2), "the save with a dead writer committed");
+  /* the trainers share the deadline with their writers: let the rank whose
+   * writer died (its wait returns at once) reach the load no earlier than
+   * the others, whose waits end at the deadline */
+  double until = (double)a->timeout_ms / 1e3 + 1.0;
+  while (now_s() - t0 < until) nanosleep(&(struct timespec){0, 20000000}, NULL);
+  check_load(ctx, p1, rank, world, 0, 1);
+  if (rank == 0)
+    printf("kill-peer-writer: every rank's wait failed within %.1f s (deadline %ld ms): %s\n",
+           took, a->timeout_ms, dcp_ctx_last_error(ctx));
+  dcp_async_shutdown(ctx);
+  model_free(&m);
+  dcp_ctx_free(ctx);
+  return 0;
+}
+
 static int mode_kill_writer(const args *a) {
   setenv("DCP_WRITER_DELAY_MS", "1500", 1);
   int rank, world;
@@ -338,16 +389,18 @@ static int mode_notfound(const args *a) {
 }
 
 int main(int argc, char **argv) {
-  args a = {argc > 1 ? argv[1] : "", NULL, NULL, NULL, NULL};
+  args a = {argc > 1 ? argv[1] : "", NULL, NULL, NULL, NULL, 0};
   for (int i = 2; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--dir")) a.dir = argv[i + 1];
     else if (!strcmp(argv[i], "--rendezvous")) a.rdv = argv[i + 1];
     else if (!strcmp(argv[i], "--writer-coll")) a.writer_coll = argv[i + 1];
     else if (!strcmp(argv[i], "--trainer-coll")) a.trainer_coll = argv[i + 1];
+    else if (!strcmp(argv[i], "--timeout-ms")) a.timeout_ms = atol(argv[i + 1]);
   }
   CHECK(a.dir, "usage: async_test MODE --dir D [--rendezvous R]");
   mkdir(a.dir, 0755);
   if (!strcmp(a.mode, "basic")) return mode_basic(&a);
+  if (!strcmp(a.mode, "kill-peer-writer")) return mode_kill_peer_writer(&a);
   if (!strcmp(a.mode, "kill-trainer")) return mode_kill_trainer(&a);
   if (!strcmp(a.mode, "kill-writer")) return mode_kill_writer(&a);
   if (!strcmp(a.mode, "notfound")) return mode_notfound(&a);

@@ -283,7 +283,11 @@ static int scenario_stalls(int rank, int world, void *arg) {
   /* gatherv/scatterv: non-root ranks other than the silent one only talk to
    * the root and may succeed. */
   if (!((op == 2 || op == 3) && rank != 0)) {
-    CHECK_RC(rc, DCP_ETIMEDOUT);
+    /* Its own deadline, or a peer that reached its deadline first and
+     * closed the connection (ring algorithms: who notices first depends on
+     * timing, e.g. under ASan) — an error either way, never before the
+     * deadline. */
+    if (rc != DCP_EPEER) CHECK_RC(rc, DCP_ETIMEDOUT);
     CHECK_ELAPSED(t0, TIMEOUT_MS - 5);
     CHECK_RC(ctk_P->barrier(c, &err), DCP_EPEER);
   }
