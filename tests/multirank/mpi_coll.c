@@ -7,7 +7,6 @@
  *
  * A failed check aborts the whole job (MPI_Abort), so mpirun exits non-zero
  * at once instead of leaving the other ranks waiting. */
-#include <dlfcn.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,7 +14,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "coll_testkit.h"
 #include "dcp_plugin.h"
+
+/* The kit's CHECK macros return from a forked scenario; under mpirun a
+ * failed check must abort the whole job instead. */
+#undef CHECK
+#undef CHECK_RC
 
 #define MIB (1024u * 1024u)
 #define MAX_MSG MIB
@@ -50,36 +55,6 @@ static int g_rank = -1;
     }                                                                                  \
   } while (0)
 
-/* Deterministic bytes for (seed, len). */
-static void fill(unsigned char *p, size_t len, unsigned seed) {
-  for (size_t i = 0; i < len; i++) p[i] = (unsigned char)(seed * 131u + i * 7u + (i >> 9));
-}
-
-/* 1 when p holds fill(seed, len). */
-static int matches(const unsigned char *p, size_t len, unsigned seed) {
-  for (size_t i = 0; i < len; i++)
-    if (p[i] != (unsigned char)(seed * 131u + i * 7u + (i >> 9))) return 0;
-  return 1;
-}
-
-/* Milliseconds on the monotonic clock. */
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-/* Loads the plugin table from path. */
-static const dcp_coll_plugin *load(const char *path) {
-  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
-    return NULL;
-  }
-  dcp_plugin_entry_fn entry = (dcp_plugin_entry_fn)dlsym(h, DCP_PLUGIN_ENTRY_SYMBOL);
-  return entry ? entry(DCP_PLUGIN_COLL) : NULL;
-}
-
 /* Opens on *native (NULL: world) with options. */
 static int open_comm(MPI_Comm *native, int64_t timeout_ms, const char *opts, dcp_comm **c,
                      dcp_plugin_err *err) {
@@ -97,9 +72,9 @@ static void check_bcast(dcp_comm *c, int rank, int size, unsigned char *buf) {
     for (int s = 0; s < 4; s++) {
       unsigned seed = (unsigned)(root * 10 + s);
       memset(buf, 0, MULTI);
-      if (rank == root) fill(buf, SIZES[s], seed);
+      if (rank == root) ctk_fill(buf, SIZES[s], seed);
       CHECK_RC(P->bcast(c, buf, SIZES[s], root, &err), DCP_OK);
-      CHECK(matches(buf, SIZES[s], seed));
+      CHECK(ctk_matches(buf, SIZES[s], seed));
     }
   }
 }
@@ -111,9 +86,9 @@ static void check_allgather(dcp_comm *c, int rank, int size) {
     size_t len = SIZES[s];
     unsigned char *send = malloc(len + 1), *recv = malloc(len * (size_t)size + 1);
     CHECK(send && recv);
-    fill(send, len, (unsigned)(100 + rank));
+    ctk_fill(send, len, (unsigned)(100 + rank));
     CHECK_RC(P->allgather(c, send, len, recv, &err), DCP_OK);
-    for (int r = 0; r < size; r++) CHECK(matches(recv + (size_t)r * len, len, (unsigned)(100 + r)));
+    for (int r = 0; r < size; r++) CHECK(ctk_matches(recv + (size_t)r * len, len, (unsigned)(100 + r)));
     free(send);
     free(recv);
   }
@@ -127,16 +102,16 @@ static void check_gather_scatter(dcp_comm *c, int rank, int size) {
   unsigned char *all = calloc(total + 1, 1), *mine = malloc(lens[rank] + 1);
   CHECK(all && mine);
   int root = 1 % size;
-  fill(mine, lens[rank], (unsigned)(200 + rank));
+  ctk_fill(mine, lens[rank], (unsigned)(200 + rank));
   CHECK_RC(P->gatherv(c, mine, lens[rank], all, lens, root, &err), DCP_OK);
   for (size_t r = 0, off = 0; rank == root && r < (size_t)size; off += lens[r++])
-    CHECK(matches(all + off, lens[r], (unsigned)(200 + r)));
+    CHECK(ctk_matches(all + off, lens[r], (unsigned)(200 + r)));
   root = size - 1;
   for (size_t r = 0, off = 0; rank == root && r < (size_t)size; off += lens[r++])
-    fill(all + off, lens[r], (unsigned)(300 + r));
+    ctk_fill(all + off, lens[r], (unsigned)(300 + r));
   memset(mine, 0, lens[rank] + 1);
   CHECK_RC(P->scatterv(c, all, lens, mine, lens[rank], root, &err), DCP_OK);
-  CHECK(matches(mine, lens[rank], (unsigned)(300 + rank)));
+  CHECK(ctk_matches(mine, lens[rank], (unsigned)(300 + rank)));
   free(all);
   free(mine);
 }
@@ -166,9 +141,9 @@ static void group_round(dcp_comm *c, const int32_t *g, size_t n, int32_t root, s
   dcp_plugin_err err = {{0}};
   unsigned char *buf = calloc(len + 1, 1);
   CHECK(buf);
-  if (rank == root) fill(buf, len, seed);
+  if (rank == root) ctk_fill(buf, len, seed);
   CHECK_RC(P->group_bcast(c, g, n, buf, len, root, &err), DCP_OK);
-  CHECK(matches(buf, len, seed));
+  CHECK(ctk_matches(buf, len, seed));
   free(buf);
 }
 
@@ -288,9 +263,9 @@ static int run_timeout(void) {
     dcp_comm *late = c;
     CHECK_RC(P->barrier(late, &err), DCP_OK);
   } else {
-    double t0 = now_ms();
+    double t0 = ctk_now_ms();
     CHECK_RC(P->barrier(c, &err), DCP_ETIMEDOUT);
-    double el = now_ms() - t0;
+    double el = ctk_now_ms() - t0;
     if (el < TIMEOUT_MS || el >= TIMEOUT_MS + 2000) fprintf(stderr, "elapsed %.1f ms\n", el);
     CHECK(el >= TIMEOUT_MS && el < TIMEOUT_MS + 2000);
     CHECK(strstr(err.msg, "barrier") != NULL);
@@ -325,7 +300,7 @@ static int run_selfinit(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 3 || !(P = load(argv[1]))) {
+  if (argc != 3 || !(P = ctk_load_path(argv[1]))) {
     fprintf(stderr, "usage: %s PLUGIN.so main|timeout|selfinit\n", argv[0]);
     return 2;
   }

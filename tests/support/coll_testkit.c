@@ -32,6 +32,10 @@ const dcp_coll_plugin *ctk_load_plugin(const char *name, int optional) {
     fprintf(stderr, "%s not built: skipping\n", path);
     return NULL;
   }
+  return ctk_load_path(path);
+}
+
+const dcp_coll_plugin *ctk_load_path(const char *path) {
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
@@ -164,5 +168,24 @@ int ctk_check_allreduce(dcp_comm *c, int rank, int world, size_t many_n) {
   }
   CHECK_RC(ctk_P->allreduce_i64(c, NULL, 0, DCP_REDUCE_SUM, &err), DCP_OK);
   CHECK_RC(ctk_P->allreduce_i64(c, x, 1, 99, &err), DCP_EINVAL);
+  return 0;
+}
+
+int ctk_scenario_two_jobs(int idx, int world, void *arg) {
+  (void)world;
+  const char *const *jobs = arg;
+  int rank = idx % 2, job = idx / 2;
+  ctk_rank = idx;
+  dcp_plugin_err err = {{0}};
+  dcp_comm *c = NULL;
+  CHECK_RC(ctk_open_comm(rank, 2, 5000, jobs[job], &c, &err), DCP_OK);
+  unsigned char send[64], recv[128];
+  for (int i = 0; i < 5; i++) {
+    ctk_fill(send, sizeof send, (unsigned)(job * 100 + rank + i));
+    CHECK_RC(ctk_P->allgather(c, send, sizeof send, recv, &err), DCP_OK);
+    CHECK(ctk_matches(recv, 64, (unsigned)(job * 100 + i)) &&
+          ctk_matches(recv + 64, 64, (unsigned)(job * 100 + 1 + i)));
+  }
+  ctk_P->close(c);
   return 0;
 }

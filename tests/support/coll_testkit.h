@@ -1,5 +1,6 @@
 /* coll_testkit.h — shared machinery for the collective-plugin unit tests
- * (test_coll_file.c, test_coll_gloo.c): plugin loading, forked ranks that
+ * (test_coll_file.c, test_coll_gloo.c; tests/multirank/mpi_coll.c uses its
+ * loader and payload helpers with CHECK macros of its own): plugin loading, forked ranks that
  * report through their exit code, a rendezvous directory, deterministic
  * payloads and the per-op checks both plugins must pass identically.
  * Include after testutil.h. */
@@ -49,6 +50,9 @@ extern const size_t CTK_SIZES[3];
  * returns its collective table. When optional and the file does not exist,
  * says so on stderr and returns NULL (the caller skips its tests). */
 const dcp_coll_plugin *ctk_load_plugin(const char *name, int optional);
+/* The collective table of the plugin at path (NULL, with a message, when it
+ * does not load). */
+const dcp_coll_plugin *ctk_load_path(const char *path);
 
 /* Sleeps ms milliseconds. */
 void ctk_sleep_ms(long ms);
@@ -83,5 +87,10 @@ int ctk_check_allgather(dcp_comm *c, int rank, int world);
 /* allreduce MIN/MAX/SUM of rank-dependent values, then (when many_n > 0)
  * a SUM of many_n values, then n = 0 and a bad op. 0 on success. */
 int ctk_check_allreduce(dcp_comm *c, int rank, int world, size_t many_n);
+
+/* Scenario for ctk_run_ranks(4, ...): two jobs of two ranks share the
+ * rendezvous directory at once; arg is the two jobs' option strings
+ * (const char *[2]). Each job's allgathers see only its own ranks. */
+int ctk_scenario_two_jobs(int idx, int world, void *arg);
 
 #endif

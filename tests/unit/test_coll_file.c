@@ -423,29 +423,11 @@ static void test_stale_hellos_others_late(void **state) {
 }
 
 /* Two jobs of two ranks each share the directory at the same time. */
-static int scenario_two_jobs(int idx, int world, void *arg) {
-  (void)arg;
-  (void)world;
-  int rank = idx % 2, job = idx / 2;
-  ctk_rank = idx;
-  dcp_plugin_err err = {{0}};
-  dcp_comm *c = NULL;
-  CHECK_RC(ctk_open_comm(rank, 2, 5000, job ? "job=b" : "job=a", &c, &err), DCP_OK);
-  unsigned char send[64], recv[128];
-  for (int i = 0; i < 5; i++) {
-    ctk_fill(send, sizeof send, (unsigned)(job * 100 + rank + i));
-    CHECK_RC(ctk_P->allgather(c, send, sizeof send, recv, &err), DCP_OK);
-    CHECK(ctk_matches(recv, 64, (unsigned)(job * 100 + i)) &&
-          ctk_matches(recv + 64, 64, (unsigned)(job * 100 + 1 + i)));
-  }
-  ctk_P->close(c);
-  return 0;
-}
-
 static void test_two_jobs_one_dir(void **state) {
   (void)state;
   ctk_fresh_dir("dcp-coll-file");
-  assert_int_equal(ctk_run_ranks(4, scenario_two_jobs, NULL), 0);
+  const char *jobs[2] = {"job=a", "job=b"};
+  assert_int_equal(ctk_run_ranks(4, ctk_scenario_two_jobs, (void *)jobs), 0);
   assert_int_equal(ctk_count_entries(ctk_dir), 0);
   ctk_remove_dir(ctk_dir);
 }
