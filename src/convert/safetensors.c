@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/checked.h"
+#include "model/name.h"
 
 dcp_status dcpi_st_header_len(const uint8_t prefix[8], uint64_t file_size, uint64_t *header_len,
                               dcpi_err *err) {
@@ -83,18 +84,12 @@ static dcp_status parse_offsets(const char *name, const json_t *offs, uint64_t d
   return DCP_OK;
 }
 
-/* Names follow the fqn rules of dcp_state_add_tensor (so a load can ask
- * for them): 1..DCP_MAX_NAME bytes, no control characters. */
+/* Names follow the fqn rule of dcp_state_add_tensor (model/name.h), so a
+ * load can ask for them and a hostile file cannot smuggle a path or a
+ * control sequence into a checkpoint: DCP_ENAME naming the rule and byte.
+ * jansson hands keys over NUL-terminated and refuses "\u0000" in them. */
 static dcp_status check_name(const char *name, dcpi_err *err) {
-  size_t n = strlen(name);
-  if (n == 0 || n > DCP_MAX_NAME)
-    return dcpi_fail(err, DCP_ECORRUPT, "safetensors: a tensor name is empty or longer than %d bytes",
-                     DCP_MAX_NAME);
-  for (size_t i = 0; i < n; i++)
-    if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
-      return dcpi_fail(err, DCP_ECORRUPT,
-                       "safetensors: tensor '%.200s' has a control character in its name", name);
-  return DCP_OK;
+  return dcpi_name_check(name, strlen(name), "safetensors: tensor name", DCP_ENAME, err);
 }
 
 static dcp_status parse_tensor(const char *name, const json_t *v, uint64_t data_len,

@@ -9,6 +9,7 @@
 
 #include "core/checked.h"
 #include "metadata/md_internal.h"
+#include "model/name.h"
 
 /* Duplicate n bytes of s as a NUL-terminated string, or NULL on ENOMEM. */
 static char *dup_bytes(const char *s, size_t n) {
@@ -90,6 +91,15 @@ static dcp_status check_name(const char *name, const char *what, size_t *len, dc
   if (*len > DCP_MAX_NAME)
     return dcpi_fail(err, DCP_ENAME, "%s is longer than %d bytes", what, DCP_MAX_NAME);
   return DCP_OK;
+}
+
+/* Check an fqn or bytes key: check_name, then the full name rule
+ * (model/name.h), so a builder fed from a decoded file, an import or a
+ * merge holds only names a state could have declared. */
+static dcp_status check_item_name(const char *name, const char *what, size_t *len,
+                                  dcpi_err *err) {
+  dcp_status s = check_name(name, what, len, err);
+  return s != DCP_OK ? s : dcpi_name_check(name, *len, what, DCP_ENAME, err);
 }
 
 /* Map a strmap_put failure (negative status) to a reported error. */
@@ -256,7 +266,7 @@ dcp_status dcpi_md_add_tensor(dcpi_md *md, const char *fqn, dcp_dtype dtype, uin
                               uint32_t *tid, dcpi_err *err) {
   size_t len;
   if (!md) return dcpi_fail(err, DCP_EINVAL, "metadata builder is NULL");
-  dcp_status s = check_name(fqn, "tensor fqn", &len, err);
+  dcp_status s = check_item_name(fqn, "tensor fqn", &len, err);
   if (s == DCP_OK) s = check_tensor_geometry(fqn, dtype, ndim, shape, err);
   if (s == DCP_OK) s = check_tensor_mesh(md, fqn, ndim, mesh, tensor_map, err);
   if (s == DCP_OK) s = check_unused_name(md, fqn, len, "tensor fqn", err);
@@ -495,7 +505,7 @@ dcp_status dcpi_md_add_bytes(dcpi_md *md, const char *key, dcp_scope scope, int3
                              const dcp_storage_ref *ref, dcpi_err *err) {
   size_t len;
   if (!md) return dcpi_fail(err, DCP_EINVAL, "metadata builder is NULL");
-  dcp_status s = check_name(key, "bytes key", &len, err);
+  dcp_status s = check_item_name(key, "bytes key", &len, err);
   if (s != DCP_OK) return s;
   if (md->nbytes >= UINT32_MAX - 1) return dcpi_fail(err, DCP_EOVERFLOW, "too many bytes items");
   dcpi_md_bytes b = {.key_len = len, .scope = scope, .rank = rank};

@@ -48,7 +48,7 @@ dcp_status dcpi_md_add_mesh(dcpi_md *md, uint32_t ndim, const int64_t *shape,
  * encoded order). mesh is a mesh id or -1; with a mesh, tensor_map holds ndim
  * masks of mesh dimensions (see dcp_layout_create), else it is ignored.
  * Errors: DCP_EINVAL (NULL, bad dtype, ndim > DCP_MAX_NDIM, negative extent,
- * bad tensor_map), DCP_ENAME (fqn empty or longer than DCP_MAX_NAME),
+ * bad tensor_map), DCP_ENAME (fqn breaks the name rule, model/name.h),
  * DCP_ENOTFOUND (no such mesh), DCP_EOVERFLOW (byte size overflows int64),
  * DCP_EEXIST (fqn already used by a tensor or bytes item), DCP_ENOMEM. */
 dcp_status dcpi_md_add_tensor(dcpi_md *md, const char *fqn, dcp_dtype dtype, uint32_t ndim,

@@ -12,6 +12,7 @@
 #include "metadata/common.h"
 #include "metadata/format.h"
 #include "metadata/view.h"
+#include "model/name.h"
 
 /* Position and length of one section within the buffer. */
 typedef struct sec_range {
@@ -147,6 +148,19 @@ static dcp_status dec_name(dcpi_dec *d, const dcp_meta *m, const char *what,
   if (s != DCP_OK) return s;
   if ((*out)->len == 0 || (*out)->len > DCP_MAX_NAME)
     return dcpi_dec_fail(d, "%s has length %zu, not in 1..%d", what, (*out)->len, DCP_MAX_NAME);
+  return DCP_OK;
+}
+
+/* Resolve a string index that must be an fqn or bytes key: dec_name, then
+ * the name rule of dcp_state_add_* (model/name.h), so a hostile file cannot
+ * hand a reader a name no saver could have written. */
+static dcp_status dec_item_name(dcpi_dec *d, const dcp_meta *m, const char *what,
+                                const dcpi_mv_string **out) {
+  dcp_status s = dec_name(d, m, what, out);
+  if (s != DCP_OK) return s;
+  size_t at;
+  const char *why = dcpi_name_violation((*out)->s, (*out)->len, &at);
+  if (why) return dcpi_dec_fail(d, "%s %s at byte %zu", what, why, at);
   return DCP_OK;
 }
 
@@ -346,9 +360,9 @@ static dcp_status dec_tensor_list(dcpi_dec *d, const dcp_meta *m, dcpi_mv_tensor
 /* Decode one tensor index entry; fqns must be strictly increasing. */
 static dcp_status dec_tensor(dcpi_dec *d, const dcp_meta *m, size_t i, size_t *cursor) {
   dcpi_mv_tensor *t = &m->tensors[i];
-  const dcpi_mv_string *fqn;
+  const dcpi_mv_string *fqn = NULL;
   memset(t, 0, sizeof *t);
-  dcp_status s = dec_name(d, m, "fqn", &fqn);
+  dcp_status s = dec_item_name(d, m, "fqn", &fqn);
   if (s != DCP_OK) return s;
   snprintf(d->where, sizeof d->where, "tensors section, tensor %zu ('%.100s')", i, fqn->s);
   t->fqn = fqn->s;
@@ -416,9 +430,9 @@ static dcp_status check_bytes_order(dcpi_dec *d, const dcp_meta *m, size_t i) {
 /* Decode one bytes item: key, scope, rank, then its storage ref. */
 static dcp_status dec_bytes_item(dcpi_dec *d, dcp_meta *m, size_t i, dcpi_dec_prev *p) {
   dcpi_mv_bytes *b = &m->bytes[i];
-  const dcpi_mv_string *key;
+  const dcpi_mv_string *key = NULL;
   uint8_t flags = 0;
-  dcp_status s = dec_name(d, m, "bytes key", &key);
+  dcp_status s = dec_item_name(d, m, "bytes key", &key);
   if (s != DCP_OK) return s;
   snprintf(d->where, sizeof d->where, "bytes section, item %zu ('%.100s')", i, key->s);
   b->key = key->s;

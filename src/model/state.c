@@ -10,41 +10,11 @@
 #include "core/ctx.h"
 #include "model/box.h"
 #include "model/layout.h"
-
-/* Length of the UTF-8 sequence starting at s (validated, shortest form, no
- * surrogates), or 0 when it is invalid. */
-static size_t utf8_seq(const unsigned char *s) {
-  unsigned c = s[0];
-  if (c < 0x80) return 1;
-  size_t n;
-  unsigned min, cp;
-  if ((c & 0xE0) == 0xC0) n = 2, min = 0x80, cp = c & 0x1F;
-  else if ((c & 0xF0) == 0xE0) n = 3, min = 0x800, cp = c & 0x0F;
-  else if ((c & 0xF8) == 0xF0) n = 4, min = 0x10000, cp = c & 0x07;
-  else return 0;
-  for (size_t i = 1; i < n; i++) {
-    if ((s[i] & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (s[i] & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-  return n;
-}
+#include "model/name.h"
 
 dcp_status dcpi_check_name(const char *name, const char *what, dcpi_err *err) {
-  if (!name) return dcpi_fail(err, DCP_ENAME, "%s is NULL", what);
-  size_t len = strnlen(name, DCP_MAX_NAME + 1);
-  if (len == 0) return dcpi_fail(err, DCP_ENAME, "%s is empty", what);
-  if (len > DCP_MAX_NAME)
-    return dcpi_fail(err, DCP_ENAME, "%s is longer than %d bytes", what, DCP_MAX_NAME);
-  const unsigned char *s = (const unsigned char *)name;
-  for (size_t i = 0; i < len;) {
-    if (s[i] < 0x20 || s[i] == 0x7F)
-      return dcpi_fail(err, DCP_ENAME, "%s has a control character at byte %zu", what, i);
-    size_t n = utf8_seq(s + i);
-    if (!n) return dcpi_fail(err, DCP_ENAME, "%s is not valid UTF-8 at byte %zu", what, i);
-    i += n;
-  }
-  return DCP_OK;
+  size_t len = name ? strnlen(name, DCP_MAX_NAME + 1) : 0;
+  return dcpi_name_check(name, len, what, DCP_ENAME, err);
 }
 
 dcp_status dcpi_check_tensor_decl(const char *fqn, dcp_dtype dtype, uint32_t ndim,

@@ -44,8 +44,10 @@ struct dcp_state {
 
 #define DCPI_NAME_BYTES 0x80000000u
 
-/* Check an fqn or key: 1..DCP_MAX_NAME bytes of valid UTF-8 with no control
- * characters. `what` names it in the message. Returns DCP_OK or DCP_ENAME. */
+/* Check a NUL-terminated fqn or key against the name rule (model/name.h:
+ * 1..DCP_MAX_NAME bytes of valid UTF-8, no control characters, no '/',
+ * '\\' or ".."). `what` names it in the message. Returns DCP_OK or
+ * DCP_ENAME (also for NULL). */
 dcp_status dcpi_check_name(const char *name, const char *what, dcpi_err *err);
 
 /* Check a tensor declaration: the fqn (dcpi_check_name), a valid dtype and

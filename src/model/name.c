@@ -1,0 +1,83 @@
+/* name.c — the fqn / bytes-key rule (see name.h). */
+#include "model/name.h"
+
+#include <string.h>
+
+/* Length of the UTF-8 sequence at s (at most `left` bytes available):
+ * validated, shortest form, no surrogates; 0 when it is invalid. */
+static size_t utf8_seq(const unsigned char *s, size_t left) {
+  unsigned c = s[0];
+  if (c < 0x80) return 1;
+  size_t n;
+  unsigned min, cp;
+  if ((c & 0xE0) == 0xC0) n = 2, min = 0x80, cp = c & 0x1F;
+  else if ((c & 0xF0) == 0xE0) n = 3, min = 0x800, cp = c & 0x0F;
+  else if ((c & 0xF8) == 0xF0) n = 4, min = 0x10000, cp = c & 0x07;
+  else return 0;
+  if (n > left) return 0;
+  for (size_t i = 1; i < n; i++) {
+    if ((s[i] & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (s[i] & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return n;
+}
+
+/* The rule broken by the single byte at s[i], or NULL. ".." needs the
+ * byte after it, so it is checked here too (i + 1 < len). */
+static const char *byte_violation(const unsigned char *s, size_t i, size_t len) {
+  if (s[i] == 0) return "contains a NUL byte";
+  if (s[i] < 0x20 || s[i] == 0x7F) return "contains a control character";
+  if (s[i] == '/') return "contains '/'";
+  if (s[i] == '\\') return "contains '\\'";
+  if (s[i] == '.' && i + 1 < len && s[i + 1] == '.') return "contains \"..\"";
+  return NULL;
+}
+
+const char *dcpi_name_violation(const char *name, size_t len, size_t *at) {
+  *at = 0;
+  if (!name) return "is NULL";
+  if (len == 0) return "is empty";
+  if (len > DCP_MAX_NAME) {
+    *at = DCP_MAX_NAME;
+    return "is longer than DCP_MAX_NAME (4096) bytes";
+  }
+  const unsigned char *s = (const unsigned char *)name;
+  for (size_t i = 0; i < len;) {
+    const char *why = byte_violation(s, i, len);
+    size_t n = why ? 0 : utf8_seq(s + i, len - i);
+    if (!why && !n) why = "is not valid UTF-8";
+    if (why) {
+      *at = i;
+      return why;
+    }
+    i += n;
+  }
+  return NULL;
+}
+
+/* Copy up to the first `at` bytes of name into buf when they are printable
+ * ASCII (else "" ): enough to find the name without echoing hostile bytes. */
+static const char *printable_prefix(const char *name, size_t at, char *buf, size_t cap) {
+  size_t n = at < cap - 1 ? at : cap - 1, i = 0;
+  for (; i < n; i++) {
+    unsigned char c = (unsigned char)name[i];
+    if (c < 0x20 || c >= 0x7F) break;
+    buf[i] = (char)c;
+  }
+  buf[i] = '\0';
+  return buf;
+}
+
+dcp_status dcpi_name_check(const char *name, size_t len, const char *what, dcp_status code,
+                           dcpi_err *err) {
+  size_t at;
+  const char *why = dcpi_name_violation(name, len, &at);
+  if (!why) return DCP_OK;
+  if (!name || len == 0) return dcpi_fail(err, code, "%s %s", what, why);
+  char head[64];
+  printable_prefix(name, at, head, sizeof head);
+  return dcpi_fail(err, code, "%s '%s%s' %s at byte %zu (fqns and keys must be UTF-8 without "
+                   "NUL, control characters, '/', '\\' or \"..\")", what, head,
+                   at >= sizeof head - 1 ? "..." : "", why, at);
+}

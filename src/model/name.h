@@ -1,0 +1,33 @@
+/* name.h — the one rule for fqns and bytes-item keys, applied wherever a
+ * name enters the library: the state (dcp_state_add_*), the metadata
+ * builder and decoder, the per-rank metadata merge (through the decoder)
+ * and safetensors import.
+ *
+ * A name is 1..DCP_MAX_NAME bytes of valid UTF-8 (shortest form, no
+ * surrogates) with no NUL, no control character (U+0000..U+001F, U+007F),
+ * no '/' or '\\' and no "..". Names never become file paths, but they do
+ * become keys of exported safetensors files, lines of `dcp inspect` and
+ * paths in other tools (PyTorch's DCP keys, a user's own dump scripts), so
+ * path separators and parent references are refused up front rather than
+ * trusted to every consumer. */
+#ifndef DCP_MODEL_NAME_H
+#define DCP_MODEL_NAME_H
+
+#include <stddef.h>
+
+#include "core/err.h"
+
+/* Check the len bytes at name (which may hold an embedded NUL: lengths
+ * that arrive with the bytes are checked as given). On a violation, fails
+ * err with `code` and a message "<what> <rule> at byte <i>" (plus a
+ * printable prefix of the name when there is one) and returns code;
+ * DCP_OK otherwise. `what` names the name's role ("tensor fqn", ...). */
+dcp_status dcpi_name_check(const char *name, size_t len, const char *what, dcp_status code,
+                           dcpi_err *err);
+
+/* The rule only: NULL when the len bytes at name are a valid name, else a
+ * static description of the first rule broken ("contains '/'", ...) with
+ * its byte offset in *at. */
+const char *dcpi_name_violation(const char *name, size_t len, size_t *at);
+
+#endif
