@@ -36,34 +36,110 @@ static dcp_status dec_end(dcpi_dec *d) {
 
 /* ---- header and directory --------------------------------------------- */
 
-/* Check magic, version, total length and the trailer checksum. */
+/* The name of each section in messages, by id (as in the decoders'). */
+static const char *const sec_names[DCPI_SEC_COUNT + 1] = {
+    "", "strings section", "files section", "meshes section", "tensors section",
+    "chunks section", "bytes section", "key/value section"};
+
+/* Which part of a buffer of len bytes (len >= DCPI_SECTIONS_START +
+ * DCPI_TRAILER_SIZE) holds byte offset at: header, directory, the section
+ * the directory places there, or the trailer. Used to name where a
+ * truncation cuts the file. */
+static const char *part_at(const uint8_t *p, size_t len, uint64_t at) {
+  if (at < DCPI_HEADER_SIZE) return "header";
+  if (at < DCPI_SECTIONS_START) return "directory";
+  if (at >= len - DCPI_TRAILER_SIZE) return "trailer";
+  for (unsigned i = 0; i < DCPI_SEC_COUNT; i++) {
+    const uint8_t *d = p + DCPI_HEADER_SIZE + (size_t)i * DCPI_DIRENT_SIZE;
+    uint64_t off = dcpi_get_u64(d + 8), slen = dcpi_get_u64(d + 16);
+    if (at >= off && at - off < slen) return sec_names[i + 1];
+  }
+  return "sections";
+}
+
+/* Where the directory says the last section ends (the trailer's offset
+ * when the directory is intact). */
+static uint64_t sections_end(const uint8_t *p) {
+  const uint8_t *d = p + DCPI_HEADER_SIZE + (size_t)(DCPI_SEC_COUNT - 1) * DCPI_DIRENT_SIZE;
+  uint64_t off = dcpi_get_u64(d + 8), slen = dcpi_get_u64(d + 16);
+  return off + slen < off ? UINT64_MAX : off + slen;
+}
+
+/* After the whole-file checksum failed: name the part that is damaged.
+ * Every byte is pinned by some check: the header fields by their required
+ * values (magic, version and total length are checked before this), the
+ * directory by contiguity and ids, each section by its own xxh3 in the
+ * directory. So when the header and the directory hold and every section
+ * matches its checksum, the damage is in the trailer itself. */
+static const char *locate_damage(const uint8_t *p, size_t len, char *buf, size_t cap) {
+  if (dcpi_get_u32(p + 12) != 0 || dcpi_get_u32(p + 24) != DCPI_SEC_COUNT ||
+      dcpi_get_u32(p + 28) != 0)
+    return "header";
+  size_t pos = DCPI_SECTIONS_START, end = len - DCPI_TRAILER_SIZE;
+  for (unsigned i = 0; i < DCPI_SEC_COUNT; i++) {
+    const uint8_t *d = p + DCPI_HEADER_SIZE + (size_t)i * DCPI_DIRENT_SIZE;
+    uint64_t off = dcpi_get_u64(d + 8), slen = dcpi_get_u64(d + 16);
+    if (dcpi_get_u32(d) != i + 1 || dcpi_get_u32(d + 4) != 0 || off != pos || slen > end - pos)
+      return "directory";
+    if (dcpi_mv_hash(p + off, (size_t)slen) != dcpi_get_u64(d + 24)) {
+      /* the section's bytes and its checksum in the directory disagree:
+       * either may be the damaged one */
+      snprintf(buf, cap, "%s (or its checksum in the directory)", sec_names[i + 1]);
+      return buf;
+    }
+    pos += (size_t)slen;
+  }
+  return pos == end ? "trailer" : "directory";
+}
+
+/* Check magic, version, total length and the trailer checksum. Every
+ * message names the part of the file at fault (header, directory, a
+ * section or the trailer). */
 static dcp_status check_header(const uint8_t *p, size_t len, uint32_t *version, dcpi_err *err) {
   if (len < DCPI_MAGIC_LEN + 4)
     return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: %zu bytes is too short for a header",
                      len);
   if (memcmp(p, DCPI_MAGIC, DCPI_MAGIC_LEN) != 0)
-    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: bad magic (not a libdcp .metadata)");
+    return dcpi_fail(err, DCP_ECORRUPT,
+                     "corrupt metadata: bad magic in the header (not a libdcp .metadata)");
   *version = dcpi_get_u32(p + 8);
   if (*version == 0)
-    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: format version 0 is invalid");
+    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: format version 0 in the header is "
+                     "invalid");
   if (*version > DCPI_FORMAT_VERSION)
-    return dcpi_fail(err, DCP_EVERSION, "metadata format version %u is newer than the "
+    return dcpi_fail(err, DCP_EVERSION, "metadata format version %u (header) is newer than the "
                      "supported version %u", *version, DCPI_FORMAT_VERSION);
+  uint64_t total = len >= 24 ? dcpi_get_u64(p + 16) : 0;
   if (len < DCPI_SECTIONS_START + DCPI_TRAILER_SIZE)
-    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: truncated header or directory "
-                     "(%zu bytes)", len);
-  uint64_t total = dcpi_get_u64(p + 16);
+    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: truncated inside the %s (%zu bytes)",
+                     len < DCPI_HEADER_SIZE       ? "header"
+                     : len < DCPI_SECTIONS_START ? "directory"
+                     : total >= DCPI_SECTIONS_START + DCPI_TRAILER_SIZE
+                         ? part_at(p, (size_t)total, len)
+                         : "sections",
+                     len);
+  if (total != len && sections_end(p) == len - DCPI_TRAILER_SIZE)
+    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: the header says %llu bytes, the "
+                     "file and its directory %zu (a damaged header)", (unsigned long long)total,
+                     len);
+  if (total > len)
+    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: truncated inside the %s: the header "
+                     "says %llu bytes, the file has %zu", part_at(p, (size_t)total, len),
+                     (unsigned long long)total, len);
   if (total != len)
-    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: header says %llu bytes, buffer has "
-                     "%zu (truncated or padded)", (unsigned long long)total, len);
+    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: the header says %llu bytes, the file "
+                     "has %zu (padded after the trailer)",
+                     (unsigned long long)total, len);
   uint64_t want = dcpi_get_u64(p + len - DCPI_TRAILER_SIZE);
+  char where[80];
   if (DCPI_CHECKSUMS_ENFORCED && dcpi_mv_hash(p, len - DCPI_TRAILER_SIZE) != want)
-    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: whole-file checksum mismatch");
+    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: whole-file checksum mismatch, the "
+                     "damage is in the %s", locate_damage(p, len, where, sizeof where));
   if (dcpi_get_u32(p + 12) != 0 || dcpi_get_u32(p + 28) != 0)
     return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: reserved header field is not zero");
   if (dcpi_get_u32(p + 24) != DCPI_SEC_COUNT)
-    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: %u sections, version 1 has %u",
-                     dcpi_get_u32(p + 24), DCPI_SEC_COUNT);
+    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: %u sections in the header, version 1 "
+                     "has %u", dcpi_get_u32(p + 24), DCPI_SEC_COUNT);
   return DCP_OK;
 }
 
@@ -83,7 +159,7 @@ static dcp_status check_dirent(const uint8_t *p, size_t len, unsigned i, size_t 
                      "contiguous at %zu within the %zu section bytes", id,
                      (unsigned long long)off, (unsigned long long)slen, *pos, end);
   if (DCPI_CHECKSUMS_ENFORCED && dcpi_mv_hash(p + off, (size_t)slen) != dcpi_get_u64(d + 24))
-    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: section %u checksum mismatch", id);
+    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: %s checksum mismatch", sec_names[id]);
   *out = (sec_range){(size_t)off, (size_t)slen};
   *pos += (size_t)slen;
   return DCP_OK;

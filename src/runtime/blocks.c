@@ -286,9 +286,10 @@ static dcp_status decode_blocks(dcpi_block_reader *r, const char *file,
 }
 
 /* Read len bytes of f at off: from a prefetched span when one holds them,
- * else from storage. */
+ * else from storage. A storage error (a file cut short is DCP_ECORRUPT)
+ * gets the item being read, `what`, in front of its message. */
 static dcp_status fetch(dcpi_block_reader *r, dcp_storage_file *f, uint8_t *dst, size_t len,
-                        uint64_t off, dcpi_err *err) {
+                        uint64_t off, const char *what, dcpi_err *err) {
   for (size_t i = 0; i < r->nspans; i++) {
     const span *sp = &r->spans[i];
     if (sp->f == f && off >= sp->start && off + len <= sp->start + sp->len) {
@@ -296,7 +297,11 @@ static dcp_status fetch(dcpi_block_reader *r, dcp_storage_file *f, uint8_t *dst,
       return DCP_OK;
     }
   }
-  return dcpi_rt_file_read(r->rt, f, dst, len, off, err);
+  dcpi_err io;
+  dcpi_err_clear(&io);
+  dcp_status s = dcpi_rt_file_read(r->rt, f, dst, len, off, &io);
+  if (s) dcpi_fail(err, s, "reading %s: %s", what, io.msg);
+  return s;
 }
 
 /* Read and verify blocks [b0, b1) into r->raw; stored_at is the file offset
@@ -319,7 +324,7 @@ static dcp_status read_window(dcpi_block_reader *r, dcp_storage_file *f, const c
     if ((s = grow(&r->stored, &r->stored_cap, stored, err))) return s;
     target = r->stored;
   }
-  if ((s = fetch(r, f, target, stored, stored_at, err))) return s;
+  if ((s = fetch(r, f, target, stored, stored_at, what, err))) return s;
   return decode_blocks(r, file, ref, b0, b1, what, err);
 }
 
@@ -333,7 +338,7 @@ dcp_status dcpi_block_read_into(dcpi_block_reader *r, const char *file,
                      (unsigned long long)first, (unsigned long long)last);
   dcp_storage_file *f = NULL;
   dcp_status s = get_file(r, file, &f, err);
-  if (!s) s = fetch(r, f, dst, (size_t)(last - first), ref->offset + first, err);
+  if (!s) s = fetch(r, f, dst, (size_t)(last - first), ref->offset + first, what, err);
   for (uint64_t b = first / bs; !s && b * bs < last; b++) {
     const uint8_t *blk = dst + (b * bs - first);
     if (XXH3_64bits(blk, block_raw_len(ref, b)) != ref->block_checksums[b])
@@ -419,10 +424,13 @@ static dcp_status add_span(dcpi_block_reader *r, dcp_storage_file *f, uint64_t s
   if (!(sp->data = malloc((size_t)sp->len)))
     return dcpi_fail(err, DCP_ENOMEM, "out of memory for a %llu-byte read",
                      (unsigned long long)sp->len);
-  dcp_status s = dcpi_rt_file_read(r->rt, f, sp->data, (size_t)sp->len, start, err);
-  if (s) {
+  /* A merged read is only a shortcut: when it fails (a file cut short, an
+   * I/O error), the requests are read one by one instead, so the error
+   * that ends the load names the item whose bytes are missing. */
+  dcpi_err ignored;
+  if (dcpi_rt_file_read(r->rt, f, sp->data, (size_t)sp->len, start, &ignored)) {
     free(sp->data);
-    return s;
+    return DCP_OK;
   }
   r->nspans++;
   return DCP_OK;
