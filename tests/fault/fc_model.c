@@ -1,0 +1,207 @@
+/* fc_model.c — the fault campaign's seeded model: a few row-sharded and
+ * replicated tensors of mixed dtypes plus a replicated and a per-rank
+ * bytes item, whose every byte is a function of (seed, generation, item,
+ * position), so a load can be compared byte for byte. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fc.h"
+
+int fc_rank;
+long fc_cur_trial = -1;
+
+void fc_die(const char *file, int line, const char *fmt, ...) {
+  fprintf(stderr, "fault campaign: rank %d, trial %ld: %s:%d: ", fc_rank, fc_cur_trial, file, line);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\n");
+  fflush(stderr);
+  exit(1);
+}
+
+/* splitmix64 */
+uint64_t fc_next(fc_rng *r) {
+  uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t fc_range(fc_rng *r, uint64_t lo, uint64_t hi) {
+  return lo + fc_next(r) % (hi - lo + 1);
+}
+
+void fc_model_make(fc_model *m, uint64_t seed, int world) {
+  static const dcp_dtype dtypes[] = {DCP_F32, DCP_I64, DCP_U8, DCP_BF16};
+  fc_rng r = {seed};
+  memset(m, 0, sizeof *m);
+  m->seed = seed;
+  m->world = world;
+  m->ntensors = (int)fc_range(&r, 1, FC_MAX_TENSORS);
+  for (int i = 0; i < m->ntensors; i++) {
+    fc_tensor *t = &m->t[i];
+    snprintf(t->fqn, sizeof t->fqn, "layer%d.w", i);
+    t->dtype = dtypes[fc_range(&r, 0, 3)];
+    t->rows = (int64_t)fc_range(&r, 1, 48);
+    t->cols = (int64_t)fc_range(&r, 1, 400);
+    t->replicated = i > 0 && fc_range(&r, 0, 3) == 0;
+  }
+  m->cfg_len = (size_t)fc_range(&r, 0, 200);
+  m->rng_len = (size_t)fc_range(&r, 1, 64);
+  m->block_size = fc_range(&r, 0, 1) ? 4096 : 16384;
+  m->compress = fc_range(&r, 0, 3) == 0;
+  m->low_entropy = fc_range(&r, 0, 1);
+}
+
+/* This rank's rows of tensor t: [*row0, *row0 + *rows). */
+static void my_rows(const fc_model *m, const fc_tensor *t, int rank, int64_t *row0,
+                    int64_t *rows) {
+  if (t->replicated) {
+    *row0 = 0, *rows = t->rows;
+    return;
+  }
+  int64_t per = (t->rows + m->world - 1) / m->world;
+  int64_t a = per * rank < t->rows ? per * rank : t->rows;
+  int64_t b = a + per < t->rows ? a + per : t->rows;
+  *row0 = a, *rows = b - a;
+}
+
+static size_t row_bytes(const fc_tensor *t) {
+  return (size_t)t->cols * dcp_dtype_size(t->dtype);
+}
+
+/* The value of byte `pos` of item `item` in generation gen. */
+static uint8_t value(const fc_model *m, uint32_t gen, uint64_t item, uint64_t pos) {
+  fc_rng r = {m->seed ^ ((uint64_t)gen << 40) ^ (item << 56) ^ pos};
+  uint64_t v = fc_next(&r);
+  return (uint8_t)(m->low_entropy ? v & 3 : v);
+}
+
+typedef void (*byte_fn)(uint8_t *p, uint8_t want, bool *ok);
+
+static void set_byte(uint8_t *p, uint8_t want, bool *ok) {
+  (void)ok;
+  *p = want;
+}
+
+static void cmp_byte(uint8_t *p, uint8_t want, bool *ok) {
+  if (*p != want) *ok = false;
+}
+
+/* Apply fn to every byte of this rank's buffers with its expected value. */
+static bool walk(const fc_model *m, int rank, uint32_t gen, const fc_bufs *b, byte_fn fn) {
+  bool ok = true;
+  for (int i = 0; i < m->ntensors; i++) {
+    int64_t row0, rows;
+    my_rows(m, &m->t[i], rank, &row0, &rows);
+    size_t rb = row_bytes(&m->t[i]), n = (size_t)rows * rb, base = (size_t)row0 * rb;
+    for (size_t k = 0; k < n; k++) fn(&b->t[i][k], value(m, gen, (uint64_t)i, base + k), &ok);
+  }
+  for (size_t k = 0; k < m->cfg_len; k++) fn(&b->cfg[k], value(m, gen, 10, k), &ok);
+  for (size_t k = 0; k < m->rng_len; k++)
+    fn(&b->rng[k], value(m, gen, 20 + (uint64_t)rank, k), &ok);
+  return ok;
+}
+
+static void alloc_bufs(const fc_model *m, int rank, fc_bufs *b) {
+  memset(b, 0, sizeof *b);
+  for (int i = 0; i < m->ntensors; i++) {
+    int64_t row0, rows;
+    my_rows(m, &m->t[i], rank, &row0, &rows);
+    b->t[i] = malloc((size_t)rows * row_bytes(&m->t[i]) + 1);
+    FC_CHECK(b->t[i], "out of memory");
+  }
+  b->cfg = malloc(m->cfg_len + 1);
+  b->rng = malloc(m->rng_len + 1);
+  FC_CHECK(b->cfg && b->rng, "out of memory");
+}
+
+void fc_bufs_fill(const fc_model *m, int rank, uint32_t gen, fc_bufs *b) {
+  alloc_bufs(m, rank, b);
+  walk(m, rank, gen, b, set_byte);
+}
+
+void fc_bufs_poison(const fc_model *m, int rank, fc_bufs *b) {
+  alloc_bufs(m, rank, b);
+  for (int i = 0; i < m->ntensors; i++) {
+    int64_t row0, rows;
+    my_rows(m, &m->t[i], rank, &row0, &rows);
+    memset(b->t[i], 0xA5, (size_t)rows * row_bytes(&m->t[i]));
+  }
+  memset(b->cfg, 0xA5, m->cfg_len);
+  memset(b->rng, 0xA5, m->rng_len);
+}
+
+void fc_bufs_free(fc_bufs *b) {
+  for (int i = 0; i < FC_MAX_TENSORS; i++) free(b->t[i]);
+  free(b->cfg);
+  free(b->rng);
+  memset(b, 0, sizeof *b);
+}
+
+bool fc_bufs_equal(const fc_model *m, int rank, uint32_t gen, const fc_bufs *b) {
+  return walk(m, rank, gen, b, cmp_byte);
+}
+
+/* The state of this rank over b (pointers into b). */
+static dcp_state *make_state(dcp_ctx *ctx, const fc_model *m, const fc_bufs *b) {
+  int rank = dcp_ctx_rank(ctx);
+  dcp_state *st;
+  FC_CHECK(dcp_state_create(ctx, &st) == DCP_OK, "state: %s", dcp_ctx_last_error(ctx));
+  for (int i = 0; i < m->ntensors; i++) {
+    const fc_tensor *t = &m->t[i];
+    int64_t shape[2] = {t->rows, t->cols}, row0, rows;
+    my_rows(m, t, rank, &row0, &rows);
+    int64_t off[2] = {row0, 0}, size[2] = {rows, t->cols};
+    FC_CHECK(dcp_state_add_tensor(st, t->fqn, t->dtype, 2, shape) == DCP_OK &&
+                 dcp_state_add_chunk(st, t->fqn, off, size, rows ? b->t[i] : NULL) == DCP_OK,
+             "state of %s: %s", t->fqn, dcp_ctx_last_error(ctx));
+  }
+  FC_CHECK(dcp_state_add_bytes(st, "cfg", DCP_SCOPE_REPLICATED, m->cfg_len ? b->cfg : NULL,
+                               m->cfg_len) == DCP_OK &&
+               dcp_state_add_bytes(st, "rng", DCP_SCOPE_PER_RANK, b->rng, m->rng_len) == DCP_OK,
+           "state bytes: %s", dcp_ctx_last_error(ctx));
+  return st;
+}
+
+dcp_status fc_save(dcp_ctx *ctx, const fc_model *m, uint32_t gen, const char *path,
+                   uint32_t flags, bool async) {
+  fc_bufs b;
+  fc_bufs_fill(m, dcp_ctx_rank(ctx), gen, &b);
+  dcp_state *st = make_state(ctx, m, &b);
+  dcp_save_options o;
+  dcp_save_options_init(&o);
+  o.flags = flags | (m->compress ? DCP_SAVE_COMPRESS : 0);
+  o.block_size = m->block_size;
+  dcp_status s;
+  if (async) {
+    dcp_async *h = NULL;
+    s = dcp_async_save(ctx, st, path, &o, &h);
+    dcp_state_free(st);
+    fc_bufs_free(&b); /* staged: the save must not need them any more */
+    if (!s) s = dcp_async_wait(h);
+    dcp_async_free(h);
+    return s;
+  }
+  s = dcp_save(ctx, st, path, &o);
+  dcp_state_free(st);
+  fc_bufs_free(&b);
+  return s;
+}
+
+dcp_status fc_load(dcp_ctx *ctx, const fc_model *m, uint32_t gen, const char *path,
+                   bool *exact) {
+  int rank = dcp_ctx_rank(ctx);
+  fc_bufs b;
+  fc_bufs_poison(m, rank, &b);
+  dcp_state *st = make_state(ctx, m, &b);
+  dcp_status s = dcp_load(ctx, st, path, NULL);
+  dcp_state_free(st);
+  *exact = fc_bufs_equal(m, rank, gen, &b);
+  fc_bufs_free(&b);
+  return s;
+}
