@@ -781,6 +781,23 @@ DCP_API dcp_status dcp_async_test(dcp_async *h, int *done);
  * May be called more than once. */
 DCP_API dcp_status dcp_async_wait(dcp_async *h);
 
+/* As dcp_async_wait, with a deadline: returns DCP_ETIMEDOUT (message on
+ * the context) when h's save has not finished within timeout_ms, and the
+ * save goes on: wait again, or give up with dcp_async_abort. timeout_ms < 0
+ * waits without limit (exactly dcp_async_wait); 0 polls.
+ * Errors: DCP_EINVAL (NULL), DCP_ETIMEDOUT, or the save's own outcome. */
+DCP_API dcp_status dcp_async_wait_for(dcp_async *h, int64_t timeout_ms);
+
+/* Give up on h's save if it is still persisting: the writer process is
+ * killed (SIGKILL) and reaped, and h finishes with DCP_EPEER. The
+ * checkpoint being written is left uncommitted (never half-committed: a
+ * later dcp_load refuses it, and the next successful save to that path
+ * removes what it left); the other ranks' writers fail their collectives
+ * within the context's timeout. The next async save starts a new writer.
+ * Returns h's outcome (DCP_OK when the save had already finished well).
+ * Errors: DCP_EINVAL (NULL), DCP_EPEER. */
+DCP_API dcp_status dcp_async_abort(dcp_async *h);
+
 /* Free a handle; waits for its save first when it is still running.
  * NULL is a no-op. */
 DCP_API void dcp_async_free(dcp_async *h);

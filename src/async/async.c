@@ -1,8 +1,11 @@
 /* async.c — dcp_async_*: the per-context writer state (a side table keyed
  * by the context pointer), staging into the pool and job submission. */
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "async/async_int.h"
 #include "model/state.h"
@@ -31,7 +34,11 @@ static dcpi_async_writer *writer_new(dcp_ctx *ctx) {
   w->ctx = ctx;
   w->sock = -1;
   pthread_mutex_init(&w->mu, NULL);
-  pthread_cond_init(&w->cv, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&w->cv, &ca);
+  pthread_condattr_destroy(&ca);
   dcpi_pool_init(&w->pool);
   return w;
 }
@@ -146,18 +153,71 @@ dcp_status dcp_async_test(dcp_async *h, int *done) {
   return DCP_OK;
 }
 
-dcp_status dcp_async_wait(dcp_async *h) {
-  if (!h) return DCP_EINVAL;
+/* The handle's outcome as the context's result and statistics. Caller
+ * holds w->mu; h is done. */
+static dcp_status report_locked(dcp_async *h, dcpi_err *err) {
   dcpi_async_writer *w = h->w;
-  pthread_mutex_lock(&w->mu);
-  while (!h->done) pthread_cond_wait(&w->cv, &w->mu);
-  dcpi_err err = {h->status, ""};
-  snprintf(err.msg, sizeof err.msg, "%s", h->msg);
+  err->code = h->status;
+  snprintf(err->msg, sizeof err->msg, "%s", h->msg);
   /* the persisting side's figures become the context's statistics */
   w->ctx->stats = h->stats;
   w->ctx->stats.struct_size = sizeof w->ctx->stats;
+  return h->status;
+}
+
+/* Wait until h is done or the monotonic deadline passes (deadline_ns < 0:
+ * no deadline). Caller holds w->mu. Returns whether h is done. */
+static int wait_done_locked(dcp_async *h, int64_t deadline_ns) {
+  struct timespec ts = {(time_t)(deadline_ns / 1000000000), (long)(deadline_ns % 1000000000)};
+  while (!h->done) {
+    if (deadline_ns < 0)
+      pthread_cond_wait(&h->w->cv, &h->w->mu);
+    else if (pthread_cond_timedwait(&h->w->cv, &h->w->mu, &ts) == ETIMEDOUT)
+      break;
+  }
+  return h->done;
+}
+
+static int64_t monotonic_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+dcp_status dcp_async_wait_for(dcp_async *h, int64_t timeout_ms) {
+  if (!h) return DCP_EINVAL;
+  dcpi_async_writer *w = h->w;
+  int64_t deadline = -1;
+  if (timeout_ms >= 0)
+    deadline = monotonic_ns() + (timeout_ms > INT64_MAX / 2000000 ? INT64_MAX / 2
+                                                                  : timeout_ms * 1000000);
+  dcpi_err err;
+  dcpi_err_clear(&err);
+  pthread_mutex_lock(&w->mu);
+  if (wait_done_locked(h, deadline))
+    report_locked(h, &err);
+  else
+    dcpi_fail(&err, DCP_ETIMEDOUT,
+              "async save still persisting after %lld ms (the writer, pid %d, goes on; "
+              "wait again or dcp_async_abort)", (long long)timeout_ms, (int)w->pid);
   pthread_mutex_unlock(&w->mu);
   return dcpi_ctx_report(w->ctx, &err);
+}
+
+dcp_status dcp_async_wait(dcp_async *h) { return dcp_async_wait_for(h, -1); }
+
+dcp_status dcp_async_abort(dcp_async *h) {
+  if (!h) return DCP_EINVAL;
+  dcpi_async_writer *w = h->w;
+  pthread_mutex_lock(&w->mu);
+  if (!h->done && w->pending == h && w->alive && w->pid > 0) {
+    /* The join thread sees the stream end and finishes h with DCP_EPEER;
+     * the next save reaps this writer and starts another. */
+    w->aborted = 1;
+    kill(w->pid, SIGKILL);
+  }
+  pthread_mutex_unlock(&w->mu);
+  return dcp_async_wait(h);
 }
 
 void dcp_async_free(dcp_async *h) {

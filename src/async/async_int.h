@@ -13,12 +13,13 @@
 typedef struct dcpi_async_writer {
   dcp_ctx *ctx;
   pthread_mutex_t mu;
-  pthread_cond_t cv;
+  pthread_cond_t cv; /* on CLOCK_MONOTONIC (dcp_async_wait_for) */
   pid_t pid;        /* writer process, 0 when none */
   int sock;         /* our end of the socketpair, -1 when none */
   pthread_t join;   /* the only reader of sock */
   int join_started;
   int alive;        /* 0 once the join thread saw the stream end */
+  int aborted;      /* dcp_async_abort killed the writer */
   int staging;      /* a dcp_async_save is copying into the pool */
   dcpi_pool pool;
   dcp_async_copy_fn copy;

@@ -51,7 +51,7 @@ static void copy_items(dcpi_async_writer *w, const dcp_state *st, const dcpi_wp_
       dcpi_parallel_memcpy(base + j->bytes[i].offset, st->bytes[i].data, st->bytes[i].len);
 }
 
-/* The tensors of st, borrowed (fqn pointers stay st's). */
+/* The tensors of st, borrowed (fqn and layout pointers stay st's). */
 static void describe_tensors(const dcp_state *st, dcpi_wp_job *j) {
   for (size_t i = 0; i < st->ntensors; i++) {
     const dcpi_tensor_item *t = &st->tensors[i];
@@ -59,6 +59,7 @@ static void describe_tensors(const dcp_state *st, dcpi_wp_job *j) {
     j->tensors[i].dtype = (uint32_t)t->dtype;
     j->tensors[i].ndim = t->ndim;
     memcpy(j->tensors[i].shape, t->shape, sizeof t->shape);
+    j->tensors[i].layout = t->layout;
   }
 }
 
@@ -146,7 +147,10 @@ static dcp_status submit(dcpi_async_writer *w, dcpi_wp_job *j, dcp_async *h, dcp
   pthread_mutex_lock(&w->mu);
   w->pending = h;
   pthread_mutex_unlock(&w->mu);
-  s = dcpi_wp_send(w->sock, DCPI_WP_SAVE, payload, len, w->pool.fd, err);
+  /* plans of sync saves the writer has not seen go first, so this save can
+   * reuse one (a small message; nothing is planned on this thread) */
+  s = dcpi_wp_send_plans(w->sock, &w->ctx->plans, err);
+  if (!s) s = dcpi_wp_send(w->sock, DCPI_WP_SAVE, payload, len, w->pool.fd, err);
   free(payload);
   pthread_mutex_lock(&w->mu);
   if (s && w->pending == h) w->pending = NULL;

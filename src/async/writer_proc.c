@@ -131,12 +131,23 @@ static void finish_pending(dcpi_async_writer *w, uint64_t seq, dcp_status st, co
   pthread_cond_broadcast(&w->cv);
 }
 
-/* One DONE frame: post its result. Returns nonzero to stop reading. */
+/* A PLAN frame: the writer's plan cache entry joins the context's cache
+ * (this is the join thread merging it), for the trainer's own saves. */
+static int take_plan(dcpi_async_writer *w, const uint8_t *p, size_t len, dcpi_err *err) {
+  dcpi_plan_entry *e;
+  if (dcpi_wp_plan_decode(p, len, &e, err)) return 1;
+  dcpi_plan_cache_put(&w->ctx->plans, e);
+  return 0;
+}
+
+/* One DONE or PLAN frame: post its result / keep its plan. Returns nonzero
+ * to stop reading. */
 static int handle_frame(dcpi_async_writer *w, uint16_t type, const uint8_t *p, size_t len,
                         dcpi_err *err) {
   uint64_t seq;
   dcp_status st;
   char msg[DCPI_ERR_MSG_MAX];
+  if (type == DCPI_WP_PLAN) return take_plan(w, p, len, err);
   if (type != DCPI_WP_DONE) return dcpi_fail(err, DCP_ECORRUPT, "unexpected message %u", type);
   dcp_stats stats;
   if (dcpi_wp_done_decode(p, len, &seq, &st, msg, sizeof msg, &stats, err)) return 1;
@@ -160,9 +171,13 @@ static void *join_main(void *arg) {
     if (stop) break;
   }
   char msg[DCPI_ERR_MSG_MAX];
-  snprintf(msg, sizeof msg, "the async writer (pid %d) ended before finishing the save: %.300s",
-           (int)w->pid, err.msg);
   pthread_mutex_lock(&w->mu);
+  if (w->aborted)
+    snprintf(msg, sizeof msg, "the async save was aborted (dcp_async_abort killed the writer, "
+             "pid %d): nothing was committed", (int)w->pid);
+  else
+    snprintf(msg, sizeof msg, "the async writer (pid %d) ended before finishing the save: %.300s",
+             (int)w->pid, err.msg);
   w->alive = 0;
   finish_pending(w, 0, DCP_EPEER, msg, NULL);
   pthread_mutex_unlock(&w->mu);
@@ -205,6 +220,7 @@ dcp_status dcpi_writer_start(dcpi_async_writer *w, dcpi_err *err) {
     return s;
   }
   w->spawns++;
+  dcpi_plan_cache_unshare_all(&w->ctx->plans); /* a new writer knows no plan */
   return DCP_OK;
 }
 
@@ -219,5 +235,6 @@ void dcpi_writer_stop(dcpi_async_writer *w) {
   pthread_mutex_lock(&w->mu);
   w->pid = 0;
   w->alive = 0;
+  w->aborted = 0;
   pthread_mutex_unlock(&w->mu);
 }

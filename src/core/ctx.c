@@ -106,6 +106,7 @@ dcp_status dcp_ctx_create(const dcp_ctx_config *cfg, dcp_ctx **out) {
   effective_config(cfg, &eff);
   dcp_ctx *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return DCP_ENOMEM;
+  dcpi_plan_cache_init(&ctx->plans);
   dcpi_err err;
   dcpi_err_clear(&err);
   dcp_status rc = setup(ctx, &eff, &err);

@@ -7,43 +7,109 @@
  * generation that identifies the global plan they belong to (a hash of all
  * ranks' encoded plans, made by rank 0), so ranks never mix entries of
  * different saves. A key covers geometry, never data, so a cache entry
- * cannot go stale: changed shapes or sharding change the key. */
+ * cannot go stale: changed shapes or sharding change the key.
+ *
+ * An entry is serialisable (dcpi_plan_entry_encode): on rank 0 it keeps
+ * every rank's encoded local plan, from which the global plan is rebuilt
+ * where it arrives without one. That is how the trainer and its writer
+ * process share one cache: each side sends the other the entries it has not
+ * shared yet (docs/async.md). The cache is locked, because a trainer's join
+ * thread adds entries while a save may be using others; entries are
+ * reference counted, so one in use survives its eviction. */
 #ifndef DCP_RUNTIME_PLAN_CACHE_H
 #define DCP_RUNTIME_PLAN_CACHE_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/wire.h"
 #include "planner/save_plan.h"
 
 #define DCPI_PLAN_CACHE_SLOTS 4
 
 typedef struct dcpi_plan_entry {
   dcpi_plan_key key;   /* this rank's local plan key */
-  int64_t generation;  /* >= 1 when the slot is used */
+  int64_t generation;  /* >= 1 */
   uint8_t *assignment; /* what this rank writes (owned) */
   size_t assignment_len;
-  dcpi_global_plan *gp; /* rank 0 only (owned), else NULL */
-  uint64_t stamp;       /* for replacing the least recently used */
+  /* Rank 0 only (world > 0): every rank's encoded local plan, back to
+   * back, plan_lens[r] bytes each, as gathered; and the global plan built
+   * from them, NULL until built (read and set under the cache's lock). */
+  int32_t world;
+  uint8_t *plans;
+  size_t *plan_lens;
+  dcpi_global_plan *gp;
+  /* Cache bookkeeping (under the lock). */
+  uint32_t refs;  /* the cache's slot + every borrower */
+  bool shared;    /* the other side (trainer or writer) has it */
+  uint64_t stamp; /* for replacing the least recently used */
 } dcpi_plan_entry;
 
 typedef struct dcpi_plan_cache {
-  dcpi_plan_entry slots[DCPI_PLAN_CACHE_SLOTS];
+  pthread_mutex_t mu;
+  dcpi_plan_entry *slots[DCPI_PLAN_CACHE_SLOTS];
   uint64_t clock;
 } dcpi_plan_cache;
 
-/* The entry for key, or NULL. Marks it used. */
-dcpi_plan_entry *dcpi_plan_cache_find(dcpi_plan_cache *c, dcpi_plan_key key);
-
-/* Store (key, generation, a copy of the assignment, gp) replacing the least
- * recently used slot and take ownership of gp (may be NULL): returns true.
- * On allocation failure nothing is cached and the caller keeps gp: returns
- * false (the cache is an optimisation, never an error). */
-bool dcpi_plan_cache_put(dcpi_plan_cache *c, dcpi_plan_key key, int64_t generation,
-                         const uint8_t *assignment, size_t len, dcpi_global_plan *gp);
-
-/* Free every entry (c may be NULL; the struct itself is not freed). */
+/* Initialise an empty cache / free every entry and the lock (c may be NULL
+ * for clear; entries still borrowed must have been released). */
+void dcpi_plan_cache_init(dcpi_plan_cache *c);
 void dcpi_plan_cache_clear(dcpi_plan_cache *c);
+
+/* A new entry (refs 1, not shared) that takes ownership of assignment,
+ * plans and plan_lens (plans/plan_lens NULL and world 0 off rank 0) and,
+ * when not NULL, of gp. On allocation failure returns NULL and frees what it
+ * was given. */
+dcpi_plan_entry *dcpi_plan_entry_new(dcpi_plan_key key, int64_t generation,
+                                     uint8_t *assignment, size_t assignment_len,
+                                     int32_t world, uint8_t *plans, size_t *plan_lens,
+                                     dcpi_global_plan *gp);
+
+/* Free an entry that no cache holds (the result of dcpi_plan_entry_new or
+ * _decode before it is put). NULL is a no-op. */
+void dcpi_plan_entry_drop(dcpi_plan_entry *e);
+
+/* The entry for key with a reference for the caller, or NULL. Marks it
+ * used. Release with dcpi_plan_cache_release. */
+dcpi_plan_entry *dcpi_plan_cache_get(dcpi_plan_cache *c, dcpi_plan_key key);
+
+/* Drop a reference taken by dcpi_plan_cache_get (e may be NULL). */
+void dcpi_plan_cache_release(dcpi_plan_cache *c, dcpi_plan_entry *e);
+
+/* Store e (the caller's reference passes to the cache), replacing an entry
+ * of the same key or else the least recently used one. An entry of the same
+ * key and generation already there is kept instead and e is dropped (the
+ * two are equal; the kept one is marked shared when e is). */
+void dcpi_plan_cache_put(dcpi_plan_cache *c, dcpi_plan_entry *e);
+
+/* Rank 0's global plan of e: the one built, or built now from e's plans
+ * and kept in e. NULL (with the reason in err) when e has no plans or they
+ * do not decode. The result lives as long as e. */
+dcpi_global_plan *dcpi_plan_entry_global(dcpi_plan_cache *c, dcpi_plan_entry *e,
+                                         dcpi_err *err);
+
+/* Up to cap entries not yet shared, each with a reference for the caller,
+ * marked shared; returns how many. */
+size_t dcpi_plan_cache_take_unshared(dcpi_plan_cache *c, dcpi_plan_entry **out, size_t cap);
+
+/* Mark every entry not shared (the other side was replaced). */
+void dcpi_plan_cache_unshare_all(dcpi_plan_cache *c);
+
+/* Append e's serialised form to w (errors show in w->status). */
+void dcpi_plan_entry_encode(const dcpi_plan_entry *e, dcpi_wbuf *w);
+
+/* Decode one serialised entry (all of p[0..len)) into a new entry, marked
+ * shared. Errors: DCP_ECORRUPT (malformed, out of bounds, trailing bytes),
+ * DCP_ENOMEM. */
+dcp_status dcpi_plan_entry_decode(const uint8_t *p, size_t len, dcpi_plan_entry **out,
+                                  dcpi_err *err);
+
+/* Rank 0: decode every rank's encoded plan (back to back, lens[r] bytes
+ * each) and build the global plan. Errors: as the plan decoder and
+ * builder, the message naming the rank whose plan is bad. */
+dcp_status dcpi_global_plan_from_encoded(const uint8_t *all, const size_t *lens, int32_t world,
+                                         dcpi_global_plan **out, dcpi_err *err);
 
 #endif

@@ -62,8 +62,11 @@ typedef struct save_job {
   dcpi_local_plan *lp;
   uint8_t *plan_enc; /* this rank's encoded local plan */
   size_t plan_len;
-  dcpi_global_plan *gp; /* rank 0 only */
-  bool gp_cached;       /* gp belongs to the context's plan cache */
+  dcpi_global_plan *gp; /* rank 0 only: owned, or the cache entry's */
+  bool gp_owned;
+  dcpi_plan_entry *entry; /* the cache entry used or made (a reference) */
+  uint8_t *all_plans;     /* rank 0, after the gather: every rank's plan */
+  size_t *plan_lens;
   dcpi_plan_key key;    /* of this rank's local plan */
   int64_t generation;   /* of the global plan (rank 0 makes it) */
   uint8_t *assignment;  /* what this rank writes (from rank 0) */
@@ -76,7 +79,10 @@ static void job_free(save_job *j) {
   if (j->writer) dcpi_block_writer_close(j->writer, false, NULL);
   dcpi_local_plan_free(j->lp);
   free(j->plan_enc);
-  if (!j->gp_cached) dcpi_global_plan_free(j->gp);
+  if (j->gp_owned) dcpi_global_plan_free(j->gp);
+  dcpi_plan_cache_release(&j->rt->ctx->plans, j->entry);
+  free(j->all_plans);
+  free(j->plan_lens);
   free(j->assignment);
   dcpi_wbuf_free(&j->results);
 }
@@ -133,63 +139,62 @@ static dcp_status prepare(save_job *j) {
 
 /* One tiny agreement: did every rank find its plan key in its cache, all
  * under the same generation? Then that generation's global plan holds
- * unchanged and the gather/scatter of plans is skipped. */
-static dcp_status try_cache(save_job *j, bool *hit) {
+ * unchanged and the gather/scatter of plans is skipped. Rank 0 needs the
+ * entry's plans (it rebuilds the global plan from them when the entry came
+ * from the writer process); a failure to do so is rank 0's own, into
+ * *local, for the agreement that closes the plan phase. */
+static dcp_status try_cache(save_job *j, bool *hit, dcp_status *local) {
   dcpi_rt *rt = j->rt;
-  dcpi_plan_entry *e = dcpi_plan_cache_find(&rt->ctx->plans, j->key);
-  if (e && rt->ctx->rank == 0 && !e->gp) e = NULL; /* not from a save coordinated here */
+  dcpi_plan_cache *cache = &rt->ctx->plans;
+  dcpi_plan_entry *e = dcpi_plan_cache_get(cache, j->key);
+  if (e && rt->ctx->rank == 0 && e->world != rt->ctx->world_size) {
+    dcpi_plan_cache_release(cache, e); /* not from a save coordinated here */
+    e = NULL;
+  }
   /* MIN over {-miss, gen, -gen}: any miss shows as -1, and min(gen) ==
    * -min(-gen) == max(gen) says every rank holds the same generation. */
   int64_t v[3] = {e ? 0 : -1, e ? e->generation : 0, e ? -e->generation : 0};
   dcp_status s = dcpi_rt_allreduce(rt, v, 3, DCP_REDUCE_MIN);
   *hit = !s && v[0] == 0 && v[1] == -v[2] && v[1] > 0;
-  if (!*hit) return s;
-  if (!(j->assignment = malloc(e->assignment_len ? e->assignment_len : 1)))
-    return dcpi_fail(&rt->err, DCP_ENOMEM, "out of memory");
+  if (!*hit) {
+    dcpi_plan_cache_release(cache, e);
+    return s;
+  }
+  j->entry = e;
+  if (!(j->assignment = malloc(e->assignment_len ? e->assignment_len : 1))) {
+    *local = dcpi_fail(&rt->err, DCP_ENOMEM, "out of memory");
+    return DCP_OK;
+  }
   memcpy(j->assignment, e->assignment, e->assignment_len);
   j->assignment_len = e->assignment_len;
-  j->gp = e->gp;
-  j->gp_cached = true;
+  if (rt->ctx->rank == 0 && !(j->gp = dcpi_plan_entry_global(cache, e, &rt->err)))
+    *local = rt->err.code ? rt->err.code : DCP_ENOMEM;
   return DCP_OK;
 }
 
 /* After a planned save: every rank learns the generation and caches its
- * part (rank 0 also the global plan, which stays valid for the commit). */
+ * part; rank 0 also every rank's plan and the global plan, which the job
+ * keeps using for the commit (through its reference to the entry). */
 static dcp_status remember_plan(save_job *j) {
   dcpi_rt *rt = j->rt;
   dcp_status s = dcpi_rt_bcast(rt, &j->generation, sizeof j->generation, 0);
   if (s) return s;
-  if (dcpi_plan_cache_put(&rt->ctx->plans, j->key, j->generation, j->assignment,
-                          j->assignment_len, j->gp))
-    j->gp_cached = j->gp != NULL;
+  uint8_t *copy = malloc(j->assignment_len ? j->assignment_len : 1);
+  if (!copy) return DCP_OK; /* the cache is an optimisation, never an error */
+  memcpy(copy, j->assignment, j->assignment_len);
+  int32_t world = j->all_plans ? rt->ctx->world_size : 0;
+  dcpi_plan_entry *e = dcpi_plan_entry_new(j->key, j->generation, copy, j->assignment_len,
+                                           world, j->all_plans, j->plan_lens, NULL);
+  j->all_plans = NULL, j->plan_lens = NULL; /* the entry's now (or freed) */
+  if (!e) return DCP_OK;
+  if (j->gp_owned) e->gp = j->gp, j->gp_owned = false; /* e is not shared yet */
+  e->refs++; /* the job's reference; the other one goes to the cache */
+  j->entry = e;
+  dcpi_plan_cache_put(&rt->ctx->plans, e);
   return DCP_OK;
 }
 
 /* ---- plan --------------------------------------------------------------- */
-
-/* Rank 0: decode every rank's plan and build the global plan. */
-static dcp_status build_global(save_job *j, const uint8_t *all, const size_t *lens,
-                               dcpi_err *err) {
-  int32_t world = j->rt->ctx->world_size;
-  dcpi_local_plan **plans = calloc((size_t)world, sizeof *plans);
-  if (!plans) return dcpi_fail(err, DCP_ENOMEM, "out of memory for %d plans", world);
-  dcp_status s = DCP_OK;
-  size_t at = 0;
-  for (int32_t r = 0; r < world && !s; at += lens[r], r++) {
-    s = dcpi_local_plan_decode(all + at, lens[r], &plans[r], err);
-    if (s) {
-      char why[DCPI_ERR_MSG_MAX]; /* err->msg cannot be its own format argument */
-      memcpy(why, err->msg, sizeof why);
-      dcpi_fail(err, s, "plan of rank %d: %.400s", r, why);
-    }
-  }
-  if (!s)
-    s = dcpi_global_plan_build((const dcpi_local_plan *const *)plans, (size_t)world, NULL,
-                               &j->gp, err);
-  for (int32_t r = 0; r < world; r++) dcpi_local_plan_free(plans[r]);
-  free(plans);
-  return s;
-}
 
 /* The local chunk (or bytes) index that holder `rank` has of an item. */
 static uint32_t holder_index(const int32_t *holders, const uint32_t *idx, uint32_t n,
@@ -238,13 +243,15 @@ static dcp_status plan(save_job *j) {
     for (int32_t r = 0; r < world; r++) total += lens[r];
     /* the generation names this set of plans: 63 bits, never 0 */
     j->generation = (int64_t)(XXH3_64bits(all, total) & INT64_MAX) | 1;
-    s = build_global(j, all, lens, &rt->err);
+    s = dcpi_global_plan_from_encoded(all, lens, world, &j->gp, &rt->err);
+    j->gp_owned = j->gp != NULL;
     if (!s && !(msgs = calloc((size_t)world, sizeof *msgs)))
       s = dcpi_fail(&rt->err, DCP_ENOMEM, "out of memory");
     if (!s) s = encode_assignments(j->gp, world, msgs, &rt->err);
   }
-  free(all);
-  free(lens);
+  /* rank 0 keeps every rank's plan for the cache entry */
+  if (rt->ctx->rank == 0) j->all_plans = all, j->plan_lens = lens;
+  else free(all), free(lens);
   if ((s = dcpi_rt_agree(rt, s))) goto out;
   const uint8_t **bufs = NULL;
   size_t *blens = NULL;
@@ -335,11 +342,12 @@ static dcp_status run(save_job *j) {
   double t = dcpi_now();
   uint64_t coll0 = stats->coll_bytes;
   bool hit = false;
+  dcp_status local = DCP_OK;
   dcp_status s = dcpi_rt_agree(rt, prepare(j));
-  if (!s) s = try_cache(j, &hit);
+  if (!s) s = try_cache(j, &hit, &local);
   if (!s && !hit) s = plan(j);
   if (!s && !hit) s = remember_plan(j);
-  if (!s) s = dcpi_rt_agree(rt, DCP_OK);
+  if (!s) s = dcpi_rt_agree(rt, local);
   stats->plan_s = dcpi_now() - t;
   stats->plan_cache_hit = hit;
   stats->plan_coll_bytes = stats->coll_bytes - coll0;

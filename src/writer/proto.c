@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include "core/wire.h"
+#include "model/layout.h"
 
 /* ---- encoding ----------------------------------------------------------- */
 
@@ -41,6 +42,17 @@ static void w_box(dcpi_wbuf *w, const dcp_box *b) {
   }
 }
 
+/* A layout: 0, or 1 then mesh shape, ranks and the tensor map. */
+static void w_layout(dcpi_wbuf *w, const dcp_layout *l) {
+  dcpi_w_varint(w, l != NULL);
+  if (!l) return;
+  dcpi_w_varint(w, l->mesh_ndim);
+  for (uint32_t m = 0; m < l->mesh_ndim; m++) dcpi_w_zigzag(w, l->mesh_shape[m]);
+  for (int64_t r = 0; r < l->nranks; r++) dcpi_w_zigzag(w, l->ranks[r]);
+  dcpi_w_varint(w, l->tensor_ndim);
+  for (uint32_t d = 0; d < l->tensor_ndim; d++) dcpi_w_varint(w, l->tensor_map[d]);
+}
+
 static void w_items(dcpi_wbuf *w, const dcpi_wp_job *j) {
   dcpi_w_varint(w, j->ntensors);
   for (size_t i = 0; i < j->ntensors; i++) {
@@ -49,6 +61,7 @@ static void w_items(dcpi_wbuf *w, const dcpi_wp_job *j) {
     dcpi_w_varint(w, t->dtype);
     dcpi_w_varint(w, t->ndim);
     for (uint32_t d = 0; d < t->ndim && d < DCP_MAX_NDIM; d++) dcpi_w_zigzag(w, t->shape[d]);
+    w_layout(w, t->layout);
   }
   dcpi_w_varint(w, j->nchunks);
   for (size_t i = 0; i < j->nchunks; i++) {
@@ -168,12 +181,55 @@ static bool r_ndim(rd *d, uint32_t *ndim, const char *what) {
   return r_u32(d, ndim, what) && (*ndim <= DCP_MAX_NDIM || bad(d, what));
 }
 
+static bool r_alloc(rd *d, void **p, size_t n, size_t size) {
+  if (n == 0) return true;
+  if (!(*p = calloc(n, size))) {
+    d->st = dcpi_fail(d->err, DCP_ENOMEM, "out of memory");
+    return false;
+  }
+  return true;
+}
+
+/* A layout as w_layout wrote it, validated by the layout builder. The
+ * rank count is bounded by the bytes left before anything is allocated. */
+static bool r_layout(rd *d, dcpi_wp_tensor *t) {
+  uint64_t has;
+  uint32_t mesh_ndim, tensor_ndim, map[DCP_MAX_NDIM];
+  int64_t shape[DCP_MAX_MESH_NDIM];
+  if (!r_u64(d, &has, "layout flag")) return false;
+  if (has == 0) return true;
+  if (has != 1 || !r_u32(d, &mesh_ndim, "mesh ndim")) return bad(d, "layout flag");
+  if (mesh_ndim == 0 || mesh_ndim > DCP_MAX_MESH_NDIM) return bad(d, "mesh ndim");
+  uint64_t nranks = 1;
+  for (uint32_t m = 0; m < mesh_ndim; m++) {
+    if (!r_i64(d, &shape[m], "mesh shape")) return false;
+    if (shape[m] < 1 || (uint64_t)shape[m] > dcpi_r_left(&d->r) / nranks)
+      return bad(d, "mesh shape");
+    nranks *= (uint64_t)shape[m];
+  }
+  int32_t *ranks = NULL;
+  if (!r_alloc(d, (void **)&ranks, (size_t)nranks, sizeof *ranks)) return false;
+  bool ok = true;
+  for (uint64_t r = 0; ok && r < nranks; r++) ok = r_i32(d, &ranks[r], "mesh rank");
+  ok = ok && r_ndim(d, &tensor_ndim, "layout ndim");
+  for (uint32_t k = 0; ok && k < tensor_ndim; k++) ok = r_u32(d, &map[k], "tensor map");
+  if (ok && tensor_ndim != t->ndim) ok = bad(d, "layout ndim");
+  dcpi_err why;
+  if (ok && dcpi_layout_create(mesh_ndim, shape, ranks, tensor_ndim, map, &t->layout, &why)) {
+    d->st = dcpi_fail(d->err, DCP_ECORRUPT, "writer protocol: bad layout of '%.200s': %.200s",
+                      t->fqn, why.msg);
+    ok = false;
+  }
+  free(ranks);
+  return ok;
+}
+
 static bool r_tensor(rd *d, dcpi_wp_tensor *t) {
   if (!r_str(d, &t->fqn, "fqn") || !t->fqn) return bad(d, "fqn");
   if (!r_u32(d, &t->dtype, "dtype") || !r_ndim(d, &t->ndim, "tensor ndim")) return false;
   for (uint32_t k = 0; k < t->ndim; k++)
     if (!r_i64(d, &t->shape[k], "shape")) return false;
-  return true;
+  return r_layout(d, t);
 }
 
 /* A [offset, offset+len) range that lies inside the pool. */
@@ -196,15 +252,6 @@ static bool r_bytes(rd *d, const dcpi_wp_job *j, dcpi_wp_bytes *b) {
   if (!r_str(d, &b->key, "key") || !b->key) return bad(d, "key");
   return r_u32(d, &b->scope, "scope") &&
          r_range(d, j->pool_size, &b->offset, &b->len, "bytes range");
-}
-
-static bool r_alloc(rd *d, void **p, size_t n, size_t size) {
-  if (n == 0) return true;
-  if (!(*p = calloc(n, size))) {
-    d->st = dcpi_fail(d->err, DCP_ENOMEM, "out of memory");
-    return false;
-  }
-  return true;
 }
 
 static bool r_items(rd *d, dcpi_wp_job *j) {
@@ -264,7 +311,10 @@ void dcpi_wp_job_free(dcpi_wp_job *j) {
   dcpi_wp_coord *c = &j->coord;
   free(c->coll), free(c->coll_options), free(c->rendezvous);
   free(c->storage), free(c->storage_options), free(c->plugin_path);
-  for (size_t i = 0; i < j->ntensors; i++) free(j->tensors[i].fqn);
+  for (size_t i = 0; i < j->ntensors; i++) {
+    free(j->tensors[i].fqn);
+    dcp_layout_free(j->tensors[i].layout);
+  }
   for (size_t i = 0; i < j->nbytes; i++) free(j->bytes[i].key);
   free(j->tensors), free(j->chunks), free(j->bytes);
   memset(j, 0, sizeof *j);
@@ -363,7 +413,7 @@ dcp_status dcpi_wp_check_header(const uint8_t *hdr, uint16_t *type, uint64_t *le
                      DCPI_WP_VERSION);
   *type = (uint16_t)(hdr[6] | hdr[7] << 8);
   *len = dcpi_get_u64(hdr + 8);
-  if (*type != DCPI_WP_SAVE && *type != DCPI_WP_DONE)
+  if (*type != DCPI_WP_SAVE && *type != DCPI_WP_DONE && *type != DCPI_WP_PLAN)
     return dcpi_fail(err, DCP_ECORRUPT, "writer protocol: unknown message type %u", *type);
   if (*len > DCPI_WP_MAX_PAYLOAD)
     return dcpi_fail(err, DCP_ECORRUPT, "writer protocol: payload of %llu bytes",

@@ -18,11 +18,14 @@
 #include "core/err.h"
 
 #define DCPI_WP_MAGIC 0x57504344u /* "DCPW" */
-#define DCPI_WP_VERSION 2u /* 2: DONE carries the save's statistics */
+#define DCPI_WP_VERSION 3u /* 2: DONE carries the save's statistics; 3: layouts, PLAN */
 #define DCPI_WP_HEADER 24u
 #define DCPI_WP_MAX_PAYLOAD (1ull << 30) /* refuse frames above 1 GiB */
 
-enum { DCPI_WP_SAVE = 1, DCPI_WP_DONE = 2 };
+/* SAVE: trainer → writer, one job. DONE: writer → trainer, its outcome.
+ * PLAN: either way, one plan cache entry the other side has not seen; the
+ * trainer sends its new ones before a SAVE, the writer before a DONE. */
+enum { DCPI_WP_SAVE = 1, DCPI_WP_DONE = 2, DCPI_WP_PLAN = 3 };
 
 /* Coordination config of the writer's own context. */
 typedef struct dcpi_wp_coord {
@@ -36,6 +39,10 @@ typedef struct dcpi_wp_tensor {
   char *fqn;
   uint32_t dtype, ndim;
   int64_t shape[DCP_MAX_NDIM];
+  /* The tensor's layout (dcp_state_add_sharded), or NULL. Borrowed from
+   * the state when encoding; owned by the job after decoding. Its chunk is
+   * the tensor's first chunk in the job. */
+  dcp_layout *layout;
 } dcpi_wp_tensor;
 
 typedef struct dcpi_wp_chunk {
@@ -83,6 +90,17 @@ dcp_status dcpi_wp_done_encode(uint64_t seq, dcp_status st, const char *msg,
                                const dcp_stats *stats, uint8_t **out, size_t *len);
 dcp_status dcpi_wp_done_decode(const uint8_t *p, size_t len, uint64_t *seq, dcp_status *st,
                                char *msg, size_t msg_cap, dcp_stats *stats, dcpi_err *err);
+
+/* Send every entry of c not yet shared as a PLAN frame each, marking them
+ * shared. Errors: as dcpi_wp_send. */
+struct dcpi_plan_cache;
+dcp_status dcpi_wp_send_plans(int sock, struct dcpi_plan_cache *c, dcpi_err *err);
+
+/* Decode a PLAN payload into a new cache entry (marked shared).
+ * Errors: DCP_ECORRUPT, DCP_ENOMEM. */
+struct dcpi_plan_entry;
+dcp_status dcpi_wp_plan_decode(const uint8_t *p, size_t len, struct dcpi_plan_entry **out,
+                               dcpi_err *err);
 
 /* Fill hdr (DCPI_WP_HEADER bytes) for a frame of type with payload p. */
 void dcpi_wp_header(uint8_t *hdr, uint16_t type, const uint8_t *p, size_t len);

@@ -2,6 +2,8 @@
  * the staging pool (see session.h). */
 #include "writer/session.h"
 
+#include "core/ctx.h"
+
 #include <stdlib.h>
 #include <stdbool.h>
 #include <string.h>
@@ -18,6 +20,35 @@ void dcpi_wsession_free(dcpi_wsession *s) {
   dcp_ctx_free(s->ctx);
   coord_free(&s->coord);
   s->ctx = NULL;
+}
+
+void dcpi_wsession_take_plan(dcpi_wsession *s, dcpi_plan_entry *e) {
+  if (s->ctx) {
+    dcpi_plan_cache_put(&s->ctx->plans, e);
+    return;
+  }
+  if (s->ninbox == DCPI_PLAN_CACHE_SLOTS) { /* keep the newest */
+    dcpi_plan_entry_drop(s->inbox[0]);
+    memmove(s->inbox, s->inbox + 1, (DCPI_PLAN_CACHE_SLOTS - 1) * sizeof *s->inbox);
+    s->ninbox--;
+  }
+  s->inbox[s->ninbox++] = e;
+}
+
+/* Move the inbox into the (new) context's cache. */
+static void empty_inbox(dcpi_wsession *s) {
+  for (size_t i = 0; i < s->ninbox; i++) dcpi_plan_cache_put(&s->ctx->plans, s->inbox[i]);
+  s->ninbox = 0;
+}
+
+dcp_status dcpi_wsession_share_plans(dcpi_wsession *s, int sock, dcpi_err *err) {
+  return s->ctx ? dcpi_wp_send_plans(sock, &s->ctx->plans, err) : DCP_OK;
+}
+
+void dcpi_wsession_end(dcpi_wsession *s) {
+  dcpi_wsession_free(s);
+  for (size_t i = 0; i < s->ninbox; i++) dcpi_plan_entry_drop(s->inbox[i]);
+  s->ninbox = 0;
 }
 
 static int str_eq(const char *a, const char *b) {
@@ -71,28 +102,77 @@ static dcp_status ensure_ctx(dcpi_wsession *s, const dcpi_wp_coord *c, dcpi_err 
     dcpi_wsession_free(s);
     return dcpi_fail(err, DCP_ENOMEM, "out of memory");
   }
+  empty_inbox(s);
   return DCP_OK;
 }
 
-/* The state of job over the mapping at base. */
+/* For each tensor, the index of its first chunk in the job (SIZE_MAX:
+ * none): for a tensor with a layout, the chunk dcp_state_add_sharded added
+ * with it. NULL when out of memory. */
+static size_t *first_chunks(const dcpi_wp_job *job) {
+  size_t *first = malloc((job->ntensors + 1) * sizeof *first);
+  if (!first) return NULL;
+  for (size_t i = 0; i < job->ntensors; i++) first[i] = SIZE_MAX;
+  for (size_t i = job->nchunks; i-- > 0;) first[job->chunks[i].tensor] = i;
+  return first;
+}
+
+static void *pool_at(const uint8_t *base, uint64_t offset, uint64_t nbytes) {
+  return nbytes ? (void *)(base + offset) : NULL;
+}
+
+/* Whether chunk c's pool range holds exactly its box's bytes (the state
+ * reads numel(box) * dtype size bytes from it). */
+static bool chunk_fits(const dcpi_wp_job *job, const dcpi_wp_chunk *c) {
+  const dcpi_wp_tensor *t = &job->tensors[c->tensor];
+  int64_t n;
+  size_t es = dcp_dtype_size((dcp_dtype)t->dtype);
+  if (c->box.ndim != t->ndim || dcp_box_numel(&c->box, &n) || es == 0) return false;
+  return (uint64_t)n <= UINT64_MAX / es && (uint64_t)n * es == c->nbytes;
+}
+
+/* Declare tensor ti again; one with a layout takes its layout chunk along,
+ * whose box must be the layout's box for this rank. */
+static dcp_status add_tensor(dcp_state *st, const dcpi_wp_job *job, size_t ti,
+                             const size_t *first, const uint8_t *base, int32_t rank) {
+  const dcpi_wp_tensor *t = &job->tensors[ti];
+  if (!t->layout) return dcp_state_add_tensor(st, t->fqn, (dcp_dtype)t->dtype, t->ndim, t->shape);
+  if (first[ti] == SIZE_MAX) return DCP_ECORRUPT; /* add_sharded always adds one */
+  const dcpi_wp_chunk *c = &job->chunks[first[ti]];
+  dcp_box want;
+  if (dcp_layout_box(t->layout, t->shape, rank, &want) || want.ndim != c->box.ndim ||
+      memcmp(want.offset, c->box.offset, want.ndim * sizeof *want.offset) ||
+      memcmp(want.size, c->box.size, want.ndim * sizeof *want.size))
+    return DCP_ECORRUPT;
+  return dcp_state_add_sharded(st, t->fqn, (dcp_dtype)t->dtype, t->ndim, t->shape, t->layout,
+                               pool_at(base, c->offset, c->nbytes));
+}
+
+/* The state of job over the mapping at base: the same items as the
+ * trainer's state, layouts included (so "none" coordination dedups
+ * replicated shards and the local plan, which is canonical, hashes to the
+ * same plan-cache key). */
 static dcp_status build_state(dcp_ctx *ctx, const dcpi_wp_job *job, const uint8_t *base,
                               dcp_state **out) {
-  dcp_state *st;
-  dcp_status s = dcp_state_create(ctx, &st);
-  for (size_t i = 0; !s && i < job->ntensors; i++) {
-    const dcpi_wp_tensor *t = &job->tensors[i];
-    s = dcp_state_add_tensor(st, t->fqn, (dcp_dtype)t->dtype, t->ndim, t->shape);
-  }
+  dcp_state *st = NULL;
+  size_t *first = first_chunks(job);
+  dcp_status s = first ? dcp_state_create(ctx, &st) : DCP_ENOMEM;
+  for (size_t i = 0; !s && i < job->nchunks; i++)
+    if (!chunk_fits(job, &job->chunks[i])) s = DCP_ECORRUPT;
+  for (size_t i = 0; !s && i < job->ntensors; i++)
+    s = add_tensor(st, job, i, first, base, job->coord.rank);
   for (size_t i = 0; !s && i < job->nchunks; i++) {
     const dcpi_wp_chunk *c = &job->chunks[i];
-    void *data = c->nbytes ? (void *)(base + c->offset) : NULL;
-    s = dcp_state_add_chunk(st, job->tensors[c->tensor].fqn, c->box.offset, c->box.size, data);
+    if (job->tensors[c->tensor].layout && first[c->tensor] == i) continue; /* added above */
+    s = dcp_state_add_chunk(st, job->tensors[c->tensor].fqn, c->box.offset, c->box.size,
+                            pool_at(base, c->offset, c->nbytes));
   }
   for (size_t i = 0; !s && i < job->nbytes; i++) {
     const dcpi_wp_bytes *b = &job->bytes[i];
-    void *data = b->len ? (void *)(base + b->offset) : NULL;
-    s = dcp_state_add_bytes(st, b->key, (dcp_scope)b->scope, data, (size_t)b->len);
+    s = dcp_state_add_bytes(st, b->key, (dcp_scope)b->scope, pool_at(base, b->offset, b->len),
+                            (size_t)b->len);
   }
+  free(first);
   if (s && st) dcp_state_free(st), st = NULL;
   *out = st;
   return s;
@@ -120,7 +200,8 @@ void dcpi_wsession_save(dcpi_wsession *s, const dcpi_wp_job *job, const uint8_t 
      * write a wrong checkpoint, so the job fails here and the peers time
      * out (DCP_ETIMEDOUT/DCP_EPEER). */
     dcpi_fail(err, st, "dcp-writer (rank %d): rebuilding the state: %s", job->coord.rank,
-              dcp_ctx_last_error(s->ctx));
+              st == DCP_ECORRUPT ? "a chunk's staged bytes do not match its box or layout"
+                                 : dcp_ctx_last_error(s->ctx));
     dcpi_wsession_free(s);
     return;
   }

@@ -8,10 +8,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "model/layout.h"
 #include "testutil.h"
 #include "writer/proto.h"
 
-static dcpi_wp_tensor tensors[2] = {{"a.weight", DCP_F32, 2, {4, 8}}, {"b", DCP_I64, 0, {0}}};
+static dcpi_wp_tensor tensors[2] = {{"a.weight", DCP_F32, 2, {4, 8}, NULL}, {"b", DCP_I64, 0, {0}, NULL}};
 static dcpi_wp_chunk chunks[2] = {{0, {2, {0, 0}, {4, 8}}, 0, 128}, {1, {0, {0}, {0}}, 128, 8}};
 static dcpi_wp_bytes bytes[1] = {{"rng", DCP_SCOPE_PER_RANK, 192, 5}};
 static char *keys[1] = {"step"}, *values[1] = {"7"};
@@ -88,6 +89,49 @@ static void test_ranges_checked(void **state) {
   assert_int_equal(dcpi_wp_job_decode(p, len, &d, &err), DCP_ECORRUPT);
   dcpi_wp_job_free(&d);
   free(p);
+}
+
+/* A layout travels with its tensor and is rebuilt (and validated) on the
+ * writer's side. */
+static void test_layout_roundtrip(void **state) {
+  (void)state;
+  int64_t mesh[2] = {2, 2};
+  int32_t ranks[4] = {3, 1, 2, 0};
+  uint32_t map[2] = {1u << 1, 0};
+  dcp_layout *l;
+  assert_int_equal(dcp_layout_create(NULL, 2, mesh, ranks, 2, map, &l), DCP_OK);
+  dcpi_wp_tensor t[2] = {tensors[0], tensors[1]};
+  t[0].layout = l;
+  dcpi_wp_job j, d;
+  sample(&j);
+  j.tensors = t;
+  uint8_t *p;
+  size_t len;
+  dcpi_err err;
+  assert_int_equal(dcpi_wp_job_encode(&j, &p, &len), DCP_OK);
+  assert_int_equal(dcpi_wp_job_decode(p, len, &d, &err), DCP_OK);
+  assert_non_null(d.tensors[0].layout);
+  assert_null(d.tensors[1].layout);
+  const dcp_layout *g = d.tensors[0].layout;
+  assert_int_equal(g->mesh_ndim, 2);
+  assert_int_equal(g->nranks, 4);
+  assert_memory_equal(g->ranks, ranks, sizeof ranks);
+  assert_int_equal(g->tensor_map[0], 1u << 1);
+  dcpi_wp_job_free(&d);
+  for (size_t n = 0; n < len; n++) { /* every truncation fails cleanly */
+    assert_int_equal(dcpi_wp_job_decode(p, n, &d, &err), DCP_ECORRUPT);
+    dcpi_wp_job_free(&d);
+  }
+  free(p);
+  /* a layout the builder refuses (a rank twice) is a corrupt job */
+  l->ranks[1] = l->ranks[0];
+  assert_int_equal(dcpi_wp_job_encode(&j, &p, &len), DCP_OK);
+  assert_int_equal(dcpi_wp_job_decode(p, len, &d, &err), DCP_ECORRUPT);
+  assert_non_null(strstr(err.msg, "layout of 'a.weight'"));
+  dcpi_wp_job_free(&d);
+  free(p);
+  l->ranks[1] = 1;
+  dcp_layout_free(l);
 }
 
 static void test_done_and_header(void **state) {
@@ -169,6 +213,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_job_roundtrip),
       cmocka_unit_test(test_ranges_checked),
+      cmocka_unit_test(test_layout_roundtrip),
       cmocka_unit_test(test_done_and_header),
       cmocka_unit_test(test_socket_frames),
   };

@@ -101,6 +101,16 @@ int main(int argc, char **argv) {
     dcpi_err_clear(&err);
     dcp_status st = dcpi_wp_recv(sock, &type, &p, &len, &pool_fd, &err);
     if (st == DCP_ENOTFOUND) break; /* trainer closed: nothing pending */
+    if (!st && type == DCPI_WP_PLAN && pool_fd < 0) {
+      dcpi_plan_entry *e;
+      st = dcpi_wp_plan_decode(p, len, &e, &err);
+      free(p);
+      if (!st) dcpi_wsession_take_plan(&s, e);
+      if (!st) continue;
+      fprintf(stderr, "dcp-writer: %s\n", err.msg);
+      rc = 1;
+      break;
+    }
     if (st || type != DCPI_WP_SAVE) {
       fprintf(stderr, "dcp-writer: %s\n", st ? err.msg : "unexpected message");
       free(p);
@@ -111,9 +121,11 @@ int main(int argc, char **argv) {
     uint64_t seq = run_job(&s, p, len, pool_fd, &err);
     free(p);
     if (pool_fd >= 0) close(pool_fd);
+    dcpi_err ignored;
+    dcpi_wsession_share_plans(&s, sock, &ignored); /* the trainer may be gone */
     reply(sock, seq, &err, s.ctx);
   }
-  dcpi_wsession_free(&s);
+  dcpi_wsession_end(&s);
   close(sock);
   return rc;
 }
