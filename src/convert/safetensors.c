@@ -114,8 +114,10 @@ static dcp_status parse_tensor(const char *name, const json_t *v, uint64_t data_
   int64_t numel = 0, bytes = 0;
   if ((s = parse_shape(name, json_object_get(v, "shape"), t, &numel, err))) return s;
   if ((s = parse_offsets(name, json_object_get(v, "data_offsets"), data_len, t, err))) return s;
-  if (!dcpi_mul_i64(numel, (int64_t)dcp_dtype_size(t->dtype), &bytes) ||
-      (uint64_t)bytes != t->end - t->begin)
+  if (!dcpi_mul_i64(numel, (int64_t)dcp_dtype_size(t->dtype), &bytes))
+    return dcpi_fail(err, DCP_ECORRUPT, "safetensors: tensor '%s': byte size of the shape (%s) "
+                     "overflows int64", name, dcp_dtype_name(t->dtype));
+  if ((uint64_t)bytes != t->end - t->begin)
     return dcpi_fail(err, DCP_ECORRUPT,
                      "safetensors: tensor '%s': shape and dtype %s need %lld bytes but "
                      "data_offsets span %llu", name, dcp_dtype_name(t->dtype), (long long)bytes,

@@ -11,6 +11,7 @@
 #include "metadata/common.h"
 #include "metadata/format.h"
 #include "metadata/view.h"
+#include "model/box.h"
 
 /* State carried from one chunk to the next within a list. */
 typedef struct chunk_prev {
@@ -85,6 +86,83 @@ static dcp_status dec_chunk(dcpi_dec *d, const dcp_meta *m, const dcpi_mv_tensor
   return DCP_OK;
 }
 
+/* ---- disjointness ---------------------------------------------------- */
+
+/* One chunk's extent in the sweep dimension. */
+typedef struct sweep_span {
+  int64_t start, end;
+  size_t chunk;
+} sweep_span;
+
+/* qsort order of spans: by start, then chunk index (a total order). */
+static int cmp_span(const void *a, const void *b) {
+  const sweep_span *x = a, *y = b;
+  if (x->start != y->start) return x->start < y->start ? -1 : 1;
+  return (x->chunk > y->chunk) - (x->chunk < y->chunk);
+}
+
+/* The dimension along which the boxes are thinnest relative to the shape
+ * (least summed size/extent), so a sweep along it keeps few boxes active:
+ * row bands sweep along rows, column shards along columns. */
+static uint32_t sweep_dim(const dcpi_mv_tensor *t, const dcpi_mv_chunks *cl) {
+  uint32_t best = 0;
+  double best_cover = 0;
+  for (uint32_t k = 0; k < t->ndim; k++) {
+    double cover = 0;
+    for (size_t c = 0; c < t->nchunks; c++)
+      cover += (double)cl->sizes[c * t->ndim + k] / (double)t->shape[k];
+    if (k == 0 || cover < best_cover) best = k, best_cover = cover;
+  }
+  return best;
+}
+
+/* Fail when two boxes of the list share an element. Saved chunks of one
+ * tensor are disjoint (the planner, import and merge guarantee it); a list
+ * where they are not would make a load pick one of two values per element,
+ * and overlaps can hide gaps from any volume count. A sweep along the
+ * thinnest dimension tests each box only against those still open there:
+ * O(n log n + n * open) instead of all pairs. */
+static dcp_status check_disjoint(dcpi_dec *d, const dcpi_mv_tensor *t, const dcpi_mv_chunks *cl) {
+  size_t n = (size_t)t->nchunks, nd = t->ndim;
+  if (n < 2 || nd == 0) return DCP_OK; /* scalar lists hold one chunk: boxes are increasing */
+  uint32_t k = sweep_dim(t, cl);
+  sweep_span *spans = malloc(n * sizeof *spans);
+  size_t *open = malloc(n * sizeof *open), nopen = 0;
+  if (!spans || !open) {
+    free(spans);
+    free(open);
+    return dcpi_fail(d->err, DCP_ENOMEM, "tensor '%s': cannot check %zu chunks", t->fqn, n);
+  }
+  for (size_t c = 0; c < n; c++)
+    spans[c] = (sweep_span){cl->offs[c * nd + k], cl->offs[c * nd + k] + cl->sizes[c * nd + k], c};
+  qsort(spans, n, sizeof *spans, cmp_span);
+  dcp_status s = DCP_OK;
+  for (size_t i = 0; i < n && s == DCP_OK; i++) {
+    size_t kept = 0;
+    for (size_t j = 0; j < nopen; j++)
+      if (spans[open[j]].end > spans[i].start) open[kept++] = open[j];
+    nopen = kept;
+    size_t a = spans[i].chunk;
+    for (size_t j = 0; j < nopen && s == DCP_OK; j++) {
+      size_t b = spans[open[j]].chunk;
+      if (!dcpi_boxes_overlap(t->ndim, cl->offs + a * nd, cl->sizes + a * nd, cl->offs + b * nd,
+                              cl->sizes + b * nd))
+        continue;
+      char ba[128], bb[128];
+      s = dcpi_dec_fail(d, "chunks %zu %s and %zu %s overlap", b < a ? b : a,
+                        dcpi_box_str(t->ndim, cl->offs + (b < a ? b : a) * nd,
+                                     cl->sizes + (b < a ? b : a) * nd, ba, sizeof ba),
+                        b < a ? a : b,
+                        dcpi_box_str(t->ndim, cl->offs + (b < a ? a : b) * nd,
+                                     cl->sizes + (b < a ? a : b) * nd, bb, sizeof bb));
+    }
+    open[nopen++] = i;
+  }
+  free(spans);
+  free(open);
+  return s;
+}
+
 /* Allocate the per-chunk arrays of t's list. The counts were bounded by the
  * list length when the index was decoded, so this is linear in the input. */
 static dcp_status alloc_list(const dcpi_mv_tensor *t, dcpi_mv_chunks **out, dcpi_err *err) {
@@ -123,6 +201,7 @@ static dcp_status decode_list(const dcp_meta *m, size_t ti, dcpi_mv_chunks **out
   d.item = -1;
   if (s == DCP_OK && dcpi_r_left(&d.r) != 0)
     s = dcpi_dec_fail(&d, "%zu trailing bytes after the last chunk", dcpi_r_left(&d.r));
+  if (s == DCP_OK) s = check_disjoint(&d, t, cl);
   if (s != DCP_OK) {
     dcpi_mv_chunks_free(cl);
     return s;

@@ -15,6 +15,15 @@ typedef struct tensor_form {
   int64_t shape[DCP_MAX_NDIM];
 } tensor_form;
 
+/* What the first copy of a REPLICATED bytes item looked like, so a later
+ * rank's copy can be compared with it without reading any data. */
+typedef struct rep_sig {
+  int32_t rank;
+  uint64_t raw_length;
+  uint32_t block_size;
+  uint64_t checksums; /* hash of the block checksums */
+} rep_sig;
+
 typedef struct merger {
   dcpi_md *md;
   tensor_form *forms; /* by merged tensor id */
@@ -23,6 +32,9 @@ typedef struct merger {
   dcpi_strmap seen;    /* chunk (tensor id + box) and replicated bytes keys */
   char **keys;         /* owned key bytes behind `seen` */
   size_t nkeys, keys_cap;
+  dcpi_strmap reps;    /* replicated bytes key → index into sigs */
+  rep_sig *sigs;
+  size_t nsigs, sigs_cap;
   dcpi_err *err;
 } merger;
 
@@ -31,6 +43,8 @@ static void merger_free(merger *g) {
   free(g->forms);
   dcpi_strmap_free(&g->tensors);
   dcpi_strmap_free(&g->seen);
+  dcpi_strmap_free(&g->reps);
+  free(g->sigs);
   for (size_t i = 0; i < g->nkeys; i++) free(g->keys[i]);
   free(g->keys);
 }
@@ -120,19 +134,78 @@ static dcp_status add_chunks(merger *g, dcp_meta *m, int32_t r, const uint32_t *
   return DCP_OK;
 }
 
-static dcp_status add_bytes(merger *g, dcp_meta *m, const uint32_t *file_map) {
+/* The signature of a bytes item's stored form as rank r saved it. */
+static rep_sig signature(const dcp_bytes_info *bi, int32_t r) {
+  size_t n = (size_t)bi->ref.block_count;
+  uint64_t h = n ? dcpi_hash_bytes(bi->ref.block_checksums, n * sizeof(uint64_t)) : 0;
+  return (rep_sig){r, bi->ref.raw_length, bi->ref.block_size, h};
+}
+
+/* 1 when rank r's copy of the REPLICATED item bi is one a rank before it
+ * already contributed (and is then dropped), 0 for the first copy, < 0 on
+ * error. Copies must agree: a different length, or different block
+ * checksums at the same block size, is DCP_ESCOPE — the ranks did not hold
+ * one value, and keeping either would be a silent choice. */
+static int replicated_seen(merger *g, const dcp_bytes_info *bi, int32_t r) {
+  size_t len = strlen(bi->key);
+  rep_sig now = signature(bi, r);
+  uint32_t v;
+  if (!dcpi_strmap_get(&g->reps, bi->key, len, &v)) {
+    const char *k = own(g, bi->key, len);
+    if (!k || DCPI_RESERVE(g->sigs, g->sigs_cap, g->nsigs + 1) ||
+        dcpi_strmap_put(&g->reps, k, len, (uint32_t)g->nsigs, NULL) < 0)
+      return dcpi_fail(g->err, DCP_ENOMEM, "out of memory");
+    g->sigs[g->nsigs++] = now;
+    return 0;
+  }
+  const rep_sig *first = &g->sigs[v];
+  if (first->raw_length != now.raw_length ||
+      (first->block_size == now.block_size && first->checksums != now.checksums))
+    return dcpi_fail(g->err, DCP_ESCOPE,
+                     "replicated bytes item '%s' differs between rank %d's metadata and rank "
+                     "%d's (%llu and %llu bytes%s): a REPLICATED item must be the same on "
+                     "every rank that saves it", bi->key, (int)first->rank, (int)r,
+                     (unsigned long long)first->raw_length, (unsigned long long)now.raw_length,
+                     first->raw_length == now.raw_length ? ", different contents" : "");
+  return 1;
+}
+
+static dcp_status add_bytes(merger *g, dcp_meta *m, int32_t r, const uint32_t *file_map) {
   for (size_t i = 0; i < dcp_meta_bytes_count(m); i++) {
     dcp_bytes_info bi;
     dcp_meta_bytes(m, i, &bi);
+    if (bi.scope == DCP_SCOPE_PER_RANK && bi.rank != r)
+      return dcpi_fail(g->err, DCP_ECORRUPT,
+                       "rank %d's metadata holds per-rank bytes item '%s' of rank %d (a rank's "
+                       "metadata may only hold its own)", (int)r, bi.key, (int)bi.rank);
     if (bi.scope == DCP_SCOPE_REPLICATED) {
-      char key[DCP_MAX_NAME + 2] = "B";
-      snprintf(key + 1, sizeof key - 1, "%s", bi.key);
-      int rc = seen_before(g, key, strlen(key));
-      if (rc < 0) return dcpi_fail(g->err, DCP_ENOMEM, "out of memory");
+      int rc = replicated_seen(g, &bi, r);
+      if (rc < 0) return (dcp_status)rc;
       if (rc) continue;
     }
     bi.ref.file = file_map[bi.ref.file];
     dcp_status s = dcpi_md_add_bytes(g->md, bi.key, bi.scope, bi.rank, &bi.ref, g->err);
+    if (s == DCP_ESCOPE)
+      return dcpi_fail(g->err, s, "bytes item '%s' is REPLICATED in one rank's metadata and "
+                       "PER_RANK in another's (rank %d's)", bi.key, (int)r);
+    if (s) return s;
+  }
+  return DCP_OK;
+}
+
+/* Add rank r's data file names; a name another rank's metadata already
+ * claimed means two ranks' files describe the same data (a copied or
+ * duplicated <rank>.metadata). */
+static dcp_status add_files(merger *g, dcp_meta *m, int32_t r, uint32_t *file_map) {
+  for (size_t f = 0; f < dcp_meta_file_count(m); f++) {
+    const char *name;
+    dcp_meta_file(m, f, &name);
+    dcp_status s = dcpi_md_add_file(g->md, name, &file_map[f], g->err);
+    if (s == DCP_EEXIST)
+      return dcpi_fail(g->err, DCP_ECORRUPT,
+                       "rank %d's metadata names data file '%s', which an earlier rank's "
+                       "metadata names too (a duplicated or copied <rank>.metadata?)", (int)r,
+                       name);
     if (s) return s;
   }
   return DCP_OK;
@@ -141,19 +214,15 @@ static dcp_status add_bytes(merger *g, dcp_meta *m, const uint32_t *file_map) {
 /* Fold rank r's view into the merged metadata. */
 static dcp_status add_rank(merger *g, dcp_meta *m, int32_t r, int32_t world) {
   if (dcp_meta_world_size(m) != world)
-    return dcpi_fail(g->err, DCP_ECORRUPT, "rank %d's metadata names a world of %d, rank 0's %d",
-                     r, dcp_meta_world_size(m), world);
+    return dcpi_fail(g->err, DCP_ECORRUPT,
+                     "rank %d's metadata names a world of %d, rank 0's %d (per-rank metadata "
+                     "of different saves are mixed)", r, dcp_meta_world_size(m), world);
   size_t nf = dcp_meta_file_count(m);
   uint32_t *file_map = malloc((nf ? nf : 1) * sizeof *file_map);
   if (!file_map) return dcpi_fail(g->err, DCP_ENOMEM, "out of memory");
-  dcp_status s = DCP_OK;
-  for (size_t f = 0; !s && f < nf; f++) {
-    const char *name;
-    dcp_meta_file(m, f, &name);
-    s = dcpi_md_add_file(g->md, name, &file_map[f], g->err);
-  }
+  dcp_status s = add_files(g, m, r, file_map);
   if (!s) s = add_chunks(g, m, r, file_map);
-  if (!s) s = add_bytes(g, m, file_map);
+  if (!s) s = add_bytes(g, m, r, file_map);
   for (size_t k = 0; !s && r == 0 && k < dcp_meta_kv_count(m); k++) {
     const char *key, *value;
     dcp_meta_kv(m, k, &key, &value);
@@ -161,6 +230,23 @@ static dcp_status add_rank(merger *g, dcp_meta *m, int32_t r, int32_t world) {
   }
   free(file_map);
   return s;
+}
+
+/* Fail when <world>.metadata exists: a rank outside the world rank 0's
+ * metadata names has committed, so the files come from saves of different
+ * worlds and no merge of them is the checkpoint anyone saved. */
+static dcp_status check_no_extra(dcpi_rt *rt, int32_t world, dcpi_err *err) {
+  char name[64];
+  uint64_t size;
+  dcpi_err probe;
+  snprintf(name, sizeof name, DCPI_RANK_METADATA_FMT, world);
+  dcp_status s = dcpi_rt_file_size(rt, name, &size, &probe);
+  if (s == DCP_ENOTFOUND) return DCP_OK;
+  if (s) return dcpi_fail(err, s, "%s", probe.msg);
+  return dcpi_fail(err, DCP_ECORRUPT,
+                   "%s holds %s, but rank 0's metadata names a world of %d: per-rank metadata "
+                   "of saves with different world sizes are mixed (remove the stale files)",
+                   rt->path, name, world);
 }
 
 /* Fail with the ranks (a few) whose metadata is missing, if any. */
@@ -178,7 +264,7 @@ static dcp_status check_complete(dcpi_rt *rt, int32_t world, dcpi_err *err) {
       snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s%d", n > 1 ? ", " : "",
                r);
   }
-  if (!n) return DCP_OK;
+  if (!n) return check_no_extra(rt, world, err);
   return dcpi_fail(err, DCP_EINCOMPLETE,
                    "%s holds per-rank metadata of a world of %d, but %d rank(s) have not "
                    "committed (%s%s): the checkpoint is incomplete",

@@ -73,6 +73,7 @@ static inline void hk_write_file(const char *path, const void *data, size_t len)
 
 /* The whole file at path (malloc'd, *len bytes), or NULL when absent. */
 static inline uint8_t *hk_read_file(const char *path, size_t *len) {
+  *len = 0;
   FILE *fp = fopen(path, "rb");
   if (!fp) return NULL;
   fseek(fp, 0, SEEK_END);
@@ -105,6 +106,7 @@ static inline int hk_exists(const char *path) {
  * ends the list), printing it otherwise. */
 static inline void hk_msg_has(dcp_ctx *ctx, const char *n1, const char *n2, const char *n3) {
   const char *msg = dcp_ctx_last_error(ctx);
+  if (getenv("HK_VERBOSE")) fprintf(stderr, "# %s\n", msg); /* to read the messages */
   const char *needles[3] = {n1, n2, n3};
   for (int i = 0; i < 3; i++)
     if (needles[i] && !strstr(msg, needles[i])) {
@@ -172,7 +174,9 @@ static inline void hk_chunk_list(const hk_craft *c, dcpi_wbuf *list) {
   dcpi_w_u8(list, DCPI_RF_FILE_SAME | DCPI_RF_OFF_END | DCPI_RF_CODING_DEFAULT);
   for (uint32_t d = 0; d < c->ndim; d++) dcpi_w_varint(list, c->box_size[d]);
   for (uint32_t d = 0; d < c->ndim; d++) dcpi_w_varint(list, c->box_off[d]);
-  uint64_t blocks = raw < 64 ? (raw + 15) / 16 : 4; /* block size 16; big boxes fail first */
+  /* block size 16; at least one checksum so the list has the minimum
+   * chunk size (an empty or huge box fails before its blocks count) */
+  uint64_t blocks = raw > 0 && raw < 64 ? (raw + 15) / 16 : 4;
   for (uint64_t b = 0; b < blocks; b++) dcpi_w_u64(list, 0);
 }
 

@@ -66,8 +66,25 @@ static int check_regular(fsio_core *c, int fd, const char *name, dcp_plugin_err 
   return fsio_fail_errno(c, err, e, "open", name);
 }
 
+/* 1 when name under dirfd is a symbolic link (lstat, not followed). */
+static int is_symlink_at(int dirfd, const char *name) {
+  struct stat sb;
+  return fstatat(dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(sb.st_mode);
+}
+
+/* The refusal of a symlink inside the checkpoint directory: DCP_EIO with
+ * a message that says what it is, so nobody goes looking for a loop. */
+static int symlink_error(fsio_core *c, const char *name, dcp_plugin_err *err) {
+  char path[FSIO_PATH_MAX];
+  c->ops->path_of(c, name, path, sizeof path);
+  return fsio_fail(err, DCP_EIO,
+                   "open %s: is a symbolic link; libdcp never follows links inside a "
+                   "checkpoint directory (the directory itself may be one)", path);
+}
+
 /* See fsio.h. O_NOFOLLOW: a symlink planted in the checkpoint directory is
- * refused (ELOOP) instead of followed out of it. EINVAL with O_DIRECT is
+ * refused (ELOOP, reported as "is a symbolic link", DCP_EIO) instead of
+ * followed out of it; with O_CREAT the link is not even created through. EINVAL with O_DIRECT is
  * the file system declining unbuffered I/O (tmpfs before Linux 6.6, some
  * FUSE and network file systems): we count it and go on buffered. */
 int fsio_open_at(fsio_core *c, int dirfd, const char *name, int flags, int *direct, int *fd,
@@ -87,6 +104,7 @@ int fsio_open_at(fsio_core *c, int dirfd, const char *name, int flags, int *dire
       fsio_count(&c->stats.direct_fallbacks, 1);
       continue;
     }
+    if (e == ELOOP && is_symlink_at(dirfd, name)) return symlink_error(c, name, err);
     if (!fsio_retry(c, e, &attempt)) return fsio_fail_errno(c, err, e, "open", name);
   }
 }

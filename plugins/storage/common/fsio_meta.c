@@ -24,6 +24,9 @@ static int stat_at(fsio_core *c, int dirfd, const char *name, struct stat *sb,
   if (S_ISREG(sb->st_mode)) return DCP_OK;
   char path[FSIO_PATH_MAX];
   c->ops->path_of(c, name, path, sizeof path);
+  if (S_ISLNK(sb->st_mode))
+    return fsio_fail(err, DCP_EIO, "stat %s: is a symbolic link; libdcp never follows links "
+                     "inside a checkpoint directory", path);
   return fsio_fail(err, DCP_EIO, "stat %s: not a regular file", path);
 }
 

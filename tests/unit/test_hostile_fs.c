@@ -1,0 +1,413 @@
+/* test_hostile_fs.c — hostile file-system state and hostile worlds:
+ *  - symbolic links planted inside a checkpoint (or export) directory are
+ *    never followed, for writes or reads: the operation fails naming the
+ *    link and the file it points to is untouched; the checkpoint directory
+ *    itself may be (or pass through) a link;
+ *  - worlds that do not match: a config the collective contradicts, ranks
+ *    outside the world, and per-rank metadata (coordination "none") that is
+ *    missing, duplicated, from different worlds or claims another rank's
+ *    items;
+ *  - bytes items whose scopes clash between ranks, or whose REPLICATED
+ *    copies differ (merge), and the same clash in a coordinated save of two
+ *    forked ranks over the file collective. */
+#include "test_hostile_kit.h"
+
+#include <sys/wait.h>
+
+#include "metadata/meta.h"
+
+static const char PRECIOUS[] = "precious bytes outside the checkpoint";
+
+/* A small state on ctx: tensor "w" F32 [8] whole, bytes "step". */
+static dcp_state *small_state(dcp_ctx *ctx, float *w, uint64_t *step) {
+  dcp_state *st;
+  int64_t shape[1] = {8}, zero[1] = {0};
+  for (int i = 0; i < 8; i++) w[i] = (float)i * 0.5f;
+  *step = 77;
+  assert_int_equal(dcp_state_create(ctx, &st), DCP_OK);
+  assert_int_equal(dcp_state_add_tensor(st, "w", DCP_F32, 1, shape), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(st, "w", zero, shape, w), DCP_OK);
+  assert_int_equal(dcp_state_add_bytes(st, "step", DCP_SCOPE_REPLICATED, step, 8), DCP_OK);
+  return st;
+}
+
+static dcp_status save_small(dcp_ctx *ctx, const char *path) {
+  float w[8];
+  uint64_t step;
+  dcp_state *st = small_state(ctx, w, &step);
+  dcp_status s = dcp_save(ctx, st, path, NULL);
+  dcp_state_free(st);
+  return s;
+}
+
+/* Load "w" and "step" from path and check their values. */
+static dcp_status load_small(dcp_ctx *ctx, const char *path) {
+  float w[8] = {0}, want[8];
+  uint64_t step = 0, want_step;
+  dcp_state *st = small_state(ctx, want, &want_step);
+  dcp_state_free(st);
+  int64_t shape[1] = {8}, zero[1] = {0};
+  assert_int_equal(dcp_state_create(ctx, &st), DCP_OK);
+  assert_int_equal(dcp_state_add_tensor(st, "w", DCP_F32, 1, shape), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(st, "w", zero, shape, w), DCP_OK);
+  assert_int_equal(dcp_state_add_bytes(st, "step", DCP_SCOPE_REPLICATED, &step, 8), DCP_OK);
+  dcp_status s = dcp_load(ctx, st, path, NULL);
+  dcp_state_free(st);
+  if (s == DCP_OK) {
+    assert_memory_equal(w, want, sizeof w);
+    assert_int_equal(step, want_step);
+  }
+  return s;
+}
+
+/* Plant ckpt/name as a symlink to f->outside (which holds PRECIOUS). */
+static void plant_link(hk_fixture *f, const char *dir, const char *name) {
+  char p[PATH_MAX + 32];
+  hk_write_file(f->outside, PRECIOUS, strlen(PRECIOUS));
+  mkdir(dir, 0777);
+  assert_int_equal(symlink(f->outside, hk_path(p, sizeof p, dir, name)), 0);
+}
+
+/* A save meets a symlink at its data file, its temporary metadata or its
+ * metadata: it fails naming the link, writes nothing through it, and
+ * commits nothing. */
+static void test_symlink_on_save(void **state) {
+  hk_fixture *f = *state;
+  const char *names[] = {"data-00000.dcp", ".metadata.tmp", ".metadata"};
+  char p[PATH_MAX + 32], cmd[PATH_MAX + 32];
+  for (size_t i = 0; i < 3; i++) {
+    plant_link(f, f->ckpt, names[i]);
+    assert_int_equal(save_small(f->ctx, f->ckpt), DCP_EIO);
+    hk_msg_has(f->ctx, names[i], "is a symbolic link", NULL);
+    assert_true(hk_file_is(f->outside, PRECIOUS));
+    struct stat sb;
+    assert_int_equal(lstat(hk_path(p, sizeof p, f->ckpt, names[i]), &sb), 0);
+    assert_true(S_ISLNK(sb.st_mode)); /* the link itself is left alone too */
+    if (i < 2) assert_false(hk_exists(hk_path(p, sizeof p, f->ckpt, ".metadata")));
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->ckpt);
+    assert_int_equal(system(cmd), 0);
+  }
+}
+
+/* A load, a metadata view and a verify meet a symlinked .metadata or data
+ * file (pointing at a perfectly valid copy outside): all refuse it. */
+static void test_symlink_on_load(void **state) {
+  hk_fixture *f = *state;
+  char p[PATH_MAX + 32];
+  const char *names[] = {".metadata", "data-00000.dcp"};
+  for (size_t i = 0; i < 2; i++) {
+    char cmd[3 * PATH_MAX];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->ckpt);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(save_small(f->ctx, f->ckpt), DCP_OK);
+    assert_int_equal(load_small(f->ctx, f->ckpt), DCP_OK);
+    hk_path(p, sizeof p, f->ckpt, names[i]);
+    assert_int_equal(rename(p, f->outside), 0);
+    assert_int_equal(symlink(f->outside, p), 0);
+    size_t before_len = 0;
+    uint8_t *before = hk_read_file(f->outside, &before_len);
+    assert_int_equal(load_small(f->ctx, f->ckpt), DCP_EIO);
+    hk_msg_has(f->ctx, names[i], "is a symbolic link", NULL);
+    dcp_verify_report rep = {.struct_size = sizeof rep};
+    assert_true(dcp_is_error(dcp_verify(f->ctx, f->ckpt, &rep)));
+    assert_non_null(strstr(dcp_ctx_last_error(f->ctx), "symbolic link"));
+    dcp_meta *m = NULL;
+    dcp_status ms = dcp_meta_open(f->ctx, f->ckpt, &m);
+    if (i == 0) {
+      assert_int_equal(ms, DCP_EIO);
+      hk_msg_has(f->ctx, "symbolic link", NULL, NULL);
+    }
+    dcp_meta_free(m);
+    size_t after_len = 0;
+    uint8_t *after = hk_read_file(f->outside, &after_len);
+    assert_int_equal(before_len, after_len);
+    assert_memory_equal(before, after, before_len);
+    free(before);
+    free(after);
+  }
+}
+
+/* The checkpoint path itself may be a link, or pass through one (a
+ * cluster's /ckpt -> /mnt/lustre/...): saving and loading work, and the
+ * files land in the real directory. */
+static void test_symlinked_checkpoint_dir(void **state) {
+  hk_fixture *f = *state;
+  char real[PATH_MAX + 32], link[PATH_MAX + 32], via[PATH_MAX + 64], p[PATH_MAX + 96];
+  hk_path(real, sizeof real, f->dir, "real");
+  hk_path(link, sizeof link, f->dir, "link");
+  assert_int_equal(mkdir(real, 0777), 0);
+  assert_int_equal(symlink(real, link), 0);
+  assert_int_equal(save_small(f->ctx, link), DCP_OK); /* the path is the link */
+  assert_int_equal(load_small(f->ctx, link), DCP_OK);
+  assert_true(hk_exists(hk_path(p, sizeof p, real, ".metadata")));
+  hk_path(via, sizeof via, link, "inner"); /* the path passes through it */
+  assert_int_equal(save_small(f->ctx, via), DCP_OK);
+  assert_int_equal(load_small(f->ctx, via), DCP_OK);
+  hk_path(p, sizeof p, real, "inner/.metadata");
+  assert_true(hk_exists(p));
+}
+
+/* Export meets a link at its temporary name (refused, target untouched)
+ * or at its final name (replaced by the rename: the link itself goes, the
+ * target stays untouched). */
+static void test_symlink_on_export(void **state) {
+  hk_fixture *f = *state;
+  char out[PATH_MAX + 32], p[PATH_MAX + 64];
+  hk_path(out, sizeof out, f->dir, "export");
+  assert_int_equal(save_small(f->ctx, f->ckpt), DCP_OK);
+  plant_link(f, out, "model.safetensors.tmp");
+  assert_int_equal(dcp_export_safetensors(f->ctx, f->ckpt, out, 0), DCP_EIO);
+  hk_msg_has(f->ctx, "model.safetensors.tmp", "is a symbolic link", NULL);
+  assert_true(hk_file_is(f->outside, PRECIOUS));
+  assert_false(hk_exists(hk_path(p, sizeof p, out, "model.safetensors")));
+  assert_int_equal(unlink(hk_path(p, sizeof p, out, "model.safetensors.tmp")), 0);
+  assert_int_equal(symlink(f->outside, hk_path(p, sizeof p, out, "model.safetensors")), 0);
+  assert_int_equal(dcp_export_safetensors(f->ctx, f->ckpt, out, 0), DCP_OK);
+  struct stat sb;
+  assert_int_equal(lstat(p, &sb), 0);
+  assert_true(S_ISREG(sb.st_mode));
+  assert_true(hk_file_is(f->outside, PRECIOUS));
+}
+
+/* ---- worlds ------------------------------------------------------------ */
+
+/* A detached rank of a world (no collective): saves with coordination
+ * "none" (its own <rank>.metadata). */
+static dcp_ctx *detached(hk_fixture *f, int32_t rank, int32_t world) {
+  dcp_ctx_config cfg;
+  dcp_ctx_config_init(&cfg);
+  cfg.rank = rank, cfg.world_size = world, cfg.plugin_path = f->plugins;
+  dcp_ctx *ctx;
+  assert_int_equal(dcp_ctx_create(&cfg, &ctx), DCP_OK);
+  return ctx;
+}
+
+/* Configs the world contradicts are refused when the context is made. */
+static void test_world_config(void **state) {
+  hk_fixture *f = *state;
+  dcp_ctx_config cfg;
+  dcp_ctx *ctx = NULL;
+  dcp_ctx_config_init(&cfg);
+  cfg.plugin_path = f->plugins;
+  cfg.coll = "single";
+  cfg.world_size = 2;
+  assert_int_equal(dcp_ctx_create(&cfg, &ctx), DCP_EINVAL);
+  assert_null(ctx);
+  assert_non_null(strstr(dcp_ctx_create_error(), "world of one"));
+  cfg.coll = NULL;
+  cfg.rank = 2; /* rank index == world */
+  assert_int_equal(dcp_ctx_create(&cfg, &ctx), DCP_EINVAL);
+  assert_non_null(strstr(dcp_ctx_create_error(), "rank 2 is not in a world of 2"));
+  cfg.rank = -1;
+  assert_int_equal(dcp_ctx_create(&cfg, &ctx), DCP_EINVAL);
+  cfg.rank = 0, cfg.world_size = 0;
+  assert_int_equal(dcp_ctx_create(&cfg, &ctx), DCP_EINVAL);
+}
+
+/* Save rank `rank` of `world` (detached) into f->ckpt: tensor "w" U8
+ * [2*world], this rank's two elements, per-rank bytes "rng"; plus a bytes
+ * item `key` in `scope` holding `value` when key is not NULL. */
+static dcp_status save_none(hk_fixture *f, int32_t rank, int32_t world, const char *key,
+                            dcp_scope scope, uint64_t value) {
+  dcp_ctx *ctx = detached(f, rank, world);
+  dcp_state *st;
+  uint8_t w[2] = {(uint8_t)(10 * rank), (uint8_t)(10 * rank + 1)};
+  uint64_t rng = 1000 + (uint64_t)rank;
+  int64_t shape[1] = {2 * world}, off[1] = {2 * rank}, sz[1] = {2};
+  assert_int_equal(dcp_state_create(ctx, &st), DCP_OK);
+  assert_int_equal(dcp_state_add_tensor(st, "w", DCP_U8, 1, shape), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(st, "w", off, sz, w), DCP_OK);
+  assert_int_equal(dcp_state_add_bytes(st, "rng", DCP_SCOPE_PER_RANK, &rng, 8), DCP_OK);
+  if (key) assert_int_equal(dcp_state_add_bytes(st, key, scope, &value, 8), DCP_OK);
+  dcp_save_options o;
+  dcp_save_options_init(&o);
+  o.flags = DCP_SAVE_OVERWRITE;
+  dcp_status s = dcp_save(ctx, st, f->ckpt, &o);
+  if (s) fprintf(stderr, "save rank %d: %s\n", rank, dcp_ctx_last_error(ctx));
+  dcp_state_free(st);
+  dcp_ctx_free(ctx);
+  return s;
+}
+
+/* Load "w" of a world of 2 (4 elements) on f->ctx, plus bytes `key`
+ * (REPLICATED) when not NULL into *value. */
+static dcp_status load_none(hk_fixture *f, const char *key, uint64_t *value) {
+  uint8_t w[4];
+  int64_t shape[1] = {4}, zero[1] = {0};
+  dcp_state *st;
+  assert_int_equal(dcp_state_create(f->ctx, &st), DCP_OK);
+  assert_int_equal(dcp_state_add_tensor(st, "w", DCP_U8, 1, shape), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(st, "w", zero, shape, w), DCP_OK);
+  if (key) assert_int_equal(dcp_state_add_bytes(st, key, DCP_SCOPE_REPLICATED, value, 8), DCP_OK);
+  dcp_status s = dcp_load(f->ctx, st, f->ckpt, NULL);
+  dcp_state_free(st);
+  if (s == DCP_OK) assert_true(w[0] == 0 && w[1] == 1 && w[2] == 10 && w[3] == 11);
+  return s;
+}
+
+/* Copy the file ckpt/from to ckpt/to. */
+static void copy_in_ckpt(hk_fixture *f, const char *from, const char *to) {
+  char a[PATH_MAX + 32], b[PATH_MAX + 32];
+  size_t len = 0;
+  uint8_t *p = hk_read_file(hk_path(a, sizeof a, f->ckpt, from), &len);
+  assert_non_null(p);
+  hk_write_file(hk_path(b, sizeof b, f->ckpt, to), p, len);
+  free(p);
+}
+
+/* Remove the checkpoint directory. */
+static void wipe(hk_fixture *f) {
+  char cmd[PATH_MAX + 32];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->ckpt);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* Per-rank metadata that is missing, from another world, duplicated or
+ * beyond the world: each load is refused with its own status and message
+ * (and an honest pair loads). */
+static void test_rank_files(void **state) {
+  hk_fixture *f = *state;
+  assert_int_equal(save_none(f, 0, 2, NULL, 0, 0), DCP_OK);
+  assert_int_equal(load_none(f, NULL, NULL), DCP_EINCOMPLETE); /* rank 1 missing */
+  hk_msg_has(f->ctx, "world of 2", "(1)", NULL);
+  assert_int_equal(save_none(f, 1, 2, NULL, 0, 0), DCP_OK);
+  assert_int_equal(load_none(f, NULL, NULL), DCP_OK);
+  /* a stale rank 2 of a world of 3 next to a world of 2 */
+  assert_int_equal(save_none(f, 2, 3, NULL, 0, 0), DCP_OK);
+  assert_int_equal(load_none(f, NULL, NULL), DCP_ECORRUPT);
+  hk_msg_has(f->ctx, "2.metadata", "world of 2", "different world sizes");
+  /* rank 1's file from a world of 3 */
+  wipe(f);
+  assert_int_equal(save_none(f, 0, 2, NULL, 0, 0), DCP_OK);
+  assert_int_equal(save_none(f, 1, 3, NULL, 0, 0), DCP_OK);
+  assert_int_equal(load_none(f, NULL, NULL), DCP_ECORRUPT);
+  hk_msg_has(f->ctx, "rank 1's metadata names a world of 3, rank 0's 2", NULL, NULL);
+  /* rank 0's file copied over rank 1's */
+  wipe(f);
+  assert_int_equal(save_none(f, 0, 2, NULL, 0, 0), DCP_OK);
+  copy_in_ckpt(f, "0.metadata", "1.metadata");
+  assert_int_equal(load_none(f, NULL, NULL), DCP_ECORRUPT);
+  hk_msg_has(f->ctx, "rank 1's metadata", "data-00000.dcp", "duplicated");
+}
+
+/* Write ckpt/1.metadata by hand: a world of 2 whose only item is the
+ * per-rank bytes "rng" of rank `claimed`, stored in data-00001.dcp. */
+static void forge_rank1(hk_fixture *f, int32_t claimed) {
+  dcpi_md *md;
+  dcpi_err err;
+  uint32_t file;
+  uint64_t ck = 0;
+  assert_int_equal(dcpi_md_create(&md), DCP_OK);
+  assert_int_equal(dcpi_md_set_world(md, 2, &err), DCP_OK);
+  assert_int_equal(dcpi_md_add_file(md, "data-00001.dcp", &file, &err), DCP_OK);
+  dcp_storage_ref r = {.file = file, .block_size = 8, .stored_length = 8, .raw_length = 8,
+                       .block_count = 1, .block_checksums = &ck};
+  assert_int_equal(dcpi_md_add_bytes(md, "rng", DCP_SCOPE_PER_RANK, claimed, &r, &err), DCP_OK);
+  void *enc;
+  size_t len;
+  assert_int_equal(dcpi_md_encode(md, &enc, &len, &err), DCP_OK);
+  char p[PATH_MAX + 32];
+  hk_write_file(hk_path(p, sizeof p, f->ckpt, "1.metadata"), enc, len);
+  free(enc);
+  dcpi_md_free(md);
+}
+
+/* A rank's metadata may hold only its own per-rank items: rank 1's file
+ * claiming rank 0's "rng" is refused (it would shadow or duplicate it). */
+static void test_rank_claims_other_rank(void **state) {
+  hk_fixture *f = *state;
+  assert_int_equal(save_none(f, 0, 2, NULL, 0, 0), DCP_OK);
+  forge_rank1(f, 0);
+  assert_int_equal(load_none(f, NULL, NULL), DCP_ECORRUPT);
+  hk_msg_has(f->ctx, "rank 1's metadata holds per-rank bytes item 'rng' of rank 0", NULL, NULL);
+}
+
+/* Scopes across per-rank metadata: a key REPLICATED on one rank and
+ * PER_RANK on the other, and REPLICATED copies that differ, are
+ * DCP_ESCOPE; identical copies load. */
+static void test_scope_clash_merge(void **state) {
+  hk_fixture *f = *state;
+  uint64_t v = 0;
+  assert_int_equal(save_none(f, 0, 2, "opt", DCP_SCOPE_REPLICATED, 5), DCP_OK);
+  assert_int_equal(save_none(f, 1, 2, "opt", DCP_SCOPE_PER_RANK, 5), DCP_OK);
+  assert_int_equal(load_none(f, NULL, NULL), DCP_ESCOPE);
+  hk_msg_has(f->ctx, "'opt'", "REPLICATED", "PER_RANK");
+  wipe(f);
+  assert_int_equal(save_none(f, 0, 2, "opt", DCP_SCOPE_PER_RANK, 5), DCP_OK);
+  assert_int_equal(save_none(f, 1, 2, "opt", DCP_SCOPE_REPLICATED, 5), DCP_OK);
+  assert_int_equal(load_none(f, NULL, NULL), DCP_ESCOPE);
+  wipe(f);
+  assert_int_equal(save_none(f, 0, 2, "step", DCP_SCOPE_REPLICATED, 41), DCP_OK);
+  assert_int_equal(save_none(f, 1, 2, "step", DCP_SCOPE_REPLICATED, 42), DCP_OK);
+  assert_int_equal(load_none(f, "step", &v), DCP_ESCOPE);
+  hk_msg_has(f->ctx, "replicated bytes item 'step' differs between rank 0", "rank 1",
+             "different contents");
+  wipe(f);
+  assert_int_equal(save_none(f, 0, 2, "step", DCP_SCOPE_REPLICATED, 42), DCP_OK);
+  assert_int_equal(save_none(f, 1, 2, "step", DCP_SCOPE_REPLICATED, 42), DCP_OK);
+  assert_int_equal(load_none(f, "step", &v), DCP_OK);
+  assert_int_equal(v, 42);
+}
+
+/* One forked rank of a coordinated save over the file collective: rank 0
+ * saves "opt" REPLICATED, rank 1 PER_RANK. Exit code 0 when its save
+ * returned DCP_ESCOPE naming the key. */
+static int clash_rank(hk_fixture *f, int32_t rank, const char *rdv) {
+  dcp_ctx_config cfg;
+  dcp_ctx_config_init(&cfg);
+  cfg.rank = rank, cfg.world_size = 2, cfg.plugin_path = f->plugins;
+  cfg.coll = "file", cfg.rendezvous = rdv, cfg.timeout_ms = 30000;
+  dcp_ctx *ctx;
+  if (dcp_ctx_create(&cfg, &ctx)) return 10;
+  dcp_state *st;
+  uint64_t v = 9;
+  int rc = 0;
+  if (dcp_state_create(ctx, &st) ||
+      dcp_state_add_bytes(st, "opt", rank ? DCP_SCOPE_PER_RANK : DCP_SCOPE_REPLICATED, &v, 8))
+    rc = 11;
+  dcp_status s = rc ? DCP_OK : dcp_save(ctx, st, f->ckpt, NULL);
+  if (!rc && s != DCP_ESCOPE) rc = 12;
+  if (!rc && !strstr(dcp_ctx_last_error(ctx), "'opt'")) rc = 13;
+  if (rc) fprintf(stderr, "rank %d: rc %d, save %d: %s\n", rank, rc, s, dcp_ctx_last_error(ctx));
+  dcp_state_free(st);
+  dcp_ctx_free(ctx);
+  return rc;
+}
+
+/* The same key REPLICATED on one rank and PER_RANK on another in a
+ * coordinated save: every rank gets DCP_ESCOPE and nothing is committed. */
+static void test_scope_clash_coordinated(void **state) {
+  hk_fixture *f = *state;
+  char rdv[PATH_MAX + 32], p[PATH_MAX + 32];
+  hk_path(rdv, sizeof rdv, f->dir, "rdv");
+  assert_int_equal(mkdir(rdv, 0777), 0);
+  fflush(NULL);
+  pid_t kids[2];
+  for (int32_t r = 0; r < 2; r++) {
+    kids[r] = fork();
+    assert_true(kids[r] >= 0);
+    if (kids[r] == 0) _exit(clash_rank(f, r, rdv));
+  }
+  for (int r = 0; r < 2; r++) {
+    int status;
+    assert_int_equal(waitpid(kids[r], &status, 0), kids[r]);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+  }
+  assert_false(hk_exists(hk_path(p, sizeof p, f->ckpt, ".metadata")));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_symlink_on_save, hk_setup, hk_teardown),
+      cmocka_unit_test_setup_teardown(test_symlink_on_load, hk_setup, hk_teardown),
+      cmocka_unit_test_setup_teardown(test_symlinked_checkpoint_dir, hk_setup, hk_teardown),
+      cmocka_unit_test_setup_teardown(test_symlink_on_export, hk_setup, hk_teardown),
+      cmocka_unit_test_setup_teardown(test_world_config, hk_setup, hk_teardown),
+      cmocka_unit_test_setup_teardown(test_rank_files, hk_setup, hk_teardown),
+      cmocka_unit_test_setup_teardown(test_rank_claims_other_rank, hk_setup, hk_teardown),
+      cmocka_unit_test_setup_teardown(test_scope_clash_merge, hk_setup, hk_teardown),
+      cmocka_unit_test_setup_teardown(test_scope_clash_coordinated, hk_setup, hk_teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
