@@ -24,24 +24,7 @@
 
 #include "async/async_int.h"
 #include "dcp.h"
-
-static int g_rank;
-
-#define CHECK(c, ...)                                                   \
-  do {                                                                  \
-    if (!(c)) {                                                         \
-      fprintf(stderr, "rank %d: %s:%d: ", g_rank, __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                                     \
-      fprintf(stderr, "\n");                                            \
-      exit(1);                                                          \
-    }                                                                   \
-  } while (0)
-#define OK(expr, ctx)                                                          \
-  do {                                                                         \
-    dcp_status s_ = (expr);                                                    \
-    CHECK(s_ == DCP_OK, "%s: %s (%s)", #expr, dcp_strerror(s_),                \
-          (ctx) ? dcp_ctx_last_error(ctx) : "");                               \
-  } while (0)
+#include "rank_check.h"
 
 typedef struct args {
   const char *mode, *dir, *rdv, *writer_coll, *trainer_coll;
