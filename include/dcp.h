@@ -309,9 +309,14 @@ DCP_API dcp_status dcp_state_create(dcp_ctx *ctx, dcp_state **out);
 
 DCP_API void dcp_state_free(dcp_state *st);
 
-/* Declare a tensor item. fqn: 1..DCP_MAX_NAME bytes, no NUL or control
- * characters. shape: ndim non-negative extents (NULL when ndim is 0).
- * Errors: DCP_ENAME, DCP_EINVAL (bad dtype or ndim), DCP_EOVERFLOW (element
+/* Declare a tensor item. fqn: 1..DCP_MAX_NAME bytes of valid UTF-8 with no
+ * control characters (U+0000..U+001F, U+007F), no '/' or '\' and no ".."
+ * ("model.layers.0.weight" is the usual form); the same rule holds for
+ * bytes keys, for names decoded from a .metadata and for tensor names
+ * imported from safetensors. shape: ndim non-negative extents (NULL when
+ * ndim is 0).
+ * Errors: DCP_ENAME (the message names the rule broken and the byte
+ * offset), DCP_EINVAL (bad dtype or ndim), DCP_EOVERFLOW (element
  * count or byte size overflows), DCP_EEXIST (fqn already declared in this
  * state, as a tensor or bytes item), DCP_ENOMEM. */
 DCP_API dcp_status dcp_state_add_tensor(dcp_state *st, const char *fqn,
@@ -350,7 +355,8 @@ DCP_API dcp_status dcp_state_add_sharded(dcp_state *st, const char *fqn,
                                          const dcp_layout *layout, void *data);
 
 /* Add a bytes item: an opaque blob of len bytes at data (NULL when len 0).
- * key follows the fqn rules and shares their namespace.
+ * key follows the fqn rule (see dcp_state_add_tensor) and shares the fqns'
+ * namespace.
  * Errors: DCP_ENAME, DCP_EINVAL (bad scope), DCP_EEXIST, DCP_ENOMEM. */
 DCP_API dcp_status dcp_state_add_bytes(dcp_state *st, const char *key,
                                        dcp_scope scope, void *data,
@@ -514,6 +520,10 @@ DCP_API void dcp_save_options_init(dcp_save_options *opts);
  * atomically (temporary name, sync, rename, directory sync). A checkpoint
  * without .metadata does not exist. An error on any rank makes every rank
  * return an error (the failing rank's code; the message names that rank).
+ * path may be, or pass through, a symbolic link; an entry inside the
+ * directory that is one (a planted data file, .metadata or temporary name)
+ * is never followed: the save (or a load) fails with DCP_EIO, "... is a
+ * symbolic link", and the link's target is left untouched.
  * Errors: DCP_EEXIST (a committed checkpoint is at path and
  * DCP_SAVE_OVERWRITE is not set), the planner's DCP_EMISMATCH, DCP_EOVERLAP,
  * DCP_EBOUNDS, DCP_EINCOMPLETE, DCP_ESCOPE, DCP_EOVERFLOW, storage errors
@@ -658,8 +668,9 @@ DCP_API void dcp_ctx_set_progress(dcp_ctx *ctx, dcp_progress_fn fn, void *arg);
  * Single rank, not collective.
  * Errors: DCP_EEXIST (a committed checkpoint is at ckpt), DCP_EINVAL (NULL
  * or empty paths, unknown flags, DCP_IMPORT_LINK with ckpt not src's
- * directory), DCP_ECORRUPT (a malformed header or index: the reason names
- * the file and the tensor), DCP_ENOTFOUND (a missing file), DCP_EIO,
+ * directory), DCP_ENAME (a tensor name breaks the fqn rule), DCP_ECORRUPT
+ * (a malformed header or index: the reason names the file and the tensor),
+ * DCP_ENOTFOUND (a missing file), DCP_EIO,
  * DCP_ENOSPC, DCP_ENOMEM. Message on ctx. */
 DCP_API dcp_status dcp_import_safetensors(dcp_ctx *ctx, const char *src, const char *ckpt,
                                           uint32_t flags);

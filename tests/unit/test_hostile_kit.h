@@ -126,7 +126,7 @@ typedef struct hk_craft {
   const char *bkey;    /* NULL: no bytes item */
   size_t bkey_len;
   uint8_t dtype;       /* DCP_U8 unless set */
-  uint32_t ndim;       /* 1 unless set */
+  uint32_t ndim;       /* 1 unless set; above 4 only the first 4 dims are written */
   uint64_t shape[4];   /* [4] unless set */
   uint64_t box_off[4]; /* [0] unless set */
   uint64_t box_size[4];/* the shape unless set */
@@ -170,10 +170,10 @@ static inline uint8_t *hk_assemble(dcpi_wbuf *sec, size_t *len) {
  * default coding, zero checksums. */
 static inline void hk_chunk_list(const hk_craft *c, dcpi_wbuf *list) {
   uint64_t raw = dcp_dtype_size((dcp_dtype)c->dtype);
-  for (uint32_t d = 0; d < c->ndim; d++) raw *= c->box_size[d]; /* may wrap: then refused */
+  for (uint32_t d = 0; d < c->ndim && d < 4; d++) raw *= c->box_size[d]; /* may wrap: then refused */
   dcpi_w_u8(list, DCPI_RF_FILE_SAME | DCPI_RF_OFF_END | DCPI_RF_CODING_DEFAULT);
-  for (uint32_t d = 0; d < c->ndim; d++) dcpi_w_varint(list, c->box_size[d]);
-  for (uint32_t d = 0; d < c->ndim; d++) dcpi_w_varint(list, c->box_off[d]);
+  for (uint32_t d = 0; d < c->ndim && d < 4; d++) dcpi_w_varint(list, c->box_size[d]);
+  for (uint32_t d = 0; d < c->ndim && d < 4; d++) dcpi_w_varint(list, c->box_off[d]);
   /* block size 16; at least one checksum so the list has the minimum
    * chunk size (an empty or huge box fails before its blocks count) */
   uint64_t blocks = raw > 0 && raw < 64 ? (raw + 15) / 16 : 4;
@@ -204,7 +204,7 @@ static inline uint8_t *hk_craft_meta(const hk_craft *c, size_t *len) {
   dcpi_w_varint(w, 1); /* fqn */
   dcpi_w_u8(w, c->dtype);
   dcpi_w_varint(w, c->ndim);
-  for (uint32_t d = 0; d < c->ndim; d++) dcpi_w_varint(w, c->shape[d]);
+  for (uint32_t d = 0; d < c->ndim && d < 4; d++) dcpi_w_varint(w, c->shape[d]);
   dcpi_w_varint(w, 0); /* no mesh */
   dcpi_w_varint(w, 1); /* one chunk */
   dcpi_w_varint(w, list.len);

@@ -84,7 +84,8 @@ static int symlink_error(fsio_core *c, const char *name, dcp_plugin_err *err) {
 
 /* See fsio.h. O_NOFOLLOW: a symlink planted in the checkpoint directory is
  * refused (ELOOP, reported as "is a symbolic link", DCP_EIO) instead of
- * followed out of it; with O_CREAT the link is not even created through. EINVAL with O_DIRECT is
+ * followed out of it, also with O_CREAT | O_TRUNC: its target is never
+ * created, truncated or written. EINVAL with O_DIRECT is
  * the file system declining unbuffered I/O (tmpfs before Linux 6.6, some
  * FUSE and network file systems): we count it and go on buffered. */
 int fsio_open_at(fsio_core *c, int dirfd, const char *name, int flags, int *direct, int *fd,
