@@ -8,6 +8,12 @@
  *                            fails, the previous checkpoint loads, the
  *                            next save respawns a writer
  *   async_test notfound     --dir D   DCP_WRITER names nothing
+ *   async_test kill-peer-writer  --dir D --rendezvous R --timeout-ms T
+ *   async_test stall-peer-writer --dir D --rendezvous R --timeout-ms T
+ *                            (N ranks under dcp_launch) the last rank's
+ *                            writer dies (SIGKILL) or stalls (SIGSTOP)
+ *                            mid-save: every other rank's wait fails
+ *                            within the deadline plus a margin
  *
  * Every checkpoint is loaded back and compared byte for byte. */
 #define _POSIX_C_SOURCE 200809L
@@ -290,14 +296,33 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Several ranks: the last rank's writer dies mid-save. Its peers' writers
- * must give up by their deadline (no hang), every rank's wait returns an
- * error, nothing is committed, and the previous checkpoint still loads. */
-static int mode_kill_peer_writer(const args *a) {
+/* 1 when process pid ends (is gone, or a zombie not reaped yet) within a
+ * second: a SIGKILL sent to it is on its way. */
+static int dead(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  for (int i = 0; i < 100; i++) {
+    FILE *f = fopen(path, "r"); /* afresh each time: /proc text is read once */
+    char state = 'X';
+    if (f && fscanf(f, "%*d (%*[^)]) %c", &state) != 1) state = 'X';
+    if (f) fclose(f);
+    if (state == 'Z' || state == 'X') return 1;
+    nanosleep(&(struct timespec){0, 10000000}, NULL);
+  }
+  return 0;
+}
+
+/* Several ranks: the last rank's writer dies (sig SIGKILL) or stalls
+ * (SIGSTOP) mid-save. Its peers' writers must give up by their deadline (no
+ * hang), every rank's wait returns an error, nothing is committed, and the
+ * previous checkpoint still loads. A stalled writer's own trainer waits
+ * with the same deadline (dcp_async_wait_for: DCP_ETIMEDOUT), then gives up
+ * on the save (dcp_async_abort kills the writer: nothing lingers). */
+static int peer_writer_fault(const args *a, int sig) {
   setenv("DCP_WRITER_DELAY_MS", "500", 1);
   int rank, world;
   dcp_ctx *ctx = open_ctx(a, &rank, &world);
-  CHECK(world > 1, "kill-peer-writer needs several ranks");
+  CHECK(world > 1, "%s-peer-writer needs several ranks", sig == SIGKILL ? "kill" : "stall");
   model m;
   model_alloc(&m, rank, world, 0);
   char p1[512], p2[512];
@@ -309,9 +334,16 @@ static int mode_kill_peer_writer(const args *a) {
   h = save_then_mutate(ctx, &m, p2, 2);
   if (rank == world - 1) {
     pid_t pid = dcpi_async_writer_pid(ctx);
-    CHECK(pid > 0 && kill(pid, SIGKILL) == 0, "cannot kill the writer %d", (int)pid);
+    CHECK(pid > 0 && kill(pid, sig) == 0, "cannot signal the writer %d", (int)pid);
   }
-  dcp_status s = dcp_async_wait(h);
+  int own_stalled = sig == SIGSTOP && rank == world - 1;
+  dcp_status s = own_stalled ? dcp_async_wait_for(h, a->timeout_ms) : dcp_async_wait(h);
+  if (own_stalled) {
+    CHECK(s == DCP_ETIMEDOUT, "wait_for on a stalled writer: %s", dcp_strerror(s));
+    pid_t pid = dcpi_async_writer_pid(ctx);
+    CHECK(dcp_async_abort(h) == DCP_EPEER, "abort of the stalled save did not fail it");
+    CHECK(dead(pid), "the stalled writer %d is still there after the abort", (int)pid);
+  }
   double took = now_s() - t0, limit = (double)a->timeout_ms / 1e3 + 0.5 + 5.0;
   CHECK(s != DCP_OK, "rank %d: the save with a dead writer succeeded", rank);
   CHECK(took < limit, "rank %d: wait took %.1f s, more than the deadline allows (%.1f s)", rank,
@@ -325,8 +357,8 @@ static int mode_kill_peer_writer(const args *a) {
   while (now_s() - t0 < until) nanosleep(&(struct timespec){0, 20000000}, NULL);
   check_load(ctx, p1, rank, world, 0, 1);
   if (rank == 0)
-    printf("kill-peer-writer: every rank's wait failed within %.1f s (deadline %ld ms): %s\n",
-           took, a->timeout_ms, dcp_ctx_last_error(ctx));
+    printf("%s-peer-writer: every rank's wait failed within %.1f s (deadline %ld ms): %s\n",
+           sig == SIGKILL ? "kill" : "stall", took, a->timeout_ms, dcp_ctx_last_error(ctx));
   dcp_async_shutdown(ctx);
   model_free(&m);
   dcp_ctx_free(ctx);
@@ -400,7 +432,8 @@ int main(int argc, char **argv) {
   CHECK(a.dir, "usage: async_test MODE --dir D [--rendezvous R]");
   mkdir(a.dir, 0755);
   if (!strcmp(a.mode, "basic")) return mode_basic(&a);
-  if (!strcmp(a.mode, "kill-peer-writer")) return mode_kill_peer_writer(&a);
+  if (!strcmp(a.mode, "kill-peer-writer")) return peer_writer_fault(&a, SIGKILL);
+  if (!strcmp(a.mode, "stall-peer-writer")) return peer_writer_fault(&a, SIGSTOP);
   if (!strcmp(a.mode, "kill-trainer")) return mode_kill_trainer(&a);
   if (!strcmp(a.mode, "kill-writer")) return mode_kill_writer(&a);
   if (!strcmp(a.mode, "notfound")) return mode_notfound(&a);

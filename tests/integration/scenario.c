@@ -9,9 +9,21 @@
  *            [--meta-per-rank] [--no-bytes] [--save-twice] [--no-flat]
  *            [--dedup auto|on|off] [--no-pipeline] [--max-inflight N] [--reader-lowest]
  *            [--check-reads] [--expect-path 0|1|2] [--corrupt] [--dedup-mismatch]
+ *            [--timeout-ms MS] [--fault stall|exit --fault-rank R
+ *             --fault-phase save|load [--fault-at start|OP[:N]]]
  *
  * --no-bytes loads the tensors only (a checkpoint converted from
  * safetensors has no bytes items).
+ *
+ * No hangs (--fault): rank R stalls (SIGSTOP) or exits at the Nth call of
+ * collective OP (fault_coll.h; "start": before it calls dcp_save or
+ * dcp_load) in the given phase. Every other rank must get DCP_ETIMEDOUT or
+ * DCP_EPEER from that call within the deadline (--timeout-ms) plus
+ * NOHANG_MARGIN_S; it writes "error <code> <seconds>" to <dir>.nohang.<rank>
+ * and waits (bounded) for the other survivors' files, so that under mpirun
+ * no survivor's exit tears the job down before every survivor has reported.
+ * The stalled rank writes its pid to <dir>.stalled; the harness
+ * (tests/integration/nohang.sh, dcp_launch) kills it.
  *
  * The model: a mesh [world/tp, tp] (DP x TP) and tensors of every kind of
  * sharding: TP on dim 0, TP on dim 1, replicated, DP and TP on two dims,
@@ -47,6 +59,7 @@
 #include <unistd.h>
 
 #include "dcp.h"
+#include "fault_coll.h"
 
 #define CHECK(cond, ...)                                                  \
   do {                                                                    \
@@ -313,12 +326,14 @@ typedef struct args {
   int save_tp, load_tp, compress, lowest, expect_exists, overwrite, meta_per_rank, no_bytes,
       save_twice;
   int no_pipeline, reader_lowest, check_reads, expect_path, corrupt, dedup_mismatch;
-  long long max_inflight;
+  long long max_inflight, timeout_ms;
+  const char *fault, *fault_phase, *fault_at; /* --fault: NULL when off */
+  int fault_rank;
 } args;
 
 static args parse(int argc, char **argv) {
   args a = {.coll = "mpi", .mode = "both", .save_tp = 1, .load_tp = 1, .dedup = "auto",
-            .expect_path = -1};
+            .expect_path = -1, .timeout_ms = 60000, .fault_at = "start", .fault_rank = -1};
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
     if (!strcmp(k, "--compress")) a.compress = 1;
@@ -337,6 +352,11 @@ static args parse(int argc, char **argv) {
     else if (!strcmp(k, "--dedup")) a.dedup = v, i++;
     else if (!strcmp(k, "--expect-path")) a.expect_path = atoi(v), i++;
     else if (!strcmp(k, "--max-inflight")) a.max_inflight = atoll(v), i++;
+    else if (!strcmp(k, "--timeout-ms")) a.timeout_ms = atoll(v), i++;
+    else if (!strcmp(k, "--fault")) a.fault = v, i++;
+    else if (!strcmp(k, "--fault-rank")) a.fault_rank = atoi(v), i++;
+    else if (!strcmp(k, "--fault-phase")) a.fault_phase = v, i++;
+    else if (!strcmp(k, "--fault-at")) a.fault_at = v, i++;
     else if (!strcmp(k, "--coll")) a.coll = v, i++;
     else if (!strcmp(k, "--dir")) a.dir = v, i++;
     else if (!strcmp(k, "--mode")) a.mode = v, i++;
@@ -350,6 +370,12 @@ static args parse(int argc, char **argv) {
     }
   }
   if (!a.dir) exit(2);
+  if (a.fault && (strcmp(a.fault, "stall") && strcmp(a.fault, "exit")))
+    fprintf(stderr, "scenario: --fault stall|exit\n"), exit(2);
+  if (a.fault && (a.fault_rank < 0 || !a.fault_phase ||
+                  (strcmp(a.fault_phase, "save") && strcmp(a.fault_phase, "load"))))
+    fprintf(stderr, "scenario: --fault needs --fault-rank R and --fault-phase save|load\n"),
+        exit(2);
   return a;
 }
 
@@ -629,7 +655,11 @@ static dcp_ctx *open_ctx(const args *a) {
   dcp_ctx_config_init(&cfg);
   cfg.coll = a->coll;
   cfg.storage = a->storage;
-  cfg.timeout_ms = 60000;
+  cfg.timeout_ms = a->timeout_ms;
+  if (a->fault) { /* the same collective, behind the fault-injecting table */
+    CHECK(fc_register(a->coll) == 0, "cannot set up the fault collective over %s", a->coll);
+    cfg.coll = "fault";
+  }
   if (!strcmp(a->coll, "file") || !strcmp(a->coll, "gloo")) {
     const char *r = getenv("DCP_TEST_RANK"), *w = getenv("DCP_TEST_WORLD");
     CHECK(r && w, "the %s collective needs DCP_TEST_RANK/DCP_TEST_WORLD (run under launch)",
@@ -645,6 +675,87 @@ static dcp_ctx *open_ctx(const args *a) {
   return ctx;
 }
 
+/* ---- no hangs (--fault) ------------------------------------------------- */
+
+/* A survivor's call must end this long after the deadline at the latest:
+ * generous, so that a loaded machine never trips it; a hang does. */
+#define NOHANG_MARGIN_S 5.0
+
+/* 1 when this run injects its fault in `phase` ("save" or "load"). */
+static int fault_in(const args *a, const char *phase) {
+  return a->fault && !strcmp(a->fault_phase, phase);
+}
+
+/* The faulty rank: fire the fault now ("start") or arm it for OP[:N]. */
+static void fault_arm(const args *a) {
+  char pid_file[4200], op[32] = "";
+  int nth = 1;
+  fc_action action = !strcmp(a->fault, "stall") ? FC_STALL : FC_EXIT;
+  snprintf(pid_file, sizeof pid_file, "%s.stalled", a->dir);
+  if (!strcmp(a->fault_at, "start")) fc_fire(action, pid_file);
+  const char *colon = strchr(a->fault_at, ':');
+  size_t n = colon ? (size_t)(colon - a->fault_at) : strlen(a->fault_at);
+  CHECK(n < sizeof op, "--fault-at %s", a->fault_at);
+  memcpy(op, a->fault_at, n);
+  if (colon) nth = atoi(colon + 1);
+  CHECK(fc_arm(action, op, nth, pid_file) == 0, "--fault-at %s: want start or OP[:N]",
+        a->fault_at);
+}
+
+/* A survivor of the fault: its call failed with a peer error, within the
+ * deadline plus the margin. It records that in <dir>.nohang.<rank>, then
+ * waits (bounded) until every other survivor has too. */
+static void nohang_check(dcp_ctx *ctx, const args *a, const char *what, dcp_status s,
+                         double took) {
+  int32_t world = dcp_ctx_world_size(ctx), rank = dcp_ctx_rank(ctx);
+  double limit = (double)a->timeout_ms / 1e3 + NOHANG_MARGIN_S;
+  CHECK(s == DCP_ETIMEDOUT || s == DCP_EPEER,
+        "%s with rank %d %sed gave %s (%s), wanted DCP_ETIMEDOUT or DCP_EPEER", what,
+        a->fault_rank, a->fault, dcp_strerror(s), dcp_ctx_last_error(ctx));
+  CHECK(dcp_ctx_last_error(ctx)[0], "%s failed without a message", what);
+  CHECK(took <= limit, "%s returned after %.2f s, past the deadline %lld ms + %.0f s", what, took,
+        a->timeout_ms, NOHANG_MARGIN_S);
+  char path[4200], tmp[4300];
+  snprintf(path, sizeof path, "%s.nohang.%d", a->dir, rank);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  CHECK(f, "open %s", tmp);
+  fprintf(f, "error %d %.3f\n", (int)s, took);
+  CHECK(fclose(f) == 0 && rename(tmp, path) == 0, "write %s", path);
+  printf("rank %d: %s failed after %.2f s (deadline %lld ms): %s: %s\n", rank, what, took,
+         a->timeout_ms, dcp_strerror(s), dcp_ctx_last_error(ctx));
+  double t0 = now_s();
+  for (int32_t r = 0; r < world; r++) {
+    struct stat sb;
+    snprintf(path, sizeof path, "%s.nohang.%d", a->dir, r);
+    while (r != a->fault_rank && stat(path, &sb) != 0) {
+      CHECK(now_s() - t0 <= limit, "rank %d never reported its failed %s", r, what);
+      nanosleep(&(struct timespec){0, 10000000}, NULL);
+    }
+  }
+}
+
+/* Runs a save or load (fn) with the fault of this run: the faulty rank
+ * never returns from it; the others must fail promptly. */
+static void run_faulty(dcp_ctx *ctx, const args *a, const char *what,
+                       dcp_status (*fn)(dcp_ctx *, dcp_state *, const char *, const void *),
+                       dcp_state *st, const void *opts) {
+  if (dcp_ctx_rank(ctx) == a->fault_rank) fault_arm(a);
+  double t0 = now_s();
+  dcp_status s = fn(ctx, st, a->dir, opts);
+  CHECK(dcp_ctx_rank(ctx) != a->fault_rank, "the fault at %s never fired (%s gave %s)",
+        a->fault_at, what, dcp_strerror(s));
+  nohang_check(ctx, a, what, s, now_s() - t0);
+}
+
+static dcp_status save_fn(dcp_ctx *ctx, dcp_state *st, const char *dir, const void *o) {
+  return dcp_save(ctx, st, dir, o);
+}
+
+static dcp_status load_fn(dcp_ctx *ctx, dcp_state *st, const char *dir, const void *o) {
+  return dcp_load(ctx, st, dir, o);
+}
+
 static void do_save(dcp_ctx *ctx, const args *a) {
   int32_t world = dcp_ctx_world_size(ctx), rank = dcp_ctx_rank(ctx);
   CHECK(world % a->save_tp == 0, "world %d not divisible by save tp %d", world, a->save_tp);
@@ -658,6 +769,11 @@ static void do_save(dcp_ctx *ctx, const args *a) {
   o.block_size = 4096;
   const char *keys[] = {"framework", "step"}, *vals[] = {"scenario", "100"};
   o.nkv = 2, o.kv_keys = keys, o.kv_values = vals;
+  if (fault_in(a, "save")) {
+    run_faulty(ctx, a, "save", save_fn, m.st, &o);
+    free_model(&m);
+    return;
+  }
   dcp_status s = dcp_save(ctx, m.st, a->dir, &o);
   if (a->expect_exists) {
     CHECK(s == DCP_EEXIST, "save over a committed checkpoint gave %s, wanted DCP_EEXIST",
@@ -719,6 +835,11 @@ static void do_load(dcp_ctx *ctx, const args *a) {
     lo.read_dedup = lo.read_dedup == DCP_READ_DEDUP_OFF ? DCP_READ_DEDUP_ON : DCP_READ_DEDUP_OFF;
   if (a->reader_lowest) lo.reader_policy = DCP_POLICY_LOWEST_RANK;
   if (a->max_inflight) lo.max_inflight_bytes = (uint64_t)a->max_inflight;
+  if (fault_in(a, "load")) {
+    run_faulty(ctx, a, "load", load_fn, m.st, &lo);
+    free_model(&m);
+    return;
+  }
   double t0 = now_s();
   dcp_status s = dcp_load(ctx, m.st, a->dir, &lo);
   double took = now_s() - t0;
@@ -769,7 +890,8 @@ int main(int argc, char **argv) {
   g_no_bytes = a.no_bytes;
   dcp_ctx *ctx = open_ctx(&a);
   if (!strcmp(a.mode, "save") || !strcmp(a.mode, "both")) do_save(ctx, &a);
-  if (!strcmp(a.mode, "load") || !strcmp(a.mode, "both")) do_load(ctx, &a);
+  if ((!strcmp(a.mode, "load") || !strcmp(a.mode, "both")) && !fault_in(&a, "save"))
+    do_load(ctx, &a);
   dcp_ctx_free(ctx);
   return 0;
 }

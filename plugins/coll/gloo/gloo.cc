@@ -48,10 +48,19 @@
  * carry the prefix 0xDC in their top byte, out of the range gloo's own
  * collectives use (prefixes 0x01..0x08). Messages between two ranks on one
  * slot are matched in order, which is what collective call order gives.
+ *
+ * SIGPIPE: gloo writes to its sockets without MSG_NOSIGNAL, so a write to a
+ * peer that has exited would kill this process. Every entry point blocks
+ * SIGPIPE on its thread while gloo runs (the device's event-loop thread,
+ * started during open, inherits that mask) and consumes a SIGPIPE it raised
+ * before restoring the mask: the write fails with EPIPE instead, and the
+ * call returns DCP_EPEER.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -420,12 +429,42 @@ void parse_options(dcp_comm *c, const char *opts) {
   if (!c->host.empty() && !c->iface.empty()) fail(DCP_EINVAL, "host= and iface= are exclusive");
 }
 
+// Blocks SIGPIPE on this thread for its lifetime (see the top comment);
+// a SIGPIPE that became pending meanwhile is consumed, one that was
+// pending before is left alone.
+class NoSigpipe {
+ public:
+  NoSigpipe() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+    was_pending_ = pending();
+  }
+  ~NoSigpipe() {
+    struct timespec zero = {0, 0};
+    if (!was_pending_ && pending()) sigtimedwait(&pipe_, nullptr, &zero);
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  NoSigpipe(const NoSigpipe &) = delete;
+  NoSigpipe &operator=(const NoSigpipe &) = delete;
+
+ private:
+  bool pending() {
+    sigset_t p;
+    sigemptyset(&p);
+    return sigpending(&p) == 0 && sigismember(&p, SIGPIPE);
+  }
+  sigset_t pipe_, old_;
+  bool was_pending_ = false;
+};
+
 // Runs fn, turning every exception into a status; a failure breaks c.
 template <typename F>
 int guarded(dcp_comm *c, dcp_plugin_err *err, const char *op, F &&fn) {
   if (c->broken)
     return set_err(err, DCP_EPEER, "%s: communicator broken by an earlier failure: %s", op,
                    c->why.c_str());
+  NoSigpipe no_sigpipe;
   int code = DCP_OK;
   std::string msg;
   try {
@@ -583,6 +622,7 @@ int g_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *err) {
     if (c->rank == 0) remove_tree(sdir);  // every rank is past the store
   });
   if (rc != DCP_OK) {
+    NoSigpipe no_sigpipe;
     try {
       c->ctx.reset();
       c->dev.reset();
@@ -597,6 +637,7 @@ int g_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *err) {
 
 void g_close(dcp_comm *c) {
   if (!c) return;
+  NoSigpipe no_sigpipe;
   try {
     c->ctx.reset();
     c->dev.reset();

@@ -26,12 +26,15 @@
  * never match each other, and MPI's non-overtaking order keeps pieces of
  * successive calls apart.
  *
- * Groups: group_bcast runs on a sub-communicator per distinct ranks list,
- * made with MPI_Comm_create_group (collective over the group only) and kept
- * in a hash map until close. There is no eviction: members of a group see
- * different sequences of groups, so an LRU would make them disagree on when
- * a sub-communicator must be created again (a deadlock). Creation has no
- * nonblocking form in MPI 3.1 and is the one step without a deadline.
+ * Groups: group_bcast is a binomial tree over the group's members, point
+ * to point on the communicator (tag TAG_GROUP, pieces of max_msg), every
+ * wait under the call's one deadline: a member receives from its parent,
+ * then sends to its children. Not a sub-communicator per group:
+ * MPI_Comm_create_group has no nonblocking form, so a group's first
+ * broadcast would wait without a deadline for a member that never comes
+ * (tests/integration: scenario.mpi.nohang.load_stall_group). Calls on
+ * groups that share two ranks reach those ranks in the same order (the
+ * collective contract), so the messages between them match in order.
  */
 #include <limits.h>
 #include <mpi.h>
@@ -50,14 +53,6 @@
 #define TAG_SCATTERV 0x4464
 #define TAG_GROUP 0x4465
 
-/* A cached sub-communicator for one group. */
-typedef struct group_entry {
-  uint64_t hash;
-  int32_t *ranks; /* NULL: empty slot */
-  size_t n;
-  MPI_Comm comm;
-} group_entry;
-
 struct dcp_comm {
   MPI_Comm comm;
   int rank, size;
@@ -68,8 +63,6 @@ struct dcp_comm {
   int lost;           /* abandoned requests we could not keep track of */
   MPI_Request *pending; /* requests abandoned by a timeout */
   size_t npending;
-  group_entry *groups; /* open addressing, capacity a power of two */
-  size_t ngroups, gcap;
 };
 
 /* Writes a formatted reason into err and returns code. */
@@ -171,20 +164,26 @@ static MPI_Request *reqs_new(size_t n, dcp_plugin_err *err) {
   return r;
 }
 
-/* Waits for reqs[0..started) after starting them; a start error (mrc) wins.
- * Frees reqs. */
-static int finish(dcp_comm *c, MPI_Request *reqs, size_t started, int mrc, const char *what,
-                  dcp_plugin_err *err) {
+/* Waits for reqs[0..started) after starting them, until deadline; a start
+ * error (mrc) wins. Frees reqs. */
+static int finish_by(dcp_comm *c, MPI_Request *reqs, size_t started, int mrc, int64_t deadline,
+                     const char *what, dcp_plugin_err *err) {
   int rc;
   if (mrc != MPI_SUCCESS) {
     c->broken = 1; /* some pieces may be in flight: the peers are now out of step */
     abandon(c, reqs, started);
     rc = mpi_fail(err, what, mrc);
   } else {
-    rc = wait_reqs(c, reqs, started, deadline_of(c), what, err);
+    rc = wait_reqs(c, reqs, started, deadline, what, err);
   }
   free(reqs);
   return rc;
+}
+
+/* finish_by with a deadline timeout_ms from now. */
+static int finish(dcp_comm *c, MPI_Request *reqs, size_t started, int mrc, const char *what,
+                  dcp_plugin_err *err) {
+  return finish_by(c, reqs, started, mrc, deadline_of(c), what, err);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -364,107 +363,50 @@ static int m_allreduce(dcp_comm *c, int64_t *vals, size_t n, uint32_t op, dcp_pl
 /* Groups                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* FNV-1a over the ranks list: the key of a group. */
-static uint64_t group_hash(const int32_t *ranks, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < n; i++) {
-    uint32_t v = (uint32_t)ranks[i];
-    for (int b = 0; b < 4; b++) h = (h ^ ((v >> (8 * b)) & 0xffu)) * 0x100000001b3ull;
-  }
-  return h;
+/* Sends (or receives) len bytes at buf to (from) each of peers[0..npeers)
+ * in pieces, tag TAG_GROUP, and waits for all of it until deadline. */
+static int group_exchange(dcp_comm *c, int is_send, char *buf, size_t len, const int *peers,
+                          size_t npeers, int64_t deadline, dcp_plugin_err *err) {
+  size_t used = 0;
+  MPI_Request *r = reqs_new(npeers * pieces(len, c->max_msg), err);
+  if (!r) return DCP_ENOMEM;
+  int mrc = MPI_SUCCESS;
+  for (size_t i = 0; i < npeers && mrc == MPI_SUCCESS; i++)
+    mrc = p2p_pieces(c, is_send, buf, len, peers[i], TAG_GROUP, r, &used);
+  return finish_by(c, r, used, mrc, deadline, "group_bcast", err);
 }
 
-/* The slot of a group in the table: its entry, or the empty slot where it
- * would go. gcap is a power of two and never full. */
-static group_entry *group_slot(const dcp_comm *c, const int32_t *ranks, size_t n, uint64_t h) {
-  size_t mask = c->gcap - 1;
-  for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
-    group_entry *e = &c->groups[i];
-    if (!e->ranks) return e;
-    if (e->hash == h && e->n == n && memcmp(e->ranks, ranks, n * sizeof *ranks) == 0) return e;
-  }
-}
-
-/* Doubles the table (or creates it) keeping every entry. */
-static int group_grow(dcp_comm *c) {
-  size_t old = c->gcap;
-  group_entry *prev = c->groups;
-  c->gcap = old ? old * 2 : 16;
-  c->groups = calloc(c->gcap, sizeof *c->groups);
-  if (!c->groups) {
-    c->groups = prev;
-    c->gcap = old;
-    return DCP_ENOMEM;
-  }
-  for (size_t i = 0; i < old; i++)
-    if (prev[i].ranks) *group_slot(c, prev[i].ranks, prev[i].n, prev[i].hash) = prev[i];
-  free(prev);
-  return DCP_OK;
-}
-
-/* Creates the sub-communicator of a group (collective over its members). */
-static int group_create(dcp_comm *c, const int32_t *ranks, size_t n, MPI_Comm *out,
-                        dcp_plugin_err *err) {
-  MPI_Group world, sub;
-  int mrc = MPI_Comm_group(c->comm, &world);
-  if (mrc != MPI_SUCCESS) return mpi_fail(err, "group_bcast (MPI_Comm_group)", mrc);
-  mrc = MPI_Group_incl(world, (int)n, ranks, &sub);
-  MPI_Group_free(&world);
-  if (mrc != MPI_SUCCESS) return mpi_fail(err, "group_bcast (MPI_Group_incl)", mrc);
-  mrc = MPI_Comm_create_group(c->comm, sub, TAG_GROUP, out);
-  MPI_Group_free(&sub);
-  if (mrc != MPI_SUCCESS) {
-    c->broken = 1;
-    return mpi_fail(err, "group_bcast (MPI_Comm_create_group)", mrc);
-  }
-  MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN);
-  return DCP_OK;
-}
-
-/* The cached sub-communicator of a group, created on first use. */
-static int group_comm(dcp_comm *c, const int32_t *ranks, size_t n, MPI_Comm *out,
-                      dcp_plugin_err *err) {
-  if ((c->ngroups + 1) * 4 > c->gcap * 3 && group_grow(c))
-    return fail(err, DCP_ENOMEM, "mpi coll: out of memory");
-  uint64_t h = group_hash(ranks, n);
-  group_entry *e = group_slot(c, ranks, n, h);
-  if (e->ranks) {
-    *out = e->comm;
-    return DCP_OK;
-  }
-  int32_t *copy = malloc(n * sizeof *copy);
-  if (!copy) return fail(err, DCP_ENOMEM, "mpi coll: out of memory");
-  memcpy(copy, ranks, n * sizeof *copy);
-  int rc = group_create(c, ranks, n, out, err);
-  if (rc) {
-    free(copy);
-    return rc;
-  }
-  *e = (group_entry){h, copy, n, *out};
-  c->ngroups++;
-  return DCP_OK;
-}
-
-/* group_bcast: Ibcast pieces on the group's sub-communicator. */
+/* group_bcast: the binomial tree of the header comment. In positions
+ * relative to the root (rel), a member's parent is rel with its lowest set
+ * bit cleared and its children are rel + 2^k for every 2^k below that bit
+ * (every 2^k for the root) that stays within the group. */
 static int m_group_bcast(dcp_comm *c, const int32_t *ranks, size_t n, void *buf, size_t len,
                          int32_t root, dcp_plugin_err *err) {
   int rc = check_usable(c, err);
   if (rc) return rc;
   if (!ranks || n == 0 || n > (size_t)c->size) return fail(err, DCP_EINVAL, "mpi coll: bad group");
-  int self = 0, sub_root = -1;
+  size_t self = n, sub_root = n;
   for (size_t i = 0; i < n; i++) {
     if (ranks[i] < 0 || ranks[i] >= c->size || (i && ranks[i] <= ranks[i - 1]))
       return fail(err, DCP_EINVAL, "mpi coll: group ranks must ascend within [0, %d)", c->size);
-    self |= ranks[i] == c->rank;
-    if (ranks[i] == root) sub_root = (int)i;
+    if (ranks[i] == c->rank) self = i;
+    if (ranks[i] == root) sub_root = i;
   }
-  if (!self || sub_root < 0) return fail(err, DCP_EINVAL, "mpi coll: group lacks this rank or root");
+  if (self == n || sub_root == n)
+    return fail(err, DCP_EINVAL, "mpi coll: group lacks this rank or root");
   if (!buf && len) return fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
   if (n == 1) return DCP_OK;
-  MPI_Comm sub;
-  rc = group_comm(c, ranks, n, &sub, err);
-  if (rc) return rc;
-  return bcast_on(c, sub, buf, len, sub_root, "group_bcast", err);
+  int64_t deadline = deadline_of(c);
+  size_t rel = (self + n - sub_root) % n;
+  if (rel) {
+    int parent = ranks[((rel & (rel - 1)) + sub_root) % n];
+    if ((rc = group_exchange(c, 0, buf, len, &parent, 1, deadline, err))) return rc;
+  }
+  int children[64];
+  size_t nchildren = 0;
+  for (size_t bit = 1; bit < n && !(rel & bit) && rel + bit < n; bit <<= 1)
+    children[nchildren++] = ranks[(rel + bit + sub_root) % n];
+  return group_exchange(c, 1, buf, len, children, nchildren, deadline, err);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -568,7 +510,7 @@ static int pending_done(dcp_comm *c) {
   return done;
 }
 
-/* Frees the communicator, its sub-communicators and, when MPI was
+/* Frees the communicator and, when MPI was
  * initialised here, finalises MPI (unless an abandoned operation is still
  * pending, where MPI_Finalize could hang). */
 static void m_close(dcp_comm *c) {
@@ -576,14 +518,8 @@ static void m_close(dcp_comm *c) {
   int fin = 0;
   MPI_Finalized(&fin);
   int clean = !fin && !c->lost && pending_done(c);
-  for (size_t i = 0; i < c->gcap; i++) {
-    if (!c->groups[i].ranks) continue;
-    if (clean) MPI_Comm_free(&c->groups[i].comm);
-    free(c->groups[i].ranks);
-  }
   if (clean && c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
   if (clean && c->we_initialized) MPI_Finalize();
-  free(c->groups);
   free(c->pending);
   free(c);
 }
