@@ -169,6 +169,44 @@ static void test_symlink_on_export(void **state) {
   assert_true(hk_file_is(f->outside, PRECIOUS));
 }
 
+/* The sharedfs layout keeps files in hashed subdirectories (dNNN): a
+ * planted link at a data file's bucket, or at a data file inside its
+ * bucket, is refused the same way, and the outside directory stays empty. */
+static void test_symlink_sharedfs(void **state) {
+  hk_fixture *f = *state;
+  dcp_ctx_config cfg;
+  dcp_ctx_config_init(&cfg);
+  cfg.storage = "sharedfs", cfg.storage_options = "direct=0", cfg.plugin_path = f->plugins;
+  dcp_ctx *ctx;
+  assert_int_equal(dcp_ctx_create(&cfg, &ctx), DCP_OK);
+  assert_int_equal(save_small(ctx, f->ckpt), DCP_OK);
+  char bucket[16] = "", rel[48], p[PATH_MAX + 64], cmd[3 * PATH_MAX];
+  for (unsigned b = 0; b < 256 && !bucket[0]; b++) { /* find the data file's bucket */
+    snprintf(rel, sizeof rel, "d%03u/data-00000.dcp", b);
+    if (hk_exists(hk_path(p, sizeof p, f->ckpt, rel))) snprintf(bucket, sizeof bucket, "d%03u", b);
+  }
+  assert_true(bucket[0] != '\0');
+  char outdir[PATH_MAX + 32];
+  hk_path(outdir, sizeof outdir, f->dir, "outdir");
+  assert_int_equal(mkdir(outdir, 0777), 0);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir '%s'", f->ckpt, f->ckpt);
+  assert_int_equal(system(cmd), 0);
+  assert_int_equal(symlink(outdir, hk_path(p, sizeof p, f->ckpt, bucket)), 0);
+  assert_int_equal(save_small(ctx, f->ckpt), DCP_EIO);
+  hk_msg_has(ctx, bucket, "is a symbolic link", NULL);
+  snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s')\"", outdir);
+  assert_int_equal(system(cmd), 0); /* nothing was written through the link */
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s/%s'", f->ckpt, f->ckpt, bucket);
+  assert_int_equal(system(cmd), 0);
+  hk_write_file(f->outside, PRECIOUS, strlen(PRECIOUS));
+  snprintf(rel, sizeof rel, "%s/data-00000.dcp", bucket);
+  assert_int_equal(symlink(f->outside, hk_path(p, sizeof p, f->ckpt, rel)), 0);
+  assert_int_equal(save_small(ctx, f->ckpt), DCP_EIO);
+  hk_msg_has(ctx, "data-00000.dcp", "is a symbolic link", NULL);
+  assert_true(hk_file_is(f->outside, PRECIOUS));
+  dcp_ctx_free(ctx);
+}
+
 /* ---- worlds ------------------------------------------------------------ */
 
 /* A detached rank of a world (no collective): saves with coordination
@@ -322,6 +360,26 @@ static void test_rank_claims_other_rank(void **state) {
   hk_msg_has(f->ctx, "rank 1's metadata holds per-rank bytes item 'rng' of rank 0", NULL, NULL);
 }
 
+/* A per-rank metadata file whose fqn breaks the name rule (valid
+ * checksums): the merge refuses it through the decoder, naming the file
+ * and the section. */
+static void test_rank_file_hostile_name(void **state) {
+  hk_fixture *f = *state;
+  hk_craft c = hk_base();
+  c.fqn = "../../etc/w";
+  c.fqn_len = strlen(c.fqn);
+  size_t len;
+  uint8_t *buf = hk_craft_meta(&c, &len);
+  char p[PATH_MAX + 32];
+  assert_int_equal(mkdir(f->ckpt, 0777), 0);
+  hk_write_file(hk_path(p, sizeof p, f->ckpt, "0.metadata"), buf, len);
+  free(buf);
+  dcp_meta *m = NULL;
+  assert_int_equal(dcp_meta_open(f->ctx, f->ckpt, &m), DCP_ECORRUPT);
+  hk_msg_has(f->ctx, "0.metadata", "tensors section", "contains \"..\" at byte 0");
+  assert_null(m);
+}
+
 /* Scopes across per-rank metadata: a key REPLICATED on one rank and
  * PER_RANK on the other, and REPLICATED copies that differ, are
  * DCP_ESCOPE; identical copies load. */
@@ -403,9 +461,11 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_symlink_on_load, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_symlinked_checkpoint_dir, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_symlink_on_export, hk_setup, hk_teardown),
+      cmocka_unit_test_setup_teardown(test_symlink_sharedfs, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_world_config, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_rank_files, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_rank_claims_other_rank, hk_setup, hk_teardown),
+      cmocka_unit_test_setup_teardown(test_rank_file_hostile_name, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_scope_clash_merge, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_scope_clash_coordinated, hk_setup, hk_teardown),
   };

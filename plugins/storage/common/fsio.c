@@ -84,6 +84,12 @@ int fsio_check_name(const char *name, dcp_plugin_err *err) {
                    n, n > FSIO_NAME_MAX ? "+" : "");
 }
 
+/* See fsio.h. */
+int fsio_is_symlink_at(int dirfd, const char *name) {
+  struct stat sb;
+  return fstatat(dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(sb.st_mode);
+}
+
 /* ---- retries, injection, counters ---------------------------------------- */
 
 /* Relaxed is enough: counters are only summed, never used to order memory. */

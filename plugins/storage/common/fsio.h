@@ -144,6 +144,10 @@ int fsio_name_ok(const char *name);
 /* fsio_name_ok or DCP_ENAME with a message. */
 int fsio_check_name(const char *name, dcp_plugin_err *err);
 
+/* 1 when name under dirfd is a symbolic link (lstat: never followed).
+ * Used to say so when an O_NOFOLLOW open fails on one. */
+int fsio_is_symlink_at(int dirfd, const char *name);
+
 /* Write a message into err and return code. */
 int fsio_fail(dcp_plugin_err *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

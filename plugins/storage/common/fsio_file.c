@@ -66,12 +66,6 @@ static int check_regular(fsio_core *c, int fd, const char *name, dcp_plugin_err 
   return fsio_fail_errno(c, err, e, "open", name);
 }
 
-/* 1 when name under dirfd is a symbolic link (lstat, not followed). */
-static int is_symlink_at(int dirfd, const char *name) {
-  struct stat sb;
-  return fstatat(dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(sb.st_mode);
-}
-
 /* The refusal of a symlink inside the checkpoint directory: DCP_EIO with
  * a message that says what it is, so nobody goes looking for a loop. */
 static int symlink_error(fsio_core *c, const char *name, dcp_plugin_err *err) {
@@ -105,7 +99,7 @@ int fsio_open_at(fsio_core *c, int dirfd, const char *name, int flags, int *dire
       fsio_count(&c->stats.direct_fallbacks, 1);
       continue;
     }
-    if (e == ELOOP && is_symlink_at(dirfd, name)) return symlink_error(c, name, err);
+    if (e == ELOOP && fsio_is_symlink_at(dirfd, name)) return symlink_error(c, name, err);
     if (!fsio_retry(c, e, &attempt)) return fsio_fail_errno(c, err, e, "open", name);
   }
 }

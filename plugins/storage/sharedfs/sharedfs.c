@@ -54,9 +54,13 @@ static dcp_storage *sfs_of(fsio_core *c) { return (dcp_storage *)(void *)c; }
 /* "dNNN" for bucket b. */
 static void sfs_subname(unsigned b, char out[8]) { snprintf(out, 8, "d%03u", b); }
 
-/* Fail with errno e for an operation on subdirectory sub. */
+/* Fail with errno e for an operation on subdirectory sub; a planted
+ * symlink in its place (refused by O_NOFOLLOW) is named as such. */
 static int sfs_fail_sub(fsio_core *c, dcp_plugin_err *err, int e, const char *op,
                         const char *sub) {
+  if (fsio_is_symlink_at(c->rootfd, sub))
+    return fsio_fail(err, DCP_EIO, "%s %s/%s: is a symbolic link; libdcp never follows links "
+                     "inside a checkpoint directory", op, c->root, sub);
   return fsio_fail(err, fsio_errno_status(e), "%s %s/%s: %s", op, c->root, sub, strerror(e));
 }
 
