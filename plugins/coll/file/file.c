@@ -15,7 +15,9 @@
  * A reader treats a file without a valid trailer (too short, wrong magic) as
  * not there yet; a file whose trailer is well formed but whose length or
  * checksum disagrees with the payload is DCP_ECORRUPT; a payload of the
- * wrong size or op is a mismatched call (DCP_EINVAL).
+ * wrong size or op is a mismatched call (DCP_EINVAL). These byte formats
+ * and checks are fx_codec.c's (pure functions, fuzzed by
+ * tests/fuzz/fuzz_coll_file.c); this file does the I/O around them.
  *
  * Names start with the job name (option "job=NAME", default "dcp"), so jobs
  * with different names share a directory without colliding.
@@ -75,9 +77,9 @@
 #include <xxhash.h>
 
 #include "dcp_plugin.h"
+#include "fx_codec.h"
 
-#define TRAILER_SIZE 32
-#define MAGIC "DCPFXCH1"
+#define TRAILER_SIZE DCPI_FX_TRAILER_SIZE
 #define JOB_MAX 64
 #define POLL_MIN_NS 50000LL     /* 50 us */
 #define POLL_MAX_NS 20000000LL  /* 20 ms */
@@ -91,7 +93,7 @@ enum {
 };
 
 /* Outcome of looking at one file. */
-enum { FILE_ABSENT = 0, FILE_PRESENT = 1 };
+enum { FILE_ABSENT = DCPI_FX_ABSENT, FILE_PRESENT = DCPI_FX_PRESENT };
 
 /* A growable list of file paths this rank wrote. */
 typedef struct path_list {
@@ -166,29 +168,6 @@ static void sleep_ns(int64_t ns) {
 /* Deadline timeout_ms from now. */
 static int64_t deadline_of(const dcp_comm *c) {
   return now_ns() + c->timeout_ms * 1000000LL;
-}
-
-/* Little-endian stores and loads: files may be read on another host. */
-static void put64(unsigned char *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put32(unsigned char *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint64_t get64(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-  return v;
-}
-static uint32_t get32(const unsigned char *p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
-  return v;
-}
-
-/* Hash of a payload; len 0 never touches p. */
-static uint64_t payload_hash(const void *p, size_t len) {
-  return len ? XXH3_64bits(p, len) : XXH3_64bits("", 0);
 }
 
 /* A 64-bit random number, non-zero (0 marks "no nonce"). /dev/urandom when
@@ -305,11 +284,7 @@ static int put_file(const char *path, uint32_t op, const void *payload, size_t l
   char tmp[PATH_MAX + 8];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   unsigned char tr[TRAILER_SIZE];
-  put64(tr, (uint64_t)len);
-  put64(tr + 8, payload_hash(payload, len));
-  put32(tr + 16, op);
-  put32(tr + 20, 0);
-  memcpy(tr + 24, MAGIC, 8);
+  dcpi_fx_trailer_make(tr, op, payload, len);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return fail(err, DCP_EIO, "file coll: create %s: %s", tmp, strerror(errno));
   int bad = (len && write_all(fd, payload, len)) || write_all(fd, tr, sizeof tr);
@@ -339,44 +314,27 @@ static int put_tracked(dcp_comm *c, const char *path, uint32_t op, const void *p
 }
 
 /* Reads and checks the trailer of the open file fd (size bytes); returns
- * FILE_ABSENT when there is no valid trailer yet, else FILE_PRESENT with the
- * payload length, hash and op, or DCP_ECORRUPT. */
-static int read_trailer(int fd, off_t size, const char *path, uint64_t *plen, uint64_t *hash,
-                        uint32_t *op, dcp_plugin_err *err) {
+ * FILE_ABSENT when there is no valid trailer yet, else FILE_PRESENT with *t
+ * set, or DCP_ECORRUPT. */
+static int read_trailer(int fd, off_t size, const char *path, dcpi_fx_trailer *t,
+                        dcp_plugin_err *err) {
   unsigned char tr[TRAILER_SIZE];
   if (size < TRAILER_SIZE) return FILE_ABSENT;
   if (pread_all(fd, tr, sizeof tr, size - TRAILER_SIZE)) return FILE_ABSENT;
-  if (memcmp(tr + 24, MAGIC, 8) != 0) return FILE_ABSENT;
-  *plen = get64(tr);
-  *hash = get64(tr + 8);
-  *op = get32(tr + 16);
-  if (*plen != (uint64_t)(size - TRAILER_SIZE))
-    return fail(err, DCP_ECORRUPT, "file coll: %s: trailer says %llu payload bytes, file has %lld",
-                path, (unsigned long long)*plen, (long long)(size - TRAILER_SIZE));
-  return FILE_PRESENT;
+  return dcpi_fx_trailer_parse(tr, (uint64_t)size, path, t, err);
 }
 
 /* Checks the payload of a present file against what w expects and reads it
  * into w->dst; a lenient want turns a mismatch into FILE_ABSENT. */
-static int check_payload(int fd, const want *w, uint64_t plen, uint64_t hash, uint32_t op,
-                         dcp_plugin_err *err) {
-  if (op != w->op)
-    return w->lenient ? FILE_ABSENT
-                      : fail(err, DCP_EINVAL,
-                             "file coll: %s holds op %u, expected %u (ranks called different "
-                             "collectives)", w->path, op, w->op);
-  if (!w->dst) return FILE_PRESENT;
-  if (plen != (uint64_t)w->len)
-    return w->lenient ? FILE_ABSENT
-                      : fail(err, DCP_EINVAL,
-                             "file coll: rank %d sent %llu bytes, expected %zu (mismatched "
-                             "arguments) in %s", (int)w->from, (unsigned long long)plen, w->len,
-                             w->path);
+static int check_payload(int fd, const want *w, const dcpi_fx_trailer *t, dcp_plugin_err *err) {
+  dcpi_fx_expect e = {.path = w->path, .from = w->from, .op = w->op, .has_data = w->dst != NULL,
+                      .len = w->len, .lenient = w->lenient};
+  int rc = dcpi_fx_accept(t, &e, err);
+  if (rc != FILE_PRESENT || !w->dst) return rc;
   if (w->len && pread_all(fd, w->dst, w->len, 0))
     return fail(err, DCP_EIO, "file coll: read %s: %s", w->path, strerror(errno));
-  if (payload_hash(w->dst, w->len) != hash)
-    return fail(err, DCP_ECORRUPT, "file coll: %s: payload checksum mismatch", w->path);
-  return FILE_PRESENT;
+  rc = dcpi_fx_verify(t, w->dst, &e, err);
+  return rc ? rc : FILE_PRESENT;
 }
 
 /* Looks at the file of w once: FILE_ABSENT, FILE_PRESENT (payload read
@@ -392,10 +350,9 @@ static int try_want(const want *w, dcp_plugin_err *err) {
   if (fstat(fd, &st) != 0) {
     rc = fail(err, DCP_EIO, "file coll: stat %s: %s", w->path, strerror(errno));
   } else {
-    uint64_t plen = 0, hash = 0;
-    uint32_t op = 0;
-    rc = read_trailer(fd, st.st_size, w->path, &plen, &hash, &op, err);
-    if (rc == FILE_PRESENT) rc = check_payload(fd, w, plen, hash, op, err);
+    dcpi_fx_trailer t = {0};
+    rc = read_trailer(fd, st.st_size, w->path, &t, err);
+    if (rc == FILE_PRESENT) rc = check_payload(fd, w, &t, err);
   }
   close(fd);
   return rc;
@@ -707,26 +664,6 @@ static int f_scatterv(dcp_comm *c, const void *send, const size_t *lens, void *r
   return run_round(c, k, OP_SCATTERV, NULL, 0, w, n, "scatterv", err);
 }
 
-/* Applies op element-wise: acc[i] = op(acc[i], v[i]). SUM wraps around
- * (two's complement, like MPI implementations) instead of overflowing. */
-static void reduce_into(int64_t *acc, const unsigned char *v, size_t n, uint32_t op) {
-  for (size_t i = 0; i < n; i++) {
-    uint64_t u = get64(v + 8 * i);
-    int64_t x;
-    memcpy(&x, &u, sizeof x);
-    if (op == DCP_REDUCE_MIN) {
-      acc[i] = x < acc[i] ? x : acc[i];
-    } else if (op == DCP_REDUCE_MAX) {
-      acc[i] = x > acc[i] ? x : acc[i];
-    } else {
-      uint64_t a;
-      memcpy(&a, &acc[i], sizeof a);
-      a += u;
-      memcpy(&acc[i], &a, sizeof a);
-    }
-  }
-}
-
 /* Allreduce: every rank writes its values and reduces all files itself, in
  * rank order, so every rank gets the same result. */
 static int f_allreduce(dcp_comm *c, int64_t *vals, size_t n, uint32_t op, dcp_plugin_err *err) {
@@ -742,7 +679,7 @@ static int f_allreduce(dcp_comm *c, int64_t *vals, size_t n, uint32_t op, dcp_pl
   for (size_t i = 0; i < n; i++) {
     uint64_t u;
     memcpy(&u, &vals[i], sizeof u);
-    put64(mine + 8 * i, u);
+    dcpi_fx_put64(mine + 8 * i, u);
   }
   uint64_t k;
   int rc;
@@ -758,10 +695,10 @@ static int f_allreduce(dcp_comm *c, int64_t *vals, size_t n, uint32_t op, dcp_pl
   rc = run_round(c, k, OP_ALLREDUCE, mine, bytes, w, (size_t)c->size, "allreduce", err);
   if (rc == DCP_OK && n) {
     for (size_t i = 0; i < n; i++) {
-      uint64_t u = get64(all + 8 * i);
+      uint64_t u = dcpi_fx_get64(all + 8 * i);
       memcpy(&vals[i], &u, sizeof u);
     }
-    for (int32_t r = 1; r < c->size; r++) reduce_into(vals, all + bytes * (size_t)r, n, op);
+    for (int32_t r = 1; r < c->size; r++) dcpi_fx_reduce_into(vals, all + bytes * (size_t)r, n, op);
   }
   free(all);
   return rc;
@@ -810,7 +747,7 @@ static uint64_t group_key(const int32_t *ranks, size_t n) {
   XXH3_64bits_reset(s);
   for (size_t i = 0; i < n; i++) {
     unsigned char b[4];
-    put32(b, (uint32_t)ranks[i]);
+    dcpi_fx_put32(b, (uint32_t)ranks[i]);
     XXH3_64bits_update(s, b, sizeof b);
   }
   h = XXH3_64bits_digest(s);
@@ -915,9 +852,9 @@ static int write_session(dcp_comm *c, const uint64_t *nonces, dcp_plugin_err *er
   unsigned char *p = malloc(len);
   char path[PATH_MAX];
   if (!p) return fail(err, DCP_ENOMEM, "file coll: out of memory");
-  put64(p, c->session);
-  put32(p + 8, (uint32_t)c->size);
-  for (int32_t r = 0; r < c->size; r++) put64(p + 12 + 8 * (size_t)r, nonces[r]);
+  dcpi_fx_put64(p, c->session);
+  dcpi_fx_put32(p + 8, (uint32_t)c->size);
+  for (int32_t r = 0; r < c->size; r++) dcpi_fx_put64(p + 12 + 8 * (size_t)r, nonces[r]);
   int rc = make_path(c, path, err, "%s.session", c->job);
   if (!rc) rc = put_file(path, OP_SESSION, p, len, err);
   free(p);
@@ -947,8 +884,7 @@ static want *hello_wants(dcp_comm *c, unsigned char *buf, dcp_plugin_err *err) {
 
 /* Decodes the nonce of hello slot r, 0 when it is for another world size. */
 static uint64_t hello_nonce(const dcp_comm *c, const unsigned char *buf, int32_t r) {
-  const unsigned char *h = buf + 12 * (size_t)r;
-  return get32(h + 8) == (uint32_t)c->size ? get64(h) : 0;
+  return dcpi_fx_hello_nonce(buf + DCPI_FX_HELLO_SIZE * (size_t)r, c->size);
 }
 
 /* Rank 0's view of the open, kept between idle calls. */
@@ -1028,8 +964,8 @@ static int open_other(dcp_comm *c, int64_t deadline, dcp_plugin_err *err) {
   uint64_t nonce = random_nonce();
   unsigned char hello[12];
   char hpath[PATH_MAX], spath[PATH_MAX];
-  put64(hello, nonce);
-  put32(hello + 8, (uint32_t)c->size);
+  dcpi_fx_put64(hello, nonce);
+  dcpi_fx_put32(hello + 8, (uint32_t)c->size);
   int rc = make_path(c, hpath, err, "%s.hello.%d", c->job, (int)c->rank);
   if (!rc) rc = make_path(c, spath, err, "%s.session", c->job);
   if (!rc) rc = put_file(hpath, OP_HELLO, hello, sizeof hello, err);
@@ -1038,14 +974,15 @@ static int open_other(dcp_comm *c, int64_t deadline, dcp_plugin_err *err) {
   unsigned char *s = malloc(len);
   if (!s) return fail(err, DCP_ENOMEM, "file coll: out of memory");
   want w = {.path = spath, .from = 0, .op = OP_SESSION, .dst = s, .len = len, .lenient = 1};
+  uint64_t session = 0;
   for (;;) {
     rc = wait_all(c, &w, 1, deadline, "open (session file)", NULL, err);
     if (rc) break;
-    if (get32(s + 8) == (uint32_t)c->size && get64(s + 12 + 8 * (size_t)c->rank) == nonce) break;
+    if (dcpi_fx_session_accepts(s, c->size, c->rank, nonce, &session)) break;
     w.done = 0; /* someone else's session (stale): keep waiting */
     sleep_ns(POLL_MIN_NS * 10);
   }
-  c->session = rc ? 0 : get64(s);
+  c->session = rc ? 0 : session;
   free(s);
   unlink(hpath);
   if (rc) return rc;
