@@ -60,6 +60,13 @@ static dcp_status load_small(dcp_ctx *ctx, const char *path) {
   return s;
 }
 
+/* Remove a directory tree (if any). */
+static void wipe_dir(const char *dir) {
+  char cmd[PATH_MAX + 32];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 /* Plant ckpt/name as a symlink to f->outside (which holds PRECIOUS). */
 static void plant_link(hk_fixture *f, const char *dir, const char *name) {
   char p[PATH_MAX + 32];
@@ -125,6 +132,24 @@ static void test_symlink_on_load(void **state) {
     free(before);
     free(after);
   }
+}
+
+/* A fifo or a directory planted where .metadata or a data file should
+ * be: refused as "not a regular file" without blocking on the fifo. */
+static void test_special_files(void **state) {
+  hk_fixture *f = *state;
+  char p[PATH_MAX + 32];
+  const char *names[] = {".metadata", "data-00000.dcp"};
+  for (size_t i = 0; i < 2; i++)
+    for (int kind = 0; kind < 2; kind++) {
+      wipe_dir(f->ckpt);
+      assert_int_equal(save_small(f->ctx, f->ckpt), DCP_OK);
+      hk_path(p, sizeof p, f->ckpt, names[i]);
+      assert_int_equal(unlink(p), 0);
+      assert_int_equal(kind ? mkdir(p, 0777) : mkfifo(p, 0666), 0);
+      assert_int_equal(load_small(f->ctx, f->ckpt), DCP_EIO);
+      hk_msg_has(f->ctx, names[i], "not a regular file", NULL);
+    }
 }
 
 /* The checkpoint path itself may be a link, or pass through one (a
@@ -380,6 +405,26 @@ static void test_rank_file_hostile_name(void **state) {
   assert_null(m);
 }
 
+/* A 0.metadata naming a world of 2^31-1 (every other rank missing): the
+ * load says so after a few probes instead of stat-ing two billion names. */
+static void test_rank_file_huge_world(void **state) {
+  hk_fixture *f = *state;
+  dcpi_md *md;
+  dcpi_err err;
+  assert_int_equal(dcpi_md_create(&md), DCP_OK);
+  assert_int_equal(dcpi_md_set_world(md, INT32_MAX, &err), DCP_OK);
+  void *enc;
+  size_t len;
+  assert_int_equal(dcpi_md_encode(md, &enc, &len, &err), DCP_OK);
+  char p[PATH_MAX + 32];
+  assert_int_equal(mkdir(f->ckpt, 0777), 0);
+  hk_write_file(hk_path(p, sizeof p, f->ckpt, "0.metadata"), enc, len);
+  free(enc);
+  dcpi_md_free(md);
+  assert_int_equal(load_none(f, NULL, NULL), DCP_EINCOMPLETE);
+  hk_msg_has(f->ctx, "world of 2147483647", "at least 9 rank(s)", "(1, 2, 3, 4, 5, 6, 7, 8, ...)");
+}
+
 /* Scopes across per-rank metadata: a key REPLICATED on one rank and
  * PER_RANK on the other, and REPLICATED copies that differ, are
  * DCP_ESCOPE; identical copies load. */
@@ -459,6 +504,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_symlink_on_save, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_symlink_on_load, hk_setup, hk_teardown),
+      cmocka_unit_test_setup_teardown(test_special_files, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_symlinked_checkpoint_dir, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_symlink_on_export, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_symlink_sharedfs, hk_setup, hk_teardown),
@@ -466,6 +512,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_rank_files, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_rank_claims_other_rank, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_rank_file_hostile_name, hk_setup, hk_teardown),
+      cmocka_unit_test_setup_teardown(test_rank_file_huge_world, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_scope_clash_merge, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_scope_clash_coordinated, hk_setup, hk_teardown),
   };
