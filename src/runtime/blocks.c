@@ -75,6 +75,7 @@ static dcp_status flush(dcpi_block_writer *w, dcpi_err *err) {
 /* Append bytes to the file: small pieces are gathered, large ones go
  * straight from the caller's memory (no copy). */
 static dcp_status append(dcpi_block_writer *w, const void *p, size_t n, dcpi_err *err) {
+  if (n == 0) return DCP_OK; /* an empty item may have no memory at all (p NULL) */
   w->offset += n;
   if (n >= WRITE_BUFFER / 2) {
     dcp_status s = flush(w, err);

@@ -129,25 +129,29 @@ static void report(const fc_env *env, const args *a) {
   char *text = fc_read_file(path);
   FC_CHECK(text, "no results at %s", path);
   static const char *const classes[] = {"saved", "refused", "failed-but-committed",
-                                        "torn-refused"};
-  long n = 0, fired = 0, kills = 0, per[4] = {0};
+                                        "torn-refused", "kept-old"};
+  long n = 0, fired = 0, kills = 0, load_faults = 0, load_refused = 0, per[5] = {0}, overwrites = 0;
   for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
     n++;
     fired += strstr(line, " fired=1") != NULL;
     kills += strstr(line, " kill=1") != NULL;
-    for (int c = 0; c < 4; c++) {
+    overwrites += strstr(line, " overwrite=1") != NULL;
+    load_faults += strstr(line, " load_fault=fail") != NULL;
+    load_refused += strstr(line, ":refused") != NULL;
+    for (int c = 0; c < 5; c++) {
       char key[64];
       snprintf(key, sizeof key, " class=%s", classes[c]);
       const char *at = strstr(line, key);
-      per[c] += at && at[strlen(key)] == '\0';
+      per[c] += at && (at[strlen(key)] == ' ' || at[strlen(key)] == '\0');
     }
   }
   free(text);
   printf("fault campaign (%s, %d rank%s, inner %s, seed %llu): %ld trials, %ld faults fired "
-         "(%ld kills); outcomes: %ld refused, %ld saved, %ld failed-but-committed, "
-         "%ld torn-refused; 0 undetected\n",
+         "(%ld kills, %ld overwriting in place); outcomes: %ld refused, %ld saved, "
+         "%ld failed-but-committed, %ld torn-refused, %ld kept-old; %ld loads with a failing operation (%ld refused with EIO, the others "
+         "recovered byte-exact); 0 undetected\n",
          a->mode, env->world, env->world > 1 ? "s" : "", a->inner, (unsigned long long)a->seed,
-         n, fired, kills, per[1], per[0], per[2], per[3]);
+         n, fired, kills, overwrites, per[1], per[0], per[2], per[3], per[4], load_faults, load_refused);
   FC_CHECK(n == a->trials, "%ld trial results for %ld trials", n, a->trials);
   /* the probe makes every fault reachable; a kill offset past a compressed
    * save's bytes is the only way to miss */

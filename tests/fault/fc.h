@@ -34,7 +34,7 @@ uint64_t fc_range(fc_rng *r, uint64_t lo, uint64_t hi);
 #define FC_MAX_TENSORS 4
 
 typedef struct fc_tensor {
-  char fqn[16];
+  char fqn[32];
   dcp_dtype dtype;
   int64_t rows, cols;
   bool replicated; /* every rank holds it whole (else split by rows) */
@@ -75,6 +75,11 @@ dcp_status fc_save(dcp_ctx *ctx, const fc_model *m, uint32_t gen, const char *pa
  * gen (meaningful when the load returned DCP_OK). */
 dcp_status fc_load(dcp_ctx *ctx, const fc_model *m, uint32_t gen, const char *path,
                    bool *exact);
+
+/* Load path; *which is 0 when the buffers hold generation gen_a, 1 for
+ * gen_b, -1 for neither (meaningful when the load returned DCP_OK). */
+dcp_status fc_load_either(dcp_ctx *ctx, const fc_model *m, uint32_t gen_a, uint32_t gen_b,
+                          const char *path, int *which);
 
 /* ---- files ------------------------------------------------------------------ */
 

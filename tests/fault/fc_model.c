@@ -205,3 +205,16 @@ dcp_status fc_load(dcp_ctx *ctx, const fc_model *m, uint32_t gen, const char *pa
   fc_bufs_free(&b);
   return s;
 }
+
+dcp_status fc_load_either(dcp_ctx *ctx, const fc_model *m, uint32_t gen_a, uint32_t gen_b,
+                          const char *path, int *which) {
+  int rank = dcp_ctx_rank(ctx);
+  fc_bufs b;
+  fc_bufs_poison(m, rank, &b);
+  dcp_state *st = make_state(ctx, m, &b);
+  dcp_status s = dcp_load(ctx, st, path, NULL);
+  dcp_state_free(st);
+  *which = fc_bufs_equal(m, rank, gen_a, &b) ? 0 : fc_bufs_equal(m, rank, gen_b, &b) ? 1 : -1;
+  fc_bufs_free(&b);
+  return s;
+}

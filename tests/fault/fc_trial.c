@@ -12,6 +12,11 @@
  *          rank's save must have failed alike when one failed; a clean
  *          save over next then succeeds, loads byte-exact and leaves only
  *          the files its .metadata references
+ *
+ * One trial in four overwrites instead: the faulted save goes over prev
+ * itself (DCP_SAVE_OVERWRITE, which un-commits prev before writing), and
+ * prev must then load as the old generation, the new one, or be refused —
+ * never a mix of the two.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -35,6 +40,13 @@ static const char *const save_kinds[] = {"mount", "open",   "write",   "sync", "
 static fc_rng fault_rng(const fc_env *env, long t) {
   fc_rng r = {env->seed * 0x100000001b3ull + (uint64_t)t * 0x9e3779b97f4a7c15ull + 1};
   return r;
+}
+
+/* Whether trial t's faulted save overwrites prev in place. */
+static bool overwrites(const fc_env *env, long t) {
+  fc_rng r = fault_rng(env, t);
+  r.s ^= 0x0e5e0e5eull;
+  return fc_range(&r, 0, 3) == 0;
 }
 
 bool fc_trial_kills(const fc_env *env, long t) {
@@ -74,7 +86,7 @@ static void choose_fault(const fc_env *env, long t, const char *probe, fc_fault 
   if (f->kill) {
     action = how == 2 ? "killafter" : "kill";
   } else if (strcmp(kinds[k], "write") == 0) {
-    static const char *const w[] = {"eio", "enospc", "short", "short", "torn"};
+    static const char *const w[] = {"eio", "enospc", "short", "torn", "torn"};
     action = w[fc_range(&r, 0, 4)];
   } else {
     action = fc_range(&r, 0, 1) ? "eio" : "enospc";
@@ -103,6 +115,11 @@ static void paths_of(const fc_env *env, long t, paths *p) {
 
 static void fired_path(const fc_env *env, int rank, char *out, size_t cap) {
   snprintf(out, cap, "%s/ctl.%d.fired", env->dir, rank);
+}
+
+/* Where trial t's faulted save goes. */
+static const char *target_of(const fc_env *env, long t, const paths *p) {
+  return overwrites(env, t) ? p->prev : p->next;
 }
 
 static void trial_file(const paths *p, const char *name, int rank, char *out, size_t cap) {
@@ -144,7 +161,8 @@ static void save_in_child(const fc_env *env, dcp_ctx *ctx, long t, const fc_mode
   pid_t pid = fork();
   FC_CHECK(pid >= 0, "fork: %s", strerror(errno));
   if (pid == 0) {
-    dcp_status s = fc_save(ctx, m, (uint32_t)(2 * t + 2), p->next, 0, false);
+    dcp_status s = fc_save(ctx, m, (uint32_t)(2 * t + 2), target_of(env, t, p),
+                           overwrites(env, t) ? DCP_SAVE_OVERWRITE : 0, false);
     write_status(p, env->rank, s, dcp_ctx_last_error(ctx));
     _exit(0);
   }
@@ -176,7 +194,8 @@ static void phase_fault(const fc_env *env, dcp_ctx *ctx, long t, const fc_model 
   if (mine && f.kill && env->fork_kills) {
     save_in_child(env, ctx, t, m, p);
   } else {
-    dcp_status s = fc_save(ctx, m, (uint32_t)(2 * t + 2), p->next, 0, env->async);
+    dcp_status s = fc_save(ctx, m, (uint32_t)(2 * t + 2), target_of(env, t, p),
+                           overwrites(env, t) ? DCP_SAVE_OVERWRITE : 0, env->async);
     write_status(p, env->rank, s, dcp_ctx_last_error(ctx));
   }
   unlink(p->ctl);
@@ -243,27 +262,97 @@ static dcp_status check_agreement(const fc_env *env, const fc_fault *f, bool fir
   return seen ? first : FC_KILLED;
 }
 
-/* The new checkpoint: byte-exact, or refused with a specific status. */
-static dcp_status check_next(dcp_ctx *ctx, long t, const fc_model *m, const paths *p) {
-  bool exact = false;
-  dcp_status s = fc_load(ctx, m, (uint32_t)(2 * t + 2), p->next, &exact);
-  FC_CHECK(s != DCP_OK || exact, "UNDETECTED: %s loaded without error but with wrong bytes",
-           p->next);
+/* The faulted save's target: byte-exact (the new generation, or when
+ * overwriting also the old one), or refused with a specific status.
+ * *which: 0 the old generation loaded, 1 the new one. */
+static dcp_status check_target(const fc_env *env, dcp_ctx *ctx, long t, const fc_model *m,
+                               const paths *p, int *which) {
+  const char *target = target_of(env, t, p);
+  bool ow = overwrites(env, t);
+  /* a fresh directory cannot hold the old generation: compare with the new only */
+  dcp_status s = fc_load_either(ctx, m, ow ? (uint32_t)(2 * t + 1) : 0, (uint32_t)(2 * t + 2),
+                                target, which);
+  FC_CHECK(s != DCP_OK || *which >= 0, "UNDETECTED: %s loaded without error but with wrong bytes",
+           target);
   FC_CHECK(s == DCP_OK || s == DCP_EINCOMPLETE || s == DCP_ECORRUPT || s == DCP_ENOTFOUND,
            "loading the faulted save gave %s (%s), not a refusal", dcp_strerror(s),
            dcp_ctx_last_error(ctx));
   FC_CHECK(s == DCP_OK || dcp_ctx_last_error(ctx)[0], "a refusal without a message");
   if (dcp_ctx_rank(ctx) == 0 && s != DCP_EINCOMPLETE) {
     dcp_verify_report rep = {.struct_size = sizeof rep};
-    dcp_status v = dcp_verify(ctx, p->next, &rep);
+    dcp_status v = dcp_verify(ctx, target, &rep);
     FC_CHECK((s == DCP_OK) == (v == DCP_OK), "load said %s but verify said %s (%s)",
              dcp_strerror(s), dcp_strerror(v), rep.first_problem);
   }
   return s;
 }
 
-static const char *classify(const fc_fault *f, dcp_status saved, dcp_status loaded) {
+/* A load of prev with one failing storage operation (EIO) on one rank:
+ * that rank's load fails with DCP_EIO or recovers byte-exact, and no rank
+ * ever gets wrong bytes.
+ * Then, the fault gone, prev loads again. Every third trial. */
+static void check_load_fault(const fc_env *env, dcp_ctx *ctx, long t, const fc_model *m,
+                             const paths *p) {
+  static const char *const load_kinds[] = {"mount", "open", "size", "read"};
+  fc_rng r = fault_rng(env, t);
+  r.s ^= 0x10adfa17ull;
+  if (fc_range(&r, 0, 2) != 0) return;
+  bool exact = false;
+  fc_write_file(p->ctl, "probe=1\n");
+  dcp_status s = fc_load(ctx, m, (uint32_t)(2 * t + 1), p->prev, &exact);
+  unlink(p->ctl);
+  FC_CHECK(s == DCP_OK && exact, "the probing load of prev failed: %s", dcp_strerror(s));
+  char probe_path[4300], fired_at[4300], spec[128];
+  snprintf(probe_path, sizeof probe_path, "%s.probe.%d", p->ctl, env->rank);
+  char *probe = fc_read_file(probe_path);
+  FC_CHECK(probe, "no probe of the load at %s", probe_path);
+  const char *kinds[4];
+  uint64_t counts[4];
+  size_t n = 0;
+  for (size_t k = 0; k < 4; k++) {
+    uint64_t c = fc_probe_count(probe, load_kinds[k]);
+    if (c) kinds[n] = load_kinds[k], counts[n++] = c;
+  }
+  free(probe);
+  bool mine = fault_rank(env, t) == env->rank && n > 0;
+  if (mine) {
+    size_t k = (size_t)fc_range(&r, 0, n - 1);
+    snprintf(spec, sizeof spec, "fail=%s:%llu:eio", kinds[k],
+             (unsigned long long)fc_range(&r, 1, counts[k]));
+    fc_write_file(p->ctl, spec);
+  }
+  fired_path(env, env->rank, fired_at, sizeof fired_at);
+  unlink(fired_at);
+  s = fc_load(ctx, m, (uint32_t)(2 * t + 1), p->prev, &exact);
+  unlink(p->ctl);
+  FC_CHECK(s != DCP_OK || exact, "UNDETECTED: a load with a failing storage operation gave "
+           "wrong bytes");
+  char *note = fc_read_file(fired_at);
+  if (mine && note) {
+    /* a failed merged read is retried piecewise (blocks.c): then the load
+     * may still succeed, byte-exact (checked above) */
+    FC_CHECK(s == DCP_OK || s == DCP_EIO, "the load with %s returned %s (%s)", spec,
+             dcp_strerror(s), dcp_ctx_last_error(ctx));
+    char done[4300], what[200];
+    trial_file(p, "load_fault", -1, done, sizeof done);
+    snprintf(what, sizeof what, "%s:%s", spec, s == DCP_OK ? "recovered" : "refused");
+    fc_write_file(done, what); /* read by rank 0 after the retry (a collective) */
+  }
+  free(note);
+  s = fc_load(ctx, m, (uint32_t)(2 * t + 1), p->prev, &exact);
+  FC_CHECK(s == DCP_OK && exact, "prev does not load after the load fault: %s",
+           dcp_strerror(s));
+}
+
+static const char *classify(const fc_fault *f, dcp_status saved, dcp_status loaded,
+                            int which) {
   bool torn = strstr(f->spec, ":torn") != NULL;
+  if (loaded == DCP_OK && which == 0) {
+    /* overwriting: the old checkpoint is still there, so the save must have
+     * failed before it un-committed it */
+    FC_CHECK(saved != DCP_OK, "an overwriting save succeeded but the old checkpoint remains");
+    return "kept-old";
+  }
   if (saved == DCP_OK && loaded == DCP_OK) return "saved";
   if (saved == DCP_OK) {
     FC_CHECK(torn, "the save reported success but its checkpoint is refused (%s)",
@@ -276,11 +365,15 @@ static const char *classify(const fc_fault *f, dcp_status saved, dcp_status load
 static void phase_check(const fc_env *env, dcp_ctx *ctx, long t, const fc_model *m,
                         const paths *p) {
   unlink(p->ctl); /* a process killed by its fault left it behind */
-  bool exact = false;
-  dcp_status s = fc_load(ctx, m, (uint32_t)(2 * t + 1), p->prev, &exact);
-  FC_CHECK(s == DCP_OK && exact, "the previous checkpoint does not load intact: %s (%s)%s",
-           dcp_strerror(s), dcp_ctx_last_error(ctx), s ? "" : ", wrong bytes");
-  dcp_status loaded = check_next(ctx, t, m, p);
+  bool exact = false, ow = overwrites(env, t);
+  dcp_status s = DCP_OK;
+  if (!ow) {
+    s = fc_load(ctx, m, (uint32_t)(2 * t + 1), p->prev, &exact);
+    FC_CHECK(s == DCP_OK && exact, "the previous checkpoint does not load intact: %s (%s)%s",
+             dcp_strerror(s), dcp_ctx_last_error(ctx), s ? "" : ", wrong bytes");
+  }
+  int which = -1;
+  dcp_status loaded = check_target(env, ctx, t, m, p, &which);
   fc_fault f = {.rank = fault_rank(env, t), .kill = fc_trial_kills(env, t)};
   char path[4300];
   trial_file(p, "fault", -1, path, sizeof path);
@@ -296,24 +389,30 @@ static void phase_check(const fc_env *env, dcp_ctx *ctx, long t, const fc_model 
   outcome o;
   read_outcome(env, p, &o);
   dcp_status saved = check_agreement(env, &f, fired, &o);
-  const char *cls = classify(&f, saved, loaded);
+  if (!ow) check_load_fault(env, ctx, t, m, p);
+  const char *cls = classify(&f, saved, loaded, which);
   /* the next successful save cleans up whatever the failed one left */
-  s = fc_save(ctx, m, (uint32_t)(2 * t + 2), p->next, DCP_SAVE_OVERWRITE, env->async);
+  const char *target = target_of(env, t, p);
+  s = fc_save(ctx, m, (uint32_t)(2 * t + 2), target, DCP_SAVE_OVERWRITE, env->async);
   FC_CHECK(s == DCP_OK, "the clean save after the fault failed: %s (%s)", dcp_strerror(s),
            dcp_ctx_last_error(ctx));
-  s = fc_load(ctx, m, (uint32_t)(2 * t + 2), p->next, &exact);
+  s = fc_load(ctx, m, (uint32_t)(2 * t + 2), target, &exact);
   FC_CHECK(s == DCP_OK && exact, "the clean save after the fault does not load intact: %s (%s)",
            dcp_strerror(s), dcp_ctx_last_error(ctx));
   if (env->rank != 0) return;
-  fc_check_files(ctx, p->next);
-  fc_check_files(ctx, p->prev);
-  char line[600], results[4200];
+  fc_check_files(ctx, target);
+  if (!ow) fc_check_files(ctx, p->prev);
+  char line[600], results[4200], lf[4300];
+  trial_file(p, "load_fault", -1, lf, sizeof lf);
+  char *load_fault = fc_read_file(lf);
   snprintf(line, sizeof line,
-           "trial=%ld async=%d world=%d rank=%d kill=%d fired=%d spec=%s save=%s load=%s "
-           "class=%s\n",
-           t, env->async, env->world, f.rank, f.kill, fired, f.spec,
+           "trial=%ld async=%d world=%d rank=%d kill=%d overwrite=%d fired=%d spec=%s save=%s "
+           "load=%s "
+           "class=%s load_fault=%s\n",
+           t, env->async, env->world, f.rank, f.kill, ow, fired, f.spec,
            saved == FC_KILLED ? "killed" : dcp_strerror(saved),
-           dcp_strerror(loaded), cls);
+           dcp_strerror(loaded), cls, load_fault ? load_fault : "none");
+  free(load_fault);
   snprintf(results, sizeof results, "%s/results", env->dir);
   FILE *out = fopen(results, "a");
   FC_CHECK(out && fputs(line, out) >= 0 && fclose(out) == 0, "cannot append to %s", results);
