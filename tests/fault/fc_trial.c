@@ -426,6 +426,26 @@ static void drop_earlier(const fc_env *env, long t) {
   FC_CHECK(system(cmd) == 0, "cannot remove trial %ld", t - 1);
 }
 
+void fc_trial_no_context(const fc_env *env, long t, dcp_status s, const char *msg) {
+  paths p;
+  paths_of(env, t, &p);
+  char fired[4300];
+  fired_path(env, env->rank, fired, sizeof fired);
+  unlink(fired);
+  if (fault_rank(env, t) == env->rank) {
+    /* the fault is still recorded, though it never got a chance to fire */
+    char path[4300], *probe;
+    trial_file(&p, "probe", env->rank, path, sizeof path);
+    FC_CHECK((probe = fc_read_file(path)), "no probe file %s", path);
+    fc_fault f;
+    choose_fault(env, t, probe, &f);
+    free(probe);
+    trial_file(&p, "fault", -1, path, sizeof path);
+    fc_write_file(path, f.spec);
+  }
+  write_status(&p, env->rank, s, msg);
+}
+
 void fc_trial(const fc_env *env, dcp_ctx *ctx, long t, unsigned phases) {
   fc_cur_trial = t;
   fc_model m;
