@@ -1,0 +1,352 @@
+"""PyTorch adapter: a training state as libdcp items and back.
+
+A training state is a model (a ``torch.nn.Module``, DDP-wrapped or not),
+an optimizer, an LR scheduler, the RNG states and a dict of user extras.
+:func:`flatten` turns it into items (see :func:`dcp.build_state`):
+
+===========================  =============================================
+``model.<fqn>``              every tensor of the model's state_dict
+``optim.state.<fqn>.<key>``  every tensor of the optimizer state (exp_avg,
+                             step, ...), named by its parameter's fqn
+``optim.meta``               bytes: param_groups (params as fqns) and the
+                             non-tensor optimizer state, tagged JSON
+``sched``                    bytes: the scheduler's state_dict, tagged JSON
+``rng.torch``, ``rng.numpy``, per-rank bytes: the CPU generator state,
+``rng.python``               numpy's and Python's global RNG states
+``extra``                    bytes: the user's dict, tagged JSON
+===========================  =============================================
+
+Sharded tensors (tensor parallelism, hand-sharded modules) are described
+by :class:`Shard`: a global shape and either a :class:`dcp.Layout` or the
+offset of this rank's box. A module may describe its own tensors with a
+method ``dcp_shards()`` returning {local name: Shard}; ``shards=`` adds or
+overrides entries by fqn. Optimizer state tensors with their parameter's
+shape are sharded like the parameter. Tensors without a Shard are whole
+(replicated: DDP).
+
+:func:`load` fills the model's tensors in place (their memory is the
+destination), loads the optimizer state into its existing tensors when it
+has them (else into new ones handed to ``optimizer.load_state_dict``),
+restores the scheduler and RNG states, and returns the extras. A different
+world size or sharding at load time is fine (resharding happens in
+libdcp); per-rank RNG states then cannot be restored: pass ``rng=False``.
+JSON (not pickle) keeps a checkpoint from running code when loaded.
+"""
+
+import os
+import random
+
+import numpy as np
+import torch
+
+import dcp
+from . import _json
+
+__all__ = ["Shard", "buffer_of", "flatten", "save", "async_save", "load",
+           "latest_checkpoint", "torch_dtype"]
+
+_TO_DCP = {torch.float32: dcp.F32, torch.float64: dcp.F64, torch.float16: dcp.F16,
+           torch.bfloat16: dcp.BF16, torch.int8: dcp.I8, torch.uint8: dcp.U8,
+           torch.int16: dcp.I16, torch.int32: dcp.I32, torch.int64: dcp.I64,
+           torch.bool: dcp.BOOL, torch.complex64: dcp.C64}
+_FROM_DCP = {v: k for k, v in _TO_DCP.items()}
+
+
+class Shard:
+    """This rank's tensor is a box of a global tensor of ``global_shape``:
+    the box ``layout`` (a :class:`dcp.Layout`) gives this rank, or the box
+    at ``offset`` with the tensor's own shape."""
+
+    def __init__(self, global_shape, layout=None, offset=None):
+        if (layout is None) == (offset is None):
+            raise dcp.InvalidError("Shard needs exactly one of layout and offset")
+        self.global_shape = tuple(int(x) for x in global_shape)
+        self.layout = layout
+        self.offset = None if offset is None else tuple(int(x) for x in offset)
+
+    def local_shape(self, rank):
+        """The shape of rank's box."""
+        if self.layout is None:
+            raise dcp.InvalidError("the local shape of an offset Shard is the tensor's own")
+        return self.layout.box(self.global_shape, rank)[1]
+
+
+def torch_dtype(code):
+    """The torch dtype of a dcp dtype code."""
+    try:
+        return _FROM_DCP[code]
+    except KeyError:
+        raise dcp.InvalidError("no torch dtype for dcp dtype %s" % dcp.dtype_name(code)) from None
+
+
+def buffer_of(t):
+    """(a numpy array sharing t's memory, its dcp dtype) for a contiguous CPU
+    tensor; bfloat16 is viewed as int16 (numpy has no bfloat16)."""
+    if t.device.type != "cpu":
+        raise dcp.InvalidError("tensor on %s: only CPU tensors have host buffers" % t.device)
+    if not t.is_contiguous():
+        raise dcp.InvalidError("tensor is not contiguous")
+    code = _TO_DCP.get(t.dtype)
+    if code is None:
+        raise dcp.InvalidError("no dcp dtype for %s" % t.dtype)
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    return t.numpy(), code
+
+
+def _item(t, spec):
+    """The dcp item of tensor t: whole, or the box spec says."""
+    buf, code = buffer_of(t)
+    if spec is None:
+        return dcp.Chunk(buf, (0,) * t.dim(), tuple(t.shape), code)
+    if spec.layout is not None:
+        return dcp.Sharded(buf, spec.global_shape, spec.layout, code)
+    return dcp.Chunk(buf, spec.offset, spec.global_shape, code)
+
+
+def _unwrap(model):
+    """The module inside DDP / DataParallel wrappers."""
+    while isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
+        model = model.module
+    return model
+
+
+def _shards(model, extra):
+    """Shard specs by fqn: the modules' own dcp_shards(), then extra's."""
+    out = {}
+    if model is not None:
+        for mname, m in _unwrap(model).named_modules():
+            fn = getattr(m, "dcp_shards", None)
+            if callable(fn):
+                for k, spec in fn().items():
+                    out[mname + "." + k if mname else k] = spec
+    out.update(extra or {})
+    return out
+
+
+def _param_fqns(model, optimizer):
+    """The fqn of each optimizer parameter, in state_dict index order."""
+    names = {}
+    if model is not None:
+        names = {id(p): n for n, p in _unwrap(model).named_parameters()}
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    return params, [names.get(id(p), "param%d" % i) for i, p in enumerate(params)]
+
+
+def _optim_meta(optimizer, fqns):
+    """param_groups with fqns for params, and the non-tensor per-param state."""
+    sd = optimizer.state_dict()
+    groups = []
+    for g in sd["param_groups"]:
+        g2 = {k: v for k, v in g.items() if k != "params"}
+        g2["params"] = [fqns[i] for i in g["params"]]
+        groups.append(g2)
+    other = {}
+    for idx, st in sd["state"].items():
+        for key, v in st.items():
+            if not torch.is_tensor(v):
+                other.setdefault(fqns[idx], {})[key] = v
+    return sd, {"param_groups": groups, "other": other}
+
+
+def _optim_items(optimizer, model, shards, items):
+    params, fqns = _param_fqns(model, optimizer)
+    sd, meta = _optim_meta(optimizer, fqns)
+    for idx, st in sd["state"].items():
+        for key, v in st.items():
+            if not torch.is_tensor(v):
+                continue
+            if "." in key:
+                raise dcp.InvalidError("optimizer state key %r contains '.'" % key)
+            spec = shards.get(fqns[idx]) if v.shape == params[idx].shape else None
+            items["optim.state.%s.%s" % (fqns[idx], key)] = _item(v, spec)
+    items["optim.meta"] = dcp.Bytes(_json.dumps(meta))
+
+
+def _rng_items(items):
+    per_rank = dcp.SCOPE_PER_RANK
+    items["rng.torch"] = dcp.Bytes(torch.get_rng_state().numpy(), per_rank)
+    items["rng.numpy"] = dcp.Bytes(_json.dumps(np.random.get_state()), per_rank)
+    items["rng.python"] = dcp.Bytes(_json.dumps(random.getstate()), per_rank)
+
+
+def flatten(model=None, optimizer=None, scheduler=None, rng=True, extra=None, shards=None):
+    """The items of a training state (see the module's docstring), ready for
+    dcp.save / dcp.async_save. The tensors' memory is referenced, not copied."""
+    specs = _shards(model, shards)
+    items = {}
+    if model is not None:
+        for name, t in _unwrap(model).state_dict().items():
+            items["model." + name] = _item(t, specs.get(name))
+    if optimizer is not None:
+        _optim_items(optimizer, model, specs, items)
+    if scheduler is not None:
+        items["sched"] = dcp.Bytes(_json.dumps(scheduler.state_dict()))
+    if rng:
+        _rng_items(items)
+    if extra is not None:
+        items["extra"] = dcp.Bytes(_json.dumps(extra))
+    return items
+
+
+def save(ctx, path, *, model=None, optimizer=None, scheduler=None, rng=True, extra=None,
+         shards=None, **options):
+    """Save a training state to path (collective; options as dcp.save)."""
+    dcp.save(ctx, flatten(model, optimizer, scheduler, rng, extra, shards), path,
+             **_with_kv(options))
+
+
+def async_save(ctx, path, *, model=None, optimizer=None, scheduler=None, rng=True, extra=None,
+               shards=None, **options):
+    """Start an async save of a training state; returns a dcp.SaveFuture once
+    staged (training may change every tensor from then on)."""
+    return dcp.async_save(ctx, flatten(model, optimizer, scheduler, rng, extra, shards), path,
+                          **_with_kv(options))
+
+
+def _with_kv(options):
+    kv = dict(options.pop("kv", None) or {})
+    kv.setdefault("framework", "torch " + torch.__version__)
+    options["kv"] = kv
+    return options
+
+
+# ---------------------------------------------------------------- loading --
+
+
+def _dest(saved, name, spec, existing, rank):
+    """(destination tensor, item) for the saved tensor `name`: existing when
+    it fits, else a new tensor of this rank's box."""
+    info = saved[name]
+    sharded = spec is not None and tuple(info["shape"]) == spec.global_shape
+    if sharded and spec.layout is not None:
+        shape = spec.local_shape(rank)
+    elif sharded:
+        shape = tuple(existing.shape) if existing is not None else None
+        if shape is None:
+            raise dcp.InvalidError("'%s': an offset Shard needs an existing tensor" % name)
+    else:
+        shape = tuple(info["shape"])
+    dtype = torch_dtype(info["dtype"])
+    fits = (existing is not None and tuple(existing.shape) == tuple(shape)
+            and existing.dtype == dtype and existing.is_contiguous())
+    t = existing if fits else torch.empty(shape, dtype=dtype)
+    return t, _item(t, spec if sharded else None), fits
+
+
+class _OptimLoad:
+    """The optimizer part of a load: destinations, then apply."""
+
+    def __init__(self, optimizer, model, specs, saved, rank, items):
+        self.opt = optimizer
+        self.params, self.fqns = _param_fqns(model, optimizer)
+        index = {f: i for i, f in enumerate(self.fqns)}
+        self.loaded = {}  # param index -> {key: tensor}
+        self.in_place = True
+        for name in saved:
+            if not name.startswith("optim.state."):
+                continue
+            fqn, key = name[len("optim.state."):].rsplit(".", 1)
+            if fqn not in index:
+                raise dcp.NotFoundError("checkpoint has optimizer state for '%s', "
+                                        "which the optimizer does not have" % fqn)
+            i = index[fqn]
+            p = self.params[i]
+            existing = self.opt.state.get(p, {}).get(key)
+            existing = existing if torch.is_tensor(existing) else None
+            t, items[name], fits = _dest(saved, name, specs.get(fqn), existing, rank)
+            self.in_place &= fits
+            self.loaded.setdefault(i, {})[key] = t
+        items["optim.meta"] = dcp.Bytes(None)
+
+    def apply(self, meta_bytes):
+        meta = _json.loads(meta_bytes)
+        groups = meta["param_groups"]
+        pos = {id(p): i for i, p in enumerate(self.params)}
+        cur = [[self.fqns[pos[id(p)]] for p in g["params"]] for g in self.opt.param_groups]
+        if [g["params"] for g in groups] != cur:
+            raise dcp.MismatchError("the optimizer's parameter groups differ from the "
+                                    "checkpoint's")
+        index = {f: i for i, f in enumerate(self.fqns)}
+        for fqn, st in meta["other"].items():
+            self.loaded.setdefault(index[fqn], {}).update(st)
+        have = {i for i, p in enumerate(self.params) if self.opt.state.get(p)}
+        if self.in_place and have == set(self.loaded):
+            self._apply_in_place(groups)
+        else:
+            self._apply_by_state_dict(groups, index)
+
+    def _apply_in_place(self, groups):
+        """The tensors were loaded into the optimizer's own: set the rest."""
+        for i, st in self.loaded.items():
+            for key, v in st.items():
+                if not torch.is_tensor(v):
+                    self.opt.state[self.params[i]][key] = v
+        for g, saved in zip(self.opt.param_groups, groups):
+            for k, v in saved.items():
+                if k != "params":
+                    g[k] = v
+
+    def _apply_by_state_dict(self, groups, index):
+        sd_groups = []
+        for g in groups:
+            g2 = dict(g)
+            g2["params"] = [index[f] for f in g["params"]]
+            sd_groups.append(g2)
+        self.opt.load_state_dict({"state": self.loaded, "param_groups": sd_groups})
+
+
+def _apply_rng(loaded):
+    torch.set_rng_state(torch.frombuffer(loaded["rng.torch"], dtype=torch.uint8).clone())
+    np.random.set_state(_json.loads(loaded["rng.numpy"]))
+    random.setstate(_json.loads(loaded["rng.python"]))
+
+
+def load(ctx, path, *, model=None, optimizer=None, scheduler=None, rng=True, shards=None,
+         strict=True, **options):
+    """Load a training state from path into the given objects (collective;
+    options as dcp.load). The model's tensors are filled in place. With
+    strict=False, model tensors the checkpoint lacks are left as they are.
+    Returns the saved extras (None when none were saved)."""
+    meta = dcp.meta_open(ctx, path)
+    saved = {t["fqn"]: t for t in meta.tensors()}
+    keys = {b["key"] for b in meta.bytes_items()}
+    specs = _shards(model, shards)
+    items = {}
+    if model is not None:
+        for name, t in _unwrap(model).state_dict().items():
+            if strict or "model." + name in saved:
+                items["model." + name] = _item(t, specs.get(name))
+    optim = _OptimLoad(optimizer, model, specs, saved, ctx.rank, items) if optimizer else None
+    if scheduler is not None:
+        items["sched"] = dcp.Bytes(None)
+    if rng:
+        for k in ("rng.torch", "rng.numpy", "rng.python"):
+            items[k] = dcp.Bytes(None, dcp.SCOPE_PER_RANK)
+    if "extra" in keys:
+        items["extra"] = dcp.Bytes(None)
+    loaded = dcp.load(ctx, items, path, meta=meta, **options)
+    del meta
+    if optim is not None:
+        optim.apply(loaded["optim.meta"])
+    if scheduler is not None:
+        scheduler.load_state_dict(_json.loads(loaded["sched"]))
+    if rng:
+        _apply_rng(loaded)
+    return _json.loads(loaded["extra"]) if "extra" in loaded else None
+
+
+def latest_checkpoint(ctx, root, prefix="step-"):
+    """The committed checkpoint under root whose name (prefix + number) has
+    the highest number, or None. Uncommitted ones (a save killed before its
+    atomic commit) are skipped."""
+    best = None
+    for name in os.listdir(root) if os.path.isdir(root) else ():
+        if not name.startswith(prefix) or not name[len(prefix):].isdigit():
+            continue
+        path = os.path.join(root, name)
+        step = int(name[len(prefix):])
+        if (best is None or step > best[0]) and dcp.committed(ctx, path):
+            best = (step, path)
+    return None if best is None else best[1]

@@ -1,0 +1,122 @@
+/* async.c — dcp.AsyncSave: the handle of a started async save. It exists
+ * once the state is staged (the caller's buffers may change); done() polls
+ * whether it has persisted (or failed) without blocking, wait() blocks with
+ * the GIL released and raises the save's error. The outcome and message of
+ * the first wait are kept, so a later wait gives the same answer even after
+ * other calls overwrote the context's last error. */
+#include "pydcp.h"
+
+typedef struct {
+  PyObject_HEAD
+  dcpi_py_ctx *owner;
+  dcp_async *h;
+  PyObject *path;    /* str */
+  int waited;        /* status and message are the outcome */
+  dcp_status status;
+  PyObject *message; /* str, once waited */
+} dcpi_py_async;
+
+static void async_dealloc(PyObject *self) {
+  dcpi_py_async *a = (dcpi_py_async *)self;
+  if (a->h) {
+    dcp_async *h = a->h;
+    /* dcp_async_free waits for a save still running */
+    Py_BEGIN_ALLOW_THREADS
+    dcp_async_free(h);
+    Py_END_ALLOW_THREADS
+  }
+  Py_XDECREF(a->path);
+  Py_XDECREF(a->message);
+  if (a->owner) {
+    dcpi_py_ctx_release(a->owner);
+    Py_DECREF(a->owner);
+  }
+  Py_TYPE(self)->tp_free(self);
+}
+
+PyObject *dcpi_py_async_new(dcpi_py_ctx *c, dcp_async *h, PyObject *path) {
+  dcpi_py_async *a = PyObject_New(dcpi_py_async, &dcpi_py_async_type);
+  if (!a) {
+    dcp_async_free(h);
+    return NULL;
+  }
+  a->h = h;
+  a->path = Py_NewRef(path);
+  a->waited = 0;
+  a->status = DCP_OK;
+  a->message = NULL;
+  a->owner = (dcpi_py_ctx *)Py_NewRef((PyObject *)c);
+  dcpi_py_ctx_hold(c);
+  return (PyObject *)a;
+}
+
+static PyObject *async_done(PyObject *self, PyObject *unused) {
+  (void)unused;
+  dcpi_py_async *a = (dcpi_py_async *)self;
+  if (a->waited) Py_RETURN_TRUE;
+  int done = 0;
+  dcp_status rc = dcp_async_test(a->h, &done);
+  if (rc) return dcpi_py_raise(rc, "dcp_async_test failed");
+  return PyBool_FromLong(done);
+}
+
+/* The outcome as None or the raised error. */
+static PyObject *outcome(dcpi_py_async *a) {
+  if (!a->status) Py_RETURN_NONE;
+  return dcpi_py_raise(a->status, PyUnicode_AsUTF8(a->message));
+}
+
+static PyObject *async_wait(PyObject *self, PyObject *unused) {
+  (void)unused;
+  dcpi_py_async *a = (dcpi_py_async *)self;
+  if (a->waited) return outcome(a);
+  dcpi_py_ctx *c = dcpi_py_ctx_usable((PyObject *)a->owner);
+  if (!c) return NULL;
+  dcp_status rc;
+  dcp_async *h = a->h;
+  dcpi_py_ctx_enter(c);
+  Py_BEGIN_ALLOW_THREADS
+  rc = dcp_async_wait(h);
+  Py_END_ALLOW_THREADS
+  dcpi_py_ctx_leave(c);
+  if (!(a->message = PyUnicode_FromString(rc ? dcp_ctx_last_error(c->ctx) : ""))) return NULL;
+  a->status = rc;
+  a->waited = 1;
+  return outcome(a);
+}
+
+static PyObject *async_get_status(PyObject *self, void *closure) {
+  (void)closure;
+  dcpi_py_async *a = (dcpi_py_async *)self;
+  if (!a->waited) Py_RETURN_NONE;
+  return PyLong_FromLong((long)a->status);
+}
+
+static PyObject *async_get_path(PyObject *self, void *closure) {
+  (void)closure;
+  return Py_NewRef(((dcpi_py_async *)self)->path);
+}
+
+#define METH(name, fn, flags, doc) {name, (PyCFunction)(void (*)(void))(fn), flags, doc}
+static PyMethodDef async_methods[] = {
+    METH("done", async_done, METH_NOARGS,
+         "Whether the save has finished (persisted or failed); never blocks."),
+    METH("wait", async_wait, METH_NOARGS,
+         "Block until the save has finished; raise its error (dcp.Error) if it failed."),
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef async_getset[] = {
+    {"status", async_get_status, NULL, "None until waited, then the dcp_status (0: persisted).",
+     NULL},
+    {"path", async_get_path, NULL, "The checkpoint directory.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+PyTypeObject dcpi_py_async_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dcp.AsyncSave",
+    .tp_basicsize = sizeof(dcpi_py_async),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The handle of an async save (from dcp.async_save): staged when it exists.",
+    .tp_dealloc = async_dealloc,
+    .tp_methods = async_methods,
+    .tp_getset = async_getset,
+};

@@ -1,0 +1,83 @@
+/* convert.c — argument converters between Python objects and the C types of
+ * dcp.h: int sequences, boxes, dtypes and buffers. */
+#include "pydcp.h"
+
+int dcpi_py_i64_seq(PyObject *seq, int64_t *out, uint32_t cap, uint32_t *n, const char *what) {
+  PyObject *fast = PySequence_Fast(seq, what);
+  if (!fast) return -1;
+  Py_ssize_t len = PySequence_Fast_GET_SIZE(fast);
+  if ((size_t)len > cap) {
+    Py_DECREF(fast);
+    dcpi_py_raisef(DCP_EINVAL, "%s has %zd entries, at most %u allowed", what, len, cap);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < len; i++) {
+    long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
+    if (v == -1 && PyErr_Occurred()) {
+      Py_DECREF(fast);
+      return -1;
+    }
+    out[i] = (int64_t)v;
+  }
+  *n = (uint32_t)len;
+  Py_DECREF(fast);
+  return 0;
+}
+
+PyObject *dcpi_py_i64_tuple(const int64_t *v, uint32_t n) {
+  PyObject *t = PyTuple_New(n);
+  for (uint32_t i = 0; t && i < n; i++) {
+    PyObject *x = PyLong_FromLongLong((long long)v[i]);
+    if (!x) {
+      Py_CLEAR(t);
+      break;
+    }
+    PyTuple_SET_ITEM(t, i, x);
+  }
+  return t;
+}
+
+PyObject *dcpi_py_box_tuple(const dcp_box *box) {
+  PyObject *off = dcpi_py_i64_tuple(box->offset, box->ndim);
+  PyObject *size = off ? dcpi_py_i64_tuple(box->size, box->ndim) : NULL;
+  PyObject *r = size ? PyTuple_Pack(2, off, size) : NULL;
+  Py_XDECREF(off);
+  Py_XDECREF(size);
+  return r;
+}
+
+int dcpi_py_dtype(PyObject *obj, dcp_dtype *out) {
+  if (PyUnicode_Check(obj)) {
+    const char *name = PyUnicode_AsUTF8(obj);
+    if (!name) return -1;
+    *out = dcp_dtype_from_name(name);
+    if (*out == DCP_DTYPE_INVALID) {
+      dcpi_py_raisef(DCP_EINVAL, "unknown dtype name '%s' (safetensors names: F32, BF16, ...)",
+                     name);
+      return -1;
+    }
+    return 0;
+  }
+  long v = PyLong_AsLong(obj);
+  if (v == -1 && PyErr_Occurred()) return -1;
+  if (v <= 0 || !dcp_dtype_size((dcp_dtype)v)) {
+    dcpi_py_raisef(DCP_EINVAL, "invalid dtype %ld", v);
+    return -1;
+  }
+  *out = (dcp_dtype)v;
+  return 0;
+}
+
+int dcpi_py_get_buffer(PyObject *obj, Py_buffer *view, int *readonly) {
+  const int want = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT;
+  if (PyObject_GetBuffer(obj, view, want | PyBUF_WRITABLE) == 0) {
+    *readonly = 0;
+    return 0;
+  }
+  /* Not writable (bytes, a read-only array) is fine for a save; the error
+   * of the read-only request is the one that says what is wrong otherwise. */
+  PyErr_Clear();
+  if (PyObject_GetBuffer(obj, view, want) < 0) return -1;
+  *readonly = 1;
+  return 0;
+}

@@ -1,0 +1,258 @@
+/* ctx.c — dcp.Context: a dcp_ctx with its rank, world, last error,
+ * statistics and async-save configuration. Creating one may be collective
+ * (file, gloo, mpi collectives) and so runs with the GIL released. */
+#include "pydcp.h"
+
+#include <stddef.h>
+
+dcpi_py_ctx *dcpi_py_ctx_usable(PyObject *obj) {
+  if (!PyObject_TypeCheck(obj, &dcpi_py_ctx_type)) {
+    PyErr_Format(PyExc_TypeError, "expected a dcp.Context, got %.100s", Py_TYPE(obj)->tp_name);
+    return NULL;
+  }
+  dcpi_py_ctx *c = (dcpi_py_ctx *)obj;
+  if (!c->ctx) return (dcpi_py_ctx *)dcpi_py_raise(DCP_EINVAL, "the context is closed");
+  if (c->busy)
+    return (dcpi_py_ctx *)dcpi_py_raise(
+        DCP_EINVAL, "the context is in use by another thread (a save, load or wait is running)");
+  return c;
+}
+
+void dcpi_py_ctx_enter(dcpi_py_ctx *c) { c->busy = 1; }
+void dcpi_py_ctx_leave(dcpi_py_ctx *c) { c->busy = 0; }
+void dcpi_py_ctx_hold(dcpi_py_ctx *c) { c->dependents++; }
+void dcpi_py_ctx_release(dcpi_py_ctx *c) { c->dependents--; }
+
+/* An optional str keyword as UTF-8 (NULL when None). Returns -1 on error. */
+static int opt_str(PyObject *o, const char **out) {
+  *out = NULL;
+  if (!o || o == Py_None) return 0;
+  if (!(*out = PyUnicode_AsUTF8(o))) return -1;
+  return 0;
+}
+
+static int ctx_init(PyObject *self, PyObject *args, PyObject *kwargs) {
+  static char *kw[] = {"rank",          "world_size",      "coll",       "coll_options",
+                       "rendezvous",    "storage",         "storage_options",
+                       "timeout_ms",    "plugin_path",     NULL};
+  dcpi_py_ctx *c = (dcpi_py_ctx *)self;
+  int rank = 0, world = 1;
+  long long timeout_ms = 0;
+  PyObject *o[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+  PyObject *plugin_path = NULL;
+  if (c->ctx) {
+    dcpi_py_raise(DCP_EINVAL, "the context is already initialised");
+    return -1;
+  }
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iiOOOOOLO", kw, &rank, &world, &o[0], &o[1],
+                                   &o[2], &o[3], &o[4], &timeout_ms, &plugin_path))
+    return -1;
+  dcp_ctx_config cfg;
+  dcp_ctx_config_init(&cfg);
+  cfg.rank = rank;
+  cfg.world_size = world;
+  if (timeout_ms) cfg.timeout_ms = (int64_t)timeout_ms;
+  if (opt_str(o[0], &cfg.coll) || opt_str(o[1], &cfg.coll_options) ||
+      opt_str(o[2], &cfg.rendezvous) || opt_str(o[3], &cfg.storage) ||
+      opt_str(o[4], &cfg.storage_options) || opt_str(plugin_path, &cfg.plugin_path))
+    return -1;
+  dcp_ctx *ctx = NULL;
+  dcp_status rc;
+  char msg[2048] = "";
+  Py_BEGIN_ALLOW_THREADS
+  rc = dcp_ctx_create(&cfg, &ctx);
+  /* the message is per thread: copy it before another call on this one */
+  if (rc) snprintf(msg, sizeof msg, "%s", dcp_ctx_create_error());
+  Py_END_ALLOW_THREADS
+  if (rc) {
+    dcpi_py_raise(rc, msg);
+    return -1;
+  }
+  c->ctx = ctx;
+  return 0;
+}
+
+/* Free the C context: stop the async writer first (it waits for a pending
+ * save), with the GIL released because that may take a while. */
+static void ctx_free_c(dcpi_py_ctx *c) {
+  dcp_ctx *ctx = c->ctx;
+  c->ctx = NULL;
+  if (!ctx) return;
+  int async_used = c->async_used;
+  Py_BEGIN_ALLOW_THREADS
+  if (async_used) dcp_async_shutdown(ctx);
+  dcp_ctx_free(ctx);
+  Py_END_ALLOW_THREADS
+}
+
+static void ctx_dealloc(PyObject *self) {
+  ctx_free_c((dcpi_py_ctx *)self);
+  Py_TYPE(self)->tp_free(self);
+}
+
+static PyObject *ctx_close(PyObject *self, PyObject *unused) {
+  (void)unused;
+  dcpi_py_ctx *c = (dcpi_py_ctx *)self;
+  if (!c->ctx) Py_RETURN_NONE;
+  if (c->busy) return dcpi_py_raise(DCP_EINVAL, "the context is in use by another thread");
+  if (c->dependents)
+    return dcpi_py_raisef(DCP_EINVAL,
+                          "%zd states, metadata views or async handles still use the context",
+                          c->dependents);
+  ctx_free_c(c);
+  Py_RETURN_NONE;
+}
+
+static PyObject *ctx_enter_cm(PyObject *self, PyObject *unused) {
+  (void)unused;
+  return Py_NewRef(self);
+}
+
+static PyObject *ctx_exit_cm(PyObject *self, PyObject *args) {
+  (void)args;
+  PyObject *r = ctx_close(self, NULL);
+  if (!r) return NULL;
+  Py_DECREF(r);
+  Py_RETURN_FALSE;
+}
+
+static PyObject *ctx_last_error(PyObject *self, PyObject *unused) {
+  (void)unused;
+  dcpi_py_ctx *c = (dcpi_py_ctx *)self;
+  if (!c->ctx) return dcpi_py_raise(DCP_EINVAL, "the context is closed");
+  return PyUnicode_FromString(dcp_ctx_last_error(c->ctx));
+}
+
+static PyObject *ctx_last_status(PyObject *self, PyObject *unused) {
+  (void)unused;
+  dcpi_py_ctx *c = (dcpi_py_ctx *)self;
+  if (!c->ctx) return dcpi_py_raise(DCP_EINVAL, "the context is closed");
+  return PyLong_FromLong((long)dcp_ctx_last_status(c->ctx));
+}
+
+/* Add d[name] = value (stolen); returns -1 on failure. */
+static int put(PyObject *d, const char *name, PyObject *value) {
+  if (!value) return -1;
+  int rc = PyDict_SetItemString(d, name, value);
+  Py_DECREF(value);
+  return rc;
+}
+
+#define F(name) {#name, offsetof(dcp_stats, name)}
+static const struct {
+  const char *name;
+  size_t off;
+} stat_doubles[] = {F(plan_s), F(write_s), F(commit_s), F(read_s), F(total_s)},
+  stat_u64[] = {F(bytes_written),    F(write_ops),          F(bytes_read),
+                F(read_ops),         F(sync_ops),           F(meta_ops),
+                F(coll_bytes),       F(coll_ops),           F(items_written),
+                F(data_bytes),       F(data_read_bytes),    F(read_payload_bytes),
+                F(dedup_sent_bytes), F(dedup_recv_bytes),   F(dedup_groups),
+                F(plan_coll_bytes)},
+  stat_u32[] = {F(dedup_path), F(plan_cache_hit)};
+#undef F
+
+static PyObject *ctx_stats(PyObject *self, PyObject *unused) {
+  (void)unused;
+  dcpi_py_ctx *c = dcpi_py_ctx_usable(self);
+  if (!c) return NULL;
+  dcp_stats s = {.struct_size = sizeof s};
+  dcp_status rc = dcp_ctx_stats(c->ctx, &s);
+  if (rc) return dcpi_py_raise_ctx(c->ctx, rc);
+  PyObject *d = PyDict_New();
+  const char *base = (const char *)&s;
+  int bad = !d;
+  for (size_t i = 0; !bad && i < sizeof stat_doubles / sizeof stat_doubles[0]; i++)
+    bad = put(d, stat_doubles[i].name,
+              PyFloat_FromDouble(*(const double *)(base + stat_doubles[i].off))) < 0;
+  for (size_t i = 0; !bad && i < sizeof stat_u64 / sizeof stat_u64[0]; i++)
+    bad = put(d, stat_u64[i].name, PyLong_FromUnsignedLongLong(
+                                       *(const uint64_t *)(base + stat_u64[i].off))) < 0;
+  for (size_t i = 0; !bad && i < sizeof stat_u32 / sizeof stat_u32[0]; i++)
+    bad = put(d, stat_u32[i].name,
+              PyLong_FromUnsignedLong(*(const uint32_t *)(base + stat_u32[i].off))) < 0;
+  if (bad) Py_CLEAR(d);
+  return d;
+}
+
+static PyObject *ctx_set_coordination(PyObject *self, PyObject *args, PyObject *kwargs) {
+  static char *kw[] = {"coll", "rendezvous", "options", NULL};
+  const char *coll, *rdv = NULL, *options = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|zz", kw, &coll, &rdv, &options)) return NULL;
+  dcpi_py_ctx *c = dcpi_py_ctx_usable(self);
+  if (!c) return NULL;
+  dcp_status rc = dcp_async_set_coordination(c->ctx, coll, rdv, options);
+  if (rc) return dcpi_py_raise_ctx(c->ctx, rc);
+  Py_RETURN_NONE;
+}
+
+static PyObject *ctx_async_shutdown(PyObject *self, PyObject *unused) {
+  (void)unused;
+  dcpi_py_ctx *c = dcpi_py_ctx_usable(self);
+  if (!c) return NULL;
+  dcpi_py_ctx_enter(c);
+  Py_BEGIN_ALLOW_THREADS
+  dcp_async_shutdown(c->ctx);
+  Py_END_ALLOW_THREADS
+  dcpi_py_ctx_leave(c);
+  Py_RETURN_NONE;
+}
+
+static PyObject *ctx_get_rank(PyObject *self, void *closure) {
+  (void)closure;
+  dcpi_py_ctx *c = (dcpi_py_ctx *)self;
+  if (!c->ctx) return dcpi_py_raise(DCP_EINVAL, "the context is closed");
+  return PyLong_FromLong((long)dcp_ctx_rank(c->ctx));
+}
+
+static PyObject *ctx_get_world(PyObject *self, void *closure) {
+  (void)closure;
+  dcpi_py_ctx *c = (dcpi_py_ctx *)self;
+  if (!c->ctx) return dcpi_py_raise(DCP_EINVAL, "the context is closed");
+  return PyLong_FromLong((long)dcp_ctx_world_size(c->ctx));
+}
+
+static PyObject *ctx_get_closed(PyObject *self, void *closure) {
+  (void)closure;
+  return PyBool_FromLong(((dcpi_py_ctx *)self)->ctx == NULL);
+}
+
+#define METH(name, fn, flags, doc) {name, (PyCFunction)(void (*)(void))(fn), flags, doc}
+static PyMethodDef ctx_methods[] = {
+    METH("close", ctx_close, METH_NOARGS,
+         "Free the context (stopping its async writer). Refused while states, views "
+         "or handles made from it are alive."),
+    METH("__enter__", ctx_enter_cm, METH_NOARGS, NULL),
+    METH("__exit__", ctx_exit_cm, METH_VARARGS, NULL),
+    METH("last_error", ctx_last_error, METH_NOARGS,
+         "The message of the last failing call on the context, or ''."),
+    METH("last_status", ctx_last_status, METH_NOARGS,
+         "The status of the last failing call on the context (0 when none failed)."),
+    METH("stats", ctx_stats, METH_NOARGS,
+         "What the last save, load or async wait did on this rank, as a dict of dcp_stats."),
+    METH("set_async_coordination", ctx_set_coordination, METH_VARARGS | METH_KEYWORDS,
+         "set_async_coordination(coll, rendezvous=None, options=None): how the async "
+         "writers of the ranks coordinate ('file', 'gloo', 'none')."),
+    METH("async_shutdown", ctx_async_shutdown, METH_NOARGS,
+         "Wait for a pending async save and stop the writer process."),
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef ctx_getset[] = {
+    {"rank", ctx_get_rank, NULL, "This context's rank.", NULL},
+    {"world_size", ctx_get_world, NULL, "The number of ranks.", NULL},
+    {"closed", ctx_get_closed, NULL, "Whether close() was called.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+PyTypeObject dcpi_py_ctx_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dcp.Context",
+    .tp_basicsize = sizeof(dcpi_py_ctx),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "Context(*, rank=0, world_size=1, coll=None, coll_options=None, "
+              "rendezvous=None, storage=None, storage_options=None, timeout_ms=0, "
+              "plugin_path=None): a libdcp context (dcp_ctx_create).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = ctx_init,
+    .tp_dealloc = ctx_dealloc,
+    .tp_methods = ctx_methods,
+    .tp_getset = ctx_getset,
+};

@@ -1,0 +1,362 @@
+"""Unit tests of the CPython binding (dcp._dcp) and the dcp package: round
+trips through real saves and loads, resharding, layouts, bytes items, the
+async handle, statistics, and every error path turning into a dcp.Error
+subclass with the library's message. Run: python3 test_binding.py."""
+
+import os
+import tempfile
+import threading
+import time
+import unittest
+
+import numpy as np
+
+import dcp
+from dcp import _dcp
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="dcp-py-")
+        self.dir = self.tmp.name
+        self.ctx = dcp.Context()
+
+    def tearDown(self):
+        self.ctx.close()
+        self.tmp.cleanup()
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+
+class RoundTrip(Base):
+    def test_whole_tensors_of_several_dtypes_and_bytes(self):
+        arrays = {
+            "w.f32": np.arange(12, dtype=np.float32).reshape(3, 4) * 0.5,
+            "w.i64": np.arange(-5, 5, dtype=np.int64),
+            "w.f16": np.linspace(-1, 1, 7).astype(np.float16),
+            "w.bool": np.array([True, False, True]),
+            "w.u8": np.frombuffer(b"\x00\x01\xfe\xff", dtype=np.uint8).copy(),
+            "scalar": np.array(3.25, dtype=np.float64),
+        }
+        items = dict(arrays)
+        items["blob"] = b"opaque \x00 bytes"
+        items["mine"] = dcp.Bytes(b"rank zero", dcp.SCOPE_PER_RANK)
+        dcp.save(self.ctx, items, self.path("c"), kv={"step": "7"})
+        out = {k: np.zeros_like(v) for k, v in arrays.items()}
+        dests = dict(out)
+        dests["blob"] = dcp.Bytes(None)
+        dests["mine"] = dcp.Bytes(None, dcp.SCOPE_PER_RANK)
+        got = dcp.load(self.ctx, dests, self.path("c"))
+        for k, v in arrays.items():
+            self.assertEqual(out[k].tobytes(), v.tobytes(), k)
+        self.assertEqual(bytes(got["blob"]), b"opaque \x00 bytes")
+        self.assertEqual(bytes(got["mine"]), b"rank zero")
+        meta = dcp.meta_open(self.ctx, self.path("c"))
+        self.assertEqual(meta.kv(), {"step": "7"})
+        self.assertEqual(sorted(t["fqn"] for t in meta.tensors()), sorted(arrays))
+        self.assertEqual(meta.tensor("w.f32")["shape"], (3, 4))
+        self.assertEqual(meta.tensor("w.f32")["dtype"], dcp.F32)
+        lengths = {b["key"]: b["length"] for b in meta.bytes_items()}
+        self.assertEqual(lengths, {"blob": 14, "mine": 9})
+        whole = np.zeros((3, 4), np.float32)
+        meta.read_tensor("w.f32", whole)
+        self.assertTrue(np.array_equal(whole, arrays["w.f32"]))
+        self.assertGreaterEqual(len(meta.files()), 1)
+
+    def test_resharded_load_of_chunks(self):
+        full = np.arange(8 * 6, dtype=np.float32).reshape(8, 6)
+        # saved as two row blocks, loaded as two column blocks
+        rows = [dcp.Chunk(full[:5].copy(), (0, 0), (8, 6)),
+                dcp.Chunk(full[5:].copy(), (5, 0), (8, 6))]
+        dcp.save(self.ctx, {"t": rows}, self.path("c"))
+        left, right = np.zeros((8, 2), np.float32), np.zeros((8, 4), np.float32)
+        dcp.load(self.ctx, {"t": [dcp.Chunk(left, (0, 0), (8, 6)),
+                                  dcp.Chunk(right, (0, 2), (8, 6))]}, self.path("c"))
+        self.assertTrue(np.array_equal(left, full[:, :2]))
+        self.assertTrue(np.array_equal(right, full[:, 2:]))
+        self.assertEqual(dcp.meta_open(self.ctx, self.path("c")).chunks("t"),
+                         [((0, 0), (5, 6)), ((5, 0), (3, 6))])
+
+    def test_flat_range_and_flat_to_boxes(self):
+        full = np.arange(4 * 5, dtype=np.int32).reshape(4, 5)
+        flat = full.reshape(-1)
+        dcp.save(self.ctx, {"t": [dcp.Chunk(full, (0, 0), (4, 5))]}, self.path("c"))
+        part = np.zeros(9, np.int32)
+        dcp.load(self.ctx, {"t": dcp.Flat(part, 3, (4, 5))}, self.path("c"))
+        self.assertTrue(np.array_equal(part, flat[3:12]))
+        boxes = dcp.flat_to_boxes(((0, 0), (4, 5)), 3, 9)
+        self.assertEqual(sum(int(np.prod(s)) for _, s in boxes), 9)
+        self.assertEqual(boxes[0], ((0, 3), (1, 2)))
+
+    def test_thin_state_api(self):
+        st = dcp.State(self.ctx)
+        a = np.ones((2, 2), np.float64)
+        st.add_tensor("a", "F64", (2, 2))
+        st.add_chunk("a", (0, 0), (2, 2), a)
+        st.add_bytes("k", bytearray(b"xyz"))
+        self.assertEqual((st.tensor_count, st.bytes_count), (1, 1))
+        _dcp.save(self.ctx, st, self.path("c"), overwrite=True, compress=True, block_size=4096)
+        self.assertTrue(dcp.committed(self.ctx, self.path("c")))
+        self.assertFalse(dcp.committed(self.ctx, self.path("nothing")))
+        report = dcp.verify(self.ctx, self.path("c"))
+        self.assertEqual(report["problems"], 0)
+        self.assertEqual(report["tensors"], 1)
+
+
+class Layouts(Base):
+    def test_boxes_and_replica_groups(self):
+        # mesh [dp=2, tp=2]; dim 0 of the tensor sharded by tp (mesh dim 1)
+        lay = dcp.Layout((2, 2), [(1,), None])
+        self.assertEqual(lay.tensor_map, (2, 0))
+        self.assertEqual(lay.box((10, 3), 0), ((0, 0), (5, 3)))
+        self.assertEqual(lay.box((10, 3), 1), ((5, 0), (5, 3)))
+        self.assertEqual(lay.box((10, 3), 3), ((5, 0), (5, 3)))
+        self.assertEqual(lay.replica_group(1), (1, 3))
+        with self.assertRaises(dcp.NotFoundError):
+            lay.box((10, 3), 4)
+        custom = dcp.Layout([4], [1], mesh_ranks=[3, 2, 1, 0])
+        self.assertEqual(custom.box([8], 0), ((6,), (2,)))
+        self.assertIn("mesh_shape=(4,)", repr(custom))
+
+    def test_invalid_layout_carries_the_library_message(self):
+        with self.assertRaises(dcp.InvalidError) as cm:
+            dcp.Layout((2, 2), [1, 1])  # one mesh dim sharding two tensor dims
+        self.assertEqual(cm.exception.status, dcp.EINVAL)
+        self.assertEqual(cm.exception.code, "DCP_EINVAL")
+        self.assertNotEqual(cm.exception.message, dcp.strerror(dcp.EINVAL))
+        with self.assertRaises(dcp.InvalidError):
+            dcp.Layout((2,), [1], mesh_ranks=[0, 0])
+
+    def test_sharded_items_of_detached_ranks_and_resharded_load(self):
+        full = np.arange(6 * 4, dtype=np.float32).reshape(6, 4)
+        lay4 = dcp.Layout([3], [1, 0])
+        # a detached rank 1 of 3 builds its state: its box is rows 2..3
+        ctx1 = dcp.Context(rank=1, world_size=3)
+        st = dcp.State(ctx1)
+        st.add_sharded("w", dcp.F32, (6, 4), lay4, full[2:4].copy())
+        with self.assertRaises(dcp.InvalidError) as cm:
+            st.add_sharded("v", dcp.F32, (6, 4), lay4, full[:3].copy())
+        self.assertIn("'v'", str(cm.exception))
+        del st
+        ctx1.close()
+        # one rank saves the whole mesh's worth as a mesh of one, then loads
+        # it into a column split
+        dcp.save(self.ctx, {"w": dcp.Sharded(full, (6, 4), dcp.Layout([1], [1, 0]))},
+                 self.path("c"))
+        cols = np.zeros((6, 2), np.float32)
+        dcp.load(self.ctx, {"w": dcp.Chunk(cols, (0, 2), (6, 4))}, self.path("c"))
+        self.assertTrue(np.array_equal(cols, full[:, 2:]))
+
+
+class Errors(Base):
+    def saved(self):
+        dcp.save(self.ctx, {"w": np.arange(4, dtype=np.float32)}, self.path("c"))
+        return self.path("c")
+
+    def test_bad_dtype(self):
+        st = dcp.State(self.ctx)
+        with self.assertRaises(dcp.InvalidError) as cm:
+            st.add_tensor("w", "F33", (2,))
+        self.assertIn("F33", str(cm.exception))
+        with self.assertRaises(dcp.InvalidError):
+            st.add_tensor("w", 99, (2,))
+        with self.assertRaises(dcp.InvalidError):
+            dcp.dtype_of(np.zeros(2, dtype="S3"))
+
+    def test_buffer_size_and_itemsize_are_checked(self):
+        st = dcp.State(self.ctx)
+        st.add_tensor("w", dcp.F32, (4,))
+        with self.assertRaises(dcp.InvalidError) as cm:
+            st.add_chunk("w", (0,), (4,), np.zeros(3, np.float32))
+        self.assertIn("'w'", str(cm.exception))
+        self.assertIn("length", str(cm.exception))
+        with self.assertRaises(dcp.InvalidError) as cm:
+            st.add_chunk("w", (0,), (4,), np.zeros(2, np.float64))  # 16 bytes, 8-byte items
+        self.assertIn("element size", str(cm.exception))
+        with self.assertRaises(dcp.NotFoundError):
+            st.add_chunk("nope", (0,), (4,), np.zeros(4, np.float32))
+        with self.assertRaises(dcp.BoundsError):
+            st.add_chunk("w", (2,), (4,), np.zeros(4, np.float32))
+        with self.assertRaises((TypeError, ValueError, BufferError)):
+            st.add_chunk("w", (0,), (4,), np.zeros(8, np.float32)[::2])  # not contiguous
+        st.add_chunk("w", (0,), (4,), np.zeros(4, np.float32))
+        with self.assertRaises(dcp.OverlapError):
+            st.add_chunk("w", (0,), (4,), np.zeros(4, np.float32))
+
+    def test_missing_fqn_on_load_names_it(self):
+        path = self.saved()
+        with self.assertRaises(dcp.NotFoundError) as cm:
+            dcp.load(self.ctx, {"absent": np.zeros(4, np.float32)}, path)
+        self.assertEqual(cm.exception.status, dcp.ENOTFOUND)
+        self.assertIn("absent", cm.exception.message)
+        self.assertEqual(self.ctx.last_status(), dcp.ENOTFOUND)
+        self.assertIn("absent", self.ctx.last_error())
+        with self.assertRaises(dcp.NotFoundError):
+            dcp.load(self.ctx, {"w": np.zeros(4, np.float32), "b": dcp.Bytes(None)}, path)
+
+    def test_mismatch_exists_names_and_scopes(self):
+        path = self.saved()
+        with self.assertRaises(dcp.MismatchError):
+            dcp.load(self.ctx, {"w": np.zeros(4, np.int32)}, path)
+        with self.assertRaises(dcp.ExistsError):
+            self.saved()
+        dcp.save(self.ctx, {"w": np.ones(4, np.float32)}, path, overwrite=True)
+        with self.assertRaises(dcp.InvalidNameError):
+            dcp.save(self.ctx, {"": np.ones(1, np.float32)}, self.path("d"))
+        st = dcp.State(self.ctx)
+        st.add_bytes("k", b"1")
+        with self.assertRaises(dcp.ExistsError):
+            st.add_bytes("k", b"2")
+        with self.assertRaises(dcp.InvalidError):
+            st.add_bytes("s", b"1", scope=7)
+        with self.assertRaises(dcp.IncompleteError):
+            dcp.meta_open(self.ctx, self.dir)  # a directory without .metadata
+
+    def test_read_only_buffer_cannot_be_loaded_into(self):
+        path = self.saved()
+        ro = np.zeros(4, np.float32)
+        ro.flags.writeable = False
+        with self.assertRaises(dcp.InvalidError) as cm:
+            dcp.load(self.ctx, {"w": ro}, path)
+        self.assertIn("read-only", str(cm.exception))
+        with self.assertRaises(dcp.InvalidError):
+            dcp.load(self.ctx, {"w": np.zeros(4, np.float32), "b": dcp.Bytes(b"\0")}, path)
+
+    def test_corrupt_block_is_reported(self):
+        path = self.saved()
+        data = [f for f in os.listdir(path) if f != ".metadata"][0]
+        with open(os.path.join(path, data), "r+b") as f:
+            f.seek(0)
+            byte = f.read(1)
+            f.seek(0)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        with self.assertRaises(dcp.CorruptError) as cm:
+            dcp.load(self.ctx, {"w": np.zeros(4, np.float32)}, path)
+        self.assertIn("w", cm.exception.message)
+        self.assertGreater(dcp.verify(self.ctx, path)["problems"], 0)
+
+    def test_context_lifetime(self):
+        st = dcp.State(self.ctx)
+        with self.assertRaises(dcp.InvalidError):  # a state is alive
+            self.ctx.close()
+        other = dcp.Context()
+        with self.assertRaises(dcp.InvalidError) as cm:
+            _dcp.save(other, st, self.path("c"))
+        self.assertIn("another context", str(cm.exception))
+        del st
+        other.close()
+        with self.assertRaises(dcp.InvalidError):
+            dcp.State(other)
+        with self.assertRaises(dcp.PluginError) as cm:
+            dcp.Context(coll="nosuchcoll")
+        self.assertIn("nosuchcoll", cm.exception.message)
+        with self.assertRaises(dcp.InvalidError):
+            dcp.Context(coll="no/such")
+        with self.assertRaises(dcp.InvalidError):
+            dcp.Context(rank=3, world_size=2)
+
+
+class Async(Base):
+    def test_staged_then_persisted_with_the_staged_values(self):
+        a = np.arange(1000, dtype=np.float32)
+        fut = dcp.async_save(self.ctx, {"a": a, "b": bytearray(b"before")}, self.path("c"))
+        self.assertTrue(fut.staged)
+        a[:] = -1  # staged: the save must not see this
+        fut.wait()
+        self.assertTrue(fut.done())
+        self.assertTrue(fut.persisted)
+        self.assertIsNone(fut.exception())
+        self.assertEqual(fut.path, self.path("c"))
+        stats = self.ctx.stats()
+        self.assertGreaterEqual(stats["data_bytes"], 4000)
+        self.assertGreater(stats["bytes_written"], 4000)
+        out = np.zeros(1000, np.float32)
+        got = dcp.load(self.ctx, {"a": out, "b": dcp.Bytes(None)}, self.path("c"))
+        self.assertTrue(np.array_equal(out, np.arange(1000, dtype=np.float32)))
+        self.assertEqual(bytes(got["b"]), b"before")
+
+    def test_a_failed_async_save_raises_from_wait(self):
+        dcp.save(self.ctx, {"a": np.zeros(2, np.float32)}, self.path("c"))
+        fut = dcp.async_save(self.ctx, {"a": np.ones(2, np.float32)}, self.path("c"))
+        with self.assertRaises(dcp.ExistsError) as cm:
+            fut.wait()
+        self.assertTrue(cm.exception.message)
+        self.assertFalse(fut.persisted)
+        self.assertIsInstance(fut.exception(), dcp.ExistsError)
+        with self.assertRaises(dcp.ExistsError):  # the same outcome again
+            fut.wait()
+        self.assertEqual(fut._h.status, dcp.EEXIST)
+
+
+class Statistics(Base):
+    def test_save_and_load_stats(self):
+        dcp.save(self.ctx, {"a": np.zeros(256, np.float64), "k": b"12345"}, self.path("c"))
+        s = self.ctx.stats()
+        self.assertEqual(s["data_bytes"], 256 * 8 + 5)
+        self.assertEqual(s["items_written"], 2)
+        self.assertGreaterEqual(s["total_s"], 0.0)
+        dcp.load(self.ctx, {"a": np.zeros(256, np.float64)}, self.path("c"))
+        s = self.ctx.stats()
+        self.assertEqual(s["bytes_written"], 0)
+        self.assertGreaterEqual(s["data_read_bytes"], 256 * 8)
+
+
+class Threads(unittest.TestCase):
+    def test_gil_is_released_during_collective_calls(self):
+        """Two ranks of the file collective in one process, one thread each:
+        a collective call blocks in C until the other rank arrives, so both
+        can only finish when the GIL is released while they wait. The busy
+        context refuses a second user meanwhile."""
+        with tempfile.TemporaryDirectory(prefix="dcp-py-") as d:
+            rdv, ckpt = os.path.join(d, "rdv"), os.path.join(d, "ckpt")
+            os.mkdir(rdv)
+            ctxs, errors = [None, None], []
+            started, go = threading.Event(), threading.Event()
+
+            def rank(r):
+                try:
+                    ctxs[r] = dcp.Context(rank=r, world_size=2, coll="file", rendezvous=rdv,
+                                          timeout_ms=60000)
+                    if r == 1:
+                        go.wait(60)
+                    data = np.full(16, r, np.float32)
+                    started.set()
+                    dcp.save(ctxs[r], {"w": dcp.Chunk(data, (16 * r,), (32,))}, ckpt)
+                except Exception as e:  # reported by the main thread
+                    errors.append(e)
+
+            threads = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+            for t in threads:
+                t.start()
+            started.wait(60)
+            busy = None
+            for _ in range(3000):  # until rank 0 is inside dcp_save
+                try:
+                    ctxs[0].stats()
+                except dcp.InvalidError as e:
+                    busy = e
+                    break
+                time.sleep(0.01)
+            go.set()
+            for t in threads:
+                t.join(120)
+            self.assertEqual(errors, [])
+            self.assertIsNotNone(busy)
+            self.assertIn("another thread", str(busy))
+            out = np.zeros(32, np.float32)
+            c = dcp.Context()
+            dcp.load(c, {"w": out}, ckpt)
+            self.assertTrue(np.array_equal(out, np.repeat([0.0, 1.0], 16).astype(np.float32)))
+            c.close()
+            # closing the file collective is collective too: both at once
+            closers = [threading.Thread(target=x.close) for x in ctxs]
+            for t in closers:
+                t.start()
+            for t in closers:
+                t.join(120)
+            self.assertTrue(all(x.closed for x in ctxs))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
