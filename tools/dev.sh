@@ -16,7 +16,8 @@ ROOT=$PWD
 JOBS=${JOBS:-$(nproc)}
 
 PACKAGES=(build-essential cmake pkg-config libcmocka-dev libxxhash-dev libzstd-dev libjansson-dev clang
-          libclang-rt-14-dev libopenmpi-dev openmpi-bin libgloo-dev)
+          libclang-rt-14-dev libopenmpi-dev openmpi-bin libgloo-dev
+          python3-torch python3-numpy python3-dev)
 
 deps() {
   local missing=()
