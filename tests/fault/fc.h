@@ -113,6 +113,10 @@ typedef struct fc_env {
   int rank, world;  /* world 1: single process */
   bool fork_kills;  /* sync, one rank: a kill trial's fault phase runs in a
                        forked child */
+  long resync_ms;   /* > 0: after a killing fault phase, wait until this
+                       long after its start, so the ranks whose wait ended
+                       early (their writer died) meet the others, which
+                       waited for the deadline, in the next collective */
 } fc_env;
 
 /* The fault a trial injects, derived from its seed. */

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fc.h"
@@ -191,6 +192,8 @@ static void phase_fault(const fc_env *env, dcp_ctx *ctx, long t, const fc_model 
     fc_write_file(path, f.spec);
     fc_write_file(p->ctl, f.spec);
   }
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   if (mine && f.kill && env->fork_kills) {
     save_in_child(env, ctx, t, m, p);
   } else {
@@ -199,6 +202,14 @@ static void phase_fault(const fc_env *env, dcp_ctx *ctx, long t, const fc_model 
     write_status(p, env->rank, s, dcp_ctx_last_error(ctx));
   }
   unlink(p->ctl);
+  if (env->resync_ms > 0 && fc_trial_kills(env, t)) {
+    struct timespec until = t0;
+    until.tv_sec += env->resync_ms / 1000;
+    until.tv_nsec += (env->resync_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR) {
+    }
+  }
 }
 
 /* What the saves of the fault phase returned, as read back from the
