@@ -77,6 +77,7 @@ dcp_status dcpi_name_check(const char *name, size_t len, const char *what, dcp_s
   if (!name || len == 0) return dcpi_fail(err, code, "%s %s", what, why);
   char head[64];
   printable_prefix(name, at, head, sizeof head);
+  if (len > DCP_MAX_NAME) return dcpi_fail(err, code, "%s '%s...' %s", what, head, why);
   return dcpi_fail(err, code, "%s '%s%s' %s at byte %zu (fqns and keys must be UTF-8 without "
                    "NUL, control characters, '/', '\\' or \"..\")", what, head,
                    at >= sizeof head - 1 ? "..." : "", why, at);
