@@ -452,44 +452,61 @@ static void test_scope_clash_merge(void **state) {
   assert_int_equal(v, 42);
 }
 
-/* One forked rank of a coordinated save over the file collective: rank 0
- * saves "opt" REPLICATED, rank 1 PER_RANK. Exit code 0 when its save
- * returned DCP_ESCOPE naming the key. */
-static int clash_rank(hk_fixture *f, int32_t rank, const char *rdv) {
+/* What the two forked ranks of a coordinated save disagree on. */
+typedef enum clash {
+  CLASH_SCOPE,    /* "opt" REPLICATED on rank 0, PER_RANK on rank 1 */
+  CLASH_OVERLAP,  /* "w" [4]: rank 0 holds [0,3), rank 1 [2,4) */
+  CLASH_SHAPE,    /* "w": [4] on rank 0, [5] on rank 1 */
+  CLASH_COVERAGE, /* "w" [4]: rank 0 [0,1), rank 1 [2,4): element 1 nobody's */
+} clash;
+
+/* Rank `rank`'s items for clash k. */
+static int clash_items(dcp_state *st, int32_t rank, clash k, uint64_t *v, uint8_t *w) {
+  int64_t shape[1] = {k == CLASH_SHAPE && rank ? 5 : 4};
+  int64_t off[1] = {rank ? 2 : 0}, sz[1] = {rank ? 2 : (k == CLASH_OVERLAP ? 3 : 2)};
+  if (k == CLASH_COVERAGE && !rank) sz[0] = 1;
+  if (k == CLASH_SCOPE)
+    return dcp_state_add_bytes(st, "opt", rank ? DCP_SCOPE_PER_RANK : DCP_SCOPE_REPLICATED, v, 8);
+  return dcp_state_add_tensor(st, "w", DCP_U8, 1, shape) ||
+         dcp_state_add_chunk(st, "w", off, sz, w);
+}
+
+/* One forked rank of a coordinated save over the file collective with
+ * clash k. Exit code 0 when its save returned `want` naming the item. */
+static int clash_rank(hk_fixture *f, int32_t rank, const char *rdv, clash k, dcp_status want) {
   dcp_ctx_config cfg;
   dcp_ctx_config_init(&cfg);
   cfg.rank = rank, cfg.world_size = 2, cfg.plugin_path = f->plugins;
   cfg.coll = "file", cfg.rendezvous = rdv, cfg.timeout_ms = 30000;
   dcp_ctx *ctx;
   if (dcp_ctx_create(&cfg, &ctx)) return 10;
-  dcp_state *st;
+  dcp_state *st = NULL;
   uint64_t v = 9;
-  int rc = 0;
-  if (dcp_state_create(ctx, &st) ||
-      dcp_state_add_bytes(st, "opt", rank ? DCP_SCOPE_PER_RANK : DCP_SCOPE_REPLICATED, &v, 8))
-    rc = 11;
+  uint8_t w[4] = {1, 2, 3, 4};
+  int rc = dcp_state_create(ctx, &st) || clash_items(st, rank, k, &v, w) ? 11 : 0;
   dcp_status s = rc ? DCP_OK : dcp_save(ctx, st, f->ckpt, NULL);
-  if (!rc && s != DCP_ESCOPE) rc = 12;
-  if (!rc && !strstr(dcp_ctx_last_error(ctx), "'opt'")) rc = 13;
+  if (!rc && s != want) rc = 12;
+  if (!rc && !strstr(dcp_ctx_last_error(ctx), k == CLASH_SCOPE ? "'opt'" : "'w'")) rc = 13;
   if (rc) fprintf(stderr, "rank %d: rc %d, save %d: %s\n", rank, rc, s, dcp_ctx_last_error(ctx));
+  else if (getenv("HK_VERBOSE")) fprintf(stderr, "# rank %d: %s\n", rank, dcp_ctx_last_error(ctx));
   dcp_state_free(st);
   dcp_ctx_free(ctx);
   return rc;
 }
 
-/* The same key REPLICATED on one rank and PER_RANK on another in a
- * coordinated save: every rank gets DCP_ESCOPE and nothing is committed. */
-static void test_scope_clash_coordinated(void **state) {
-  hk_fixture *f = *state;
-  char rdv[PATH_MAX + 32], p[PATH_MAX + 32];
-  hk_path(rdv, sizeof rdv, f->dir, "rdv");
+/* Run clash k on two forked ranks; both must get `want`, and nothing is
+ * committed. */
+static void run_clash(hk_fixture *f, clash k, dcp_status want) {
+  char rdv[PATH_MAX + 32], p[PATH_MAX + 32], sub[16];
+  snprintf(sub, sizeof sub, "rdv%d", (int)k);
+  hk_path(rdv, sizeof rdv, f->dir, sub);
   assert_int_equal(mkdir(rdv, 0777), 0);
   fflush(NULL);
   pid_t kids[2];
   for (int32_t r = 0; r < 2; r++) {
     kids[r] = fork();
     assert_true(kids[r] >= 0);
-    if (kids[r] == 0) _exit(clash_rank(f, r, rdv));
+    if (kids[r] == 0) _exit(clash_rank(f, r, rdv, k, want));
   }
   for (int r = 0; r < 2; r++) {
     int status;
@@ -498,6 +515,21 @@ static void test_scope_clash_coordinated(void **state) {
     assert_int_equal(WEXITSTATUS(status), 0);
   }
   assert_false(hk_exists(hk_path(p, sizeof p, f->ckpt, ".metadata")));
+}
+
+/* The same key REPLICATED on one rank and PER_RANK on another in a
+ * coordinated save: every rank gets DCP_ESCOPE and nothing is committed. */
+static void test_scope_clash_coordinated(void **state) {
+  run_clash(*state, CLASH_SCOPE, DCP_ESCOPE);
+}
+
+/* Boxes of two ranks that partially overlap, shapes that differ, and
+ * boxes that leave an element uncovered: every rank gets the planner's
+ * status (DCP_EOVERLAP, DCP_EMISMATCH, DCP_EINCOMPLETE), nothing committed. */
+static void test_box_clash_coordinated(void **state) {
+  run_clash(*state, CLASH_OVERLAP, DCP_EOVERLAP);
+  run_clash(*state, CLASH_SHAPE, DCP_EMISMATCH);
+  run_clash(*state, CLASH_COVERAGE, DCP_EINCOMPLETE);
 }
 
 int main(void) {
@@ -515,6 +547,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_rank_file_huge_world, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_scope_clash_merge, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_scope_clash_coordinated, hk_setup, hk_teardown),
+      cmocka_unit_test_setup_teardown(test_box_clash_coordinated, hk_setup, hk_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
