@@ -96,6 +96,46 @@ static void test_symlink_on_save(void **state) {
   }
 }
 
+/* A hard link planted at the data file or the temporary metadata (or a
+ * snapshot made with `cp -l`): the save writes a fresh file under that
+ * name and the other name keeps its bytes. */
+static void test_hardlink_on_save(void **state) {
+  hk_fixture *f = *state;
+  const char *names[] = {"data-00000.dcp", ".metadata.tmp"};
+  char p[PATH_MAX + 64];
+  for (size_t i = 0; i < 2; i++) {
+    wipe_dir(f->ckpt);
+    hk_write_file(f->outside, PRECIOUS, strlen(PRECIOUS));
+    assert_int_equal(mkdir(f->ckpt, 0777), 0);
+    assert_int_equal(link(f->outside, hk_path(p, sizeof p, f->ckpt, names[i])), 0);
+    assert_int_equal(save_small(f->ctx, f->ckpt), DCP_OK);
+    assert_true(hk_file_is(f->outside, PRECIOUS));
+    assert_int_equal(load_small(f->ctx, f->ckpt), DCP_OK);
+  }
+  /* overwriting a checkpoint whose files a snapshot shares */
+  char snap[PATH_MAX + 32], cmd[3 * PATH_MAX];
+  hk_path(snap, sizeof snap, f->dir, "snap");
+  snprintf(cmd, sizeof cmd, "cp -al '%s' '%s'", f->ckpt, snap);
+  assert_int_equal(system(cmd), 0);
+  size_t before_len = 0, after_len = 0;
+  uint8_t *before = hk_read_file(hk_path(p, sizeof p, snap, "data-00000.dcp"), &before_len);
+  float w[8];
+  uint64_t step;
+  dcp_state *st = small_state(f->ctx, w, &step);
+  w[3] = -1; /* different data */
+  dcp_save_options o;
+  dcp_save_options_init(&o);
+  o.flags = DCP_SAVE_OVERWRITE;
+  assert_int_equal(dcp_save(f->ctx, st, f->ckpt, &o), DCP_OK);
+  dcp_state_free(st);
+  uint8_t *after = hk_read_file(p, &after_len);
+  assert_int_equal(before_len, after_len);
+  assert_memory_equal(before, after, before_len);
+  assert_int_equal(load_small(f->ctx, snap), DCP_OK); /* the snapshot still loads */
+  free(before);
+  free(after);
+}
+
 /* A load, a metadata view and a verify meet a symlinked .metadata or data
  * file (pointing at a perfectly valid copy outside): all refuse it. */
 static void test_symlink_on_load(void **state) {
@@ -535,6 +575,7 @@ static void test_box_clash_coordinated(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_symlink_on_save, hk_setup, hk_teardown),
+      cmocka_unit_test_setup_teardown(test_hardlink_on_save, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_symlink_on_load, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_special_files, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_symlinked_checkpoint_dir, hk_setup, hk_teardown),

@@ -296,6 +296,38 @@ static int file_new(fsio_core *c, const char *name, uint32_t mode, int fd, int d
   return DCP_OK;
 }
 
+/* Open name for writing from empty. An existing file with other hard
+ * links (planted to point at a file outside the checkpoint, or a snapshot
+ * made with `cp -l` / `rsync --link-dest`) is not truncated through: its
+ * name is unlinked and a fresh file created in its place, so the other
+ * names keep their bytes. (Not O_EXCL: some file systems create the file
+ * before refusing O_DIRECT, and the buffered retry must find it.) A name
+ * that is linked again in between is refused. Symlinks are refused by
+ * fsio_open_at. */
+static int open_for_write(fsio_core *c, int dirfd, const char *name, int *direct, int *fd,
+                          dcp_plugin_err *err) {
+  for (int attempt = 0;; attempt++) {
+    int rc = fsio_open_at(c, dirfd, name, O_WRONLY | O_CREAT, direct, fd, err);
+    if (rc) return rc;
+    struct stat sb;
+    int e = fstat(*fd, &sb) ? errno : 0;
+    if (!e && sb.st_nlink <= 1) {
+      if (sb.st_size == 0 || ftruncate(*fd, 0) == 0) return DCP_OK;
+      e = errno;
+    }
+    close(*fd);
+    *fd = -1;
+    if (e) return fsio_fail_errno(c, err, e, "truncate", name);
+    if (attempt > 0) {
+      char path[FSIO_PATH_MAX];
+      c->ops->path_of(c, name, path, sizeof path);
+      return fsio_fail(err, DCP_EIO, "open %s: has other hard links again after unlinking it",
+                       path);
+    }
+    if (unlinkat(dirfd, name, 0) != 0) return fsio_fail_errno(c, err, errno, "unlink", name);
+  }
+}
+
 /* See dcp_plugin.h. A READ open is always a fresh open(2) of the name,
  * never a reused handle: on NFS that is what makes a file written by
  * another client visible (close-to-open consistency). */
@@ -310,8 +342,8 @@ int fsio_file_open(dcp_storage *st, const char *name, uint32_t mode, dcp_storage
     return fsio_fail(err, DCP_EINVAL, "file_open: bad mode %u", (unsigned)mode);
   int dirfd, fd, direct = c->direct;
   rc = c->ops->dir_of(c, name, mode == DCP_FILE_WRITE, &dirfd, err);
-  int flags = mode == DCP_FILE_WRITE ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY;
-  if (!rc) rc = fsio_open_at(c, dirfd, name, flags, &direct, &fd, err);
+  if (!rc && mode == DCP_FILE_WRITE) rc = open_for_write(c, dirfd, name, &direct, &fd, err);
+  else if (!rc) rc = fsio_open_at(c, dirfd, name, O_RDONLY, &direct, &fd, err);
   if (!rc) rc = file_new(c, name, mode, fd, direct, out, err);
   if (rc) return rc;
   if (mode == DCP_FILE_WRITE && c->ops->touch) c->ops->touch(c, name);
