@@ -4,14 +4,36 @@
  * the payload is decoded as the header's message type (as its first
  * byte's choice when the header is bad, so mutated headers do not hide the
  * decoders). Properties checked: a header that passes gives a known type
- * and a bounded length; a decoded SAVE job re-encodes, decodes again, and
- * encodes to the same bytes; a decoded DONE re-encodes and decodes to the
- * same seq, status and message. */
+ * and a bounded length; a decoded SAVE job or PLAN entry re-encodes,
+ * decodes again, and encodes to the same bytes; a decoded DONE re-encodes
+ * and decodes to the same seq, status and message. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/wire.h"
+#include "runtime/plan_cache.h"
 #include "writer/proto.h"
+
+/* A PLAN entry: decode, encode, decode, encode; the encodings agree. */
+static void plan_roundtrip(const uint8_t *p, size_t len) {
+  dcpi_err err;
+  dcpi_plan_entry *a = NULL, *b = NULL;
+  dcp_status s = dcpi_wp_plan_decode(p, len, &a, &err);
+  if (s != DCP_OK) {
+    if (s != DCP_ECORRUPT && s != DCP_ENOMEM) __builtin_trap();
+    return;
+  }
+  dcpi_wbuf w1 = {0}, w2 = {0};
+  dcpi_plan_entry_encode(a, &w1);
+  if (w1.status || dcpi_wp_plan_decode(w1.data, w1.len, &b, &err) != DCP_OK) __builtin_trap();
+  dcpi_plan_entry_encode(b, &w2);
+  if (w2.status || w1.len != w2.len || memcmp(w1.data, w2.data, w1.len) != 0) __builtin_trap();
+  dcpi_wbuf_free(&w1);
+  dcpi_wbuf_free(&w2);
+  dcpi_plan_entry_drop(a);
+  dcpi_plan_entry_drop(b);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -69,17 +91,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t plen = size - DCPI_WP_HEADER;
   dcp_status s = dcpi_wp_check_header(data, &type, &len, &err);
   if (s == DCP_OK) {
-    /* SAVE, DONE or (once the protocol has it) PLAN, type 3 */
-    if (type < DCPI_WP_SAVE || type > 3 || len > DCPI_WP_MAX_PAYLOAD) __builtin_trap();
+    if (type < DCPI_WP_SAVE || type > DCPI_WP_PLAN || len > DCPI_WP_MAX_PAYLOAD) __builtin_trap();
     if (len == plen) {
       s = dcpi_wp_check_payload(data, p, plen, &err);
       if (s != DCP_OK && s != DCP_ECORRUPT) __builtin_trap();
     }
   } else {
     if (s != DCP_ECORRUPT && s != DCP_EVERSION) __builtin_trap();
-    type = data[0] % 2 ? DCPI_WP_SAVE : DCPI_WP_DONE;
+    type = (uint16_t)(DCPI_WP_SAVE + data[0] % 3);
   }
   if (type == DCPI_WP_SAVE) job_roundtrip(p, plen);
   if (type == DCPI_WP_DONE) done_roundtrip(p, plen);
+  if (type == DCPI_WP_PLAN) plan_roundtrip(p, plen);
   return 0;
 }

@@ -1,11 +1,13 @@
 /* gen_writer_proto_corpus.c — writes the seed corpus of fuzz_writer_proto:
- * whole frames (header + payload) of SAVE jobs and DONE outcomes, as the
- * trainer and dcp-writer send them.
+ * whole frames (header + payload) of SAVE jobs, DONE outcomes and PLAN
+ * cache entries, as the trainer and dcp-writer send them.
  * Usage: gen_writer_proto_corpus DIR (writes DIR/seed_*). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/wire.h"
+#include "runtime/plan_cache.h"
 #include "writer/proto.h"
 
 static void emit(const char *dir, const char *name, uint16_t type, uint8_t *payload,
@@ -51,6 +53,22 @@ static void emit_job(const char *dir, const char *name, int with_items) {
   emit(dir, name, DCPI_WP_SAVE, p, len);
 }
 
+/* A plan cache entry; with world > 0 as rank 0 keeps it (every rank's
+ * encoded plan; opaque bytes here: the entry carries them as they are). */
+static void emit_plan(const char *dir, const char *name, int32_t world) {
+  uint8_t assignment[6] = {2, 0, 1, 1, 0, 3};
+  uint8_t plans[10] = {'D', 'C', 'P', 'L', 'P', 'L', 'A', 'N', 1, 0};
+  size_t lens[2] = {4, 6};
+  dcpi_plan_entry e = {.key = {.lo = 0x0123456789abcdefull, .hi = 0xfedcba9876543210ull},
+                       .generation = 3, .assignment = assignment,
+                       .assignment_len = sizeof assignment, .world = world,
+                       .plans = world ? plans : NULL, .plan_lens = world ? lens : NULL};
+  dcpi_wbuf w = {0};
+  dcpi_plan_entry_encode(&e, &w);
+  if (w.status) exit(1);
+  emit(dir, name, DCPI_WP_PLAN, w.data, w.len);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s DIR\n", argv[0]);
@@ -67,5 +85,7 @@ int main(int argc, char **argv) {
   if (dcpi_wp_done_encode(8, DCP_ENOSPC, "rank 2: write: no space left", NULL, &p, &len))
     return 1;
   emit(argv[1], "seed_done_error", DCPI_WP_DONE, p, len);
+  emit_plan(argv[1], "seed_plan", 0);
+  emit_plan(argv[1], "seed_plan_rank0", 2);
   return 0;
 }
