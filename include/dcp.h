@@ -95,7 +95,9 @@ typedef struct dcp_ctx_config {
   uint32_t struct_size; /* sizeof(dcp_ctx_config), set by init */
   int32_t rank;         /* this process's global rank (default 0); with a
                            collective that knows it (mpi), that one wins */
-  int32_t world_size;   /* number of ranks (default 1); likewise */
+  int32_t world_size;   /* number of ranks (default 1); likewise, but a
+                           value above 1 that the collective contradicts
+                           is an error (DCP_EINVAL) */
   /* -- since 0.2 -- */
   const char *storage;         /* storage plugin name (default "posix") */
   const char *storage_options; /* its "key=value,..." options, or NULL */

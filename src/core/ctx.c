@@ -61,6 +61,13 @@ static dcp_status open_coll(dcp_ctx *ctx, const dcp_ctx_config *cfg, dcpi_err *e
   if (ctx->world_size < 1 || ctx->rank < 0 || ctx->rank >= ctx->world_size)
     return dcpi_fail(err, DCP_EPLUGIN, "%s: reports rank %d of %d", name, ctx->rank,
                      ctx->world_size);
+  /* A world size set on purpose (above the default 1) that the collective
+   * contradicts is a launch mistake: say so instead of saving a checkpoint
+   * of another world than the one the caller meant. */
+  if (cfg->world_size > 1 && cfg->world_size != ctx->world_size)
+    return dcpi_fail(err, DCP_EINVAL,
+                     "world_size %d was configured but the %s collective has %d ranks",
+                     (int)cfg->world_size, name, (int)ctx->world_size);
   return DCP_OK;
 }
 

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "coll_testkit.h"
+#include "dcp.h"
 #include "dcp_plugin.h"
 
 /* The kit's CHECK macros return from a forked scenario; under mpirun a
@@ -216,6 +217,35 @@ static void check_config(int rank, int size) {
   CHECK(P->caps == (DCP_COLL_CAP_BULK | DCP_COLL_CAP_GROUPS) && strcmp(P->name, "mpi") == 0);
 }
 
+static const char *g_plugin_file;
+
+/* Through a context: a world size the caller set that MPI contradicts is
+ * refused (DCP_EINVAL naming both), the matching one accepted. */
+static void check_ctx_world(int size) {
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s", g_plugin_file);
+  char *slash = strrchr(dir, '/');
+  CHECK(slash);
+  *slash = '\0';
+  dcp_ctx_config cfg;
+  dcp_ctx_config_init(&cfg);
+  cfg.coll = "mpi";
+  cfg.plugin_path = dir;
+  cfg.world_size = size + 1;
+  dcp_ctx *ctx = NULL;
+  dcp_plugin_err err = {{0}}; /* for CHECK_RC's message: the create error */
+  dcp_status s = dcp_ctx_create(&cfg, &ctx);
+  snprintf(err.msg, sizeof err.msg, "%s", dcp_ctx_create_error());
+  CHECK_RC(s, DCP_EINVAL);
+  CHECK(ctx == NULL && strstr(dcp_ctx_create_error(), "collective has"));
+  cfg.world_size = size;
+  s = dcp_ctx_create(&cfg, &ctx);
+  snprintf(err.msg, sizeof err.msg, "%s", dcp_ctx_create_error());
+  CHECK_RC(s, DCP_OK);
+  CHECK(dcp_ctx_world_size(ctx) == size);
+  dcp_ctx_free(ctx);
+}
+
 /* Every op on a duplicate of world with 1 MiB pieces. */
 static int run_main(void) {
   int rank, size, provided;
@@ -240,6 +270,7 @@ static int run_main(void) {
   free(buf);
   P->close(c);
   check_native(rank, size);
+  check_ctx_world(size);
   MPI_Finalize();
   return 0;
 }
@@ -300,6 +331,7 @@ static int run_selfinit(void) {
 }
 
 int main(int argc, char **argv) {
+  g_plugin_file = argv[argc > 1 ? 1 : 0];
   if (argc != 3 || !(P = ctk_load_path(argv[1]))) {
     fprintf(stderr, "usage: %s PLUGIN.so main|timeout|selfinit\n", argv[0]);
     return 2;

@@ -78,6 +78,24 @@ static void test_ctx_config(void **state) {
   assert_int_equal(dcp_ctx_create(NULL, NULL), DCP_EINVAL);
 }
 
+/* A world size the caller set that the collective contradicts is refused
+ * with a reason (the single-process collective has one rank; the MPI case
+ * is in tests/multirank/mpi_coll.c, check_ctx_world). */
+static void test_ctx_world_mismatch(void **state) {
+  (void)state;
+  dcp_ctx *ctx = (dcp_ctx *)0x1;
+  dcp_ctx_config cfg;
+  dcp_ctx_config_init(&cfg);
+  cfg.coll = "single";
+  cfg.world_size = 3;
+  assert_int_equal(dcp_ctx_create(&cfg, &ctx), DCP_EINVAL);
+  assert_null(ctx);
+  assert_non_null(strstr(dcp_ctx_create_error(), "world of one rank"));
+  cfg.world_size = 1; /* the default: the collective decides */
+  assert_int_equal(dcp_ctx_create(&cfg, &ctx), DCP_OK);
+  dcp_ctx_free(ctx);
+}
+
 static void test_ctx_keeps_last_error(void **state) {
   (void)state;
   dcp_ctx *ctx;
@@ -125,6 +143,7 @@ int main(void) {
       cmocka_unit_test(test_version),
       cmocka_unit_test(test_strerror_names_every_code),
       cmocka_unit_test(test_ctx_config),
+      cmocka_unit_test(test_ctx_world_mismatch),
       cmocka_unit_test(test_ctx_keeps_last_error),
       cmocka_unit_test(test_dtypes),
   };
