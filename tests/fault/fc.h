@@ -31,7 +31,7 @@ uint64_t fc_range(fc_rng *r, uint64_t lo, uint64_t hi);
 
 /* ---- the model ------------------------------------------------------------ */
 
-#define FC_MAX_TENSORS 4
+#define FC_MAX_TENSORS 5 /* up to 4 small ones and one large */
 
 typedef struct fc_tensor {
   char fqn[32];

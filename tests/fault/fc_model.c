@@ -41,7 +41,7 @@ void fc_model_make(fc_model *m, uint64_t seed, int world) {
   memset(m, 0, sizeof *m);
   m->seed = seed;
   m->world = world;
-  m->ntensors = (int)fc_range(&r, 1, FC_MAX_TENSORS);
+  m->ntensors = (int)fc_range(&r, 1, FC_MAX_TENSORS - 1);
   for (int i = 0; i < m->ntensors; i++) {
     fc_tensor *t = &m->t[i];
     snprintf(t->fqn, sizeof t->fqn, "layer%d.w", i);
@@ -49,6 +49,16 @@ void fc_model_make(fc_model *m, uint64_t seed, int world) {
     t->rows = (int64_t)fc_range(&r, 1, 48);
     t->cols = (int64_t)fc_range(&r, 1, 400);
     t->replicated = i > 0 && fc_range(&r, 0, 3) == 0;
+  }
+  if (fc_range(&r, 0, 15) == 0) {
+    /* one trial in 16: a tensor of 9 MiB per rank, so a data file takes
+     * several writes (appends are gathered up to 16 MiB, an item of 8 MiB
+     * or more goes straight from memory: src/runtime/blocks.c) */
+    fc_tensor *t = &m->t[m->ntensors++];
+    snprintf(t->fqn, sizeof t->fqn, "big.w");
+    t->dtype = DCP_U8;
+    t->rows = 2304 * (int64_t)world;
+    t->cols = 4096;
   }
   m->cfg_len = (size_t)fc_range(&r, 0, 200);
   m->rng_len = (size_t)fc_range(&r, 1, 64);
@@ -74,11 +84,25 @@ static size_t row_bytes(const fc_tensor *t) {
   return (size_t)t->cols * dcp_dtype_size(t->dtype);
 }
 
-/* The value of byte `pos` of item `item` in generation gen. */
-static uint8_t value(const fc_model *m, uint32_t gen, uint64_t item, uint64_t pos) {
-  fc_rng r = {m->seed ^ ((uint64_t)gen << 40) ^ (item << 56) ^ pos};
-  uint64_t v = fc_next(&r);
-  return (uint8_t)(m->low_entropy ? v & 3 : v);
+/* The bytes of item `item` in generation gen: 8 at a time from one hash of
+ * (seed, gen, item, pos / 8), so a large item is cheap to fill and check. */
+typedef struct byte_stream {
+  const fc_model *m;
+  uint64_t key, word, at; /* word holds the bytes of group `at` */
+} byte_stream;
+
+static byte_stream stream_of(const fc_model *m, uint32_t gen, uint64_t item) {
+  return (byte_stream){m, m->seed ^ ((uint64_t)gen << 40) ^ (item << 56), 0, UINT64_MAX};
+}
+
+static uint8_t value(byte_stream *bs, uint64_t pos) {
+  if (pos / 8 != bs->at) {
+    fc_rng r = {bs->key ^ (pos / 8)};
+    bs->word = fc_next(&r);
+    bs->at = pos / 8;
+  }
+  uint8_t v = (uint8_t)(bs->word >> (pos % 8 * 8));
+  return bs->m->low_entropy ? v & 3 : v;
 }
 
 typedef void (*byte_fn)(uint8_t *p, uint8_t want, bool *ok);
@@ -99,11 +123,12 @@ static bool walk(const fc_model *m, int rank, uint32_t gen, const fc_bufs *b, by
     int64_t row0, rows;
     my_rows(m, &m->t[i], rank, &row0, &rows);
     size_t rb = row_bytes(&m->t[i]), n = (size_t)rows * rb, base = (size_t)row0 * rb;
-    for (size_t k = 0; k < n; k++) fn(&b->t[i][k], value(m, gen, (uint64_t)i, base + k), &ok);
+    byte_stream bs = stream_of(m, gen, (uint64_t)i);
+    for (size_t k = 0; k < n; k++) fn(&b->t[i][k], value(&bs, base + k), &ok);
   }
-  for (size_t k = 0; k < m->cfg_len; k++) fn(&b->cfg[k], value(m, gen, 10, k), &ok);
-  for (size_t k = 0; k < m->rng_len; k++)
-    fn(&b->rng[k], value(m, gen, 20 + (uint64_t)rank, k), &ok);
+  byte_stream cfg = stream_of(m, gen, 10), rng = stream_of(m, gen, 20 + (uint64_t)rank);
+  for (size_t k = 0; k < m->cfg_len; k++) fn(&b->cfg[k], value(&cfg, k), &ok);
+  for (size_t k = 0; k < m->rng_len; k++) fn(&b->rng[k], value(&rng, k), &ok);
   return ok;
 }
 
