@@ -382,13 +382,20 @@ typedef struct dcp_meta dcp_meta;
 /* How the bytes of a storage ref are encoded. Values are stored: stable. */
 typedef enum dcp_codec {
   DCP_CODEC_NONE = 0, /* blocks stored raw */
-  DCP_CODEC_ZSTD = 1  /* each block a zstd frame, or raw when that is not smaller */
+  DCP_CODEC_ZSTD = 1, /* each block a zstd frame, or raw when that is not
+                         smaller; checksums of the decoded bytes (read only:
+                         written by libdcp 0.2 before ZSTD_CHECKED) */
+  DCP_CODEC_ZSTD_CHECKED = 2 /* as ZSTD, but each checksum covers the block as
+                                stored, and each frame carries zstd's own
+                                checksum of what it decodes to: every stored
+                                bit is checked (what dcp_save writes) */
 } dcp_codec;
 
 /* Where the bytes of one chunk or bytes item are stored. The raw bytes are cut
  * into blocks of block_size (the last may be shorter); each block is stored
  * at the next position of the file, encoded by codec, and carries an xxh3-64
- * checksum of its raw bytes. Pointers are owned by the view. */
+ * checksum: of its raw bytes, or of its stored bytes for
+ * DCP_CODEC_ZSTD_CHECKED. Pointers are owned by the view. */
 typedef struct dcp_storage_ref {
   uint32_t file;           /* index into the file table */
   dcp_codec codec;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/checked.h"
+#include "metadata/codec.h"
 #include "metadata/md_internal.h"
 #include "model/name.h"
 
@@ -296,7 +297,7 @@ static dcp_status check_ref(const dcpi_md *md, const dcp_storage_ref *ref, const
   if (ref->file >= md->nfiles)
     return dcpi_fail(err, DCP_ENOTFOUND, "%s: file %u does not exist (%zu files)", what,
                      ref->file, md->nfiles);
-  if (ref->codec != DCP_CODEC_NONE && ref->codec != DCP_CODEC_ZSTD)
+  if (!dcpi_codec_known(ref->codec))
     return dcpi_fail(err, DCP_EINVAL, "%s: invalid codec %d", what, (int)ref->codec);
   if (ref->block_size < 1) return dcpi_fail(err, DCP_EINVAL, "%s: block size is 0", what);
   if (ref->raw_length > INT64_MAX || ref->offset > INT64_MAX || ref->stored_length > INT64_MAX ||
@@ -317,10 +318,10 @@ static dcp_status check_ref(const dcpi_md *md, const dcp_storage_ref *ref, const
   return DCP_OK;
 }
 
-/* For DCP_CODEC_ZSTD: each block's stored length lies in [1, its raw length]
+/* For the zstd codecs: each block's stored length lies in [1, its raw length]
  * and they add up to stored_length. */
 static dcp_status check_block_lengths(const dcp_storage_ref *ref, const char *what, dcpi_err *err) {
-  if (ref->codec != DCP_CODEC_ZSTD || ref->block_count == 0) return DCP_OK;
+  if (!dcpi_codec_zstd(ref->codec) || ref->block_count == 0) return DCP_OK;
   if (!ref->block_stored_lengths)
     return dcpi_fail(err, DCP_EINVAL, "%s: zstd ref without block_stored_lengths", what);
   uint64_t sum = 0;
@@ -350,8 +351,8 @@ static dcp_status copy_ref(const dcp_storage_ref *ref, dcpi_md_ref *out, dcpi_er
   if (n > SIZE_MAX / sizeof(uint64_t))
     return dcpi_fail(err, DCP_EOVERFLOW, "too many blocks");
   out->checksums = malloc(n * sizeof(uint64_t));
-  if (ref->codec == DCP_CODEC_ZSTD) out->lens = malloc(n * sizeof(uint64_t));
-  if (!out->checksums || (ref->codec == DCP_CODEC_ZSTD && !out->lens)) {
+  if (dcpi_codec_zstd(ref->codec)) out->lens = malloc(n * sizeof(uint64_t));
+  if (!out->checksums || (dcpi_codec_zstd(ref->codec) && !out->lens)) {
     ref_free(out);
     return dcpi_fail(err, DCP_ENOMEM, "cannot copy block checksums");
   }

@@ -9,6 +9,7 @@
 #include <xxhash.h>
 
 #include "metadata/common.h"
+#include "metadata/codec.h"
 #include "metadata/format.h"
 #include "metadata/md_internal.h"
 #include "core/wire.h"
@@ -176,7 +177,7 @@ static void w_loc(dcpi_wbuf *w, uint8_t f, const dcpi_md_ref *r, ref_prev *p) {
 /* Write a ref's per-block checksums and, for zstd, stored lengths. */
 static void w_blocks(dcpi_wbuf *w, const dcpi_md_ref *r) {
   for (uint64_t b = 0; b < r->block_count; b++) dcpi_w_u64(w, r->checksums[b]);
-  if (r->codec == DCP_CODEC_ZSTD)
+  if (dcpi_codec_zstd(r->codec))
     for (uint64_t b = 0; b < r->block_count; b++) dcpi_w_varint(w, r->lens[b]);
 }
 

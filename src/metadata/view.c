@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/checked.h"
+#include "metadata/codec.h"
 #include "core/ctx.h"
 #include "core/strmap.h"
 #include "metadata/common.h"
@@ -262,7 +263,7 @@ static dcp_status dec_file_entry(dcpi_dec *d, const dcp_meta *m, dcpi_strmap *se
   dcp_status s = dec_name(d, m, "file name", &name);
   if (s == DCP_OK) s = check_file_name(d, name, seen);
   if (s == DCP_OK) s = dcpi_dec_u8(d, "default codec", &f->codec);
-  if (s == DCP_OK && f->codec > DCP_CODEC_ZSTD) s = dcpi_dec_fail(d, "unknown codec %u", f->codec);
+  if (s == DCP_OK && !dcpi_codec_known(f->codec)) s = dcpi_dec_fail(d, "unknown codec %u", f->codec);
   if (s == DCP_OK) s = dcpi_dec_var(d, UINT32_MAX, "default block size", &bs);
   if (s == DCP_OK && bs == 0) s = dcpi_dec_fail(d, "default block size 0");
   if (s != DCP_OK) return s;

@@ -7,6 +7,7 @@
 #include <xxhash.h>
 
 #include "core/checked.h"
+#include "metadata/codec.h"
 #include "metadata/format.h"
 #include "metadata/view.h"
 
@@ -99,7 +100,7 @@ dcp_status dcpi_dec_loc(dcpi_dec *d, const dcp_meta *m, uint8_t flags, const dcp
   }
   uint64_t bs = 0;
   if ((s = dcpi_dec_u8(d, "codec", &out->codec)) != DCP_OK) return s;
-  if (out->codec > DCP_CODEC_ZSTD) return dcpi_dec_fail(d, "unknown codec %u", out->codec);
+  if (!dcpi_codec_known(out->codec)) return dcpi_dec_fail(d, "unknown codec %u", out->codec);
   if ((s = dcpi_dec_var(d, UINT32_MAX, "block size", &bs)) != DCP_OK) return s;
   if (bs == 0) return dcpi_dec_fail(d, "block size 0");
   out->block_size = (uint32_t)bs;
@@ -149,7 +150,7 @@ dcp_status dcpi_dec_blocks(dcpi_dec *d, dcpi_mv_ref *out, dcpi_u64vec *cks, dcpi
   dcp_status s = read_checksums(d, out->block_count, cks);
   if (s != DCP_OK) return s;
   out->stored_length = raw;
-  if (out->codec == DCP_CODEC_ZSTD &&
+  if (dcpi_codec_zstd(out->codec) &&
       (s = read_block_lengths(d, out, lens, &out->stored_length)) != DCP_OK)
     return s;
   if (out->stored_length > (uint64_t)INT64_MAX - out->offset)
@@ -170,7 +171,7 @@ void dcpi_mv_fill_ref(const dcpi_mv_ref *r, const dcpi_u64vec *cks, const dcpi_u
   out->block_count = r->block_count;
   out->block_checksums = r->block_count ? cks->v + r->cks_at : NULL;
   out->block_stored_lengths =
-      (r->block_count && r->codec == DCP_CODEC_ZSTD) ? lens->v + r->lens_at : NULL;
+      (r->block_count && dcpi_codec_zstd(r->codec)) ? lens->v + r->lens_at : NULL;
 }
 
 uint64_t dcpi_mv_hash(const uint8_t *p, size_t n) {

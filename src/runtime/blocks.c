@@ -1,6 +1,8 @@
 /* blocks.c — the data-file block layer. An item's raw bytes are cut into
- * blocks of block_size; each block gets an xxh3-64 of its raw bytes and is
- * stored raw or, when compression is on and it pays, as one zstd frame.
+ * blocks of block_size; each block is stored raw or, when compression is on
+ * and it pays, as one zstd frame (with zstd's own checksum of its content),
+ * and gets an xxh3-64 of its bytes as stored — so a flipped bit anywhere in
+ * a stored block is found, even one zstd would decode past.
  * Writes are gathered into large sequential appends; reads fetch only the
  * blocks a request touches and verify each before handing it on. */
 #include <stdio.h>
@@ -10,6 +12,7 @@
 #include <zstd.h>
 
 #include "core/checked.h"
+#include "metadata/codec.h"
 #include "runtime/rt.h"
 
 #define WRITE_BUFFER (16u << 20) /* appends are gathered up to this size */
@@ -50,6 +53,11 @@ dcp_status dcpi_block_writer_open(dcpi_rt *rt, const char *name, uint32_t block_
     w->zcap = ZSTD_compressBound(block_size);
     w->zbuf = malloc(w->zcap);
     w->zc = ZSTD_createCCtx();
+    if (w->zc && (ZSTD_isError(ZSTD_CCtx_setParameter(w->zc, ZSTD_c_compressionLevel, level)) ||
+                  ZSTD_isError(ZSTD_CCtx_setParameter(w->zc, ZSTD_c_checksumFlag, 1)))) {
+      dcpi_block_writer_close(w, false, NULL);
+      return dcpi_fail(err, DCP_EINVAL, "zstd refuses compression level %d", level);
+    }
   }
   if (!w->buf || (compress && (!w->zbuf || !w->zc))) {
     dcpi_block_writer_close(w, false, NULL);
@@ -91,19 +99,21 @@ static dcp_status append(dcpi_block_writer *w, const void *p, size_t n, dcpi_err
 }
 
 /* Store one block: compressed when that is smaller, else raw; *stored is
- * what it occupies in the file. */
+ * what it occupies in the file and *sum the xxh3 of those bytes. */
 static dcp_status put_block(dcpi_block_writer *w, const uint8_t *p, size_t n, uint64_t *stored,
-                            dcpi_err *err) {
+                            uint64_t *sum, dcpi_err *err) {
   if (w->compress) {
-    size_t c = ZSTD_compressCCtx(w->zc, w->zbuf, w->zcap, p, n, w->level);
+    size_t c = ZSTD_compress2(w->zc, w->zbuf, w->zcap, p, n);
     if (ZSTD_isError(c))
       return dcpi_fail(err, DCP_EIO, "zstd compression failed: %s", ZSTD_getErrorName(c));
     if (c < n) {
       *stored = c;
+      *sum = XXH3_64bits(w->zbuf, c);
       return append(w, w->zbuf, c, err);
     }
   }
   *stored = n;
+  *sum = XXH3_64bits(p, n);
   return append(w, p, n, err);
 }
 
@@ -112,7 +122,7 @@ dcp_status dcpi_block_writer_put(dcpi_block_writer *w, const void *data, uint64_
   uint64_t nblocks = (len + w->block_size - 1) / w->block_size;
   *ref = (dcpi_ref){.offset = w->offset, .raw_length = len, .block_count = nblocks,
                     .block_size = w->block_size,
-                    .codec = w->compress ? DCP_CODEC_ZSTD : DCP_CODEC_NONE};
+                    .codec = w->compress ? DCP_CODEC_ZSTD_CHECKED : DCP_CODEC_NONE};
   ref->checksums = malloc((nblocks ? nblocks : 1) * sizeof *ref->checksums);
   if (w->compress) ref->stored_lens = malloc((nblocks ? nblocks : 1) * sizeof *ref->stored_lens);
   if (!ref->checksums || (w->compress && !ref->stored_lens)) {
@@ -137,9 +147,8 @@ dcp_status dcpi_block_writer_put(dcpi_block_writer *w, const void *data, uint64_
   for (uint64_t b = 0; b < nblocks; b++) {
     size_t n = (size_t)(b + 1 < nblocks ? w->block_size : len - b * w->block_size);
     const uint8_t *blk = p + b * w->block_size;
-    ref->checksums[b] = XXH3_64bits(blk, n);
     uint64_t stored = 0;
-    dcp_status s = put_block(w, blk, n, &stored, err);
+    dcp_status s = put_block(w, blk, n, &stored, &ref->checksums[b], err);
     if (s) {
       dcpi_ref_free(ref);
       return s;
@@ -256,17 +265,25 @@ static size_t block_raw_len(const dcp_storage_ref *ref, uint64_t b) {
 }
 
 /* Decode blocks [b0, b1) whose stored bytes are at r->stored into r->raw,
- * verifying each checksum. */
+ * verifying each checksum: of the stored bytes before decoding them
+ * (ZSTD_CHECKED), or of the decoded bytes (NONE, and ZSTD of 0.2). */
 static dcp_status decode_blocks(dcpi_block_reader *r, const char *file,
                                 const dcp_storage_ref *ref, uint64_t b0, uint64_t b1,
                                 const char *what, dcpi_err *err) {
   size_t at_stored = 0, at_raw = 0;
+  bool zstd = dcpi_codec_zstd(ref->codec), sums_stored = dcpi_codec_sums_stored(ref->codec);
   for (uint64_t b = b0; b < b1; b++) {
     size_t raw = block_raw_len(ref, b);
-    size_t stored = ref->codec == DCP_CODEC_ZSTD ? (size_t)ref->block_stored_lengths[b] : raw;
+    size_t stored = zstd ? (size_t)ref->block_stored_lengths[b] : raw;
     uint8_t *dst = r->raw + at_raw;
+    const uint8_t *src = zstd ? r->stored + at_stored : dst;
+    if (sums_stored && XXH3_64bits(src, stored) != ref->block_checksums[b])
+      return dcpi_fail(err, DCP_ECORRUPT,
+                       "checksum mismatch in %s/%s, block %llu (file offset %llu) of %s",
+                       r->rt->path, file, (unsigned long long)b,
+                       (unsigned long long)(ref->offset + at_stored), what);
     if (stored == raw) {
-      if (ref->codec == DCP_CODEC_ZSTD) memcpy(dst, r->stored + at_stored, raw);
+      if (zstd) memcpy(dst, src, raw);
     } else {
       size_t n = ZSTD_decompressDCtx(r->zd, dst, raw, r->stored + at_stored, stored);
       if (ZSTD_isError(n) || n != raw)
@@ -275,7 +292,7 @@ static dcp_status decode_blocks(dcpi_block_reader *r, const char *file,
                          (unsigned long long)b, what,
                          ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong decoded size");
     }
-    if (XXH3_64bits(dst, raw) != ref->block_checksums[b])
+    if (!sums_stored && XXH3_64bits(dst, raw) != ref->block_checksums[b])
       return dcpi_fail(err, DCP_ECORRUPT,
                        "checksum mismatch in %s/%s, block %llu (file offset %llu) of %s",
                        r->rt->path, file, (unsigned long long)b,
@@ -313,15 +330,15 @@ static dcp_status read_window(dcpi_block_reader *r, dcp_storage_file *f, const c
   size_t raw = 0, stored = 0;
   for (uint64_t b = b0; b < b1; b++) {
     raw += block_raw_len(ref, b);
-    stored += ref->codec == DCP_CODEC_ZSTD ? (size_t)ref->block_stored_lengths[b]
-                                           : block_raw_len(ref, b);
+    stored += dcpi_codec_zstd(ref->codec) ? (size_t)ref->block_stored_lengths[b]
+                                          : block_raw_len(ref, b);
   }
   dcp_status s = grow(&r->raw, &r->raw_cap, raw, err);
   if (s) return s;
   /* Raw blocks are read straight into the raw window; compressed ones go
    * through the stored window first. */
   uint8_t *target = r->raw;
-  if (ref->codec == DCP_CODEC_ZSTD) {
+  if (dcpi_codec_zstd(ref->codec)) {
     if ((s = grow(&r->stored, &r->stored_cap, stored, err))) return s;
     target = r->stored;
   }
@@ -365,7 +382,7 @@ dcp_status dcpi_block_read(dcpi_block_reader *r, const char *file, const dcp_sto
   uint64_t bs = ref->block_size, b0 = first / bs, b1 = (last + bs - 1) / bs;
   uint64_t per_window = READ_WINDOW / bs ? READ_WINDOW / bs : 1;
   uint64_t stored_at = ref->offset;
-  if (ref->codec == DCP_CODEC_ZSTD)
+  if (dcpi_codec_zstd(ref->codec))
     for (uint64_t b = 0; b < b0; b++) stored_at += ref->block_stored_lengths[b];
   else
     stored_at += b0 * bs;
@@ -375,8 +392,8 @@ dcp_status dcpi_block_read(dcpi_block_reader *r, const char *file, const dcp_sto
     size_t raw = 0;
     for (uint64_t b = w0; b < w1; b++) {
       raw += block_raw_len(ref, b);
-      stored_at += ref->codec == DCP_CODEC_ZSTD ? ref->block_stored_lengths[b]
-                                                : block_raw_len(ref, b);
+      stored_at += dcpi_codec_zstd(ref->codec) ? ref->block_stored_lengths[b]
+                                               : block_raw_len(ref, b);
     }
     if (!s) s = sink(arg, w0 * bs, r->raw, raw, err);
   }
@@ -403,7 +420,7 @@ static int cmp_pending(const void *pa, const void *pb) {
 static void stored_range(const dcp_storage_ref *ref, uint64_t first, uint64_t last,
                          uint64_t *start, uint64_t *end) {
   uint64_t bs = ref->block_size, b0 = first / bs, b1 = (last + bs - 1) / bs;
-  if (ref->codec != DCP_CODEC_ZSTD) {
+  if (!dcpi_codec_zstd(ref->codec)) {
     uint64_t e = b1 * bs < ref->raw_length ? b1 * bs : ref->raw_length;
     *start = ref->offset + b0 * bs;
     *end = ref->offset + e;

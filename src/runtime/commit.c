@@ -1,5 +1,6 @@
 /* commit.c — from write results to a committed .metadata. */
 #include "runtime/commit.h"
+#include "metadata/codec.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +18,7 @@ void dcpi_commit_put_result(dcpi_wbuf *out, uint8_t kind, uint64_t gidx, const d
   dcpi_w_varint(out, ref->block_size);
   dcpi_w_varint(out, ref->block_count);
   for (uint64_t b = 0; b < ref->block_count; b++) dcpi_w_u64(out, ref->checksums[b]);
-  if (ref->codec == DCP_CODEC_ZSTD)
+  if (dcpi_codec_zstd(ref->codec))
     for (uint64_t b = 0; b < ref->block_count; b++) dcpi_w_varint(out, ref->stored_lens[b]);
 }
 
@@ -40,7 +41,7 @@ static dcp_status next_result(dcpi_rbuf *r, int32_t rank, scratch *sc, result *o
   uint8_t codec;
   if (!dcpi_r_u8(r, &out->kind) || !dcpi_r_varint(r, &out->gidx) || !dcpi_r_varint(r, &v[0]) ||
       !dcpi_r_varint(r, &v[1]) || !dcpi_r_varint(r, &v[2]) || !dcpi_r_u8(r, &codec) ||
-      !dcpi_r_varint(r, &v[3]) || !dcpi_r_varint(r, &v[4]) || codec > DCP_CODEC_ZSTD ||
+      !dcpi_r_varint(r, &v[3]) || !dcpi_r_varint(r, &v[4]) || !dcpi_codec_known(codec) ||
       v[3] == 0 || v[3] > UINT32_MAX || v[4] > dcpi_r_left(r) / 8)
     return dcpi_fail(err, DCP_ECORRUPT, "malformed write results from rank %d", rank);
   size_t n = (size_t)v[4];
@@ -54,13 +55,13 @@ static dcp_status next_result(dcpi_rbuf *r, int32_t rank, scratch *sc, result *o
   for (size_t b = 0; b < n; b++)
     if (!dcpi_r_u64(r, &sc->cks[b]))
       return dcpi_fail(err, DCP_ECORRUPT, "malformed write results from rank %d", rank);
-  for (size_t b = 0; codec == DCP_CODEC_ZSTD && b < n; b++)
+  for (size_t b = 0; dcpi_codec_zstd(codec) && b < n; b++)
     if (!dcpi_r_varint(r, &sc->lens[b]))
       return dcpi_fail(err, DCP_ECORRUPT, "malformed write results from rank %d", rank);
   out->ref = (dcp_storage_ref){.codec = (dcp_codec)codec, .block_size = (uint32_t)v[3],
                                .offset = v[0], .stored_length = v[1], .raw_length = v[2],
                                .block_count = n, .block_checksums = sc->cks,
-                               .block_stored_lengths = codec == DCP_CODEC_ZSTD ? sc->lens : NULL};
+                               .block_stored_lengths = dcpi_codec_zstd(codec) ? sc->lens : NULL};
   return DCP_OK;
 }
 

@@ -395,7 +395,7 @@ static uint64_t span_cost(const dcp_storage_ref *ref, uint64_t first, uint64_t l
   uint64_t bs = ref->block_size, total = 0;
   for (uint64_t b = first / bs; b < (last + bs - 1) / bs; b++) {
     uint64_t raw = ref->raw_length - b * bs < bs ? ref->raw_length - b * bs : bs;
-    total += ref->codec == DCP_CODEC_ZSTD ? ref->block_stored_lengths[b] : raw;
+    total += ref->block_stored_lengths ? ref->block_stored_lengths[b] : raw;
   }
   return total;
 }

@@ -70,7 +70,8 @@ static inline void g_make_ref(tu_rng *rng, g_ref *r, uint64_t raw, size_t nfiles
   dcp_storage_ref *f = &r->ref;
   memset(f, 0, sizeof *f);
   f->file = (uint32_t)tu_rng_range(rng, 0, (int64_t)nfiles - 1);
-  f->codec = tu_rng_range(rng, 0, 1) ? DCP_CODEC_ZSTD : DCP_CODEC_NONE;
+  static const dcp_codec codecs[3] = {DCP_CODEC_NONE, DCP_CODEC_ZSTD, DCP_CODEC_ZSTD_CHECKED};
+  f->codec = codecs[tu_rng_range(rng, 0, 2)];
   uint64_t nb = (uint64_t)tu_rng_range(rng, 1, G_MAXBLK);
   f->block_size = raw ? (uint32_t)((raw + nb - 1) / nb) : (uint32_t)tu_rng_range(rng, 1, 64);
   if (tu_rng_range(rng, 0, 3) == 0) f->block_size = (uint32_t)tu_rng_range(rng, 1, 1 << 20);
@@ -83,11 +84,11 @@ static inline void g_make_ref(tu_rng *rng, g_ref *r, uint64_t raw, size_t nfiles
     uint64_t braw = b + 1 < f->block_count ? f->block_size : raw - b * f->block_size;
     r->cks[b] = tu_rng_next(rng);
     r->lens[b] = (uint64_t)tu_rng_range(rng, 1, (int64_t)braw);
-    stored += f->codec == DCP_CODEC_ZSTD ? r->lens[b] : braw;
+    stored += f->codec != DCP_CODEC_NONE ? r->lens[b] : braw;
   }
   f->stored_length = stored;
   f->block_checksums = r->cks;
-  f->block_stored_lengths = f->codec == DCP_CODEC_ZSTD ? r->lens : NULL;
+  f->block_stored_lengths = f->codec != DCP_CODEC_NONE ? r->lens : NULL;
 }
 
 /* Random meshes over a world of 64 ranks. */

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 typedef struct fixture {
   char dir[PATH_MAX];
@@ -93,6 +94,35 @@ static uint64_t file_size(const fixture *f, const char *name) {
   return stat(p, &sb) ? 0 : (uint64_t)sb.st_size;
 }
 
+/* Compressed blocks are written with ZSTD_CHECKED: each checksum is the
+ * xxh3 of the block's bytes as they lie in the data file. */
+static void check_stored_checksums(const fixture *f) {
+  dcp_meta *m;
+  assert_int_equal(dcp_meta_open(f->ctx, f->ckpt, &m), DCP_OK);
+  size_t ti;
+  assert_int_equal(dcp_meta_find_tensor(m, "w", &ti), DCP_OK);
+  dcp_chunk_info ci;
+  assert_int_equal(dcp_meta_chunk(m, ti, 0, &ci), DCP_OK);
+  assert_int_equal(ci.ref.codec, DCP_CODEC_ZSTD_CHECKED);
+  assert_true(ci.ref.stored_length < ci.ref.raw_length); /* really compressed */
+  char path[PATH_MAX + 32];
+  snprintf(path, sizeof path, "%s/data-00000.dcp", f->ckpt);
+  FILE *fp = fopen(path, "rb");
+  assert_non_null(fp);
+  uint64_t at = ci.ref.offset;
+  for (uint64_t b = 0; b < ci.ref.block_count; b++) {
+    size_t n = (size_t)ci.ref.block_stored_lengths[b];
+    uint8_t *blk = malloc(n);
+    assert_int_equal(fseek(fp, (long)at, SEEK_SET), 0);
+    assert_int_equal(fread(blk, 1, n, fp), n);
+    assert_true(XXH3_64bits(blk, n) == ci.ref.block_checksums[b]);
+    free(blk);
+    at += n;
+  }
+  fclose(fp);
+  dcp_meta_free(m);
+}
+
 static void roundtrip(void **state, uint32_t flags) {
   fixture *f = *state;
   assert_int_equal(save_default(f, flags), DCP_OK);
@@ -103,8 +133,10 @@ static void roundtrip(void **state, uint32_t flags) {
   assert_int_equal(st.items_written, 4);
   uint64_t data = file_size(f, "data-00000.dcp"), meta = file_size(f, ".metadata");
   assert_true(meta > 0);
-  if (flags & DCP_SAVE_COMPRESS)
+  if (flags & DCP_SAVE_COMPRESS) {
     assert_true(data < model); /* the values compress */
+    check_stored_checksums(f);
+  }
   else
     assert_int_equal(data, model); /* bytes on disk = model bytes */
   assert_int_equal(st.bytes_written, data + meta);
