@@ -84,52 +84,28 @@ static size_t row_bytes(const fc_tensor *t) {
   return (size_t)t->cols * dcp_dtype_size(t->dtype);
 }
 
-/* The bytes of item `item` in generation gen: 8 at a time from one hash of
- * (seed, gen, item, pos / 8), so a large item is cheap to fill and check. */
-typedef struct byte_stream {
-  const fc_model *m;
-  uint64_t key, word, at; /* word holds the bytes of group `at` */
-} byte_stream;
-
-static byte_stream stream_of(const fc_model *m, uint32_t gen, uint64_t item) {
-  return (byte_stream){m, m->seed ^ ((uint64_t)gen << 40) ^ (item << 56), 0, UINT64_MAX};
-}
-
-static uint8_t value(byte_stream *bs, uint64_t pos) {
-  if (pos / 8 != bs->at) {
-    fc_rng r = {bs->key ^ (pos / 8)};
-    bs->word = fc_next(&r);
-    bs->at = pos / 8;
+/* Bytes [base, base + n) of item `item` in generation gen into dst: 8 at
+ * a time from one hash of (seed, gen, item, pos / 8), so a large item is
+ * cheap to fill. Low-entropy models keep 2 bits a byte (zstd shrinks them). */
+static void item_bytes(const fc_model *m, uint32_t gen, uint64_t item, uint64_t base,
+                       uint8_t *dst, size_t n) {
+  uint64_t key = m->seed ^ ((uint64_t)gen << 40) ^ (item << 56);
+  uint64_t mask = m->low_entropy ? 0x0303030303030303ull : ~0ull;
+  for (size_t k = 0; k < n;) {
+    uint64_t pos = base + k;
+    fc_rng r = {key ^ (pos / 8)};
+    uint64_t w = fc_next(&r) & mask;
+    for (unsigned j = (unsigned)(pos % 8); j < 8 && k < n; j++, k++)
+      dst[k] = (uint8_t)(w >> (j * 8));
   }
-  uint8_t v = (uint8_t)(bs->word >> (pos % 8 * 8));
-  return bs->m->low_entropy ? v & 3 : v;
 }
 
-typedef void (*byte_fn)(uint8_t *p, uint8_t want, bool *ok);
-
-static void set_byte(uint8_t *p, uint8_t want, bool *ok) {
-  (void)ok;
-  *p = want;
-}
-
-static void cmp_byte(uint8_t *p, uint8_t want, bool *ok) {
-  if (*p != want) *ok = false;
-}
-
-/* Apply fn to every byte of this rank's buffers with its expected value. */
-static bool walk(const fc_model *m, int rank, uint32_t gen, const fc_bufs *b, byte_fn fn) {
-  bool ok = true;
-  for (int i = 0; i < m->ntensors; i++) {
-    int64_t row0, rows;
-    my_rows(m, &m->t[i], rank, &row0, &rows);
-    size_t rb = row_bytes(&m->t[i]), n = (size_t)rows * rb, base = (size_t)row0 * rb;
-    byte_stream bs = stream_of(m, gen, (uint64_t)i);
-    for (size_t k = 0; k < n; k++) fn(&b->t[i][k], value(&bs, base + k), &ok);
-  }
-  byte_stream cfg = stream_of(m, gen, 10), rng = stream_of(m, gen, 20 + (uint64_t)rank);
-  for (size_t k = 0; k < m->cfg_len; k++) fn(&b->cfg[k], value(&cfg, k), &ok);
-  for (size_t k = 0; k < m->rng_len; k++) fn(&b->rng[k], value(&rng, k), &ok);
-  return ok;
+/* Size in bytes of this rank's part of tensor i, and where it starts. */
+static size_t part_of(const fc_model *m, int i, int rank, size_t *base) {
+  int64_t row0, rows;
+  my_rows(m, &m->t[i], rank, &row0, &rows);
+  *base = (size_t)row0 * row_bytes(&m->t[i]);
+  return (size_t)rows * row_bytes(&m->t[i]);
 }
 
 static void alloc_bufs(const fc_model *m, int rank, fc_bufs *b) {
@@ -147,7 +123,12 @@ static void alloc_bufs(const fc_model *m, int rank, fc_bufs *b) {
 
 void fc_bufs_fill(const fc_model *m, int rank, uint32_t gen, fc_bufs *b) {
   alloc_bufs(m, rank, b);
-  walk(m, rank, gen, b, set_byte);
+  for (int i = 0; i < m->ntensors; i++) {
+    size_t base, n = part_of(m, i, rank, &base);
+    item_bytes(m, gen, (uint64_t)i, base, b->t[i], n);
+  }
+  item_bytes(m, gen, 10, 0, b->cfg, m->cfg_len);
+  item_bytes(m, gen, 20 + (uint64_t)rank, 0, b->rng, m->rng_len);
 }
 
 void fc_bufs_poison(const fc_model *m, int rank, fc_bufs *b) {
@@ -169,7 +150,16 @@ void fc_bufs_free(fc_bufs *b) {
 }
 
 bool fc_bufs_equal(const fc_model *m, int rank, uint32_t gen, const fc_bufs *b) {
-  return walk(m, rank, gen, b, cmp_byte);
+  fc_bufs want;
+  fc_bufs_fill(m, rank, gen, &want);
+  bool ok = memcmp(want.cfg, b->cfg, m->cfg_len) == 0 &&
+            memcmp(want.rng, b->rng, m->rng_len) == 0;
+  for (int i = 0; i < m->ntensors && ok; i++) {
+    size_t base, n = part_of(m, i, rank, &base);
+    ok = memcmp(want.t[i], b->t[i], n) == 0;
+  }
+  fc_bufs_free(&want);
+  return ok;
 }
 
 /* The state of this rank over b (pointers into b). */
