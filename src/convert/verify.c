@@ -1,10 +1,14 @@
 /* verify.c — dcp_verify: every block of a checkpoint read and checked, and
- * every tensor exactly covered by its chunks. */
+ * every tensor exactly covered by its chunks. For a save without a
+ * collective (<rank>.metadata, merged when opened) that includes the copies
+ * the merged view leaves out, so every stored byte is checked. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "convert/cv.h"
+#include "core/strmap.h"
+#include "runtime/local_save.h"
 
 typedef struct verify_job {
   dcp_ctx *ctx;
@@ -35,16 +39,21 @@ static dcp_status count(void *arg, uint64_t raw_offset, const uint8_t *data, siz
   return DCP_OK;
 }
 
-static void check_ref(verify_job *j, uint32_t file, const dcp_storage_ref *ref,
-                      const char *what) {
+static void check_ref_in(verify_job *j, const dcp_meta *m, uint32_t file,
+                         const dcp_storage_ref *ref, const char *what) {
   const char *name;
   dcpi_err err;
   dcpi_err_clear(&err);
-  dcp_status s = dcp_meta_file(j->m, file, &name);
+  dcp_status s = dcp_meta_file(m, file, &name);
   if (!s) s = dcpi_block_read(j->br, name, ref, 0, ref->raw_length, what, count, j, &err);
   else dcpi_fail(&err, DCP_ECORRUPT, "%s: no file %u", what, file);
   j->rep.blocks += ref->block_count;
   if (s) problem(j, s, &err);
+}
+
+static void check_ref(verify_job *j, uint32_t file, const dcp_storage_ref *ref,
+                      const char *what) {
+  check_ref_in(j, j->m, file, ref, what);
 }
 
 static void check_tensor(verify_job *j, size_t ti) {
@@ -78,6 +87,106 @@ static void check_bytes(verify_job *j, size_t bi) {
   check_ref(j, b.ref.file, &b.ref, what);
 }
 
+/* ---- copies only the per-rank files hold ------------------------------- */
+
+/* Where a ref's bytes start, as a key: the file's name, NUL, the offset. */
+static size_t place_key(const dcp_meta *m, const dcp_storage_ref *ref, char *buf, size_t cap) {
+  const char *name = "";
+  dcp_meta_file(m, ref->file, &name);
+  int n = snprintf(buf, cap, "%s%c%llu", name, 0, (unsigned long long)ref->offset);
+  return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+}
+
+typedef struct places {
+  dcpi_strmap map;
+  char **keys; /* owned copies the map points at */
+  size_t nkeys, cap;
+} places;
+
+/* Record where ref's bytes start. Returns 1 when that place is new, 0 when
+ * it was recorded before, DCP_ENOMEM. */
+static int places_add(places *p, const dcp_meta *m, const dcp_storage_ref *ref) {
+  char key[300];
+  size_t n = place_key(m, ref, key, sizeof key);
+  uint32_t v;
+  if (n == 0 || dcpi_strmap_get(&p->map, key, n, &v)) return 0;
+  if (p->nkeys == p->cap) {
+    size_t cap = p->cap ? 2 * p->cap : 64;
+    char **k = realloc(p->keys, cap * sizeof *k);
+    if (!k) return DCP_ENOMEM;
+    p->keys = k, p->cap = cap;
+  }
+  char *copy = malloc(n);
+  if (!copy) return DCP_ENOMEM;
+  memcpy(copy, key, n);
+  p->keys[p->nkeys++] = copy;
+  return dcpi_strmap_put(&p->map, copy, n, 0, NULL) < 0 ? DCP_ENOMEM : 1;
+}
+
+static void places_free(places *p) {
+  for (size_t i = 0; i < p->nkeys; i++) free(p->keys[i]);
+  free(p->keys);
+  dcpi_strmap_free(&p->map);
+}
+
+/* Record every ref of m in p; with verify, check each one not seen before.
+ * Returns 0, or DCP_ENOMEM. */
+static int each_ref(verify_job *j, dcp_meta *m, places *p, int verify) {
+  for (size_t t = 0; t < dcp_meta_tensor_count(m); t++) {
+    dcp_tensor_info ti;
+    dcp_meta_tensor(m, t, &ti);
+    for (size_t c = 0; c < ti.chunk_count; c++) {
+      dcp_chunk_info ci;
+      if (dcp_meta_chunk(m, t, c, &ci)) continue; /* reported for the merged view */
+      int fresh = places_add(p, m, &ci.ref);
+      if (fresh < 0) return fresh;
+      if (!fresh || !verify) continue;
+      char what[DCPI_ERR_MSG_MAX / 2];
+      dcpi_cv_describe_box(what, sizeof what, ti.fqn, &ci.box);
+      j->rep.chunks++;
+      check_ref_in(j, m, ci.ref.file, &ci.ref, what);
+    }
+  }
+  for (size_t b = 0; b < dcp_meta_bytes_count(m); b++) {
+    dcp_bytes_info bi;
+    dcp_meta_bytes(m, b, &bi);
+    int fresh = places_add(p, m, &bi.ref);
+    if (fresh < 0) return fresh;
+    if (!fresh || !verify) continue;
+    char what[DCPI_ERR_MSG_MAX / 2];
+    snprintf(what, sizeof what, "bytes item '%.200s' (copy of rank %d's file)", bi.key,
+             (int)bi.rank);
+    j->rep.bytes_items++;
+    check_ref_in(j, m, bi.ref.file, &bi.ref, what);
+  }
+  return 0;
+}
+
+/* A save without a collective: verify what the rank files hold beyond the
+ * merged view (a chunk or replicated item several ranks wrote). */
+static void check_rank_copies(verify_job *j) {
+  uint64_t size;
+  dcpi_err err;
+  dcpi_err_clear(&err);
+  if (dcpi_rt_file_size(&j->rt, DCPI_METADATA_NAME, &size, &err) == DCP_OK) return;
+  places p = {0};
+  int rc = each_ref(j, j->m, &p, 0);
+  for (int32_t r = 0; rc >= 0 && r < dcp_meta_world_size(j->m); r++) {
+    char name[64];
+    uint8_t *data = NULL;
+    size_t len = 0;
+    dcp_meta *m = NULL;
+    snprintf(name, sizeof name, DCPI_RANK_METADATA_FMT, r);
+    if (dcpi_rt_read_file(&j->rt, name, &data, &len, &err) == DCP_OK &&
+        dcp_meta_open_memory(j->ctx, data, len, &m) == DCP_OK)
+      rc = each_ref(j, m, &p, 1);
+    dcp_meta_free(m);
+    free(data); /* a rank file that does not open failed the merge already */
+  }
+  if (rc < 0) problem(j, DCP_ENOMEM, &(dcpi_err){DCP_ENOMEM, "verify: out of memory"});
+  places_free(&p);
+}
+
 static uint64_t total_bytes(verify_job *j) {
   uint64_t total = 0;
   for (size_t t = 0; t < dcp_meta_tensor_count(j->m); t++) {
@@ -106,6 +215,7 @@ static dcp_status run(verify_job *j, const char *ckpt) {
   j->pr.total = total_bytes(j);
   for (size_t t = 0; t < dcp_meta_tensor_count(j->m); t++) check_tensor(j, t);
   for (size_t b = 0; b < dcp_meta_bytes_count(j->m); b++) check_bytes(j, b);
+  check_rank_copies(j);
   return j->rep.first_status;
 }
 

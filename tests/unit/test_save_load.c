@@ -324,6 +324,49 @@ static dcp_status save_rank(dcp_ctx *ctx, const char *path, float *half, float *
   return s;
 }
 
+/* Flip one bit of the stored bytes of the copy of b.by_hand that rank r's
+ * metadata file records (the merged view keeps only one of the two). */
+static void flip_rank_copy(const fixture *f, int r) {
+  char p[PATH_MAX + 64];
+  snprintf(p, sizeof p, "%s/%d.metadata", f->ckpt, r);
+  FILE *fp = fopen(p, "rb");
+  assert_non_null(fp);
+  static uint8_t buf[1 << 16];
+  size_t len = fread(buf, 1, sizeof buf, fp);
+  fclose(fp);
+  dcp_meta *m;
+  assert_int_equal(dcp_meta_open_memory(f->ctx, buf, len, &m), DCP_OK);
+  size_t ti;
+  dcp_chunk_info ci;
+  const char *file;
+  assert_int_equal(dcp_meta_find_tensor(m, "b.by_hand", &ti), DCP_OK);
+  assert_int_equal(dcp_meta_chunk(m, ti, 0, &ci), DCP_OK);
+  assert_int_equal(dcp_meta_file(m, ci.ref.file, &file), DCP_OK);
+  snprintf(p, sizeof p, "%s/%s", f->ckpt, file);
+  int fd = open(p, O_RDWR);
+  uint8_t byte;
+  assert_int_equal(pread(fd, &byte, 1, (off_t)ci.ref.offset + 3), 1);
+  byte ^= 0x10;
+  assert_int_equal(pwrite(fd, &byte, 1, (off_t)ci.ref.offset + 3), 1);
+  close(fd);
+  dcp_meta_free(m);
+}
+
+/* dcp_verify of an uncoordinated checkpoint reads every copy, also those
+ * the merged view (and so a load) never uses. */
+static void check_verify_reads_every_copy(const fixture *f) {
+  dcp_verify_report rep = {.struct_size = sizeof rep};
+  assert_int_equal(dcp_verify(f->ctx, f->ckpt, &rep), DCP_OK);
+  assert_int_equal(rep.chunks, 2 + 1 + 1 + 1); /* w halves, b.by_hand twice, b.layout */
+  for (int r = 0; r < 2; r++) {
+    flip_rank_copy(f, r);
+    assert_int_equal(dcp_verify(f->ctx, f->ckpt, &rep), DCP_ECORRUPT);
+    assert_non_null(strstr(rep.first_problem, "b.by_hand"));
+    flip_rank_copy(f, r); /* and back */
+  }
+  assert_int_equal(dcp_verify(f->ctx, f->ckpt, &rep), DCP_OK);
+}
+
 static void test_uncoordinated(void **state) {
   fixture *f = *state;
   static float w[ROWS * COLS], b[COLS];
@@ -355,6 +398,7 @@ static void test_uncoordinated(void **state) {
   assert_int_equal(dcp_load(f->ctx, ld, f->ckpt, NULL), DCP_OK);
   for (int64_t i = 0; i < ROWS * COLS; i++) assert_true(all[i] == (float)i);
   for (int64_t j = 0; j < COLS; j++) assert_true(bb[j] == (float)-j && bl[j] == (float)-j);
+  check_verify_reads_every_copy(f);
   dcp_meta *m;
   assert_int_equal(dcp_meta_open(f->ctx, f->ckpt, &m), DCP_OK);
   assert_int_equal(dcp_meta_world_size(m), 2);
