@@ -1,7 +1,7 @@
 /* fault_campaign — seeded fault-injection trials over sync and async saves
  * (docs/reliability.md, "Faults during a save").
  *
- *   fault_campaign sync|async --dir D --plugins P [--world 1|2]
+ *   fault_campaign sync|async --dir D --plugins P [--world 1..4]
  *                  [--trials N] [--seed S] [--inner posix|sharedfs]
  *
  * Every trial (fc_trial.c) saves a good checkpoint, saves the next one with
@@ -9,7 +9,7 @@
  * dcp-storage-fault.so), then checks that the good one loads byte-exact,
  * that the faulted one loads byte-exact or is refused with a specific
  * status, and that a clean save over it succeeds and leaves no leftovers.
- * With --world 2 the trials run on two forked ranks over the file
+ * With --world N > 1 the trials run on N forked ranks over the file
  * collective: a long-lived world for the trials whose fault is an error,
  * and a fresh world per phase for those that kill a process (a dead rank
  * leaves its world's collective broken by design). At the end the
@@ -87,7 +87,7 @@ static void run_world(fc_env *env, const args *a, long first, long last, unsigne
   fc_mkdir(rdv);
   long timeout = kill && (phases & FC_PHASE_FAULT) ? KILL_TIMEOUT_MS : LONG_TIMEOUT_MS;
   bool tolerant = kill && phases == FC_PHASE_FAULT; /* see below */
-  pid_t pids[2];
+  pid_t pids[FC_MAX_WORLD];
   fflush(NULL);
   for (int r = 0; r < env->world; r++) {
     pids[r] = fork();
@@ -197,8 +197,8 @@ int main(int argc, char **argv) {
   if (env_seed && *env_seed) a.seed = strtoull(env_seed, NULL, 10);
   bool async = !strcmp(a.mode, "async");
   FC_CHECK((async || !strcmp(a.mode, "sync")) && a.dir && a.plugins && a.trials > 0 &&
-               (a.world == 1 || a.world == 2),
-           "usage: fault_campaign sync|async --dir D --plugins P [--world 1|2] [--trials N] "
+               a.world >= 1 && a.world <= FC_MAX_WORLD,
+           "usage: fault_campaign sync|async --dir D --plugins P [--world 1..4] [--trials N] "
            "[--seed S] [--inner posix|sharedfs]");
   fc_mkdir(a.dir);
   char results[4200];

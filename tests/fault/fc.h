@@ -104,13 +104,15 @@ void fc_check_files(dcp_ctx *ctx, const char *path);
 #define FC_PHASE_CHECK 4u /* load both, retry, check leftovers */
 #define FC_PHASE_ALL 7u
 
+#define FC_MAX_WORLD 4
+
 /* Where a trial runs. */
 typedef struct fc_env {
   const char *dir;     /* the campaign's work directory */
   const char *plugins; /* where dcp-storage-fault.so is */
   uint64_t seed;
   bool async;       /* saves through the writer process */
-  int rank, world;  /* world 1: single process */
+  int rank, world;  /* world 1: single process; at most FC_MAX_WORLD */
   bool fork_kills;  /* sync, one rank: a kill trial's fault phase runs in a
                        forked child */
   long resync_ms;   /* > 0: after a killing fault phase, wait until this

@@ -215,9 +215,9 @@ static void phase_fault(const fc_env *env, dcp_ctx *ctx, long t, const fc_model 
 /* What the saves of the fault phase returned, as read back from the
  * status files (rank-indexed; killed ranks have none). */
 typedef struct outcome {
-  bool present[2];
-  dcp_status code[2];
-  char msg[2][1100];
+  bool present[FC_MAX_WORLD];
+  dcp_status code[FC_MAX_WORLD];
+  char msg[FC_MAX_WORLD][1100];
 } outcome;
 
 static void read_outcome(const fc_env *env, const paths *p, outcome *o) {
