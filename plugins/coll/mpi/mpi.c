@@ -60,6 +60,7 @@ struct dcp_comm {
   size_t max_msg;
   int we_initialized; /* MPI_Init_thread was ours: finalise on close */
   int broken;         /* an operation was abandoned */
+  char why[160];      /* the first failure's message, for later refusals */
   int lost;           /* abandoned requests we could not keep track of */
   MPI_Request *pending; /* requests abandoned by a timeout */
   size_t npending;
@@ -97,6 +98,14 @@ static void sleep_ns(int64_t ns) {
   nanosleep(&ts, NULL);
 }
 
+/* Marks c broken, keeping the first failure's message (err's, when given)
+ * for the refusals that follow. Returns code. */
+static int broke(dcp_comm *c, int code, const dcp_plugin_err *err) {
+  c->broken = 1;
+  if (!c->why[0] && err) snprintf(c->why, sizeof c->why, "%.150s", err->msg); /* may cut */
+  return code;
+}
+
 /* Keeps requests abandoned by a timeout so close can tell whether the
  * communicator may still be freed. */
 static void abandon(dcp_comm *c, MPI_Request *reqs, size_t n) {
@@ -118,17 +127,16 @@ static int wait_reqs(dcp_comm *c, MPI_Request *reqs, size_t n, int64_t deadline,
   for (;;) {
     int done = 0;
     int mrc = MPI_Testall((int)n, reqs, &done, MPI_STATUSES_IGNORE);
-    if (mrc != MPI_SUCCESS) {
-      c->broken = 1;
-      return mpi_fail(err, what, mrc);
-    }
+    if (mrc != MPI_SUCCESS) return broke(c, mpi_fail(err, what, mrc), err);
     if (done) return DCP_OK;
     int64_t left = deadline - now_ns();
     if (left <= 0) {
       abandon(c, reqs, n);
-      return fail(err, DCP_ETIMEDOUT,
-                  "mpi coll: %s timed out after %lld ms (a peer did not join); the communicator "
-                  "is unusable from now on", what, (long long)c->timeout_ms);
+      return broke(c,
+                   fail(err, DCP_ETIMEDOUT,
+                        "mpi coll: %s timed out after %lld ms (a peer did not join); the "
+                        "communicator is unusable from now on", what, (long long)c->timeout_ms),
+                   err);
     }
     sleep_ns(backoff < left ? backoff : left);
     if (backoff < POLL_MAX_NS) backoff *= 2;
@@ -144,7 +152,8 @@ static int64_t deadline_of(const dcp_comm *c) {
 static int check_usable(const dcp_comm *c, dcp_plugin_err *err) {
   if (!c) return fail(err, DCP_EINVAL, "mpi coll: NULL communicator");
   if (c->broken)
-    return fail(err, DCP_EPEER, "mpi coll: communicator unusable after an earlier timeout or error");
+    return fail(err, DCP_EPEER, "mpi coll: communicator unusable after an earlier failure (%s)",
+                c->why[0] ? c->why : "timeout or error");
   return DCP_OK;
 }
 
@@ -170,9 +179,8 @@ static int finish_by(dcp_comm *c, MPI_Request *reqs, size_t started, int mrc, in
                      const char *what, dcp_plugin_err *err) {
   int rc;
   if (mrc != MPI_SUCCESS) {
-    c->broken = 1; /* some pieces may be in flight: the peers are now out of step */
-    abandon(c, reqs, started);
-    rc = mpi_fail(err, what, mrc);
+    abandon(c, reqs, started); /* some pieces may be in flight: the peers are now out of step */
+    rc = broke(c, mpi_fail(err, what, mrc), err);
   } else {
     rc = wait_reqs(c, reqs, started, deadline, what, err);
   }
