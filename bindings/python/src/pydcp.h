@@ -41,12 +41,14 @@ typedef struct {
 
 /* dcp.State: owns a dcp_state and the buffer views its chunks and bytes
  * items point into (released when the state is freed, so the memory stays
- * valid and unresizable for as long as the C state may read or write it). */
+ * valid and unresizable for as long as the C state may read or write it).
+ * Each view is allocated once and never moved: an exporter may keep
+ * pointers into its own Py_buffer. */
 typedef struct {
   PyObject_HEAD
   dcpi_py_ctx *owner;
   dcp_state *st;
-  Py_buffer *views;
+  Py_buffer **views;
   size_t nviews, cap;
   PyObject *dtypes;   /* dict: tensor fqn -> dtype (int) */
   PyObject *readonly; /* name of the first item with a read-only buffer, or NULL */

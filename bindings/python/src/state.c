@@ -31,7 +31,10 @@ static int state_init(PyObject *self, PyObject *args, PyObject *kwargs) {
 static void state_dealloc(PyObject *self) {
   dcpi_py_state *s = (dcpi_py_state *)self;
   dcp_state_free(s->st);
-  for (size_t i = 0; i < s->nviews; i++) PyBuffer_Release(&s->views[i]);
+  for (size_t i = 0; i < s->nviews; i++) {
+    PyBuffer_Release(s->views[i]);
+    PyMem_Free(s->views[i]);
+  }
   PyMem_Free(s->views);
   Py_XDECREF(s->dtypes);
   Py_XDECREF(s->readonly);
@@ -65,11 +68,19 @@ dcpi_py_state *dcpi_py_state_check(PyObject *obj, const dcpi_py_ctx *c, int for_
   return s;
 }
 
+/* A zeroed Py_buffer on the heap (kept by the state once filled), or NULL
+ * with MemoryError. */
+static Py_buffer *new_view(void) {
+  Py_buffer *v = PyMem_Calloc(1, sizeof *v);
+  if (!v) PyErr_NoMemory();
+  return v;
+}
+
 /* Keep view for the state's lifetime (on success of the C call). */
 static int keep(dcpi_py_state *s, Py_buffer *view, int readonly, PyObject *name) {
   if (s->nviews == s->cap) {
     size_t cap = s->cap ? 2 * s->cap : 16;
-    Py_buffer *v = PyMem_Realloc(s->views, cap * sizeof *v);
+    Py_buffer **v = PyMem_Realloc(s->views, cap * sizeof *v);
     if (!v) {
       PyErr_NoMemory();
       return -1;
@@ -77,7 +88,7 @@ static int keep(dcpi_py_state *s, Py_buffer *view, int readonly, PyObject *name)
     s->views = v;
     s->cap = cap;
   }
-  s->views[s->nviews++] = *view;
+  s->views[s->nviews++] = view;
   if (readonly && !s->readonly) s->readonly = Py_NewRef(name);
   return 0;
 }
@@ -129,19 +140,37 @@ static int box_numel(const int64_t *offset, const int64_t *size, uint32_t ndim, 
   return -1;
 }
 
-/* Finish an add: keep the view on success, or release it and raise the
+/* Drop a filled view that the state will not keep. */
+static void drop(Py_buffer *view) {
+  PyBuffer_Release(view);
+  PyMem_Free(view);
+}
+
+/* Finish an add: keep the view on success, or drop it and raise the
  * library's message. Returns None or NULL. */
 static PyObject *finish(dcpi_py_state *s, dcp_status rc, Py_buffer *view, int readonly,
                         PyObject *name) {
   if (rc) {
-    if (view) PyBuffer_Release(view);
+    drop(view);
     return dcpi_py_raise_ctx(s->owner->ctx, rc);
   }
-  if (view && keep(s, view, readonly, name)) {
-    PyBuffer_Release(view);
+  if (keep(s, view, readonly, name)) {
+    drop(view);
     return NULL;
   }
   Py_RETURN_NONE;
+}
+
+/* A new view of data for numel elements of dtype (see elem_buffer), or NULL
+ * with an exception. */
+static Py_buffer *elem_view(PyObject *data, const char *fqn, dcp_dtype dtype, int64_t numel,
+                            int *readonly) {
+  Py_buffer *view = new_view();
+  if (view && elem_buffer(data, fqn, dtype, numel, view, readonly)) {
+    PyMem_Free(view);
+    return NULL;
+  }
+  return view;
 }
 
 static PyObject *state_add_tensor(PyObject *self, PyObject *args, PyObject *kwargs) {
@@ -183,12 +212,13 @@ static PyObject *state_add_chunk(PyObject *self, PyObject *args, PyObject *kwarg
   if (n_off != n_size)
     return dcpi_py_raisef(DCP_EINVAL, "tensor '%s': offset has %u dims, size %u", name, n_off,
                           n_size);
-  Py_buffer view;
   int ro;
-  if (box_numel(off, size, n_off, name, &numel) || elem_buffer(data, name, dtype, numel, &view, &ro))
+  Py_buffer *view;
+  if (box_numel(off, size, n_off, name, &numel) ||
+      !(view = elem_view(data, name, dtype, numel, &ro)))
     return NULL;
-  dcp_status rc = dcp_state_add_chunk(s->st, name, off, size, view.buf);
-  return finish(s, rc, &view, ro, fqn);
+  dcp_status rc = dcp_state_add_chunk(s->st, name, off, size, view->buf);
+  return finish(s, rc, view, ro, fqn);
 }
 
 /* region: None (the whole tensor) or (offset, size). */
@@ -224,12 +254,12 @@ static PyObject *state_add_flat(PyObject *self, PyObject *args, PyObject *kwargs
       parse_region(region_obj, &region, &has_region))
     return NULL;
   if (count < 0) return dcpi_py_raisef(DCP_EINVAL, "tensor '%s': negative flat_count", name);
-  Py_buffer view;
   int ro;
-  if (elem_buffer(data, name, dtype, (int64_t)count, &view, &ro)) return NULL;
+  Py_buffer *view = elem_view(data, name, dtype, (int64_t)count, &ro);
+  if (!view) return NULL;
   dcp_status rc = dcp_state_add_flat(s->st, name, has_region ? &region : NULL, (int64_t)begin,
-                                     (int64_t)count, view.buf);
-  return finish(s, rc, &view, ro, fqn);
+                                     (int64_t)count, view->buf);
+  return finish(s, rc, view, ro, fqn);
 }
 
 static PyObject *state_add_sharded(PyObject *self, PyObject *args, PyObject *kwargs) {
@@ -258,22 +288,22 @@ static PyObject *state_add_sharded(PyObject *self, PyObject *args, PyObject *kwa
     return dcpi_py_raisef(rc, "tensor '%s': %s", name,
                           rc == DCP_ENOTFOUND ? "this rank is not in the layout's mesh"
                                               : "invalid shape for the layout");
-  Py_buffer view;
   int ro;
+  Py_buffer *view;
   if (box_numel(box.offset, box.size, box.ndim, name, &numel) ||
-      elem_buffer(data, name, dtype, numel, &view, &ro))
+      !(view = elem_view(data, name, dtype, numel, &ro)))
     return NULL;
-  rc = dcp_state_add_sharded(s->st, name, dtype, ndim, shape, l->layout, view.buf);
+  rc = dcp_state_add_sharded(s->st, name, dtype, ndim, shape, l->layout, view->buf);
   if (!rc) {
     PyObject *d = PyLong_FromLong((long)dtype);
     if (!d || PyDict_SetItem(s->dtypes, fqn, d) < 0) {
       Py_XDECREF(d);
-      PyBuffer_Release(&view);
+      drop(view);
       return NULL;
     }
     Py_DECREF(d);
   }
-  return finish(s, rc, &view, ro, fqn);
+  return finish(s, rc, view, ro, fqn);
 }
 
 static PyObject *state_add_bytes(PyObject *self, PyObject *args, PyObject *kwargs) {
@@ -284,12 +314,16 @@ static PyObject *state_add_bytes(PyObject *self, PyObject *args, PyObject *kwarg
   dcpi_py_state *s = usable(self);
   const char *name = PyUnicode_AsUTF8(key);
   if (!s || !name) return NULL;
-  Py_buffer view;
   int ro;
-  if (dcpi_py_get_buffer(data, &view, &ro)) return NULL;
-  dcp_status rc = dcp_state_add_bytes(s->st, name, (dcp_scope)scope, view.len ? view.buf : NULL,
-                                      (size_t)view.len);
-  return finish(s, rc, &view, ro, key);
+  Py_buffer *view = new_view();
+  if (!view) return NULL;
+  if (dcpi_py_get_buffer(data, view, &ro)) {
+    PyMem_Free(view);
+    return NULL;
+  }
+  dcp_status rc = dcp_state_add_bytes(s->st, name, (dcp_scope)scope, view->len ? view->buf : NULL,
+                                      (size_t)view->len);
+  return finish(s, rc, view, ro, key);
 }
 
 static PyObject *state_get_count(PyObject *self, void *closure) {
