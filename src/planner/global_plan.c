@@ -12,6 +12,7 @@ void dcpi_global_plan_free(dcpi_global_plan *gp) {
   free(gp->items);
   free(gp->holders);
   free(gp->holder_chunks);
+  free(gp->piece_at);
   free(gp->bytes);
   free(gp->bholders);
   free(gp->bholder_items);
@@ -52,6 +53,8 @@ dcp_status dcpi_global_plan_item(const dcpi_global_plan *gp, size_t i, dcpi_gp_i
                         .owner = it->owner, .nholders = dcpi_gp_item_nholders(gp, i),
                         .holders = gp->holders + it->holders_at,
                         .holder_chunks = gp->holder_chunks + it->holders_at};
+  if (gp->piece_at && gp->piece_at[i] != UINT64_MAX)
+    out->piece = true, out->piece_offset = gp->piece_at[i];
   return DCP_OK;
 }
 

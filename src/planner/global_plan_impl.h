@@ -48,6 +48,9 @@ struct dcpi_global_plan {
   int32_t *holders;        /* nholdings */
   uint32_t *holder_chunks; /* nholdings */
   size_t nholdings;
+  uint64_t *piece_at;      /* nitems: a piece's byte offset in its holders'
+                              chunk, UINT64_MAX for a whole box; NULL when
+                              nothing was split */
   dcpi_gp_bytes_rec *bytes;
   size_t nbytes;
   int32_t *bholders;       /* nbholdings */

@@ -622,7 +622,108 @@ static dcp_status make_bytes(builder *b) {
   return rc;
 }
 
-/* ---- 7. balance -------------------------------------------------------- */
+/* ---- 7. split large replicated items ------------------------------------ */
+
+/* How many pieces item i becomes (see dcpi_gp_item): 1, or up to one per
+ * holder and per row, each at least DCPI_SPLIT_MIN_BLOCKS blocks; *rows_per
+ * receives the rows of each piece but the last. */
+static uint32_t piece_count(const dcpi_global_plan *gp, size_t i, int64_t *rows_per) {
+  const dcpi_gp_tensor_rec *t = &gp->tensors[gp->items[i].tensor];
+  uint32_t nh = dcpi_gp_item_nholders(gp, i);
+  if (gp->opts.policy == DCPI_BALANCE_LOWEST_RANK || nh < 2 || t->ndim == 0) return 1;
+  int64_t rows = dcpi_gp_item_box(gp, i)[t->ndim];
+  int64_t k = dcpi_gp_item_nbytes(gp, i) / ((int64_t)gp->opts.block_size * DCPI_SPLIT_MIN_BLOCKS);
+  if (k > nh) k = nh;
+  if (k > rows) k = rows;
+  if (k < 2) return 1;
+  *rows_per = (rows + k - 1) / k;
+  return (uint32_t)((rows + *rows_per - 1) / *rows_per);
+}
+
+typedef struct split_arrays {
+  dcpi_gp_item_rec *items;
+  int32_t *holders;
+  uint32_t *holder_chunks;
+  int64_t *boxes;
+  uint64_t *piece_at;
+  size_t nitems, nholdings, nboxes;
+} split_arrays;
+
+/* Append item i of gp to out whole (piece_at UINT64_MAX), or rows
+ * [r0, r0 + n) of it as a piece. */
+static void put_item(const dcpi_global_plan *gp, size_t i, split_arrays *out, int64_t r0,
+                     int64_t n, bool piece) {
+  const dcpi_gp_tensor_rec *t = &gp->tensors[gp->items[i].tensor];
+  uint32_t nd = t->ndim, nh = dcpi_gp_item_nholders(gp, i);
+  const int64_t *box = dcpi_gp_item_box(gp, i);
+  int64_t *nb = out->boxes + out->nboxes;
+  memcpy(nb, box, 2 * nd * sizeof *box);
+  uint64_t row_bytes = 0;
+  if (piece) {
+    row_bytes = (uint64_t)dcpi_gp_item_nbytes(gp, i) / (uint64_t)box[nd];
+    nb[0] += r0;
+    nb[nd] = n;
+  }
+  out->nboxes += 2 * (size_t)nd;
+  out->piece_at[out->nitems] = piece ? (uint64_t)r0 * row_bytes : UINT64_MAX;
+  out->items[out->nitems++] = (dcpi_gp_item_rec){.holders_at = out->nholdings,
+                                                  .tensor = gp->items[i].tensor, .owner = -1};
+  memcpy(out->holders + out->nholdings, gp->holders + gp->items[i].holders_at,
+         nh * sizeof *out->holders);
+  memcpy(out->holder_chunks + out->nholdings, gp->holder_chunks + gp->items[i].holders_at,
+         nh * sizeof *out->holder_chunks);
+  out->nholdings += nh;
+}
+
+/* Rebuild items, boxes and holdings with every splittable item cut into
+ * its pieces (in place of the item, so each tensor's items stay together).
+ * Nothing is allocated when no item splits. */
+static dcp_status split_replicated(builder *b) {
+  dcpi_global_plan *gp = b->gp;
+  size_t items = 0, holdings = 0, boxes = 0;
+  for (size_t i = 0; i < gp->nitems; i++) {
+    int64_t per;
+    uint32_t k = piece_count(gp, i, &per);
+    items += k - 1;
+    holdings += (size_t)(k - 1) * dcpi_gp_item_nholders(gp, i);
+    boxes += (size_t)(k - 1) * 2 * gp->tensors[gp->items[i].tensor].ndim;
+  }
+  if (!items) return DCP_OK;
+  size_t nboxes = 0;
+  for (size_t t = 0; t < gp->ntensors; t++) nboxes += (size_t)gp->tensors[t].nitems * 2 * gp->tensors[t].ndim;
+  split_arrays out = {.items = malloc((gp->nitems + items) * sizeof *out.items),
+                      .holders = malloc((gp->nholdings + holdings) * sizeof *out.holders),
+                      .holder_chunks = malloc((gp->nholdings + holdings) * sizeof *out.holder_chunks),
+                      .boxes = malloc((nboxes + boxes + 1) * sizeof *out.boxes),
+                      .piece_at = malloc((gp->nitems + items) * sizeof *out.piece_at)};
+  if (!out.items || !out.holders || !out.holder_chunks || !out.boxes || !out.piece_at) {
+    free(out.items), free(out.holders), free(out.holder_chunks), free(out.boxes),
+        free(out.piece_at);
+    return OOM(b);
+  }
+  for (size_t t = 0; t < gp->ntensors; t++) {
+    dcpi_gp_tensor_rec *g = &gp->tensors[t];
+    size_t first = out.nitems, boxes_at = out.nboxes;
+    for (size_t i = g->first_item; i < g->first_item + g->nitems; i++) {
+      int64_t per = 0;
+      uint32_t k = piece_count(gp, i, &per);
+      int64_t rows = k > 1 ? dcpi_gp_item_box(gp, i)[g->ndim] : 0;
+      if (k == 1) put_item(gp, i, &out, 0, 0, false);
+      for (uint32_t p = 0; k > 1 && p < k; p++) {
+        int64_t r0 = (int64_t)p * per;
+        put_item(gp, i, &out, r0, r0 + per <= rows ? per : rows - r0, true);
+      }
+    }
+    g->first_item = first, g->nitems = out.nitems - first, g->boxes_at = boxes_at;
+  }
+  free(gp->items), free(gp->holders), free(gp->holder_chunks), free(gp->boxes);
+  gp->items = out.items, gp->holders = out.holders, gp->holder_chunks = out.holder_chunks;
+  gp->boxes = out.boxes, gp->piece_at = out.piece_at;
+  gp->nitems = out.nitems, gp->nholdings = out.nholdings;
+  return DCP_OK;
+}
+
+/* ---- 8. balance -------------------------------------------------------- */
 
 /* Single-holder items go to their holder (their bytes become the base
  * load); the rest are collected into bal (keys: item index, then
@@ -692,7 +793,7 @@ static dcp_status balance(builder *b) {
   return rc;
 }
 
-/* ---- 8. per-rank lists ------------------------------------------------- */
+/* ---- 9. per-rank lists ------------------------------------------------- */
 
 typedef int32_t (*owner_fn)(const dcpi_global_plan *, size_t);
 
@@ -760,6 +861,7 @@ static dcp_status run_steps(builder *b, const dcpi_save_opts *opts) {
   if (!rc) rc = collect_and_sort(b);
   if (!rc) rc = make_items(b);
   if (!rc) rc = make_bytes(b);
+  if (!rc) rc = split_replicated(b);
   if (!rc) rc = balance(b);
   if (!rc) rc = rank_lists(b);
   return rc;

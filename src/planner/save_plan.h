@@ -235,7 +235,15 @@ dcp_status dcpi_global_plan_tensor(const dcpi_global_plan *gp, size_t i, dcpi_gp
 /* One write item: a distinct non-empty box of a tensor. holders are the
  * ranks that hold it (ascending); holder_chunks[k] is the canonical chunk
  * index of that box in holder k's local plan. owner writes it. Its balance
- * key (tie-break) is its index. */
+ * key (tie-break) is its index.
+ *
+ * A large replicated box is split along its first dimension into pieces
+ * of at least DCPI_SPLIT_MIN_BLOCKS blocks, up to one per holder, so its
+ * writing is shared by its holders: each piece is then an item of its own
+ * (piece set), whose bytes are nbytes at piece_offset within each holder's
+ * chunk (rows of a row-major box are contiguous). Not with the
+ * LOWEST_RANK policy, which keeps every replicated write on one rank. */
+#define DCPI_SPLIT_MIN_BLOCKS 4
 typedef struct dcpi_gp_item {
   uint32_t tensor;
   uint32_t ndim;
@@ -245,6 +253,8 @@ typedef struct dcpi_gp_item {
   uint32_t nholders;
   const int32_t *holders;
   const uint32_t *holder_chunks;
+  bool piece;
+  uint64_t piece_offset;
 } dcpi_gp_item;
 size_t dcpi_global_plan_item_count(const dcpi_global_plan *gp);
 /* Errors: DCP_ENOTFOUND. */

@@ -204,7 +204,9 @@ static uint32_t holder_index(const int32_t *holders, const uint32_t *idx, uint32
   return UINT32_MAX; /* unreachable: owners are holders */
 }
 
-/* Rank 0: per rank, the (global index, local index) pairs it writes. */
+/* Rank 0: per rank, what it writes: for each item its global index, then
+ * local chunk index * 2 + piece flag, and for a piece of a split item its
+ * byte offset and length in that chunk; then (global, local) per bytes item. */
 static dcp_status encode_assignments(const dcpi_global_plan *gp, int32_t world,
                                      dcpi_wbuf *out, dcpi_err *err) {
   for (int32_t r = 0; r < world; r++) {
@@ -215,7 +217,12 @@ static dcp_status encode_assignments(const dcpi_global_plan *gp, int32_t world,
       dcpi_gp_item it;
       dcpi_global_plan_item(gp, items[k], &it);
       dcpi_w_varint(&out[r], items[k]);
-      dcpi_w_varint(&out[r], holder_index(it.holders, it.holder_chunks, it.nholders, r));
+      uint64_t local = holder_index(it.holders, it.holder_chunks, it.nholders, r);
+      dcpi_w_varint(&out[r], local << 1 | it.piece);
+      if (it.piece) {
+        dcpi_w_varint(&out[r], it.piece_offset);
+        dcpi_w_varint(&out[r], (uint64_t)it.nbytes);
+      }
     }
     n = dcpi_global_plan_rank_bytes(gp, r, &bytes);
     dcpi_w_varint(&out[r], n);
@@ -302,12 +309,20 @@ static dcp_status write_assigned(save_job *j, dcpi_rbuf *r, dcpi_err *err) {
   if (!dcpi_r_varint(r, &n)) return dcpi_fail(err, DCP_ECORRUPT, "malformed assignment");
   for (uint64_t k = 0; k < n; k++) {
     dcpi_lp_chunk_view cv;
+    uint64_t off = 0, len = 0;
     if (!dcpi_r_varint(r, &g) || !dcpi_r_varint(r, &local) ||
-        dcpi_local_plan_chunk(j->lp, (size_t)local, &cv))
+        ((local & 1) && (!dcpi_r_varint(r, &off) || !dcpi_r_varint(r, &len))) ||
+        dcpi_local_plan_chunk(j->lp, (size_t)(local >> 1), &cv))
       return dcpi_fail(err, DCP_ECORRUPT, "malformed assignment (chunk %llu)",
                        (unsigned long long)k);
     const dcpi_chunk_item *c = &st->chunks[cv.source];
-    dcp_status s = write_piece(j, DCPI_RESULT_CHUNK, g, c->data, (uint64_t)c->nbytes, err);
+    if (!(local & 1)) len = (uint64_t)c->nbytes; /* the whole chunk */
+    if (off > (uint64_t)c->nbytes || len > (uint64_t)c->nbytes - off)
+      return dcpi_fail(err, DCP_ECORRUPT, "malformed assignment (piece %llu+%llu of a "
+                       "%lld-byte chunk)", (unsigned long long)off, (unsigned long long)len,
+                       (long long)c->nbytes);
+    const uint8_t *data = c->data ? (const uint8_t *)c->data + off : NULL;
+    dcp_status s = write_piece(j, DCPI_RESULT_CHUNK, g, data, len, err);
     if (s) return s;
   }
   if (!dcpi_r_varint(r, &n)) return dcpi_fail(err, DCP_ECORRUPT, "malformed assignment");
@@ -331,6 +346,10 @@ static dcp_status write_data(save_job *j) {
   if (!j->writer) return s;
   dcp_status c = dcpi_block_writer_close(j->writer, s == DCP_OK, s ? NULL : err);
   j->writer = NULL;
+  /* the new file's directory entry is durable before rank 0 can commit:
+   * rank 0's directory sync after the commit may not cover it (sharedfs
+   * keeps files in fan-out subdirectories) */
+  if (!s && !c) c = dcpi_rt_sync_dir(j->rt, err);
   return s ? s : c;
 }
 

@@ -108,6 +108,9 @@ static const tensor_spec MODEL[] = {
     {"optim.flat_rep", DCP_F32, 2, {29, 11}, {0, 0}, 2},
     {"swap.flat_to_box", DCP_BF16, 2, {21, 10}, {2, 0}, 3},
     {"swap.box_to_flat", DCP_F32, 2, {17, 9}, {0, 2}, 4},
+    /* replicated on every rank and large enough (48 KiB, 4 KiB blocks) to
+     * be cut into pieces that different ranks write */
+    {"embed.replicated", DCP_F32, 2, {48, 256}, {0, 0}, 0},
 };
 #define NMODEL (sizeof MODEL / sizeof MODEL[0])
 

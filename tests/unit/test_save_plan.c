@@ -586,6 +586,101 @@ static void test_empty_boxes_legal(void **state) {
   dcpi_local_plan_free(p[1]);
 }
 
+/* world ranks each hold the whole [rows, cols] f32 tensor "emb" (a
+ * replicated embedding) and, when `own` is set, their own row of "mine"
+ * ([world, cols]), planned with block size bs under policy pol. */
+static dcpi_global_plan *replicated_job(int32_t world, int64_t rows, int64_t cols, int own,
+                                        uint32_t bs, dcpi_balance_policy pol) {
+  dcpi_local_plan *p[8];
+  dcpi_save_opts o;
+  dcpi_save_opts_init(&o);
+  o.block_size = bs, o.policy = pol;
+  for (int32_t r = 0; r < world; r++) {
+    uint32_t t;
+    int64_t shape[2] = {rows, cols}, zero[2] = {0, 0};
+    int64_t mshape[2] = {world, cols}, moff[2] = {r, 0}, msz[2] = {1, cols};
+    assert_int_equal(dcpi_local_plan_create(r, world, &o, &p[r], NULL), DCP_OK);
+    assert_int_equal(dcpi_local_plan_add_tensor(p[r], "emb", DCP_F32, 2, shape, &t, NULL), DCP_OK);
+    assert_int_equal(dcpi_local_plan_add_chunk(p[r], t, zero, shape, NULL), DCP_OK);
+    if (own) {
+      assert_int_equal(dcpi_local_plan_add_tensor(p[r], "mine", DCP_F32, 2, mshape, &t, NULL),
+                       DCP_OK);
+      assert_int_equal(dcpi_local_plan_add_chunk(p[r], t, moff, msz, NULL), DCP_OK);
+    }
+    assert_int_equal(dcpi_local_plan_finish(p[r], NULL), DCP_OK);
+  }
+  dcpi_global_plan *gp = build_global(p, world, &o);
+  for (int32_t r = 0; r < world; r++) dcpi_local_plan_free(p[r]);
+  return gp;
+}
+
+/* A large replicated box is cut along its rows into one piece per holder,
+ * each written by another rank: the load is the mean, not the box. The
+ * pieces tile the box, and each knows where its bytes lie in the chunk. */
+static void test_split_replicated(void **state) {
+  (void)state;
+  const int64_t rows = 64, cols = 1024, row_bytes = cols * 4;
+  dcpi_global_plan *gp = replicated_job(4, rows, cols, 0, 4096, DCPI_BALANCE_LEAST_LOADED);
+  assert_int_equal(dcpi_global_plan_item_count(gp), 4);
+  int owned[4] = {0};
+  for (size_t i = 0; i < 4; i++) {
+    dcpi_gp_item it;
+    assert_int_equal(dcpi_global_plan_item(gp, i, &it), DCP_OK);
+    assert_true(it.piece);
+    assert_int_equal(it.offset[0], (int64_t)i * 16);
+    assert_int_equal(it.size[0], 16);
+    assert_int_equal(it.size[1], cols);
+    assert_int_equal(it.piece_offset, (uint64_t)(i * 16 * row_bytes));
+    assert_int_equal(it.nbytes, 16 * row_bytes);
+    assert_int_equal(it.nholders, 4);
+    assert_int_equal(it.holder_chunks[0], 0); /* the same chunk of every holder */
+    owned[it.owner]++;
+  }
+  for (int32_t r = 0; r < 4; r++) {
+    assert_int_equal(owned[r], 1);
+    assert_int_equal(dcpi_global_plan_rank_load(gp, r), rows * row_bytes / 4);
+  }
+  assert_int_equal(dcpi_global_plan_tensor_bytes(gp), rows * row_bytes);
+  dcpi_global_plan_free(gp);
+
+  /* uneven: 3 holders, 10 rows of 64 KiB, block 16 KiB -> pieces of 4, 4, 2 */
+  gp = replicated_job(3, 10, 16384, 0, 16384, DCPI_BALANCE_LEAST_LOADED);
+  assert_int_equal(dcpi_global_plan_item_count(gp), 3);
+  int64_t want[3] = {4, 4, 2}, at = 0;
+  for (size_t i = 0; i < 3; i++) {
+    dcpi_gp_item it;
+    dcpi_global_plan_item(gp, i, &it);
+    assert_int_equal(it.offset[0], at);
+    assert_int_equal(it.size[0], want[i]);
+    at += want[i];
+  }
+  dcpi_global_plan_free(gp);
+}
+
+/* What is not split: boxes below 2 x DCPI_SPLIT_MIN_BLOCKS blocks, a box of
+ * one holder, and every box under the LOWEST_RANK policy. */
+static void test_split_limits(void **state) {
+  (void)state;
+  /* 64 KiB replicated, block 16 KiB: 4 blocks = one piece's minimum, so 1 */
+  dcpi_global_plan *gp = replicated_job(4, 16, 1024, 1, 16384, DCPI_BALANCE_LEAST_LOADED);
+  for (size_t i = 0; i < dcpi_global_plan_item_count(gp); i++) {
+    dcpi_gp_item it;
+    dcpi_global_plan_item(gp, i, &it);
+    assert_false(it.piece);
+    assert_int_equal(it.piece_offset, 0);
+  }
+  assert_int_equal(dcpi_global_plan_item_count(gp), 1 + 4); /* emb whole, 4 rows of mine */
+  dcpi_global_plan_free(gp);
+  /* 2 pieces at 8 blocks */
+  gp = replicated_job(4, 32, 1024, 1, 16384, DCPI_BALANCE_LEAST_LOADED);
+  assert_int_equal(dcpi_global_plan_item_count(gp), 2 + 4);
+  dcpi_global_plan_free(gp);
+  gp = replicated_job(4, 64, 1024, 1, 4096, DCPI_BALANCE_LOWEST_RANK);
+  assert_int_equal(dcpi_global_plan_item_count(gp), 1 + 4);
+  assert_int_equal(dcpi_global_plan_rank_load(gp, 0), 64 * 4096 + 4096);
+  dcpi_global_plan_free(gp);
+}
+
 static void test_from_state(void **state) {
   (void)state;
   dcp_ctx_config cfg;
@@ -640,6 +735,8 @@ int main(void) {
       cmocka_unit_test(test_large_job),
       cmocka_unit_test(test_scalar_and_empty_tensor),
       cmocka_unit_test(test_empty_boxes_legal),
+      cmocka_unit_test(test_split_replicated),
+      cmocka_unit_test(test_split_limits),
       cmocka_unit_test(test_from_state),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
