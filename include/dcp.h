@@ -824,7 +824,10 @@ DCP_API void dcp_async_free(dcp_async *h);
 
 /* Wait for ctx's pending async save, stop its writer process (reaped: no
  * zombie) and free its staging pool. Call before dcp_ctx_free on a context
- * that saved asynchronously. A no-op otherwise. */
+ * that saved asynchronously (dcp_ctx_free does it too). A no-op otherwise.
+ * The wait has no deadline of its own, so that a long save is never cut
+ * short at exit: to bound it, call dcp_async_wait_for and, if that times
+ * out, dcp_async_abort first. */
 DCP_API void dcp_async_shutdown(dcp_ctx *ctx);
 
 #ifdef __cplusplus

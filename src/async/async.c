@@ -210,14 +210,16 @@ dcp_status dcp_async_abort(dcp_async *h) {
   if (!h) return DCP_EINVAL;
   dcpi_async_writer *w = h->w;
   pthread_mutex_lock(&w->mu);
-  if (!h->done && w->pending == h && w->alive && w->pid > 0) {
-    /* The join thread sees the stream end and finishes h with DCP_EPEER;
-     * the next save reaps this writer and starts another. */
+  int killed = !h->done && w->pending == h && w->alive && w->pid > 0;
+  if (killed) {
+    /* The join thread sees the stream end and finishes h with DCP_EPEER. */
     w->aborted = 1;
     kill(w->pid, SIGKILL);
   }
   pthread_mutex_unlock(&w->mu);
-  return dcp_async_wait(h);
+  dcp_status s = dcp_async_wait(h);
+  if (killed) dcpi_writer_stop(w); /* reap it now: no zombie until the next save */
+  return s;
 }
 
 void dcp_async_free(dcp_async *h) {

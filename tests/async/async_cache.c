@@ -15,6 +15,8 @@
  *
  * Every checkpoint is loaded back and compared byte for byte. */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,6 +340,9 @@ static int mode_deadline(const args *a) {
   dcp_async_free(h);
   CHECK(!committed(p1), "the aborted save committed");
   CHECK(pid > 0, "no writer pid");
+  /* killed and reaped by the abort: not even a zombie is left */
+  CHECK(kill(pid, 0) == -1 && errno == ESRCH, "writer %d still exists after the abort",
+        (int)pid);
 
   setenv("DCP_WRITER_DELAY_MS", "0", 1); /* the next writer, spawned now, is quick */
   model_fill(&m, 0, 1, 2);
