@@ -94,6 +94,9 @@ static dcp_status write_pieces(dcpi_rt *rt, const dcp_state *st, const dcp_save_
   if (w) {
     dcp_status c = dcpi_block_writer_close(w, s == DCP_OK, s ? NULL : err);
     if (!s) s = c;
+    /* the data file's directory entry is durable before <rank>.metadata
+     * names it */
+    if (!s) s = dcpi_rt_sync_dir(rt, err);
   }
   return s;
 }

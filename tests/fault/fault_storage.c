@@ -30,6 +30,10 @@
  *   rank=R            inject on the backend opened by rank R only.
  *   probe=1           at close, write the per-kind operation counts and the
  *                     bytes written to PATH.probe.<rank> (PATH of ctl=).
+ *   log=FILE          append "<rank> <kind> <name> [<name2>]" for every
+ *                     operation to FILE (shared by all processes: O_APPEND
+ *                     keeps the lines in the order the operations started;
+ *                     name2 is the target of a rename, w or r for an open).
  * Whenever a fault fires, a line naming it is appended to PATH.fired.
  */
 #define _GNU_SOURCE
@@ -70,6 +74,7 @@ typedef struct fault_spec {
   uint64_t kill_at;
   int rank; /* rank=, -1 for every rank */
   bool probe;
+  char log[512]; /* log=: append every operation to this file, or "" */
 } fault_spec;
 
 struct dcp_storage {
@@ -86,6 +91,7 @@ struct dcp_storage {
 struct dcp_storage_file {
   dcp_storage *st;
   dcp_storage_file *inner;
+  char name[256]; /* for the log */
 };
 
 static int fail(dcp_plugin_err *err, int code, const char *fmt, ...) {
@@ -139,6 +145,11 @@ static bool apply_fault_key(fault_spec *sp, const char *k, size_t kn, const char
   if (KEY_IS("kill")) return (sp->has_kill = parse_u64(v, vn, &sp->kill_at));
   if (KEY_IS("rank")) return parse_u64(v, vn, &x) && x < 1000000 && ((sp->rank = (int)x), true);
   if (KEY_IS("probe")) return parse_u64(v, vn, &x) && x <= 1 && ((sp->probe = x), true);
+  if (KEY_IS("log")) {
+    if (vn == 0 || vn >= sizeof sp->log) return false;
+    memcpy(sp->log, v, vn), sp->log[vn] = '\0';
+    return true;
+  }
 #undef KEY_IS
   return false;
 }
@@ -257,6 +268,20 @@ static void note_fired(const dcp_storage *st, const char *what, uint64_t n) {
   close(fd);
 }
 
+/* Append "rank kind name [name2]" to the log=, whose lines from every
+ * process (O_APPEND) are in the order the operations completed. */
+static void log_op(const dcp_storage *st, int kind, const char *name, const char *name2) {
+  if (!st->sp.log[0]) return;
+  char line[640];
+  int len = snprintf(line, sizeof line, "%d %s %s%s%s\n", st->rank, kind_names[kind],
+                     name ? name : "-", name2 ? " " : "", name2 ? name2 : "");
+  int fd = open(st->sp.log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  ssize_t w = write(fd, line, (size_t)len < sizeof line ? (size_t)len : sizeof line - 1);
+  (void)w;
+  close(fd);
+}
+
 /* Count one operation of kind; the action to take (A_NONE mostly). */
 static int hit(dcp_storage *st, int kind) {
   uint64_t n = atomic_fetch_add(&st->ops[kind], 1) + 1;
@@ -278,8 +303,11 @@ static int injected(const dcp_storage *st, int kind, int action, dcp_plugin_err 
               kind_names[kind], (unsigned long long)atomic_load(&st->ops[kind]), st->rank);
 }
 
-/* After the operation: the killafter action. */
-static int after(int action, int rc) {
+/* After the operation (on name, name2: NULL when none): log it when it
+ * succeeded, then the killafter action. */
+static int after(const dcp_storage *st, int kind, const char *name, const char *name2,
+                 int action, int rc) {
+  if (rc == DCP_OK) log_op(st, kind, name, name2);
   if (action == A_KILLAFTER) raise(SIGKILL);
   return rc;
 }
@@ -357,13 +385,15 @@ static int f_file_open(dcp_storage *st, const char *name, uint32_t mode, dcp_sto
   dcp_storage_file *f = calloc(1, sizeof *f);
   if (!f) return fail(err, DCP_ENOMEM, "fault storage: out of memory");
   f->st = st;
+  snprintf(f->name, sizeof f->name, "%s", name ? name : "");
   int rc = st->inner->file_open(st->ist, name, mode, &f->inner, err);
+  const char *how = mode == DCP_FILE_WRITE ? "w" : "r";
   if (rc) {
     free(f);
-    return after(action, rc);
+    return after(st, K_OPEN, name, how, action, rc);
   }
   *out = f;
-  return after(action, DCP_OK);
+  return after(st, K_OPEN, name, how, action, DCP_OK);
 }
 
 /* Pass len bytes on, unless the kill offset lies within them: then the
@@ -389,20 +419,21 @@ static int f_file_write(dcp_storage_file *f, const void *buf, size_t len, dcp_pl
     if (rc || action == A_TORN) return rc;
   }
   if (action && action != A_KILLAFTER) return injected(f->st, K_WRITE, action, err);
-  return after(action, write_through(f, buf, len, err));
+  return after(f->st, K_WRITE, f->name, NULL, action, write_through(f, buf, len, err));
 }
 
 static int f_file_read(dcp_storage_file *f, void *buf, size_t len, uint64_t offset,
                        dcp_plugin_err *err) {
   int action = hit(f->st, K_READ);
   if (action && action != A_KILLAFTER) return injected(f->st, K_READ, action, err);
-  return after(action, f->st->inner->file_read(f->inner, buf, len, offset, err));
+  return after(f->st, K_READ, f->name, NULL, action,
+               f->st->inner->file_read(f->inner, buf, len, offset, err));
 }
 
 static int f_file_sync(dcp_storage_file *f, dcp_plugin_err *err) {
   int action = hit(f->st, K_SYNC);
   if (action && action != A_KILLAFTER) return injected(f->st, K_SYNC, action, err);
-  return after(action, f->st->inner->file_sync(f->inner, err));
+  return after(f->st, K_SYNC, f->name, NULL, action, f->st->inner->file_sync(f->inner, err));
 }
 
 /* Closes the inner file whatever happens (the contract frees f). */
@@ -411,9 +442,11 @@ static int f_file_close(dcp_storage_file *f, dcp_plugin_err *err) {
   int action = hit(st, K_CLOSE);
   dcp_plugin_err ignored;
   int rc = st->inner->file_close(f->inner, action && action != A_KILLAFTER ? &ignored : err);
+  char name[sizeof f->name];
+  memcpy(name, f->name, sizeof name);
   free(f);
   if (action && action != A_KILLAFTER) return injected(st, K_CLOSE, action, err);
-  return after(action, rc);
+  return after(st, K_CLOSE, name, NULL, action, rc);
 }
 
 /* ---- names -------------------------------------------------------------------- */
@@ -421,32 +454,32 @@ static int f_file_close(dcp_storage_file *f, dcp_plugin_err *err) {
 static int f_file_size(dcp_storage *st, const char *name, uint64_t *size, dcp_plugin_err *err) {
   int action = hit(st, K_SIZE);
   if (action && action != A_KILLAFTER) return injected(st, K_SIZE, action, err);
-  return after(action, st->inner->file_size(st->ist, name, size, err));
+  return after(st, K_SIZE, name, NULL, action, st->inner->file_size(st->ist, name, size, err));
 }
 
 static int f_rename(dcp_storage *st, const char *from, const char *to, dcp_plugin_err *err) {
   int action = hit(st, K_RENAME);
   if (action && action != A_KILLAFTER) return injected(st, K_RENAME, action, err);
-  return after(action, st->inner->rename(st->ist, from, to, err));
+  return after(st, K_RENAME, from, to, action, st->inner->rename(st->ist, from, to, err));
 }
 
 static int f_remove(dcp_storage *st, const char *name, dcp_plugin_err *err) {
   int action = hit(st, K_REMOVE);
   if (action && action != A_KILLAFTER) return injected(st, K_REMOVE, action, err);
-  return after(action, st->inner->remove(st->ist, name, err));
+  return after(st, K_REMOVE, name, NULL, action, st->inner->remove(st->ist, name, err));
 }
 
 static int f_sync_dir(dcp_storage *st, dcp_plugin_err *err) {
   int action = hit(st, K_SYNCDIR);
   if (action && action != A_KILLAFTER) return injected(st, K_SYNCDIR, action, err);
-  return after(action, st->inner->sync_dir(st->ist, err));
+  return after(st, K_SYNCDIR, NULL, NULL, action, st->inner->sync_dir(st->ist, err));
 }
 
 static int f_list(dcp_storage *st, int (*fn)(void *arg, const char *name), void *arg,
                   dcp_plugin_err *err) {
   int action = hit(st, K_LIST);
   if (action && action != A_KILLAFTER) return injected(st, K_LIST, action, err);
-  return after(action, st->inner->list(st->ist, fn, arg, err));
+  return after(st, K_LIST, NULL, NULL, action, st->inner->list(st->ist, fn, arg, err));
 }
 
 static void f_get_stats(const dcp_storage *st, dcp_io_stats *out) {

@@ -95,6 +95,13 @@ uint64_t fc_probe_count(const char *probe_text, const char *kind);
  * missing file. */
 void fc_check_files(dcp_ctx *ctx, const char *path);
 
+/* The fault plugin's operation log of one committed save (log= of the
+ * control file) shows the durable commit order: every data file synced and
+ * its directory entry synced by the rank that wrote it, then .metadata.tmp
+ * synced, renamed to .metadata and the directory synced. Fails the process
+ * otherwise. */
+void fc_check_commit_order(const char *log_path);
+
 /* ---- trials ------------------------------------------------------------------ */
 
 /* The phases of a trial; a trial runs all three in one world unless its

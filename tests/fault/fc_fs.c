@@ -129,3 +129,69 @@ void fc_check_files(dcp_ctx *ctx, const char *path) {
   names_free(&want);
   names_free(&have);
 }
+
+/* One line of the fault plugin's operation log. */
+typedef struct op_line {
+  int rank;
+  char kind[16], name[256], name2[256];
+} op_line;
+
+static size_t parse_log(char *text, op_line **out) {
+  size_t n = 0, cap = 0;
+  op_line *v = NULL;
+  for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+    if (n == cap) {
+      cap = cap ? 2 * cap : 64;
+      v = realloc(v, cap * sizeof *v);
+      FC_CHECK(v, "out of memory");
+    }
+    v[n].name2[0] = '\0';
+    FC_CHECK(sscanf(line, "%d %15s %255s %255s", &v[n].rank, v[n].kind, v[n].name, v[n].name2) >= 3,
+             "bad operation log line '%s'", line);
+    n++;
+  }
+  *out = v;
+  return n;
+}
+
+/* The first line at or after `from` of rank `rank` with kind (and name,
+ * when not NULL); n when there is none. */
+static size_t find_op(const op_line *v, size_t n, size_t from, int rank, const char *kind,
+                      const char *name) {
+  for (size_t i = from; i < n; i++)
+    if (v[i].rank == rank && !strcmp(v[i].kind, kind) && (!name || !strcmp(v[i].name, name)))
+      return i;
+  return n;
+}
+
+void fc_check_commit_order(const char *log_path) {
+  char *text = fc_read_file(log_path);
+  FC_CHECK(text, "no operation log at %s", log_path);
+  op_line *v;
+  size_t n = parse_log(text, &v);
+  size_t commit = n;
+  for (size_t i = 0; i < n && commit == n; i++)
+    if (v[i].rank == 0 && !strcmp(v[i].kind, "rename") && !strcmp(v[i].name, ".metadata.tmp") &&
+        !strcmp(v[i].name2, ".metadata"))
+      commit = i;
+  FC_CHECK(commit < n, "%s: no rename of .metadata.tmp to .metadata", log_path);
+  size_t synced = find_op(v, n, 0, 0, "sync", ".metadata.tmp");
+  FC_CHECK(synced < commit, "%s: .metadata.tmp is renamed before it is synced", log_path);
+  FC_CHECK(find_op(v, n, commit + 1, 0, "syncdir", NULL) < n,
+           "%s: no directory sync after the rename of .metadata", log_path);
+  /* every data file: synced, then its directory entry synced, by the rank
+   * that wrote it, all before the commit */
+  for (size_t i = 0; i < n; i++) {
+    if (strcmp(v[i].kind, "open") || strcmp(v[i].name2, "w") || strncmp(v[i].name, "data-", 5))
+      continue;
+    size_t s = find_op(v, n, i + 1, v[i].rank, "sync", v[i].name);
+    size_t d = find_op(v, n, s + 1, v[i].rank, "syncdir", NULL);
+    FC_CHECK(s < commit, "%s: rank %d's %s is not synced before the commit", log_path,
+             v[i].rank, v[i].name);
+    FC_CHECK(d < commit, "%s: rank %d's directory entry of %s is not synced before the commit "
+             "(a crash after the save returned could lose the file)", log_path, v[i].rank,
+             v[i].name);
+  }
+  free(v);
+  free(text);
+}

@@ -135,11 +135,16 @@ static void trial_file(const paths *p, const char *name, int rank, char *out, si
 static void phase_prev(const fc_env *env, dcp_ctx *ctx, long t, const fc_model *m,
                        const paths *p) {
   fc_mkdir(p->trial);
-  fc_write_file(p->ctl, "probe=1\n");
+  char ctl[4400], log[4300];
+  trial_file(p, "oplog", -1, log, sizeof log);
+  snprintf(ctl, sizeof ctl, "probe=1\nlog=%s\n", log);
+  fc_write_file(p->ctl, ctl);
   dcp_status s = fc_save(ctx, m, (uint32_t)(2 * t + 1), p->prev, 0, env->async);
   unlink(p->ctl);
   FC_CHECK(s == DCP_OK, "the clean save of prev failed: %s (%s)", dcp_strerror(s),
            dcp_ctx_last_error(ctx));
+  /* rank 0 committed last: every rank's operations of the save are logged */
+  if (env->rank == 0) fc_check_commit_order(log);
   char probe[4300], kept[4300];
   snprintf(probe, sizeof probe, "%s.probe.%d", p->ctl, env->rank);
   trial_file(p, "probe", env->rank, kept, sizeof kept);
