@@ -104,6 +104,45 @@ class RoundTrip(Base):
         self.assertEqual(report["tensors"], 1)
 
 
+class Conversions(Base):
+    def test_safetensors_round_trip_with_progress(self):
+        w = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
+        dcp.save(self.ctx, {"w": w, "b": np.ones(3, np.int64)}, self.path("c"))
+        calls = []
+        self.ctx.set_progress(lambda done, total: calls.append((done, total)))
+        dcp.export_safetensors(self.ctx, self.path("c"), self.path("st"))
+        self.assertTrue(calls)
+        self.assertEqual(calls[-1][0], calls[-1][1])  # done == total at the end
+        self.assertEqual(calls[-1][1], w.nbytes + 3 * 8)
+        self.ctx.set_progress(None)
+        dcp.import_safetensors(self.ctx, self.path("st/model.safetensors"), self.path("back"))
+        out = np.zeros_like(w)
+        dcp.load(self.ctx, {"w": out}, self.path("back"))
+        self.assertTrue(np.array_equal(out, w))
+        with self.assertRaises(dcp.ExistsError):
+            dcp.import_safetensors(self.ctx, self.path("st/model.safetensors"), self.path("back"))
+        with self.assertRaises(TypeError):
+            self.ctx.set_progress(42)
+
+    def test_meta_from_memory_and_boxes(self):
+        dcp.save(self.ctx, {"w": np.zeros((2, 3), np.float32)}, self.path("c"))
+        with open(os.path.join(self.path("c"), ".metadata"), "rb") as f:
+            data = f.read()
+        m = dcp.meta_open_memory(self.ctx, data)
+        self.assertEqual(m.tensor("w")["shape"], (2, 3))
+        with self.assertRaises(dcp.InvalidError):
+            m.read_tensor("w", np.zeros((2, 3), np.float32))
+        with self.assertRaises(dcp.CorruptError):
+            dcp.meta_open_memory(self.ctx, data[:-1])
+        self.assertEqual(dcp.box_numel(((1, 2), (3, 4))), 12)
+        self.assertEqual(dcp.box_intersect(((0, 0), (4, 4)), ((2, 3), (4, 4))), ((2, 3), (2, 1)))
+        self.assertIsNone(dcp.box_intersect(((0,), (2,)), ((2,), (2,))))
+        with self.assertRaises(dcp.InvalidError):
+            dcp.box_intersect(((0,), (2,)), ((0, 0), (1, 1)))
+        with self.assertRaises(dcp.InvalidError):
+            dcp.box_numel(((0,), (-1,)))
+
+
 class Layouts(Base):
     def test_boxes_and_replica_groups(self):
         # mesh [dp=2, tp=2]; dim 0 of the tensor sharded by tp (mesh dim 1)

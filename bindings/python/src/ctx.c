@@ -87,7 +87,36 @@ static void ctx_free_c(dcpi_py_ctx *c) {
 
 static void ctx_dealloc(PyObject *self) {
   ctx_free_c((dcpi_py_ctx *)self);
+  Py_CLEAR(((dcpi_py_ctx *)self)->progress);
   Py_TYPE(self)->tp_free(self);
+}
+
+/* dcp_progress_fn: the operation runs with the GIL released in the thread
+ * that called it, so take the GIL back for the Python callback. An
+ * exception in it cannot stop the operation: it is reported as unraisable. */
+static void progress_trampoline(void *arg, uint64_t done, uint64_t total) {
+  PyGILState_STATE g = PyGILState_Ensure();
+  PyObject *fn = ((dcpi_py_ctx *)arg)->progress;
+  if (fn) {
+    PyObject *r = PyObject_CallFunction(fn, "KK", (unsigned long long)done,
+                                        (unsigned long long)total);
+    if (!r) PyErr_WriteUnraisable(fn);
+    Py_XDECREF(r);
+  }
+  PyGILState_Release(g);
+}
+
+static PyObject *ctx_set_progress(PyObject *self, PyObject *fn) {
+  dcpi_py_ctx *c = dcpi_py_ctx_usable(self);
+  if (!c) return NULL;
+  if (fn != Py_None && !PyCallable_Check(fn)) {
+    PyErr_SetString(PyExc_TypeError, "set_progress needs a callable or None");
+    return NULL;
+  }
+  Py_CLEAR(c->progress);
+  if (fn != Py_None) c->progress = Py_NewRef(fn);
+  dcp_ctx_set_progress(c->ctx, c->progress ? progress_trampoline : NULL, c);
+  Py_RETURN_NONE;
 }
 
 static PyObject *ctx_close(PyObject *self, PyObject *unused) {
@@ -233,6 +262,9 @@ static PyMethodDef ctx_methods[] = {
     METH("set_async_coordination", ctx_set_coordination, METH_VARARGS | METH_KEYWORDS,
          "set_async_coordination(coll, rendezvous=None, options=None): how the async "
          "writers of the ranks coordinate ('file', 'gloo', 'none')."),
+    METH("set_progress", ctx_set_progress, METH_O,
+         "set_progress(fn or None): call fn(done, total) (bytes) during safetensors "
+         "import/export and verify on this context."),
     METH("async_shutdown", ctx_async_shutdown, METH_NOARGS,
          "Wait for a pending async save and stop the writer process."),
     {NULL, NULL, 0, NULL}};

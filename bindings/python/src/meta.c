@@ -195,6 +195,8 @@ static PyObject *meta_read_tensor(PyObject *self, PyObject *args) {
   if (!PyArg_ParseTuple(args, "OO", &which, &out)) return NULL;
   size_t i;
   if (tensor_index(m, which, &i)) return NULL;
+  if (!PyBytes_GET_SIZE(m->path))
+    return dcpi_py_raise(DCP_EINVAL, "read_tensor: this view was opened from memory, not a path");
   dcpi_py_ctx *c = dcpi_py_ctx_usable((PyObject *)m->owner);
   if (!c) return NULL;
   Py_buffer view;
@@ -254,6 +256,21 @@ PyTypeObject dcpi_py_meta_type = {
     .tp_getset = meta_getset,
 };
 
+/* Wrap an opened view (taken) with its path (taken, fs-encoded bytes). */
+static PyObject *wrap(dcpi_py_ctx *c, dcp_meta *meta, PyObject *path) {
+  dcpi_py_meta *m = PyObject_New(dcpi_py_meta, &dcpi_py_meta_type);
+  if (!m) {
+    dcp_meta_free(meta);
+    Py_DECREF(path);
+    return NULL;
+  }
+  m->meta = meta;
+  m->path = path;
+  m->owner = (dcpi_py_ctx *)Py_NewRef((PyObject *)c);
+  dcpi_py_ctx_hold(c);
+  return (PyObject *)m;
+}
+
 PyObject *dcpi_py_meta_open(PyObject *module, PyObject *args) {
   (void)module;
   PyObject *ctx_obj, *enc;
@@ -275,15 +292,24 @@ PyObject *dcpi_py_meta_open(PyObject *module, PyObject *args) {
     Py_DECREF(enc);
     return dcpi_py_raise_ctx(c->ctx, rc);
   }
-  dcpi_py_meta *m = PyObject_New(dcpi_py_meta, &dcpi_py_meta_type);
-  if (!m) {
+  return wrap(c, meta, enc);
+}
+
+PyObject *dcpi_py_meta_open_memory(PyObject *module, PyObject *args) {
+  (void)module;
+  PyObject *ctx_obj;
+  Py_buffer data;
+  if (!PyArg_ParseTuple(args, "Oy*", &ctx_obj, &data)) return NULL;
+  dcpi_py_ctx *c = dcpi_py_ctx_usable(ctx_obj);
+  dcp_meta *meta = NULL;
+  dcp_status rc = c ? dcp_meta_open_memory(c->ctx, data.buf, (size_t)data.len, &meta) : DCP_OK;
+  PyBuffer_Release(&data);
+  if (!c) return NULL;
+  if (rc) return dcpi_py_raise_ctx(c->ctx, rc);
+  PyObject *path = PyBytes_FromString("");
+  if (!path) {
     dcp_meta_free(meta);
-    Py_DECREF(enc);
     return NULL;
   }
-  m->meta = meta;
-  m->path = enc;
-  m->owner = (dcpi_py_ctx *)Py_NewRef(ctx_obj);
-  dcpi_py_ctx_hold(c);
-  return (PyObject *)m;
+  return wrap(c, meta, path);
 }

@@ -58,6 +58,45 @@ static PyObject *py_flat_to_boxes(PyObject *m, PyObject *args) {
   return list;
 }
 
+/* A box given as (offset, size) into *box. Returns 0 or -1. */
+static int parse_box(PyObject *o, dcp_box *box, const char *what) {
+  PyObject *off, *size;
+  uint32_t n2;
+  if (!PyArg_ParseTuple(o, "OO", &off, &size) ||
+      dcpi_py_i64_seq(off, box->offset, DCP_MAX_NDIM, &box->ndim, what) ||
+      dcpi_py_i64_seq(size, box->size, DCP_MAX_NDIM, &n2, what))
+    return -1;
+  if (n2 != box->ndim) {
+    dcpi_py_raisef(DCP_EINVAL, "%s: offset and size differ in length", what);
+    return -1;
+  }
+  return 0;
+}
+
+static PyObject *py_box_numel(PyObject *m, PyObject *arg) {
+  (void)m;
+  dcp_box b;
+  int64_t n;
+  if (parse_box(arg, &b, "box")) return NULL;
+  dcp_status rc = dcp_box_numel(&b, &n);
+  if (rc) return dcpi_py_raise(rc, "invalid box (negative or overflowing extents)");
+  return PyLong_FromLongLong((long long)n);
+}
+
+/* box_intersect(a, b) -> (offset, size) of the intersection, or None. */
+static PyObject *py_box_intersect(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *ao, *bo;
+  dcp_box a, b, out;
+  if (!PyArg_ParseTuple(args, "OO", &ao, &bo) || parse_box(ao, &a, "box a") ||
+      parse_box(bo, &b, "box b"))
+    return NULL;
+  int rc = dcp_box_intersect(&a, &b, &out);
+  if (rc < 0) return dcpi_py_raise((dcp_status)rc, "boxes of different ndim, or invalid");
+  if (rc == 0) Py_RETURN_NONE;
+  return dcpi_py_box_tuple(&out);
+}
+
 #define METH(name, fn, flags, doc) {name, (PyCFunction)(void (*)(void))(fn), flags, doc}
 #define KW (METH_VARARGS | METH_KEYWORDS)
 static PyMethodDef module_methods[] = {
@@ -67,6 +106,11 @@ static PyMethodDef module_methods[] = {
     METH("dtype_name", py_dtype_name, METH_O, "The safetensors name of a dtype."),
     METH("flat_to_boxes", py_flat_to_boxes, METH_VARARGS,
          "flat_to_boxes((offset, size), flat_begin, flat_count) -> list of (offset, size)."),
+    METH("box_numel", py_box_numel, METH_O, "box_numel((offset, size)) -> element count."),
+    METH("box_intersect", py_box_intersect, METH_VARARGS,
+         "box_intersect(a, b) -> (offset, size) of the intersection, or None when empty."),
+    METH("meta_open_memory", dcpi_py_meta_open_memory, METH_VARARGS,
+         "meta_open_memory(ctx, data) -> Meta of an encoded .metadata buffer."),
     METH("save", dcpi_py_save, KW,
          "save(ctx, state, path, *, overwrite=False, compress=False, flags=0, block_size=0, "
          "zstd_level=0, policy=0, kv=None): collective save (dcp_save)."),

@@ -27,6 +27,7 @@ typedef struct {
   int busy;
   Py_ssize_t dependents;
   int async_used; /* an async save was started: shut the writer down at close */
+  PyObject *progress; /* callable(done, total) for conversions and verify, or NULL */
 } dcpi_py_ctx;
 
 /* dcp.Layout: owns a dcp_layout plus copies of its arguments (for repr and
@@ -110,6 +111,10 @@ dcpi_py_state *dcpi_py_state_check(PyObject *obj, const dcpi_py_ctx *c, int for_
 
 /* meta_open(ctx, path) -> dcp.Meta: dcp_meta_open with the GIL released. */
 PyObject *dcpi_py_meta_open(PyObject *module, PyObject *args);
+
+/* meta_open_memory(ctx, data) -> dcp.Meta of an encoded .metadata buffer
+ * (dcp_meta_open_memory; read_tensor is not available on such a view). */
+PyObject *dcpi_py_meta_open_memory(PyObject *module, PyObject *args);
 
 /* ------------------------------------------------------------------------ */
 /* Async handles (async.c)                                                  */
