@@ -98,8 +98,9 @@ void fc_check_files(dcp_ctx *ctx, const char *path);
 /* The fault plugin's operation log of one committed save (log= of the
  * control file) shows the durable commit order: every data file synced and
  * its directory entry synced by the rank that wrote it, then .metadata.tmp
- * synced, renamed to .metadata and the directory synced. Fails the process
- * otherwise. */
+ * synced, renamed to .metadata and the directory synced; when the save
+ * replaced a committed checkpoint, the removal of its .metadata durable
+ * before any data file is opened. Fails the process otherwise. */
 void fc_check_commit_order(const char *log_path);
 
 /* ---- trials ------------------------------------------------------------------ */

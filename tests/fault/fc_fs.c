@@ -179,6 +179,17 @@ void fc_check_commit_order(const char *log_path) {
   FC_CHECK(synced < commit, "%s: .metadata.tmp is renamed before it is synced", log_path);
   FC_CHECK(find_op(v, n, commit + 1, 0, "syncdir", NULL) < n,
            "%s: no directory sync after the rename of .metadata", log_path);
+  /* overwriting: the old .metadata is removed and that made durable before
+   * any rank opens a data file for writing */
+  size_t uncommit = find_op(v, n, 0, 0, "remove", ".metadata");
+  if (uncommit < commit) {
+    size_t durable = find_op(v, n, uncommit + 1, 0, "syncdir", NULL);
+    for (size_t i = 0; i < n; i++)
+      if (!strcmp(v[i].kind, "open") && !strcmp(v[i].name2, "w") &&
+          !strncmp(v[i].name, "data-", 5))
+        FC_CHECK(durable < i, "%s: rank %d writes %s before the old .metadata is durably "
+                 "removed", log_path, v[i].rank, v[i].name);
+  }
   /* every data file: synced, then its directory entry synced, by the rank
    * that wrote it, all before the commit */
   for (size_t i = 0; i < n; i++) {

@@ -418,9 +418,15 @@ static void phase_check(const fc_env *env, dcp_ctx *ctx, long t, const fc_model 
   const char *cls = classify(&f, saved, loaded, which);
   /* the next successful save cleans up whatever the failed one left */
   const char *target = target_of(env, t, p);
+  char ctl[4400], log[4300];
+  trial_file(p, "oplog_retry", -1, log, sizeof log);
+  snprintf(ctl, sizeof ctl, "log=%s\n", log);
+  fc_write_file(p->ctl, ctl);
   s = fc_save(ctx, m, (uint32_t)(2 * t + 2), target, DCP_SAVE_OVERWRITE, env->async);
+  unlink(p->ctl);
   FC_CHECK(s == DCP_OK, "the clean save after the fault failed: %s (%s)", dcp_strerror(s),
            dcp_ctx_last_error(ctx));
+  if (env->rank == 0) fc_check_commit_order(log);
   s = fc_load(ctx, m, (uint32_t)(2 * t + 2), target, &exact);
   FC_CHECK(s == DCP_OK && exact, "the clean save after the fault does not load intact: %s (%s)",
            dcp_strerror(s), dcp_ctx_last_error(ctx));
