@@ -170,7 +170,7 @@ static void save_in_child(const fc_env *env, dcp_ctx *ctx, long t, const fc_mode
     dcp_status s = fc_save(ctx, m, (uint32_t)(2 * t + 2), target_of(env, t, p),
                            overwrites(env, t) ? DCP_SAVE_OVERWRITE : 0, false);
     write_status(p, env->rank, s, dcp_ctx_last_error(ctx));
-    _exit(0);
+    _exit(0); /* the parent owns ctx: no exit handlers here */
   }
   int ws;
   FC_CHECK(waitpid(pid, &ws, 0) == pid, "waitpid: %s", strerror(errno));
