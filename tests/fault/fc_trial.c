@@ -2,7 +2,8 @@
  *
  *   prev   save generation 2t+1 to <trial>/prev without faults; the fault
  *          plugin's probe records how many operations of each kind (and
- *          how many bytes) such a save makes on each rank
+ *          how many bytes) such a save makes on each rank, and its
+ *          operation log must show the durable commit order
  *   fault  save generation 2t+2 to <trial>/next with one fault, chosen by
  *          the trial's seed among the operations the probe counted, on one
  *          rank: EIO, ENOSPC, a short write, a torn (lying) write, or
@@ -10,8 +11,9 @@
  *   check  prev must load byte-exact; next must load byte-exact or be
  *          refused with a specific status (never load wrong bytes); every
  *          rank's save must have failed alike when one failed; a clean
- *          save over next then succeeds, loads byte-exact and leaves only
- *          the files its .metadata references
+ *          save over next then succeeds (in the durable order), loads
+ *          byte-exact and leaves only the files its .metadata references;
+ *          one trial in three also loads prev with a failing operation
  *
  * One trial in four overwrites instead: the faulted save goes over prev
  * itself (DCP_SAVE_OVERWRITE, which un-commits prev before writing), and
@@ -55,6 +57,7 @@ bool fc_trial_kills(const fc_env *env, long t) {
   return fc_range(&r, 0, 99) < KILL_PERCENT;
 }
 
+/* The rank whose storage fails in trial t. */
 static int fault_rank(const fc_env *env, long t) {
   fc_rng r = fault_rng(env, t);
   fc_next(&r);
@@ -104,7 +107,7 @@ void fc_storage_options(const fc_env *env, const char *inner, char *out, size_t 
 /* ---- paths ----------------------------------------------------------------- */
 
 typedef struct paths {
-  char trial[4096], prev[4200], next[4200], ctl[4200], fired[4300];
+  char trial[4096], prev[4200], next[4200], ctl[4200]; /* ctl: this rank's control file */
 } paths;
 
 static void paths_of(const fc_env *env, long t, paths *p) {
@@ -114,6 +117,7 @@ static void paths_of(const fc_env *env, long t, paths *p) {
   snprintf(p->ctl, sizeof p->ctl, "%s/ctl.%d", env->dir, env->rank);
 }
 
+/* Where the fault plugin notes the faults that fired on rank's backends. */
 static void fired_path(const fc_env *env, int rank, char *out, size_t cap) {
   snprintf(out, cap, "%s/ctl.%d.fired", env->dir, rank);
 }
@@ -123,6 +127,7 @@ static const char *target_of(const fc_env *env, long t, const paths *p) {
   return overwrites(env, t) ? p->prev : p->next;
 }
 
+/* <trial>/<name>.<rank>, or <trial>/<name> for rank -1. */
 static void trial_file(const paths *p, const char *name, int rank, char *out, size_t cap) {
   if (rank >= 0)
     snprintf(out, cap, "%s/%s.%d", p->trial, name, rank);
@@ -132,6 +137,7 @@ static void trial_file(const paths *p, const char *name, int rank, char *out, si
 
 /* ---- phases ------------------------------------------------------------------- */
 
+/* Save prev cleanly, keep this rank's probe, check the commit order. */
 static void phase_prev(const fc_env *env, dcp_ctx *ctx, long t, const fc_model *m,
                        const paths *p) {
   fc_mkdir(p->trial);
@@ -151,6 +157,7 @@ static void phase_prev(const fc_env *env, dcp_ctx *ctx, long t, const fc_model *
   FC_CHECK(rename(probe, kept) == 0, "no probe at %s: %s", probe, strerror(errno));
 }
 
+/* <trial>/status.<rank>: "<code> <message>" of this rank's faulted save. */
 static void write_status(const paths *p, int rank, dcp_status s, const char *msg) {
   char path[4300], text[1200];
   trial_file(p, "status", rank, path, sizeof path);
@@ -178,6 +185,8 @@ static void save_in_child(const fc_env *env, dcp_ctx *ctx, long t, const fc_mode
            "the saving child ended with status 0x%x", ws);
 }
 
+/* The faulted save (the faulty rank writes its control file and records
+ * the fault in <trial>/fault); every surviving rank records its outcome. */
 static void phase_fault(const fc_env *env, dcp_ctx *ctx, long t, const fc_model *m,
                         const paths *p) {
   char fired[4300], path[4300];
@@ -225,6 +234,7 @@ typedef struct outcome {
   char msg[FC_MAX_WORLD][1100];
 } outcome;
 
+/* Every rank's recorded outcome of the faulted save. */
 static void read_outcome(const fc_env *env, const paths *p, outcome *o) {
   memset(o, 0, sizeof *o);
   for (int r = 0; r < env->world; r++) {
@@ -369,6 +379,9 @@ static void check_load_fault(const fc_env *env, dcp_ctx *ctx, long t, const fc_m
            dcp_strerror(s));
 }
 
+/* The outcome's class; fails the process on a save that reported success
+ * but left no loadable checkpoint (unless its backend lied: torn) or an
+ * overwriting save that succeeded without replacing the old one. */
 static const char *classify(const fc_fault *f, dcp_status saved, dcp_status loaded,
                             int which) {
   bool torn = strstr(f->spec, ":torn") != NULL;
@@ -387,66 +400,88 @@ static const char *classify(const fc_fault *f, dcp_status saved, dcp_status load
   return loaded == DCP_OK ? "failed-but-committed" : "refused";
 }
 
-static void phase_check(const fc_env *env, dcp_ctx *ctx, long t, const fc_model *m,
-                        const paths *p) {
-  unlink(p->ctl); /* a process killed by its fault left it behind */
-  bool exact = false, ow = overwrites(env, t);
-  dcp_status s = DCP_OK;
-  if (!ow) {
-    s = fc_load(ctx, m, (uint32_t)(2 * t + 1), p->prev, &exact);
-    FC_CHECK(s == DCP_OK && exact, "the previous checkpoint does not load intact: %s (%s)%s",
-             dcp_strerror(s), dcp_ctx_last_error(ctx), s ? "" : ", wrong bytes");
-  }
-  int which = -1;
-  dcp_status loaded = check_target(env, ctx, t, m, p, &which);
-  fc_fault f = {.rank = fault_rank(env, t), .kill = fc_trial_kills(env, t)};
+/* The fault trial t injected, as recorded by its faulty rank, and whether
+ * it fired. */
+static void recorded_fault(const fc_env *env, long t, const paths *p, fc_fault *f,
+                           bool *fired) {
+  *f = (fc_fault){.rank = fault_rank(env, t), .kill = fc_trial_kills(env, t)};
   char path[4300];
   trial_file(p, "fault", -1, path, sizeof path);
   char *spec = fc_read_file(path);
   FC_CHECK(spec, "no fault file %s", path);
-  snprintf(f.spec, sizeof f.spec, "%s", spec);
+  snprintf(f->spec, sizeof f->spec, "%s", spec);
   free(spec);
-  char fired_at[4300];
-  fired_path(env, f.rank, fired_at, sizeof fired_at);
-  char *note = fc_read_file(fired_at);
-  bool fired = note != NULL;
+  fired_path(env, f->rank, path, sizeof path);
+  char *note = fc_read_file(path);
+  *fired = note != NULL;
   free(note);
-  outcome o;
-  read_outcome(env, p, &o);
-  dcp_status saved = check_agreement(env, &f, fired, &o);
-  if (!ow) check_load_fault(env, ctx, t, m, p);
-  const char *cls = classify(&f, saved, loaded, which);
-  /* the next successful save cleans up whatever the failed one left */
+}
+
+/* The clean save after the fault, over its target: it succeeds in the
+ * durable order, loads byte-exact and (rank 0 checks) leaves only the files
+ * its .metadata references — whatever the failed one left is gone. */
+static void retry_clean(const fc_env *env, dcp_ctx *ctx, long t, const fc_model *m,
+                        const paths *p) {
   const char *target = target_of(env, t, p);
   char ctl[4400], log[4300];
   trial_file(p, "oplog_retry", -1, log, sizeof log);
   snprintf(ctl, sizeof ctl, "log=%s\n", log);
   fc_write_file(p->ctl, ctl);
-  s = fc_save(ctx, m, (uint32_t)(2 * t + 2), target, DCP_SAVE_OVERWRITE, env->async);
+  dcp_status s = fc_save(ctx, m, (uint32_t)(2 * t + 2), target, DCP_SAVE_OVERWRITE, env->async);
   unlink(p->ctl);
   FC_CHECK(s == DCP_OK, "the clean save after the fault failed: %s (%s)", dcp_strerror(s),
            dcp_ctx_last_error(ctx));
   if (env->rank == 0) fc_check_commit_order(log);
+  bool exact = false;
   s = fc_load(ctx, m, (uint32_t)(2 * t + 2), target, &exact);
   FC_CHECK(s == DCP_OK && exact, "the clean save after the fault does not load intact: %s (%s)",
            dcp_strerror(s), dcp_ctx_last_error(ctx));
   if (env->rank != 0) return;
   fc_check_files(ctx, target);
-  if (!ow) fc_check_files(ctx, p->prev);
+  if (!overwrites(env, t)) fc_check_files(ctx, p->prev);
+}
+
+/* Rank 0: append the trial's outcome to <dir>/results. */
+static void record_result(const fc_env *env, long t, const paths *p, const fc_fault *f,
+                          bool fired, dcp_status saved, dcp_status loaded, const char *cls) {
   char line[600], results[4200], lf[4300];
   trial_file(p, "load_fault", -1, lf, sizeof lf);
   char *load_fault = fc_read_file(lf);
   snprintf(line, sizeof line,
            "trial=%ld async=%d world=%d rank=%d kill=%d overwrite=%d fired=%d spec=%s save=%s "
-           "load=%s "
-           "class=%s load_fault=%s\n",
-           t, env->async, env->world, f.rank, f.kill, ow, fired, f.spec,
-           saved == FC_KILLED ? "killed" : dcp_strerror(saved),
-           dcp_strerror(loaded), cls, load_fault ? load_fault : "none");
+           "load=%s class=%s load_fault=%s\n",
+           t, env->async, env->world, f->rank, f->kill, overwrites(env, t), fired, f->spec,
+           saved == FC_KILLED ? "killed" : dcp_strerror(saved), dcp_strerror(loaded), cls,
+           load_fault ? load_fault : "none");
   free(load_fault);
   snprintf(results, sizeof results, "%s/results", env->dir);
   FILE *out = fopen(results, "a");
   FC_CHECK(out && fputs(line, out) >= 0 && fclose(out) == 0, "cannot append to %s", results);
+}
+
+/* Loads, agreement, load faults, the clean retry and its leftovers. */
+static void phase_check(const fc_env *env, dcp_ctx *ctx, long t, const fc_model *m,
+                        const paths *p) {
+  unlink(p->ctl); /* a process killed by its fault left it behind */
+  bool ow = overwrites(env, t);
+  if (!ow) {
+    bool exact = false;
+    dcp_status s = fc_load(ctx, m, (uint32_t)(2 * t + 1), p->prev, &exact);
+    FC_CHECK(s == DCP_OK && exact, "the previous checkpoint does not load intact: %s (%s)%s",
+             dcp_strerror(s), dcp_ctx_last_error(ctx), s ? "" : ", wrong bytes");
+  }
+  int which = -1;
+  dcp_status loaded = check_target(env, ctx, t, m, p, &which);
+  fc_fault f;
+  bool fired;
+  recorded_fault(env, t, p, &f, &fired);
+  outcome o;
+  read_outcome(env, p, &o);
+  dcp_status saved = check_agreement(env, &f, fired, &o);
+  if (!ow) check_load_fault(env, ctx, t, m, p);
+  const char *cls = classify(&f, saved, loaded, which);
+  retry_clean(env, ctx, t, m, p);
+  if (env->rank == 0) record_result(env, t, p, &f, fired, saved, loaded, cls);
 }
 
 /* Rank 0 removes trial t-1 (every rank is past it) to keep the disk small. */
