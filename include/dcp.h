@@ -120,8 +120,11 @@ DCP_API void dcp_ctx_config_init(dcp_ctx_config *cfg);
  * rank and world size from it. The storage plugin is looked up here when
  * named, else at the first save or load ("posix").
  * Without a collective, world_size > 1 makes a detached rank: it builds
- * states and layouts as that rank (tools, simulations) but cannot save or
- * load (DCP_EINVAL).
+ * states and layouts as that rank (tools, simulations), and dcp_save saves
+ * without coordination (its own <rank>.metadata, merged by dcp_load once
+ * every rank has saved; docs/save-load.md), but it cannot load
+ * (DCP_EINVAL: a load needs the collective).
+ * A world_size above 1 that a collective contradicts is DCP_EINVAL.
  * Errors: DCP_EINVAL (cfg->struct_size too small, world_size < 1, rank out of
  * [0, world_size), timeout_ms <= 0),
  * DCP_EPLUGIN (a plugin not found or refused), the collective's open errors

@@ -5,8 +5,10 @@
 #   tools/dev.sh demo          build, then run the main job: a 4-rank save with
 #                              one layout and a load with another (tools/demo)
 #   tools/dev.sh plansim [...] build, then plan a 10,240-rank job in one process
+#   tools/dev.sh peer [...]    build, then save/load one state with torch 1.13's
+#                              distributed checkpoint and with libdcp (a table)
 #   tools/dev.sh test          build with -Werror, run the whole ctest suite
-#   tools/dev.sh asan          build with ASan+UBSan, run the unit tests
+#   tools/dev.sh asan          build with ASan+UBSan, run the whole ctest suite
 #   tools/dev.sh tsan          build with ThreadSanitizer, run the threaded tests
 #   tools/dev.sh valgrind      valgrind memcheck over every unit test
 #   tools/dev.sh fuzz [SECS]   build the libFuzzer targets with clang, run each
@@ -101,6 +103,12 @@ case "$cmd" in
     build build
     ./build/bench/plansim "$@"
     ;;
+  peer)
+    deps
+    build build
+    PYTHONPATH=build/python OMP_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE=1 \
+      /usr/bin/python3 bench/torch_peer.py "$@"
+    ;;
   test)
     deps
     build build
@@ -166,5 +174,5 @@ case "$cmd" in
     fi
     rm -rf "$prefix"
     ;;
-  *) echo "usage: tools/dev.sh demo|plansim|test|asan|tsan|valgrind|fuzz [secs]|install-check|deps" >&2; exit 2 ;;
+  *) echo "usage: tools/dev.sh demo|plansim|peer|test|asan|tsan|valgrind|fuzz [secs]|install-check|deps" >&2; exit 2 ;;
 esac
