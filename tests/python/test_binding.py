@@ -327,6 +327,36 @@ class Async(Base):
             fut.wait()
         self.assertEqual(fut._h.status, dcp.EEXIST)
 
+    def test_wait_with_a_timeout_then_abort(self):
+        # a context whose writer starts every job 3 s late (a test hook of
+        # dcp-writer, read from the environment it is spawned with)
+        os.environ["DCP_WRITER_DELAY_MS"] = "3000"
+        try:
+            slow = dcp.Context()
+            fut = dcp.async_save(slow, {"a": np.ones(4, np.float32)}, self.path("slow"))
+        finally:
+            del os.environ["DCP_WRITER_DELAY_MS"]
+        with self.assertRaises(dcp.TimedOutError) as cm:
+            fut.wait(timeout=0.2)
+        self.assertIn("still persisting", cm.exception.message)
+        self.assertFalse(fut.done())  # the save goes on
+        fut.abort()
+        self.assertTrue(fut.done())
+        with self.assertRaises(dcp.PeerError) as cm:
+            fut.wait()
+        self.assertIn("aborted", cm.exception.message)
+        self.assertFalse(fut.persisted)
+        self.assertFalse(dcp.committed(slow, self.path("slow")))
+        fut.abort()  # once finished: nothing happens
+        # the next save spawns a fresh writer (no delay now) and commits
+        fut = dcp.async_save(slow, {"a": np.ones(4, np.float32)}, self.path("after"))
+        fut.wait(timeout=60)
+        self.assertTrue(fut.persisted)
+        with self.assertRaises(ValueError):
+            fut.wait(timeout=-1)
+        del fut  # the handle holds the context
+        slow.close()
+
 
 class Statistics(Base):
     def test_save_and_load_stats(self):

@@ -195,11 +195,19 @@ class SaveFuture:
         """Whether the save has finished (persisted or failed); never blocks."""
         return self._h.done()
 
-    def wait(self):
-        """Block until persisted; raise the dcp.Error of a failed save."""
-        self._h.wait()
+    def wait(self, timeout=None):
+        """Block until persisted; raise the dcp.Error of a failed save. With
+        a timeout (seconds), raise dcp.TimedOutError if the save is still
+        persisting by then (it goes on; wait again, or abort)."""
+        self._h.wait(timeout)
 
     result = wait
+
+    def abort(self):
+        """Give up on the save if it is still persisting: the writer process
+        is killed and nothing is committed (wait then raises dcp.PeerError).
+        A no-op once it has finished."""
+        self._h.abort()
 
     @property
     def persisted(self):

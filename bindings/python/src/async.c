@@ -66,9 +66,10 @@ static PyObject *outcome(dcpi_py_async *a) {
   return dcpi_py_raise(a->status, PyUnicode_AsUTF8(a->message));
 }
 
-static PyObject *async_wait(PyObject *self, PyObject *unused) {
-  (void)unused;
-  dcpi_py_async *a = (dcpi_py_async *)self;
+/* Run dcp_async_wait_for(h, timeout_ms) (abort: dcp_async_abort) with the
+ * GIL released. A finished save's outcome is kept; a timeout is raised
+ * (dcp.TimedOutError) and leaves the save running. */
+static PyObject *finish(dcpi_py_async *a, int64_t timeout_ms, int abort) {
   if (a->waited) return outcome(a);
   dcpi_py_ctx *c = dcpi_py_ctx_usable((PyObject *)a->owner);
   if (!c) return NULL;
@@ -76,13 +77,44 @@ static PyObject *async_wait(PyObject *self, PyObject *unused) {
   dcp_async *h = a->h;
   dcpi_py_ctx_enter(c);
   Py_BEGIN_ALLOW_THREADS
-  rc = dcp_async_wait(h);
+  rc = abort ? dcp_async_abort(h) : dcp_async_wait_for(h, timeout_ms);
   Py_END_ALLOW_THREADS
   dcpi_py_ctx_leave(c);
+  if (rc == DCP_ETIMEDOUT && !abort) {
+    int done = 0;
+    dcp_async_test(h, &done);
+    if (!done) return dcpi_py_raise(rc, dcp_ctx_last_error(c->ctx)); /* still running */
+  }
   if (!(a->message = PyUnicode_FromString(rc ? dcp_ctx_last_error(c->ctx) : ""))) return NULL;
   a->status = rc;
   a->waited = 1;
   return outcome(a);
+}
+
+static PyObject *async_wait(PyObject *self, PyObject *args, PyObject *kw) {
+  static char *names[] = {"timeout", NULL};
+  PyObject *timeout = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:wait", names, &timeout)) return NULL;
+  int64_t ms = -1;
+  if (timeout != Py_None) {
+    double secs = PyFloat_AsDouble(timeout);
+    if (secs == -1.0 && PyErr_Occurred()) return NULL;
+    if (!(secs >= 0)) {
+      PyErr_SetString(PyExc_ValueError, "wait: timeout must be None or >= 0 seconds");
+      return NULL;
+    }
+    ms = secs * 1000.0 > 9.0e15 ? INT64_MAX / 2 : (int64_t)(secs * 1000.0);
+  }
+  return finish((dcpi_py_async *)self, ms, 0);
+}
+
+static PyObject *async_abort(PyObject *self, PyObject *unused) {
+  (void)unused;
+  dcpi_py_async *a = (dcpi_py_async *)self;
+  PyObject *r = finish(a, -1, 1);
+  if (r || !a->waited) return r;
+  PyErr_Clear(); /* the outcome (an aborted save's DCP_EPEER) is wait()'s to raise */
+  Py_RETURN_NONE;
 }
 
 static PyObject *async_get_status(PyObject *self, void *closure) {
@@ -101,8 +133,14 @@ static PyObject *async_get_path(PyObject *self, void *closure) {
 static PyMethodDef async_methods[] = {
     METH("done", async_done, METH_NOARGS,
          "Whether the save has finished (persisted or failed); never blocks."),
-    METH("wait", async_wait, METH_NOARGS,
-         "Block until the save has finished; raise its error (dcp.Error) if it failed."),
+    METH("wait", async_wait, METH_VARARGS | METH_KEYWORDS,
+         "wait(timeout=None): block until the save has finished (at most timeout\n"
+         "seconds: then dcp.TimedOutError, and the save goes on); raise its error\n"
+         "(dcp.Error) if it failed."),
+    METH("abort", async_abort, METH_NOARGS,
+         "Give up on a save still persisting: its writer process is killed and\n"
+         "nothing is committed; wait() then raises dcp.PeerError. A no-op once the\n"
+         "save has finished."),
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef async_getset[] = {
