@@ -140,17 +140,6 @@ typedef int (*idle_fn)(dcp_comm *c, want *w, size_t n, dcp_plugin_err *err);
 /* Small helpers                                                            */
 /* ------------------------------------------------------------------------ */
 
-/* Writes a formatted reason into err and returns code. */
-static int fail(dcp_plugin_err *err, int code, const char *fmt, ...) {
-  if (err) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-  }
-  return code;
-}
-
 /* Monotonic clock in nanoseconds (deadlines must not move with wall time). */
 static int64_t now_ns(void) {
   struct timespec ts;
@@ -234,9 +223,11 @@ static int make_path(const dcp_comm *c, char *buf, dcp_plugin_err *err, const ch
   va_start(ap, fmt);
   int n = vsnprintf(name, sizeof name, fmt, ap);
   va_end(ap);
-  if (n < 0 || (size_t)n >= sizeof name) return fail(err, DCP_EINVAL, "file coll: name too long");
+  if (n < 0 || (size_t)n >= sizeof name)
+    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: name too long");
   n = snprintf(buf, PATH_MAX, "%s/%s", c->dir, name);
-  if (n < 0 || n >= PATH_MAX) return fail(err, DCP_EINVAL, "file coll: path too long in %s", c->dir);
+  if (n < 0 || n >= PATH_MAX)
+    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: path too long in %s", c->dir);
   return DCP_OK;
 }
 
@@ -286,7 +277,7 @@ static int put_file(const char *path, uint32_t op, const void *payload, size_t l
   unsigned char tr[TRAILER_SIZE];
   dcpi_fx_trailer_make(tr, op, payload, len);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return fail(err, DCP_EIO, "file coll: create %s: %s", tmp, strerror(errno));
+  if (fd < 0) return dcpi_fx_fail(err, DCP_EIO, "file coll: create %s: %s", tmp, strerror(errno));
   int bad = (len && write_all(fd, payload, len)) || write_all(fd, tr, sizeof tr);
   int saved = errno;
   if (close(fd) != 0 && !bad) {
@@ -296,8 +287,8 @@ static int put_file(const char *path, uint32_t op, const void *payload, size_t l
   if (!bad && rename(tmp, path) == 0) return DCP_OK;
   if (!bad) saved = errno;
   unlink(tmp);
-  return fail(err, saved == ENOSPC ? DCP_ENOSPC : DCP_EIO, "file coll: write %s: %s", path,
-              strerror(saved));
+  return dcpi_fx_fail(err, saved == ENOSPC ? DCP_ENOSPC : DCP_EIO, "file coll: write %s: %s", path,
+                      strerror(saved));
 }
 
 /* put_file, remembering the file for removal after the next round. */
@@ -308,7 +299,7 @@ static int put_tracked(dcp_comm *c, const char *path, uint32_t op, const void *p
   rc = list_add(&c->written, path);
   if (rc) {
     unlink(path);
-    return fail(err, rc, "file coll: out of memory");
+    return dcpi_fx_fail(err, rc, "file coll: out of memory");
   }
   return DCP_OK;
 }
@@ -332,7 +323,7 @@ static int check_payload(int fd, const want *w, const dcpi_fx_trailer *t, dcp_pl
   int rc = dcpi_fx_accept(t, &e, err);
   if (rc != FILE_PRESENT || !w->dst) return rc;
   if (w->len && pread_all(fd, w->dst, w->len, 0))
-    return fail(err, DCP_EIO, "file coll: read %s: %s", w->path, strerror(errno));
+    return dcpi_fx_fail(err, DCP_EIO, "file coll: read %s: %s", w->path, strerror(errno));
   rc = dcpi_fx_verify(t, w->dst, &e, err);
   return rc ? rc : FILE_PRESENT;
 }
@@ -343,12 +334,12 @@ static int try_want(const want *w, dcp_plugin_err *err) {
   int fd = open(w->path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return FILE_ABSENT;
-    return fail(err, DCP_EIO, "file coll: open %s: %s", w->path, strerror(errno));
+    return dcpi_fx_fail(err, DCP_EIO, "file coll: open %s: %s", w->path, strerror(errno));
   }
   struct stat st;
   int rc;
   if (fstat(fd, &st) != 0) {
-    rc = fail(err, DCP_EIO, "file coll: stat %s: %s", w->path, strerror(errno));
+    rc = dcpi_fx_fail(err, DCP_EIO, "file coll: stat %s: %s", w->path, strerror(errno));
   } else {
     dcpi_fx_trailer t = {0};
     rc = read_trailer(fd, st.st_size, w->path, &t, err);
@@ -376,9 +367,10 @@ static int timeout_error(const dcp_comm *c, const want *w, size_t n, const char 
       shown++;
     }
   }
-  return fail(err, DCP_ETIMEDOUT,
-              "file coll: %s timed out after %lld ms waiting for rank(s) %s%s (%zu missing)", what,
-              (long long)c->timeout_ms, list, missing > shown ? ", ..." : "", missing);
+  return dcpi_fx_fail(
+      err, DCP_ETIMEDOUT,
+      "file coll: %s timed out after %lld ms waiting for rank(s) %s%s (%zu missing)", what,
+      (long long)c->timeout_ms, list, missing > shown ? ", ..." : "", missing);
 }
 
 /* Polls the files of w[0..n) with exponential backoff until all are there,
@@ -427,7 +419,7 @@ static want *round_wants(dcp_comm *c, uint64_t k, uint32_t op, size_t extra,
   want *w = calloc(n, sizeof *w);
   char path[PATH_MAX];
   if (!w) {
-    fail(err, DCP_ENOMEM, "file coll: out of memory");
+    dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
     return NULL;
   }
   for (int32_t r = 0; r < c->size; r++) {
@@ -435,7 +427,7 @@ static want *round_wants(dcp_comm *c, uint64_t k, uint32_t op, size_t extra,
     w[r].op = op;
     w[r].done = (r == c->rank);
     if (round_path(c, path, k, r, err) || !(w[r].path = strdup(path))) {
-      if (!w[r].path) fail(err, DCP_ENOMEM, "file coll: out of memory");
+      if (!w[r].path) dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
       wants_free(w, n);
       return NULL;
     }
@@ -453,7 +445,7 @@ static want *round_wants(dcp_comm *c, uint64_t k, uint32_t op, size_t extra,
 static uint64_t round_enter(dcp_comm *c, dcp_plugin_err *err) {
   if (list_move(&c->earlier, &c->written)) {
     c->broken = 1;
-    fail(err, DCP_ENOMEM, "file coll: out of memory");
+    dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
     return 0;
   }
   return ++c->round;
@@ -472,9 +464,10 @@ static int round_leave(dcp_comm *c, int rc, want *w, size_t n) {
 
 /* Refuses calls on a broken communicator. */
 static int check_usable(const dcp_comm *c, dcp_plugin_err *err) {
-  if (!c) return fail(err, DCP_EINVAL, "file coll: NULL communicator");
+  if (!c) return dcpi_fx_fail(err, DCP_EINVAL, "file coll: NULL communicator");
   if (c->broken)
-    return fail(err, DCP_EPEER, "file coll: communicator unusable after an earlier failure");
+    return dcpi_fx_fail(err, DCP_EPEER,
+                        "file coll: communicator unusable after an earlier failure");
   return DCP_OK;
 }
 
@@ -521,16 +514,17 @@ static int f_barrier(dcp_comm *c, dcp_plugin_err *err) {
 
 /* Checks a root argument. */
 static int check_root(const dcp_comm *c, int32_t root, dcp_plugin_err *err) {
-  if (!c) return fail(err, DCP_EINVAL, "file coll: NULL communicator");
+  if (!c) return dcpi_fx_fail(err, DCP_EINVAL, "file coll: NULL communicator");
   if (root < 0 || root >= c->size)
-    return fail(err, DCP_EINVAL, "file coll: root %d outside [0, %d)", (int)root, (int)c->size);
+    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: root %d outside [0, %d)", (int)root,
+                        (int)c->size);
   return DCP_OK;
 }
 
 /* Bcast: the root's file carries the payload, the others' are empty acks. */
 static int f_bcast(dcp_comm *c, void *buf, size_t len, int32_t root, dcp_plugin_err *err) {
   if (check_root(c, root, err)) return DCP_EINVAL;
-  if (!buf && len) return fail(err, DCP_EINVAL, "file coll: NULL buffer");
+  if (!buf && len) return dcpi_fx_fail(err, DCP_EINVAL, "file coll: NULL buffer");
   uint64_t k;
   int rc;
   want *w = round_start(c, OP_BCAST, 0, &k, &rc, err);
@@ -546,9 +540,10 @@ static int f_bcast(dcp_comm *c, void *buf, size_t len, int32_t root, dcp_plugin_
 /* Allgather: every file carries len bytes, read into recv at rank*len. */
 static int f_allgather(dcp_comm *c, const void *send, size_t len, void *recv,
                        dcp_plugin_err *err) {
-  if (!c) return fail(err, DCP_EINVAL, "file coll: NULL communicator");
-  if (len && (!send || !recv)) return fail(err, DCP_EINVAL, "file coll: NULL buffer");
-  if (len && (size_t)c->size > SIZE_MAX / len) return fail(err, DCP_EOVERFLOW, "file coll: size overflow");
+  if (!c) return dcpi_fx_fail(err, DCP_EINVAL, "file coll: NULL communicator");
+  if (len && (!send || !recv)) return dcpi_fx_fail(err, DCP_EINVAL, "file coll: NULL buffer");
+  if (len && (size_t)c->size > SIZE_MAX / len)
+    return dcpi_fx_fail(err, DCP_EOVERFLOW, "file coll: size overflow");
   uint64_t k;
   int rc;
   want *w = round_start(c, OP_ALLGATHER, 0, &k, &rc, err);
@@ -567,14 +562,14 @@ static int f_allgather(dcp_comm *c, const void *send, size_t len, void *recv,
 static size_t *offsets_of(const size_t *lens, int32_t n, int *rc, dcp_plugin_err *err) {
   size_t *off = malloc(((size_t)n + 1) * sizeof *off);
   if (!off) {
-    *rc = fail(err, DCP_ENOMEM, "file coll: out of memory");
+    *rc = dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
     return NULL;
   }
   off[0] = 0;
   for (int32_t i = 0; i < n; i++) {
     if (lens[i] > SIZE_MAX - off[i]) {
       free(off);
-      *rc = fail(err, DCP_EOVERFLOW, "file coll: total length overflows");
+      *rc = dcpi_fx_fail(err, DCP_EOVERFLOW, "file coll: total length overflows");
       return NULL;
     }
     off[i + 1] = off[i] + lens[i];
@@ -588,9 +583,9 @@ static int f_gatherv(dcp_comm *c, const void *send, size_t len, void *recv, cons
   if (check_root(c, root, err)) return DCP_EINVAL;
   int at_root = c->rank == root;
   if ((len && !send) || (at_root && (!lens || (!recv && len))))
-    return fail(err, DCP_EINVAL, "file coll: NULL buffer");
+    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: NULL buffer");
   if (at_root && lens[root] != len)
-    return fail(err, DCP_EINVAL, "file coll: lens[root] %zu != len %zu", lens[root], len);
+    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: lens[root] %zu != len %zu", lens[root], len);
   int rc = DCP_OK;
   size_t *off = at_root ? offsets_of(lens, c->size, &rc, err) : NULL;
   if (rc) return rc;
@@ -633,15 +628,16 @@ static int f_scatterv(dcp_comm *c, const void *send, const size_t *lens, void *r
                       int32_t root, dcp_plugin_err *err) {
   if (check_root(c, root, err)) return DCP_EINVAL;
   int at_root = c->rank == root;
-  if ((len && !recv) || (at_root && !lens)) return fail(err, DCP_EINVAL, "file coll: NULL buffer");
+  if ((len && !recv) || (at_root && !lens))
+    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: NULL buffer");
   if (at_root && lens[root] != len)
-    return fail(err, DCP_EINVAL, "file coll: lens[root] %zu != len %zu", lens[root], len);
+    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: lens[root] %zu != len %zu", lens[root], len);
   int rc = DCP_OK;
   size_t *off = at_root ? offsets_of(lens, c->size, &rc, err) : NULL;
   if (rc) return rc;
   if (at_root && off[c->size] && !send) {
     free(off);
-    return fail(err, DCP_EINVAL, "file coll: NULL buffer");
+    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: NULL buffer");
   }
   uint64_t k;
   want *w = round_start(c, OP_SCATTERV, 1, &k, &rc, err);
@@ -656,7 +652,7 @@ static int f_scatterv(dcp_comm *c, const void *send, const size_t *lens, void *r
                    (unsigned long long)k, (int)root, (int)c->rank);
     *p = (want){.path = rc ? NULL : strdup(path), .from = root, .op = OP_SCATTERV,
                 .dst = len ? recv : (void *)w, .len = len};
-    if (!rc && !p->path) rc = fail(err, DCP_ENOMEM, "file coll: out of memory");
+    if (!rc && !p->path) rc = dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
   }
   free(off);
   if (!w) return rc;
@@ -667,14 +663,15 @@ static int f_scatterv(dcp_comm *c, const void *send, const size_t *lens, void *r
 /* Allreduce: every rank writes its values and reduces all files itself, in
  * rank order, so every rank gets the same result. */
 static int f_allreduce(dcp_comm *c, int64_t *vals, size_t n, uint32_t op, dcp_plugin_err *err) {
-  if (!c) return fail(err, DCP_EINVAL, "file coll: NULL communicator");
+  if (!c) return dcpi_fx_fail(err, DCP_EINVAL, "file coll: NULL communicator");
   if (op < DCP_REDUCE_MIN || op > DCP_REDUCE_SUM)
-    return fail(err, DCP_EINVAL, "file coll: unknown reduce op %u", op);
-  if (n && !vals) return fail(err, DCP_EINVAL, "file coll: NULL buffer");
-  if (n > SIZE_MAX / 8 / (size_t)c->size) return fail(err, DCP_EOVERFLOW, "file coll: too many values");
+    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: unknown reduce op %u", op);
+  if (n && !vals) return dcpi_fx_fail(err, DCP_EINVAL, "file coll: NULL buffer");
+  if (n > SIZE_MAX / 8 / (size_t)c->size)
+    return dcpi_fx_fail(err, DCP_EOVERFLOW, "file coll: too many values");
   size_t bytes = n * 8;
   unsigned char *all = malloc(bytes * (size_t)c->size + 1);
-  if (!all) return fail(err, DCP_ENOMEM, "file coll: out of memory");
+  if (!all) return dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
   unsigned char *mine = all + bytes * (size_t)c->rank;
   for (size_t i = 0; i < n; i++) {
     uint64_t u;
@@ -708,14 +705,16 @@ static int f_allreduce(dcp_comm *c, int64_t *vals, size_t n, uint32_t op, dcp_pl
 static int check_group(const dcp_comm *c, const int32_t *ranks, size_t n, int32_t root,
                        dcp_plugin_err *err) {
   int self = 0, has_root = 0;
-  if (!ranks || n == 0) return fail(err, DCP_EINVAL, "file coll: empty group");
+  if (!ranks || n == 0) return dcpi_fx_fail(err, DCP_EINVAL, "file coll: empty group");
   for (size_t i = 0; i < n; i++) {
     if (ranks[i] < 0 || ranks[i] >= c->size || (i && ranks[i] <= ranks[i - 1]))
-      return fail(err, DCP_EINVAL, "file coll: group ranks must ascend within [0, %d)", (int)c->size);
+      return dcpi_fx_fail(err, DCP_EINVAL, "file coll: group ranks must ascend within [0, %d)",
+                          (int)c->size);
     self |= ranks[i] == c->rank;
     has_root |= ranks[i] == root;
   }
-  if (!self || !has_root) return fail(err, DCP_EINVAL, "file coll: group lacks this rank or root");
+  if (!self || !has_root)
+    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: group lacks this rank or root");
   return DCP_OK;
 }
 
@@ -760,9 +759,9 @@ static int f_group_bcast(dcp_comm *c, const int32_t *ranks, size_t n, void *buf,
                          int32_t root, dcp_plugin_err *err) {
   if (check_usable(c, err)) return c ? DCP_EPEER : DCP_EINVAL;
   if (check_group(c, ranks, n, root, err)) return DCP_EINVAL;
-  if (!buf && len) return fail(err, DCP_EINVAL, "file coll: NULL buffer");
+  if (!buf && len) return dcpi_fx_fail(err, DCP_EINVAL, "file coll: NULL buffer");
   uint64_t key = group_key(ranks, n), seq = 0;
-  if (group_next(c, key, &seq)) return fail(err, DCP_ENOMEM, "file coll: out of memory");
+  if (group_next(c, key, &seq)) return dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
   char path[PATH_MAX];
   int rc = make_path(c, path, err, "%s.%016llx.g%016llx.%llu.%d", c->job,
                      (unsigned long long)c->session, (unsigned long long)key,
@@ -786,19 +785,20 @@ static int f_group_bcast(dcp_comm *c, const int32_t *ranks, size_t n, void *buf,
 static int make_dirs(const char *path, dcp_plugin_err *err) {
   char buf[PATH_MAX];
   size_t n = strlen(path);
-  if (n == 0 || n >= sizeof buf) return fail(err, DCP_EINVAL, "file coll: bad rendezvous path");
+  if (n == 0 || n >= sizeof buf)
+    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: bad rendezvous path");
   memcpy(buf, path, n + 1);
   for (size_t i = 1; i <= n; i++) {
     if (buf[i] != '/' && buf[i] != '\0') continue;
     char keep = buf[i];
     buf[i] = '\0';
     if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-      return fail(err, DCP_EIO, "file coll: mkdir %s: %s", buf, strerror(errno));
+      return dcpi_fx_fail(err, DCP_EIO, "file coll: mkdir %s: %s", buf, strerror(errno));
     buf[i] = keep;
   }
   struct stat st;
   if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-    return fail(err, DCP_EIO, "file coll: %s is not a directory", path);
+    return dcpi_fx_fail(err, DCP_EIO, "file coll: %s is not a directory", path);
   return DCP_OK;
 }
 
@@ -812,12 +812,13 @@ static int parse_options(dcp_comm *c, const char *opts, dcp_plugin_err *err) {
         char ch = opts[i];
         int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
                  (ch >= '0' && ch <= '9') || ch == '_' || ch == '-';
-        if (!ok) return fail(err, DCP_EINVAL, "file coll: bad character in job name");
+        if (!ok) return dcpi_fx_fail(err, DCP_EINVAL, "file coll: bad character in job name");
       }
       memcpy(c->job, opts + 4, n - 4);
       c->job[n - 4] = '\0';
     } else if (n > 0) {
-      return fail(err, DCP_EINVAL, "file coll: unknown option '%.*s' (known: job=NAME)", (int)n, opts);
+      return dcpi_fx_fail(err, DCP_EINVAL, "file coll: unknown option '%.*s' (known: job=NAME)",
+                          (int)n, opts);
     }
     opts += n;
     if (*opts == ',') opts++;
@@ -828,19 +829,19 @@ static int parse_options(dcp_comm *c, const char *opts, dcp_plugin_err *err) {
 /* Validates cfg and fills rank, size, timeout, dir and options. */
 static int configure(dcp_comm *c, const dcp_coll_config *cfg, dcp_plugin_err *err) {
   size_t need = offsetof(dcp_coll_config, timeout_ms) + sizeof cfg->timeout_ms;
-  if (cfg->struct_size < need) return fail(err, DCP_EINVAL, "file coll: config too small");
+  if (cfg->struct_size < need) return dcpi_fx_fail(err, DCP_EINVAL, "file coll: config too small");
   if (cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
-    return fail(err, DCP_EINVAL, "file coll: rank %d / world %d invalid", (int)cfg->rank,
-                (int)cfg->world_size);
+    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: rank %d / world %d invalid", (int)cfg->rank,
+                        (int)cfg->world_size);
   if (cfg->timeout_ms <= 0 || cfg->timeout_ms > INT64_MAX / 1000000)
-    return fail(err, DCP_EINVAL, "file coll: timeout_ms must be > 0");
+    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: timeout_ms must be > 0");
   if (!cfg->rendezvous || !cfg->rendezvous[0])
-    return fail(err, DCP_EINVAL, "file coll: no rendezvous directory");
+    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: no rendezvous directory");
   c->rank = cfg->rank;
   c->size = cfg->world_size;
   c->timeout_ms = cfg->timeout_ms;
   c->dir = strdup(cfg->rendezvous);
-  if (!c->dir) return fail(err, DCP_ENOMEM, "file coll: out of memory");
+  if (!c->dir) return dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
   const char *opts = cfg->struct_size >= offsetof(dcp_coll_config, options) + sizeof cfg->options
                          ? cfg->options : NULL;
   return parse_options(c, opts, err);
@@ -851,7 +852,7 @@ static int write_session(dcp_comm *c, const uint64_t *nonces, dcp_plugin_err *er
   size_t len = 12 + 8 * (size_t)c->size;
   unsigned char *p = malloc(len);
   char path[PATH_MAX];
-  if (!p) return fail(err, DCP_ENOMEM, "file coll: out of memory");
+  if (!p) return dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
   dcpi_fx_put64(p, c->session);
   dcpi_fx_put32(p + 8, (uint32_t)c->size);
   for (int32_t r = 0; r < c->size; r++) dcpi_fx_put64(p + 12 + 8 * (size_t)r, nonces[r]);
@@ -867,7 +868,7 @@ static want *hello_wants(dcp_comm *c, unsigned char *buf, dcp_plugin_err *err) {
   want *w = calloc((size_t)c->size, sizeof *w);
   char path[PATH_MAX];
   if (!w) {
-    fail(err, DCP_ENOMEM, "file coll: out of memory");
+    dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
     return NULL;
   }
   for (int32_t r = 0; r < c->size; r++) {
@@ -875,7 +876,7 @@ static want *hello_wants(dcp_comm *c, unsigned char *buf, dcp_plugin_err *err) {
                   .lenient = 1, .done = r == 0};
     if (make_path(c, path, err, "%s.hello.%d", c->job, (int)r) || !(w[r].path = strdup(path))) {
       wants_free(w, (size_t)c->size);
-      fail(err, DCP_ENOMEM, "file coll: out of memory");
+      dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
       return NULL;
     }
   }
@@ -923,7 +924,7 @@ static int open_rank0(dcp_comm *c, int64_t deadline, dcp_plugin_err *err) {
   o.nonces = calloc((size_t)c->size, sizeof *o.nonces);
   want *w = NULL;
   if (!o.buf || !o.nonces || !(o.hello = hello_wants(c, o.buf, err))) {
-    rc = fail(err, DCP_ENOMEM, "file coll: out of memory");
+    rc = dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
     goto out;
   }
   for (;;) { /* a hello for another world size is stale: wait for the fresh one */
@@ -972,7 +973,7 @@ static int open_other(dcp_comm *c, int64_t deadline, dcp_plugin_err *err) {
   if (rc) return rc;
   size_t len = 12 + 8 * (size_t)c->size;
   unsigned char *s = malloc(len);
-  if (!s) return fail(err, DCP_ENOMEM, "file coll: out of memory");
+  if (!s) return dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
   want w = {.path = spath, .from = 0, .op = OP_SESSION, .dst = s, .len = len, .lenient = 1};
   uint64_t session = 0;
   for (;;) {
@@ -1000,10 +1001,10 @@ static void f_close(dcp_comm *c);
 /* Opens the communicator: validates cfg, creates the directory, runs the
  * session handshake (see the protocol at the top). */
 static int f_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *err) {
-  if (!cfg || !out) return fail(err, DCP_EINVAL, "file coll: NULL argument");
+  if (!cfg || !out) return dcpi_fx_fail(err, DCP_EINVAL, "file coll: NULL argument");
   *out = NULL;
   dcp_comm *c = calloc(1, sizeof *c);
-  if (!c) return fail(err, DCP_ENOMEM, "file coll: out of memory");
+  if (!c) return dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
   int rc = configure(c, cfg, err);
   if (!rc) rc = make_dirs(c->dir, err);
   if (!rc) {

@@ -6,11 +6,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-static int fx_fail(dcp_plugin_err *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* Write a formatted reason into err (may be NULL) and return code. */
-static int fx_fail(dcp_plugin_err *err, int code, const char *fmt, ...) {
+int dcpi_fx_fail(dcp_plugin_err *err, int code, const char *fmt, ...) {
   if (err) {
     va_list ap;
     va_start(ap, fmt);
@@ -60,7 +56,7 @@ int dcpi_fx_trailer_parse(const unsigned char *tr, uint64_t size, const char *pa
   out->hash = dcpi_fx_get64(tr + 8);
   out->op = dcpi_fx_get32(tr + 16);
   if (out->plen != size - DCPI_FX_TRAILER_SIZE)
-    return fx_fail(err, DCP_ECORRUPT,
+    return dcpi_fx_fail(err, DCP_ECORRUPT,
                    "file coll: %s: trailer says %llu payload bytes, file has %llu", path,
                    (unsigned long long)out->plen,
                    (unsigned long long)(size - DCPI_FX_TRAILER_SIZE));
@@ -70,12 +66,12 @@ int dcpi_fx_trailer_parse(const unsigned char *tr, uint64_t size, const char *pa
 int dcpi_fx_accept(const dcpi_fx_trailer *t, const dcpi_fx_expect *e, dcp_plugin_err *err) {
   if (t->op != e->op)
     return e->lenient ? DCPI_FX_ABSENT
-                      : fx_fail(err, DCP_EINVAL,
+                      : dcpi_fx_fail(err, DCP_EINVAL,
                                 "file coll: %s holds op %u, expected %u (ranks called different "
                                 "collectives)", e->path, t->op, e->op);
   if (e->has_data && t->plen != (uint64_t)e->len)
     return e->lenient ? DCPI_FX_ABSENT
-                      : fx_fail(err, DCP_EINVAL,
+                      : dcpi_fx_fail(err, DCP_EINVAL,
                                 "file coll: rank %d sent %llu bytes, expected %zu (mismatched "
                                 "arguments) in %s", (int)e->from, (unsigned long long)t->plen,
                                 e->len, e->path);
@@ -85,7 +81,7 @@ int dcpi_fx_accept(const dcpi_fx_trailer *t, const dcpi_fx_expect *e, dcp_plugin
 int dcpi_fx_verify(const dcpi_fx_trailer *t, const void *p, const dcpi_fx_expect *e,
                    dcp_plugin_err *err) {
   if (dcpi_fx_payload_hash(p, (size_t)t->plen) != t->hash)
-    return fx_fail(err, DCP_ECORRUPT, "file coll: %s: payload checksum mismatch", e->path);
+    return dcpi_fx_fail(err, DCP_ECORRUPT, "file coll: %s: payload checksum mismatch", e->path);
   return DCP_OK;
 }
 

@@ -22,6 +22,11 @@
 enum { DCPI_FX_ABSENT = 0, DCPI_FX_PRESENT = 1 };
 
 /* Little-endian stores and loads: files may be read on another host. */
+/* Write a printf-style reason into err (may be NULL) and return code: the
+ * plugin's one error helper (file.c uses it too). */
+int dcpi_fx_fail(dcp_plugin_err *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 void dcpi_fx_put64(unsigned char *p, uint64_t v);
 void dcpi_fx_put32(unsigned char *p, uint32_t v);
 uint64_t dcpi_fx_get64(const unsigned char *p);
