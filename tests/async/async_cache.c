@@ -25,33 +25,15 @@
 #include <unistd.h>
 
 #include "async/async_int.h"
+#include "async_kit.h"
 #include "dcp.h"
 #include "rank_check.h"
 
-typedef struct args {
-  const char *mode, *dir, *rdv, *writer_coll, *trainer_coll;
-} args;
+typedef ak_args args;
 
 static dcp_ctx *open_ctx(const args *a) {
-  dcp_ctx_config cfg;
-  dcp_ctx_config_init(&cfg);
-  cfg.timeout_ms = 60000;
-  const char *r = getenv("DCP_TEST_RANK"), *w = getenv("DCP_TEST_WORLD");
-  if (a->trainer_coll && !strcmp(a->trainer_coll, "mpi")) {
-    cfg.coll = "mpi";
-  } else if (a->rdv && r && w) {
-    cfg.coll = "file";
-    cfg.rendezvous = a->rdv;
-    cfg.rank = atoi(r);
-    cfg.world_size = atoi(w);
-  }
-  dcp_ctx *ctx;
-  dcp_status s = dcp_ctx_create(&cfg, &ctx);
-  CHECK(s == DCP_OK, "ctx: %s", dcp_ctx_create_error());
+  dcp_ctx *ctx = ak_open_ctx(a);
   g_rank = dcp_ctx_rank(ctx);
-  if (dcp_ctx_world_size(ctx) > 1)
-    OK(dcp_async_set_coordination(ctx, a->writer_coll ? a->writer_coll : "file", a->rdv, NULL),
-       ctx);
   return ctx;
 }
 
@@ -363,15 +345,8 @@ static int mode_deadline(const args *a) {
 }
 
 int main(int argc, char **argv) {
-  args a = {argc > 1 ? argv[1] : "", NULL, NULL, NULL, NULL};
-  for (int i = 2; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--dir")) a.dir = argv[i + 1];
-    else if (!strcmp(argv[i], "--rendezvous")) a.rdv = argv[i + 1];
-    else if (!strcmp(argv[i], "--writer-coll")) a.writer_coll = argv[i + 1];
-    else if (!strcmp(argv[i], "--trainer-coll")) a.trainer_coll = argv[i + 1];
-  }
-  CHECK(a.dir, "usage: async_cache share|layout|deadline --dir D [--rendezvous R]");
-  mkdir(a.dir, 0755);
+  args a;
+  ak_parse(argc, argv, &a);
   if (!strcmp(a.mode, "share")) return mode_share(&a);
   if (!strcmp(a.mode, "layout")) return mode_layout(&a);
   if (!strcmp(a.mode, "deadline")) return mode_deadline(&a);

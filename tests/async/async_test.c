@@ -27,25 +27,10 @@
 #include <unistd.h>
 
 #include "async/async_int.h"
+#include "async_kit.h"
 #include "dcp.h"
+#include "rank_check.h"
 
-#define CHECK(c, ...)                                                        \
-  do {                                                                       \
-    if (!(c)) {                                                              \
-      fprintf(stderr, "rank %d: %s:%d: ", g_rank, __FILE__, __LINE__);      \
-      fprintf(stderr, __VA_ARGS__);                                          \
-      fprintf(stderr, "\n");                                                 \
-      exit(1);                                                               \
-    }                                                                        \
-  } while (0)
-#define OK(expr, ctx)                                                             \
-  do {                                                                            \
-    dcp_status s_ = (expr);                                                       \
-    CHECK(s_ == DCP_OK, "%s: %s (%s)", #expr, dcp_strerror(s_),                   \
-          (ctx) ? dcp_ctx_last_error(ctx) : "");                                  \
-  } while (0)
-
-static int g_rank;
 
 #define ROWS 64
 #define COLS 33
@@ -129,35 +114,12 @@ static void check_load(dcp_ctx *ctx, const char *path, int rank, int world, int 
   model_free(&got);
 }
 
-typedef struct args {
-  const char *mode, *dir, *rdv;
-  const char *writer_coll;  /* how the writers coordinate (default "file") */
-  const char *trainer_coll; /* the trainer's own collective: "file" (forked
-                               ranks, the default) or "mpi" (under mpirun) */
-  long timeout_ms;          /* deadline of every wait (default 60 s) */
-} args;
+typedef ak_args args;
 
 static dcp_ctx *open_ctx(const args *a, int *rank, int *world) {
-  dcp_ctx_config cfg;
-  dcp_ctx_config_init(&cfg);
-  cfg.timeout_ms = a->timeout_ms > 0 ? a->timeout_ms : 60000;
-  const char *r = getenv("DCP_TEST_RANK"), *w = getenv("DCP_TEST_WORLD");
-  if (a->trainer_coll && !strcmp(a->trainer_coll, "mpi")) {
-    cfg.coll = "mpi";
-  } else if (a->rdv && r && w) {
-    cfg.coll = "file";
-    cfg.rendezvous = a->rdv;
-    cfg.rank = atoi(r);
-    cfg.world_size = atoi(w);
-  }
-  dcp_ctx *ctx;
-  dcp_status s = dcp_ctx_create(&cfg, &ctx);
-  CHECK(s == DCP_OK, "ctx: %s", dcp_ctx_create_error());
+  dcp_ctx *ctx = ak_open_ctx(a);
   *rank = g_rank = dcp_ctx_rank(ctx);
   *world = dcp_ctx_world_size(ctx);
-  if (*world > 1)
-    OK(dcp_async_set_coordination(ctx, a->writer_coll ? a->writer_coll : "file", a->rdv, NULL),
-       ctx);
   return ctx;
 }
 
@@ -421,16 +383,8 @@ static int mode_notfound(const args *a) {
 }
 
 int main(int argc, char **argv) {
-  args a = {argc > 1 ? argv[1] : "", NULL, NULL, NULL, NULL, 0};
-  for (int i = 2; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--dir")) a.dir = argv[i + 1];
-    else if (!strcmp(argv[i], "--rendezvous")) a.rdv = argv[i + 1];
-    else if (!strcmp(argv[i], "--writer-coll")) a.writer_coll = argv[i + 1];
-    else if (!strcmp(argv[i], "--trainer-coll")) a.trainer_coll = argv[i + 1];
-    else if (!strcmp(argv[i], "--timeout-ms")) a.timeout_ms = atol(argv[i + 1]);
-  }
-  CHECK(a.dir, "usage: async_test MODE --dir D [--rendezvous R]");
-  mkdir(a.dir, 0755);
+  args a;
+  ak_parse(argc, argv, &a);
   if (!strcmp(a.mode, "basic")) return mode_basic(&a);
   if (!strcmp(a.mode, "kill-peer-writer")) return peer_writer_fault(&a, SIGKILL);
   if (!strcmp(a.mode, "stall-peer-writer")) return peer_writer_fault(&a, SIGSTOP);

@@ -60,18 +60,8 @@
 
 #include "dcp.h"
 #include "fault_coll.h"
+#include "rank_check.h"
 
-#define CHECK(cond, ...)                                                  \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      fprintf(stderr, "rank %d: check failed at %s:%d: ", g_rank, __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                                       \
-      fprintf(stderr, "\n");                                              \
-      exit(1);                                                            \
-    }                                                                     \
-  } while (0)
-
-static int g_rank = -1;
 static int g_no_bytes; /* load tensors only */
 static int g_no_flat; /* leave the flat tensors out */
 

@@ -1,0 +1,52 @@
+/* async_kit.c — see async_kit.h. */
+#include "async_kit.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+void ak_parse(int argc, char **argv, ak_args *a) {
+  *a = (ak_args){.mode = argc > 1 ? argv[1] : ""};
+  for (int i = 2; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--dir")) a->dir = argv[i + 1];
+    else if (!strcmp(argv[i], "--rendezvous")) a->rdv = argv[i + 1];
+    else if (!strcmp(argv[i], "--writer-coll")) a->writer_coll = argv[i + 1];
+    else if (!strcmp(argv[i], "--trainer-coll")) a->trainer_coll = argv[i + 1];
+    else if (!strcmp(argv[i], "--timeout-ms")) a->timeout_ms = atol(argv[i + 1]);
+  }
+  if (!a->dir) {
+    fprintf(stderr, "usage: %s MODE --dir D [--rendezvous R] [--writer-coll C] "
+                    "[--trainer-coll mpi] [--timeout-ms MS]\n", argv[0]);
+    exit(2);
+  }
+  mkdir(a->dir, 0755);
+}
+
+dcp_ctx *ak_open_ctx(const ak_args *a) {
+  dcp_ctx_config cfg;
+  dcp_ctx_config_init(&cfg);
+  cfg.timeout_ms = a->timeout_ms > 0 ? a->timeout_ms : 60000;
+  const char *r = getenv("DCP_TEST_RANK"), *w = getenv("DCP_TEST_WORLD");
+  if (a->trainer_coll && !strcmp(a->trainer_coll, "mpi")) {
+    cfg.coll = "mpi";
+  } else if (a->rdv && r && w) {
+    cfg.coll = "file";
+    cfg.rendezvous = a->rdv;
+    cfg.rank = atoi(r);
+    cfg.world_size = atoi(w);
+  }
+  dcp_ctx *ctx;
+  dcp_status s = dcp_ctx_create(&cfg, &ctx);
+  if (s) {
+    fprintf(stderr, "rank %s: ctx: %s\n", r ? r : "0", dcp_ctx_create_error());
+    exit(1);
+  }
+  if (dcp_ctx_world_size(ctx) > 1 &&
+      (s = dcp_async_set_coordination(ctx, a->writer_coll ? a->writer_coll : "file", a->rdv,
+                                      NULL))) {
+    fprintf(stderr, "rank %d: set coordination: %s\n", dcp_ctx_rank(ctx), dcp_strerror(s));
+    exit(1);
+  }
+  return ctx;
+}

@@ -1,0 +1,28 @@
+/* async_kit.h — what the async test programs share: their command line
+ * and the trainer's context. */
+#ifndef DCP_TEST_ASYNC_KIT_H
+#define DCP_TEST_ASYNC_KIT_H
+
+#include "dcp.h"
+
+typedef struct ak_args {
+  const char *mode, *dir, *rdv;
+  const char *writer_coll;  /* how the writers coordinate (default "file") */
+  const char *trainer_coll; /* the trainer's own collective: "file" (forked
+                               ranks, the default) or "mpi" (under mpirun) */
+  long timeout_ms;          /* deadline of every wait (default 60 s) */
+} ak_args;
+
+/* PROGRAM MODE --dir D [--rendezvous R] [--writer-coll C]
+ * [--trainer-coll mpi] [--timeout-ms MS] into *a; exits 2 without --dir.
+ * Creates the directory D. */
+void ak_parse(int argc, char **argv, ak_args *a);
+
+/* The trainer's context: the mpi collective under mpirun (trainer_coll
+ * "mpi"), the file collective in rdv for ranks forked by dcp_launch
+ * (DCP_TEST_RANK / DCP_TEST_WORLD), else a world of one; with more than
+ * one rank the writers coordinate over writer_coll in rdv. Exits 1 with the
+ * reason on failure. */
+dcp_ctx *ak_open_ctx(const ak_args *a);
+
+#endif
