@@ -689,21 +689,28 @@ int g_allgather(dcp_comm *c, const void *send, size_t len, void *recv, dcp_plugi
   });
 }
 
+/* The root's side of gatherv / scatterv: lens given, its own entry equal
+ * to its len, a total that fits, and a buffer (buf) for a non-empty total. */
+int check_root_lens(const dcp_comm *c, const size_t *lens, size_t len, int32_t root,
+                    const void *buf, const char *op, dcp_plugin_err *err) {
+  ARGCHECK(lens, "%s: lens is NULL at the root", op);
+  ARGCHECK(lens[root] == len, "%s: lens[%d] = %zu but the root's own length is %zu", op,
+           (int)root, lens[root], len);
+  size_t total = 0;
+  for (int32_t r = 0; r < c->size; r++) {
+    ARGCHECK(lens[r] <= SIZE_MAX - total, "%s: total length overflows", op);
+    total += lens[r];
+  }
+  ARGCHECK(buf || !total, "%s: the root's buffer is NULL", op);
+  return DCP_OK;
+}
+
 int g_gatherv(dcp_comm *c, const void *send, size_t len, void *recv, const size_t *lens,
               int32_t root, dcp_plugin_err *err) {
   ARGCHECK(root >= 0 && root < c->size, "gatherv: root %d out of range", (int)root);
   ARGCHECK(send || !len, "gatherv: send is NULL");
-  if (c->rank == root) {
-    ARGCHECK(lens, "gatherv: lens is NULL at the root");
-    ARGCHECK(lens[root] == len, "gatherv: lens[%d] = %zu but the root sends %zu", (int)root,
-             lens[root], len);
-    size_t total = 0;
-    for (int32_t r = 0; r < c->size; r++) {
-      ARGCHECK(lens[r] <= SIZE_MAX - total, "gatherv: total length overflows");
-      total += lens[r];
-    }
-    ARGCHECK(recv || !total, "gatherv: recv is NULL at the root");
-  }
+  if (c->rank == root && check_root_lens(c, lens, len, root, recv, "gatherv", err))
+    return DCP_EINVAL;
   return guarded(c, err, "gatherv", [&] {
     Deadline d(c->timeout_ms);
     uint64_t slot = slot_of(OP_GATHERV, 0);
@@ -739,17 +746,8 @@ int g_scatterv(dcp_comm *c, const void *send, const size_t *lens, void *recv, si
                int32_t root, dcp_plugin_err *err) {
   ARGCHECK(root >= 0 && root < c->size, "scatterv: root %d out of range", (int)root);
   ARGCHECK(recv || !len, "scatterv: recv is NULL");
-  if (c->rank == root) {
-    ARGCHECK(lens, "scatterv: lens is NULL at the root");
-    ARGCHECK(lens[root] == len, "scatterv: lens[%d] = %zu but the root receives %zu", (int)root,
-             lens[root], len);
-    size_t total = 0;
-    for (int32_t r = 0; r < c->size; r++) {
-      ARGCHECK(lens[r] <= SIZE_MAX - total, "scatterv: total length overflows");
-      total += lens[r];
-    }
-    ARGCHECK(send || !total, "scatterv: send is NULL at the root");
-  }
+  if (c->rank == root && check_root_lens(c, lens, len, root, send, "scatterv", err))
+    return DCP_EINVAL;
   return guarded(c, err, "scatterv", [&] {
     Deadline d(c->timeout_ms);
     uint64_t slot = slot_of(OP_SCATTERV, 0);
