@@ -171,6 +171,21 @@ int ctk_check_allreduce(dcp_comm *c, int rank, int world, size_t many_n) {
   return 0;
 }
 
+/* A stale session of an earlier job must not be taken (coll_testkit.h). */
+int ctk_scenario_stale(int rank, int world, void *arg) {
+  int late_root = *(const int *)arg;
+  if ((rank == 0) == late_root) ctk_sleep_ms(300);
+  dcp_plugin_err err = {{0}};
+  dcp_comm *c = NULL;
+  CHECK_RC(ctk_open_comm(rank, world, 5000, NULL, &c, &err), DCP_OK);
+  CHECK_RC(ctk_P->barrier(c, &err), DCP_OK);
+  int64_t v = rank;
+  CHECK_RC(ctk_P->allreduce_i64(c, &v, 1, DCP_REDUCE_SUM, &err), DCP_OK);
+  CHECK(v == (int64_t)world * (world - 1) / 2);
+  ctk_P->close(c);
+  return 0;
+}
+
 int ctk_scenario_two_jobs(int idx, int world, void *arg) {
   (void)world;
   const char *const *jobs = arg;

@@ -88,6 +88,11 @@ int ctk_check_allgather(dcp_comm *c, int rank, int world);
  * a SUM of many_n values, then n = 0 and a bad op. 0 on success. */
 int ctk_check_allreduce(dcp_comm *c, int rank, int world, size_t many_n);
 
+/* Scenario for ctk_run_ranks: open after a delay (rank 0 late when *arg,
+ * an int, is nonzero; else the others late), then run a few ops. A rank
+ * that took a stale session of an earlier job would time out. */
+int ctk_scenario_stale(int rank, int world, void *arg);
+
 /* Scenario for ctk_run_ranks(4, ...): two jobs of two ranks share the
  * rendezvous directory at once; arg is the two jobs' option strings
  * (const char *[2]). Each job's allgathers see only its own ranks. */

@@ -418,28 +418,12 @@ static void plant_stale(void) {
   write_text("dcp.gloo.00000000deadbeef/12345", "stale key");
 }
 
-/* Opens after a delay (rank 0 late, or the others late: arg), then runs a
- * few ops; a rank that took the stale session would time out. */
-static int scenario_stale(int rank, int world, void *arg) {
-  int late_root = *(const int *)arg;
-  if ((rank == 0) == late_root) ctk_sleep_ms(300);
-  dcp_plugin_err err = {{0}};
-  dcp_comm *c = NULL;
-  CHECK_RC(ctk_open_comm(rank, world, 5000, NULL, &c, &err), DCP_OK);
-  CHECK_RC(ctk_P->barrier(c, &err), DCP_OK);
-  int64_t v = rank;
-  CHECK_RC(ctk_P->allreduce_i64(c, &v, 1, DCP_REDUCE_SUM, &err), DCP_OK);
-  CHECK(v == (int64_t)world * (world - 1) / 2);
-  ctk_P->close(c);
-  return 0;
-}
-
 /* Afterwards only the stale session directory is left (hellos and the
  * session file were replaced and removed). */
 static void stale(int late_root) {
   ctk_fresh_dir("dcp-coll-gloo");
   plant_stale();
-  assert_int_equal(ctk_run_ranks(4, scenario_stale, &late_root), 0);
+  assert_int_equal(ctk_run_ranks(4, ctk_scenario_stale, &late_root), 0);
   assert_int_equal(ctk_count_entries(ctk_dir), 1);
   char path[PATH_MAX + 64];
   snprintf(path, sizeof path, "%s/dcp.gloo.00000000deadbeef/12345", ctk_dir);
