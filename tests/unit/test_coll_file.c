@@ -358,6 +358,25 @@ static void test_mismatched_calls(void **state) {
   ctk_remove_dir(ctk_dir);
 }
 
+/* Rank 0 thinks the world has 2 ranks, rank 1 that it has 3: both time out
+ * (no hang), and rank 0's message says what it saw. */
+static int scenario_world_mismatch(int rank, int world, void *arg) {
+  (void)world, (void)arg;
+  dcp_plugin_err err = {{0}};
+  dcp_comm *c = NULL;
+  CHECK_RC(ctk_open_comm(rank, rank == 0 ? 2 : 3, 800, NULL, &c, &err), DCP_ETIMEDOUT);
+  CHECK(c == NULL);
+  if (rank == 0) CHECK(strstr(err.msg, "names a world of 3 ranks, this one has 2"));
+  return 0;
+}
+
+static void test_world_mismatch(void **state) {
+  (void)state;
+  ctk_fresh_dir("dcp-coll-file");
+  assert_int_equal(ctk_run_ranks(2, scenario_world_mismatch, NULL), 0);
+  ctk_remove_dir(ctk_dir);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Stale files and concurrent jobs                                          */
 /* ------------------------------------------------------------------------ */
@@ -434,6 +453,7 @@ int main(void) {
       cmocka_unit_test(test_timeout_exits_early),
       cmocka_unit_test(test_corrupt_payload),
       cmocka_unit_test(test_mismatched_calls),
+      cmocka_unit_test(test_world_mismatch),
       cmocka_unit_test(test_stale_session_root_late),
       cmocka_unit_test(test_stale_hellos_others_late),
       cmocka_unit_test(test_two_jobs_one_dir),

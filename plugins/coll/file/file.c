@@ -916,6 +916,21 @@ static int rank0_rescan(dcp_comm *c, want *w, size_t n, dcp_plugin_err *err) {
   return changed ? write_session(c, o->nonces, err) : DCP_OK;
 }
 
+/* A timed-out open that saw another world size in a rank's file says so:
+ * most likely the ranks were started with different world sizes (or a
+ * crashed job of another size left that file). */
+static int note_other_world(int rc, int32_t who, uint32_t other, int32_t mine,
+                            dcp_plugin_err *err) {
+  if (rc != DCP_ETIMEDOUT || !other || !err) return rc;
+  size_t n = strlen(err->msg);
+  if (n + 1 < sizeof err->msg)
+    snprintf(err->msg + n, sizeof err->msg - n,
+             "; %s names a world of %u ranks, this one has %d: were the ranks started "
+             "with different world sizes?", who < 0 ? "the session file" : "a hello file",
+             (unsigned)other, (int)mine);
+  return rc;
+}
+
 /* Rank 0 of open: collect hellos, publish the session, run round 0. */
 static int open_rank0(dcp_comm *c, int64_t deadline, dcp_plugin_err *err) {
   rank0_open o = {0};
@@ -927,13 +942,20 @@ static int open_rank0(dcp_comm *c, int64_t deadline, dcp_plugin_err *err) {
     rc = dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
     goto out;
   }
+  uint32_t other_world = 0; /* of the last stale hello seen */
   for (;;) { /* a hello for another world size is stale: wait for the fresh one */
     rc = wait_all(c, o.hello, (size_t)c->size, deadline, "open (hello files)", NULL, err);
-    if (rc) goto out;
+    if (rc) {
+      rc = note_other_world(rc, 1, other_world, c->size, err);
+      goto out;
+    }
     int stale = 0;
     for (int32_t r = 1; r < c->size; r++) {
       o.nonces[r] = hello_nonce(c, o.buf, r);
-      if (!o.nonces[r]) o.hello[r].done = 0, stale = 1;
+      if (!o.nonces[r]) {
+        other_world = dcpi_fx_get32(o.buf + DCPI_FX_HELLO_SIZE * (size_t)r + 8);
+        o.hello[r].done = 0, stale = 1;
+      }
     }
     if (!stale) break;
   }
@@ -976,10 +998,15 @@ static int open_other(dcp_comm *c, int64_t deadline, dcp_plugin_err *err) {
   if (!s) return dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
   want w = {.path = spath, .from = 0, .op = OP_SESSION, .dst = s, .len = len, .lenient = 1};
   uint64_t session = 0;
+  uint32_t other_world = 0; /* of the last foreign session file seen */
   for (;;) {
     rc = wait_all(c, &w, 1, deadline, "open (session file)", NULL, err);
-    if (rc) break;
+    if (rc) {
+      rc = note_other_world(rc, -1, other_world, c->size, err);
+      break;
+    }
     if (dcpi_fx_session_accepts(s, c->size, c->rank, nonce, &session)) break;
+    if (dcpi_fx_get32(s + 8) != (uint32_t)c->size) other_world = dcpi_fx_get32(s + 8);
     w.done = 0; /* someone else's session (stale): keep waiting */
     sleep_ns(POLL_MIN_NS * 10);
   }
