@@ -80,14 +80,14 @@ void dcpi_plan_cache_release(dcpi_plan_cache *c, dcpi_plan_entry *e) {
 /* The slot e goes to: the one of its key, else an empty one, else the
  * least recently used. Caller holds c->mu. */
 static int slot_for_locked(const dcpi_plan_cache *c, dcpi_plan_key key) {
-  int victim = 0;
+  int empty = -1, victim = 0;
   for (int i = 0; i < DCPI_PLAN_CACHE_SLOTS; i++) {
     const dcpi_plan_entry *e = c->slots[i];
-    if (e && dcpi_plan_key_equal(e->key, key)) return i;
-    if (!e) return i;
-    if (c->slots[victim] && e->stamp < c->slots[victim]->stamp) victim = i;
+    if (e && dcpi_plan_key_equal(e->key, key)) return i; /* never two of one key */
+    if (!e && empty < 0) empty = i;
+    if (e && c->slots[victim] && e->stamp < c->slots[victim]->stamp) victim = i;
   }
-  return victim;
+  return empty >= 0 ? empty : victim;
 }
 
 void dcpi_plan_cache_put(dcpi_plan_cache *c, dcpi_plan_entry *e) {

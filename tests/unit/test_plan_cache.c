@@ -65,6 +65,27 @@ static void test_borrowed_entry_survives_replacement(void **state) {
   dcpi_plan_cache_clear(&c);
 }
 
+/* A key is stored once even when an empty slot comes before its slot. */
+static void test_one_slot_per_key(void **state) {
+  (void)state;
+  dcpi_plan_cache c;
+  dcpi_plan_cache_init(&c);
+  dcpi_plan_cache_put(&c, entry(1, 1));
+  dcpi_plan_cache_put(&c, entry(2, 1));
+  dcpi_plan_entry *first = c.slots[0];
+  c.slots[0] = NULL; /* make slot 0 empty, key 2 in slot 1 */
+  dcpi_plan_cache_put(&c, entry(2, 7));
+  size_t n = 0;
+  for (int i = 0; i < DCPI_PLAN_CACHE_SLOTS; i++)
+    if (c.slots[i] && dcpi_plan_key_equal(c.slots[i]->key, key_of(2))) n++;
+  assert_int_equal(n, 1);
+  dcpi_plan_entry *e = dcpi_plan_cache_get(&c, key_of(2));
+  assert_int_equal(e->generation, 7);
+  dcpi_plan_cache_release(&c, e);
+  c.slots[0] = first;
+  dcpi_plan_cache_clear(&c);
+}
+
 static void test_shared_flag(void **state) {
   (void)state;
   dcpi_plan_cache c;
@@ -176,6 +197,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_get_put_lru),
       cmocka_unit_test(test_borrowed_entry_survives_replacement),
+      cmocka_unit_test(test_one_slot_per_key),
       cmocka_unit_test(test_shared_flag),
       cmocka_unit_test(test_serialised_roundtrip),
       cmocka_unit_test(test_entry_without_plans_has_no_global_plan),
