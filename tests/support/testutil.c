@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 void tu_rng_seed(tu_rng *r, uint64_t seed) { r->state = seed; }
@@ -50,4 +51,26 @@ void tu_plugin_dir(char *out, size_t cap) {
   assert_true(n > 0);
   exe[n] = '\0';
   snprintf(out, cap, "%s/../lib/dcp", dirname(exe));
+}
+
+dcp_ctx *tu_scratch_ctx(const char *prefix, char *dir, size_t dir_cap, char *plugins,
+                        size_t plugins_cap) {
+  snprintf(dir, dir_cap, "/tmp/%s-XXXXXX", prefix);
+  assert_non_null(mkdtemp(dir));
+  tu_plugin_dir(plugins, plugins_cap);
+  dcp_ctx_config cfg;
+  dcp_ctx_config_init(&cfg);
+  cfg.storage = "posix";
+  cfg.plugin_path = plugins;
+  dcp_ctx *ctx = NULL;
+  dcp_status s = dcp_ctx_create(&cfg, &ctx);
+  if (s) fprintf(stderr, "%s\n", dcp_ctx_create_error());
+  assert_int_equal(s, DCP_OK);
+  return ctx;
+}
+
+void tu_remove_tree(const char *dir) {
+  char cmd[PATH_MAX + 16];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
 }

@@ -35,4 +35,14 @@ int tu_box_contains(const dcp_box *b, const int64_t *p);
  * (asserts that /proc/self/exe resolves). */
 void tu_plugin_dir(char *out, size_t cap);
 
+/* A fixture's start: a fresh scratch directory /tmp/<prefix>-XXXXXX into
+ * dir, the build tree's plugin directory into plugins, and a context of
+ * rank 0 of 1 on the posix storage with those plugins (the test fails if
+ * any of it does not work). */
+dcp_ctx *tu_scratch_ctx(const char *prefix, char *dir, size_t dir_cap, char *plugins,
+                        size_t plugins_cap);
+
+/* A fixture's end: rm -rf dir (the test fails if that fails). */
+void tu_remove_tree(const char *dir);
+
 #endif

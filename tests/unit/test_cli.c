@@ -82,9 +82,8 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   (void)state;
-  char cmd[PATH_MAX + 16];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-  return system(cmd);
+  tu_remove_tree(g_dir);
+  return 0;
 }
 
 static void test_help_and_usage(void **state) {

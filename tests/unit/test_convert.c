@@ -21,14 +21,9 @@ typedef struct fixture {
 
 static int setup(void **state) {
   fixture *f = calloc(1, sizeof *f);
+  assert_non_null(f);
   char plugins[PATH_MAX];
-  tu_plugin_dir(plugins, sizeof plugins);
-  snprintf(f->dir, sizeof f->dir, "/tmp/dcp-conv-XXXXXX");
-  assert_non_null(mkdtemp(f->dir));
-  dcp_ctx_config cfg;
-  dcp_ctx_config_init(&cfg);
-  cfg.plugin_path = plugins;
-  assert_int_equal(dcp_ctx_create(&cfg, &f->ctx), DCP_OK);
+  f->ctx = tu_scratch_ctx("dcp-conv", f->dir, sizeof f->dir, plugins, sizeof plugins);
   *state = f;
   return 0;
 }
@@ -36,9 +31,7 @@ static int setup(void **state) {
 static int teardown(void **state) {
   fixture *f = *state;
   dcp_ctx_free(f->ctx);
-  char cmd[PATH_MAX + 16];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
-  assert_int_equal(system(cmd), 0);
+  tu_remove_tree(f->dir);
   free(f);
   return 0;
 }

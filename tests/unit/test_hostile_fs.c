@@ -60,12 +60,6 @@ static dcp_status load_small(dcp_ctx *ctx, const char *path) {
   return s;
 }
 
-/* Remove a directory tree (if any). */
-static void wipe_dir(const char *dir) {
-  char cmd[PATH_MAX + 32];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  assert_int_equal(system(cmd), 0);
-}
 
 /* Plant ckpt/name as a symlink to f->outside (which holds PRECIOUS). */
 static void plant_link(hk_fixture *f, const char *dir, const char *name) {
@@ -81,7 +75,7 @@ static void plant_link(hk_fixture *f, const char *dir, const char *name) {
 static void test_symlink_on_save(void **state) {
   hk_fixture *f = *state;
   const char *names[] = {"data-00000.dcp", ".metadata.tmp", ".metadata"};
-  char p[PATH_MAX + 32], cmd[PATH_MAX + 32];
+  char p[PATH_MAX + 32];
   for (size_t i = 0; i < 3; i++) {
     plant_link(f, f->ckpt, names[i]);
     assert_int_equal(save_small(f->ctx, f->ckpt), DCP_EIO);
@@ -91,8 +85,7 @@ static void test_symlink_on_save(void **state) {
     assert_int_equal(lstat(hk_path(p, sizeof p, f->ckpt, names[i]), &sb), 0);
     assert_true(S_ISLNK(sb.st_mode)); /* the link itself is left alone too */
     if (i < 2) assert_false(hk_exists(hk_path(p, sizeof p, f->ckpt, ".metadata")));
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->ckpt);
-    assert_int_equal(system(cmd), 0);
+    tu_remove_tree(f->ckpt);
   }
 }
 
@@ -104,7 +97,7 @@ static void test_hardlink_on_save(void **state) {
   const char *names[] = {"data-00000.dcp", ".metadata.tmp"};
   char p[PATH_MAX + 64];
   for (size_t i = 0; i < 2; i++) {
-    wipe_dir(f->ckpt);
+    tu_remove_tree(f->ckpt);
     hk_write_file(f->outside, PRECIOUS, strlen(PRECIOUS));
     assert_int_equal(mkdir(f->ckpt, 0777), 0);
     assert_int_equal(link(f->outside, hk_path(p, sizeof p, f->ckpt, names[i])), 0);
@@ -143,9 +136,7 @@ static void test_symlink_on_load(void **state) {
   char p[PATH_MAX + 32];
   const char *names[] = {".metadata", "data-00000.dcp"};
   for (size_t i = 0; i < 2; i++) {
-    char cmd[3 * PATH_MAX];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->ckpt);
-    assert_int_equal(system(cmd), 0);
+    tu_remove_tree(f->ckpt);
     assert_int_equal(save_small(f->ctx, f->ckpt), DCP_OK);
     assert_int_equal(load_small(f->ctx, f->ckpt), DCP_OK);
     hk_path(p, sizeof p, f->ckpt, names[i]);
@@ -182,7 +173,7 @@ static void test_special_files(void **state) {
   const char *names[] = {".metadata", "data-00000.dcp"};
   for (size_t i = 0; i < 2; i++)
     for (int kind = 0; kind < 2; kind++) {
-      wipe_dir(f->ckpt);
+      tu_remove_tree(f->ckpt);
       assert_int_equal(save_small(f->ctx, f->ckpt), DCP_OK);
       hk_path(p, sizeof p, f->ckpt, names[i]);
       assert_int_equal(unlink(p), 0);
@@ -359,11 +350,7 @@ static void copy_in_ckpt(hk_fixture *f, const char *from, const char *to) {
 }
 
 /* Remove the checkpoint directory. */
-static void wipe(hk_fixture *f) {
-  char cmd[PATH_MAX + 32];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->ckpt);
-  assert_int_equal(system(cmd), 0);
-}
+static void wipe(hk_fixture *f) { tu_remove_tree(f->ckpt); }
 
 /* Per-rank metadata that is missing, from another world, duplicated or
  * beyond the world: each load is refused with its own status and message

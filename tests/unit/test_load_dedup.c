@@ -371,9 +371,7 @@ static void test_single_rank_options(void **state) {
   dcp_ctx_free(ctx);
   free(src);
   free(dst);
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  assert_int_equal(system(cmd), 0);
+  tu_remove_tree(dir);
 }
 
 int main(void) {

@@ -23,17 +23,9 @@ typedef struct fixture {
 
 static int setup(void **state) {
   fixture *f = calloc(1, sizeof *f);
-  snprintf(f->dir, sizeof f->dir, "/tmp/dcp-test-XXXXXX");
-  assert_non_null(mkdtemp(f->dir));
+  assert_non_null(f);
+  f->ctx = tu_scratch_ctx("dcp-test", f->dir, sizeof f->dir, f->plugins, sizeof f->plugins);
   snprintf(f->ckpt, sizeof f->ckpt, "%s/ckpt", f->dir);
-  tu_plugin_dir(f->plugins, sizeof f->plugins);
-  dcp_ctx_config cfg;
-  dcp_ctx_config_init(&cfg);
-  cfg.storage = "posix";
-  cfg.plugin_path = f->plugins;
-  dcp_status s = dcp_ctx_create(&cfg, &f->ctx);
-  if (s) fprintf(stderr, "%s\n", dcp_ctx_create_error());
-  assert_int_equal(s, DCP_OK);
   *state = f;
   return 0;
 }
@@ -41,9 +33,7 @@ static int setup(void **state) {
 static int teardown(void **state) {
   fixture *f = *state;
   dcp_ctx_free(f->ctx);
-  char cmd[PATH_MAX + 16];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
-  assert_int_equal(system(cmd), 0);
+  tu_remove_tree(f->dir);
   free(f);
   return 0;
 }
