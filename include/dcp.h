@@ -72,7 +72,11 @@ typedef enum dcp_status {
   DCP_ENOSPC = -15,      /* the storage is full */
   DCP_ETIMEDOUT = -16,   /* a wait passed the configured deadline */
   DCP_EPEER = -17,       /* another rank failed; this rank's part was fine */
-  DCP_EPLUGIN = -18      /* a plugin could not be found, loaded or accepted */
+  DCP_EPLUGIN = -18,     /* a plugin could not be found, loaded or accepted */
+  /* -- since 0.3 -- */
+  DCP_EBUSY = -19,       /* another save holds the checkpoint directory's lease */
+  DCP_ESTALE = -20       /* the checkpoint changed under this save (a newer save
+                            committed, or this save's lease was lost) */
 } dcp_status;
 
 /* Non-zero when s is an error (negative). */

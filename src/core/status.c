@@ -34,6 +34,8 @@ const char *dcp_strerror(dcp_status s) {
     case DCP_ETIMEDOUT: return "deadline passed";
     case DCP_EPEER: return "another rank failed";
     case DCP_EPLUGIN: return "plugin error";
+    case DCP_EBUSY: return "checkpoint directory busy (another save holds it)";
+    case DCP_ESTALE: return "checkpoint changed under this save";
   }
   return "unknown status";
 }

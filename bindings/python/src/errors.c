@@ -32,6 +32,8 @@ static const error_kind kinds[] = {
     {DCP_ETIMEDOUT, "DCP_ETIMEDOUT", "TimedOutError"},
     {DCP_EPEER, "DCP_EPEER", "PeerError"},
     {DCP_EPLUGIN, "DCP_EPLUGIN", "PluginError"},
+    {DCP_EBUSY, "DCP_EBUSY", "BusyError"},
+    {DCP_ESTALE, "DCP_ESTALE", "StaleError"},
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 

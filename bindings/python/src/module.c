@@ -187,6 +187,8 @@ static const struct {
     {"ETIMEDOUT", DCP_ETIMEDOUT},
     {"EPEER", DCP_EPEER},
     {"EPLUGIN", DCP_EPLUGIN},
+    {"EBUSY", DCP_EBUSY},
+    {"ESTALE", DCP_ESTALE},
     {"MAX_NDIM", DCP_MAX_NDIM},
     {"MAX_NAME", DCP_MAX_NAME},
 };
