@@ -485,6 +485,27 @@ DCP_API size_t dcp_meta_file_count(const dcp_meta *meta);
 DCP_API dcp_status dcp_meta_file(const dcp_meta *meta, size_t index,
                                  const char **name);
 
+/* The length in bytes the save recorded for data file index (since format
+ * version 2; dcp_verify checks it). Errors: DCP_EINVAL (NULL), DCP_ENOTFOUND
+ * (no such file, or a version-1 checkpoint that recorded none). */
+DCP_API dcp_status dcp_meta_file_length(const dcp_meta *meta, size_t index,
+                                        uint64_t *length);
+
+/* Which save wrote a checkpoint (format version 2; docs/reliability.md).
+ * Frozen: this struct never grows (a new field would come in a new one). */
+typedef struct dcp_save_identity {
+  uint8_t id[16];      /* random per save (an uncoordinated save: from its
+                          save_id option), never all zero */
+  uint64_t generation; /* 1 for a directory's first save, then one more than
+                          the checkpoint the save replaced */
+  int32_t part_rank;   /* -1: a whole checkpoint; else the rank whose part of
+                          an uncoordinated save this metadata is */
+} dcp_save_identity;
+
+/* The identity of the save that wrote meta. Errors: DCP_EINVAL (NULL),
+ * DCP_ENOTFOUND (a version-1 checkpoint, or metadata built without one). */
+DCP_API dcp_status dcp_meta_identity(const dcp_meta *meta, dcp_save_identity *out);
+
 /* Save-time meshes, referenced by dcp_tensor_info.layout. */
 DCP_API size_t dcp_meta_mesh_count(const dcp_meta *meta);
 DCP_API dcp_status dcp_meta_mesh(const dcp_meta *meta, size_t index,

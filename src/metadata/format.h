@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#define DCPI_FORMAT_VERSION 1u
+#define DCPI_FORMAT_VERSION 2u /* written; 1 is still read */
 #define DCPI_MAGIC "\x89" "DCPM\r\n\x1a" /* 8 bytes, no NUL counted */
 #define DCPI_MAGIC_LEN 8u
 
@@ -23,10 +23,17 @@ enum {
   DCPI_SEC_CHUNKS = 5,
   DCPI_SEC_BYTES = 6,
   DCPI_SEC_KV = 7,
-  DCPI_SEC_COUNT = 7
+  DCPI_SEC_SAVE = 8,     /* since version 2: the save's identity, file lengths */
+  DCPI_SEC_COUNT = 8,    /* in the version written */
+  DCPI_SEC_COUNT_V1 = 7
 };
 
-#define DCPI_SECTIONS_START (DCPI_HEADER_SIZE + DCPI_SEC_COUNT * DCPI_DIRENT_SIZE)
+/* Sections of a file of format version v (1 or 2). */
+#define DCPI_SEC_COUNT_OF(v) ((v) == 1u ? (unsigned)DCPI_SEC_COUNT_V1 : (unsigned)DCPI_SEC_COUNT)
+/* Where the sections start in a file with n directory entries. */
+#define DCPI_SECTIONS_AT(n) (DCPI_HEADER_SIZE + (size_t)(n) * DCPI_DIRENT_SIZE)
+#define DCPI_SECTIONS_START DCPI_SECTIONS_AT(DCPI_SEC_COUNT)
+#define DCPI_SAVE_ID_LEN 16u /* bytes of a save identity's id */
 
 /* Per-ref flag byte (chunk entries and bytes items). */
 #define DCPI_RF_FILE_MASK 0x03u    /* how the file index is found: */
@@ -52,5 +59,6 @@ enum {
 #define DCPI_MIN_CHUNK 9u   /* flags + at least one 8-byte block checksum */
 #define DCPI_MIN_BYTES 5u   /* key, scope, rank, flags, raw length */
 #define DCPI_MIN_KV 2u      /* key, value */
+#define DCPI_MIN_FILE_LEN 1u /* a file length varint (save section) */
 
 #endif

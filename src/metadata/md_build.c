@@ -32,6 +32,7 @@ dcp_status dcpi_md_create(dcpi_md **out) {
   *out = calloc(1, sizeof **out);
   if (!*out) return DCP_ENOMEM;
   (*out)->world_size = 1;
+  (*out)->part_rank = -1;
   return DCP_OK;
 }
 
@@ -74,6 +75,23 @@ dcp_status dcpi_md_set_world(dcpi_md *md, int32_t world_size, dcpi_err *err) {
   if (world_size < 1)
     return dcpi_fail(err, DCP_EINVAL, "world size %d must be >= 1", (int)world_size);
   md->world_size = world_size;
+  return DCP_OK;
+}
+
+dcp_status dcpi_md_set_identity(dcpi_md *md, const uint8_t id[DCPI_SAVE_ID_LEN],
+                                uint64_t generation, int32_t part_rank, dcpi_err *err) {
+  if (!md || !id) return dcpi_fail(err, DCP_EINVAL, "metadata builder or id is NULL");
+  if (part_rank < -1) return dcpi_fail(err, DCP_EINVAL, "part rank %d", (int)part_rank);
+  memcpy(md->save_id, id, DCPI_SAVE_ID_LEN);
+  md->generation = generation;
+  md->part_rank = part_rank;
+  return DCP_OK;
+}
+
+dcp_status dcpi_md_set_file_length(dcpi_md *md, uint32_t id, uint64_t length, dcpi_err *err) {
+  if (!md) return dcpi_fail(err, DCP_EINVAL, "metadata builder is NULL");
+  if (id >= md->nfiles) return dcpi_fail(err, DCP_ENOTFOUND, "no file %u", id);
+  md->files[id].length = length;
   return DCP_OK;
 }
 
@@ -131,7 +149,7 @@ dcp_status dcpi_md_add_file(dcpi_md *md, const char *name, uint32_t *id, dcpi_er
     free(copy);
     return map_fail(rc, err);
   }
-  md->files[md->nfiles] = (dcpi_md_file){copy, len};
+  md->files[md->nfiles] = (dcpi_md_file){copy, len, 0};
   if (id) *id = (uint32_t)md->nfiles;
   md->nfiles++;
   return DCP_OK;

@@ -373,6 +373,22 @@ static dcp_status w_kvs(enc *e) {
   return DCP_OK;
 }
 
+/* Write the save section: identity, then every file's length (0 unknown).
+ * A part's rank must lie in the world. */
+static dcp_status w_save(enc *e) {
+  const dcpi_md *md = e->md;
+  if (md->part_rank >= md->world_size)
+    return dcpi_fail(e->err, DCP_EINVAL, "part of rank %d outside the world of %d",
+                     (int)md->part_rank, (int)md->world_size);
+  dcpi_wbuf *w = &e->sec[DCPI_SEC_SAVE];
+  dcpi_w_bytes(w, md->save_id, DCPI_SAVE_ID_LEN);
+  dcpi_w_varint(w, md->generation);
+  dcpi_w_varint(w, (uint64_t)(md->part_rank + 1));
+  dcpi_w_varint(w, md->nfiles);
+  for (size_t f = 0; f < md->nfiles; f++) dcpi_w_varint(w, md->files[f].length);
+  return DCP_OK;
+}
+
 /* Write every section body (strings last: the others fill it). */
 static dcp_status w_sections(enc *e) {
   dcp_status s = compute_defaults(e);
@@ -383,6 +399,7 @@ static dcp_status w_sections(enc *e) {
   if (s == DCP_OK) s = w_tensors(e);
   if (s == DCP_OK) s = w_bytes(e);
   if (s == DCP_OK) s = w_kvs(e);
+  if (s == DCP_OK) s = w_save(e);
   if (s != DCP_OK) return s;
   dcpi_wbuf *w = &e->sec[DCPI_SEC_STRINGS];
   dcpi_w_varint(w, e->nstrings);

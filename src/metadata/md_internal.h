@@ -4,6 +4,7 @@
 #define DCP_METADATA_MD_INTERNAL_H
 
 #include "core/strmap.h"
+#include "metadata/format.h"
 #include "metadata/meta.h"
 
 /* A storage ref with owned copies of its arrays (lens NULL for codec NONE). */
@@ -67,10 +68,14 @@ typedef struct dcpi_md_kv {
 typedef struct dcpi_md_file {
   char *name; /* owned */
   size_t name_len;
+  uint64_t length; /* bytes, 0 when unknown */
 } dcpi_md_file;
 
 struct dcpi_md {
   int32_t world_size;
+  uint8_t save_id[DCPI_SAVE_ID_LEN]; /* all zero: no identity */
+  uint64_t generation;
+  int32_t part_rank; /* -1: the whole checkpoint */
   dcpi_md_file *files;
   size_t nfiles, cap_files;
   dcpi_md_mesh *meshes;

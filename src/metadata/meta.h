@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "metadata/format.h"
 #include "dcp.h"
 
 typedef struct dcpi_md dcpi_md; /* mutable in-memory metadata being built; owns copies of everything */
@@ -29,6 +30,19 @@ void dcpi_md_free(dcpi_md *md);
  * items must lie in [0, world_size) when encoding.
  * Errors: DCP_EINVAL (NULL, world_size < 1). */
 dcp_status dcpi_md_set_world(dcpi_md *md, int32_t world_size, dcpi_err *err);
+
+/* Record the identity of the save md describes (format version 2): a
+ * 16-byte id, its generation (one more than the checkpoint it replaces; 1
+ * for the first), and part_rank: -1 for a whole checkpoint, else the rank
+ * whose part of an uncoordinated save this is (< the world size, checked
+ * when encoding). Without a call the identity is all zero (tools, tests).
+ * Errors: DCP_EINVAL (NULL, part_rank < -1). */
+dcp_status dcpi_md_set_identity(dcpi_md *md, const uint8_t id[DCPI_SAVE_ID_LEN],
+                                uint64_t generation, int32_t part_rank, dcpi_err *err);
+
+/* Record the length in bytes of file id (what a verify expects to find).
+ * Errors: DCP_EINVAL (NULL md), DCP_ENOTFOUND (no such file). */
+dcp_status dcpi_md_set_file_length(dcpi_md *md, uint32_t id, uint64_t length, dcpi_err *err);
 
 /* Append a data file name to the file table; *id (may be NULL) gets its index,
  * 0, 1, ... in call order. The name is a plain file name relative to the

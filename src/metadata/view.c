@@ -40,17 +40,17 @@ static dcp_status dec_end(dcpi_dec *d) {
 /* The name of each section in messages, by id (as in the decoders'). */
 static const char *const sec_names[DCPI_SEC_COUNT + 1] = {
     "", "strings section", "files section", "meshes section", "tensors section",
-    "chunks section", "bytes section", "key/value section"};
+    "chunks section", "bytes section", "key/value section", "save section"};
 
 /* Which part of a buffer of len bytes (len >= DCPI_SECTIONS_START +
  * DCPI_TRAILER_SIZE) holds byte offset at: header, directory, the section
  * the directory places there, or the trailer. Used to name where a
  * truncation cuts the file. */
-static const char *part_at(const uint8_t *p, size_t len, uint64_t at) {
+static const char *part_at(const uint8_t *p, size_t len, unsigned nsec, uint64_t at) {
   if (at < DCPI_HEADER_SIZE) return "header";
-  if (at < DCPI_SECTIONS_START) return "directory";
+  if (at < DCPI_SECTIONS_AT(nsec)) return "directory";
   if (at >= len - DCPI_TRAILER_SIZE) return "trailer";
-  for (unsigned i = 0; i < DCPI_SEC_COUNT; i++) {
+  for (unsigned i = 0; i < nsec; i++) {
     const uint8_t *d = p + DCPI_HEADER_SIZE + (size_t)i * DCPI_DIRENT_SIZE;
     uint64_t off = dcpi_get_u64(d + 8), slen = dcpi_get_u64(d + 16);
     if (at >= off && at - off < slen) return sec_names[i + 1];
@@ -60,8 +60,8 @@ static const char *part_at(const uint8_t *p, size_t len, uint64_t at) {
 
 /* Where the directory says the last section ends (the trailer's offset
  * when the directory is intact). */
-static uint64_t sections_end(const uint8_t *p) {
-  const uint8_t *d = p + DCPI_HEADER_SIZE + (size_t)(DCPI_SEC_COUNT - 1) * DCPI_DIRENT_SIZE;
+static uint64_t sections_end(const uint8_t *p, unsigned nsec) {
+  const uint8_t *d = p + DCPI_HEADER_SIZE + (size_t)(nsec - 1) * DCPI_DIRENT_SIZE;
   uint64_t off = dcpi_get_u64(d + 8), slen = dcpi_get_u64(d + 16);
   return off + slen < off ? UINT64_MAX : off + slen;
 }
@@ -72,12 +72,12 @@ static uint64_t sections_end(const uint8_t *p) {
  * directory by contiguity and ids, each section by its own xxh3 in the
  * directory. So when the header and the directory hold and every section
  * matches its checksum, the damage is in the trailer itself. */
-static const char *locate_damage(const uint8_t *p, size_t len, char *buf, size_t cap) {
-  if (dcpi_get_u32(p + 12) != 0 || dcpi_get_u32(p + 24) != DCPI_SEC_COUNT ||
-      dcpi_get_u32(p + 28) != 0)
+static const char *locate_damage(const uint8_t *p, size_t len, unsigned nsec, char *buf,
+                                 size_t cap) {
+  if (dcpi_get_u32(p + 12) != 0 || dcpi_get_u32(p + 24) != nsec || dcpi_get_u32(p + 28) != 0)
     return "header";
-  size_t pos = DCPI_SECTIONS_START, end = len - DCPI_TRAILER_SIZE;
-  for (unsigned i = 0; i < DCPI_SEC_COUNT; i++) {
+  size_t pos = DCPI_SECTIONS_AT(nsec), end = len - DCPI_TRAILER_SIZE;
+  for (unsigned i = 0; i < nsec; i++) {
     const uint8_t *d = p + DCPI_HEADER_SIZE + (size_t)i * DCPI_DIRENT_SIZE;
     uint64_t off = dcpi_get_u64(d + 8), slen = dcpi_get_u64(d + 16);
     if (dcpi_get_u32(d) != i + 1 || dcpi_get_u32(d + 4) != 0 || off != pos || slen > end - pos)
@@ -111,21 +111,23 @@ static dcp_status check_header(const uint8_t *p, size_t len, uint32_t *version, 
     return dcpi_fail(err, DCP_EVERSION, "metadata format version %u (header) is newer than the "
                      "supported version %u", *version, DCPI_FORMAT_VERSION);
   uint64_t total = len >= 24 ? dcpi_get_u64(p + 16) : 0;
-  if (len < DCPI_SECTIONS_START + DCPI_TRAILER_SIZE)
+  unsigned nsec = DCPI_SEC_COUNT_OF(*version);
+  size_t start = DCPI_SECTIONS_AT(nsec);
+  if (len < start + DCPI_TRAILER_SIZE)
     return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: truncated inside the %s (%zu bytes)",
                      len < DCPI_HEADER_SIZE       ? "header"
-                     : len < DCPI_SECTIONS_START ? "directory"
-                     : total >= DCPI_SECTIONS_START + DCPI_TRAILER_SIZE
-                         ? part_at(p, (size_t)total, len)
+                     : len < start ? "directory"
+                     : total >= start + DCPI_TRAILER_SIZE
+                         ? part_at(p, (size_t)total, nsec, len)
                          : "sections",
                      len);
-  if (total != len && sections_end(p) == len - DCPI_TRAILER_SIZE)
+  if (total != len && sections_end(p, nsec) == len - DCPI_TRAILER_SIZE)
     return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: the header says %llu bytes, the "
                      "file and its directory %zu (a damaged header)", (unsigned long long)total,
                      len);
   if (total > len)
     return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: truncated inside the %s: the header "
-                     "says %llu bytes, the file has %zu", part_at(p, (size_t)total, len),
+                     "says %llu bytes, the file has %zu", part_at(p, (size_t)total, nsec, len),
                      (unsigned long long)total, len);
   if (total != len)
     return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: the header says %llu bytes, the file "
@@ -135,12 +137,12 @@ static dcp_status check_header(const uint8_t *p, size_t len, uint32_t *version, 
   char where[80];
   if (DCPI_CHECKSUMS_ENFORCED && dcpi_mv_hash(p, len - DCPI_TRAILER_SIZE) != want)
     return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: whole-file checksum mismatch, the "
-                     "damage is in the %s", locate_damage(p, len, where, sizeof where));
+                     "damage is in the %s", locate_damage(p, len, nsec, where, sizeof where));
   if (dcpi_get_u32(p + 12) != 0 || dcpi_get_u32(p + 28) != 0)
     return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: reserved header field is not zero");
-  if (dcpi_get_u32(p + 24) != DCPI_SEC_COUNT)
-    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: %u sections in the header, version 1 "
-                     "has %u", dcpi_get_u32(p + 24), DCPI_SEC_COUNT);
+  if (dcpi_get_u32(p + 24) != nsec)
+    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: %u sections in the header, version %u "
+                     "has %u", dcpi_get_u32(p + 24), *version, nsec);
   return DCP_OK;
 }
 
@@ -167,9 +169,10 @@ static dcp_status check_dirent(const uint8_t *p, size_t len, unsigned i, size_t 
 }
 
 /* Check the whole directory; secs[id] gets each section's range. */
-static dcp_status check_directory(const uint8_t *p, size_t len, sec_range *secs, dcpi_err *err) {
-  size_t pos = DCPI_SECTIONS_START;
-  for (unsigned i = 0; i < DCPI_SEC_COUNT; i++) {
+static dcp_status check_directory(const uint8_t *p, size_t len, unsigned nsec, sec_range *secs,
+                                  dcpi_err *err) {
+  size_t pos = DCPI_SECTIONS_AT(nsec);
+  for (unsigned i = 0; i < nsec; i++) {
     dcp_status s = check_dirent(p, len, i, &pos, &secs[i + 1], err);
     if (s != DCP_OK) return s;
   }
@@ -269,6 +272,7 @@ static dcp_status dec_file_entry(dcpi_dec *d, const dcp_meta *m, dcpi_strmap *se
   if (s != DCP_OK) return s;
   f->name = name->s;
   f->block_size = (uint32_t)bs;
+  f->length = 0; /* from the save section, when there is one */
   return DCP_OK;
 }
 
@@ -568,6 +572,30 @@ static dcp_status dec_kvs(dcp_meta *m, sec_range sr, dcpi_err *err) {
   return dec_end(&d);
 }
 
+/* ---- save identity (version 2) ------------------------------------------ */
+
+/* Decode the save section: id, generation, part rank, and one length per
+ * file of the files section. */
+static dcp_status dec_save(dcp_meta *m, sec_range sr, dcpi_err *err) {
+  dcpi_dec d;
+  dec_init(&d, m, sr, "save section", err);
+  uint64_t gen = 0, part = 0, n = 0;
+  if (dcpi_r_left(&d.r) < DCPI_SAVE_ID_LEN) return dcpi_dec_fail(&d, "no room for the save id");
+  memcpy(m->save_id, d.r.p + d.r.pos, DCPI_SAVE_ID_LEN);
+  d.r.pos += DCPI_SAVE_ID_LEN;
+  dcp_status s = dcpi_dec_var(&d, UINT64_MAX, "generation", &gen);
+  if (s == DCP_OK) s = dcpi_dec_var(&d, (uint64_t)m->world_size, "part rank + 1", &part);
+  if (s == DCP_OK) s = dcpi_dec_count(&d, DCPI_MIN_FILE_LEN, "file length count", &n);
+  if (s == DCP_OK && n != m->nfiles)
+    s = dcpi_dec_fail(&d, "%llu file lengths for %zu files", (unsigned long long)n, m->nfiles);
+  for (size_t f = 0; s == DCP_OK && f < m->nfiles; f++)
+    s = dcpi_dec_var(&d, INT64_MAX, "file length", &m->files[f].length);
+  if (s != DCP_OK) return s;
+  m->generation = gen;
+  m->part_rank = (int32_t)part - 1;
+  return dec_end(&d);
+}
+
 /* ---- open / free ------------------------------------------------------ */
 
 void dcp_meta_free(dcp_meta *m) {
@@ -599,6 +627,7 @@ static dcp_status dec_tables(dcp_meta *m, const sec_range *secs, dcpi_err *err) 
   if (s == DCP_OK) s = dec_tensors(m, secs[DCPI_SEC_TENSORS], err);
   if (s == DCP_OK) s = dec_bytes(m, secs[DCPI_SEC_BYTES], err);
   if (s == DCP_OK) s = dec_kvs(m, secs[DCPI_SEC_KV], err);
+  if (s == DCP_OK && m->version >= 2) s = dec_save(m, secs[DCPI_SEC_SAVE], err);
   return s;
 }
 
@@ -608,7 +637,7 @@ static dcp_status open_view(dcp_ctx *ctx, const void *data, size_t len, dcp_meta
   uint32_t version = 0;
   sec_range secs[DCPI_SEC_COUNT + 1];
   dcp_status s = check_header(data, len, &version, err);
-  if (s == DCP_OK) s = check_directory(data, len, secs, err);
+  if (s == DCP_OK) s = check_directory(data, len, DCPI_SEC_COUNT_OF(version), secs, err);
   if (s != DCP_OK) return s;
   dcp_meta *m = calloc(1, sizeof *m);
   if (!m || !(m->buf = malloc(len))) {
@@ -618,6 +647,7 @@ static dcp_status open_view(dcp_ctx *ctx, const void *data, size_t len, dcp_meta
   memcpy(m->buf, data, len);
   m->len = len;
   m->version = version;
+  m->part_rank = -1;
   m->ctx = ctx;
   if ((s = dec_tables(m, secs, err)) != DCP_OK) {
     dcp_meta_free(m);
@@ -699,6 +729,23 @@ dcp_status dcp_meta_file(const dcp_meta *m, size_t index, const char **name) {
   if (!m || !name) return DCP_EINVAL;
   if (index >= m->nfiles) return DCP_ENOTFOUND;
   *name = m->files[index].name;
+  return DCP_OK;
+}
+
+dcp_status dcp_meta_file_length(const dcp_meta *m, size_t index, uint64_t *length) {
+  if (!m || !length) return DCP_EINVAL;
+  if (index >= m->nfiles || m->files[index].length == 0) return DCP_ENOTFOUND;
+  *length = m->files[index].length;
+  return DCP_OK;
+}
+
+dcp_status dcp_meta_identity(const dcp_meta *m, dcp_save_identity *out) {
+  static const uint8_t none[16];
+  if (!m || !out) return DCP_EINVAL;
+  if (m->version < 2 || memcmp(m->save_id, none, sizeof none) == 0) return DCP_ENOTFOUND;
+  memcpy(out->id, m->save_id, sizeof out->id);
+  out->generation = m->generation;
+  out->part_rank = m->part_rank;
   return DCP_OK;
 }
 

@@ -30,6 +30,7 @@ typedef struct dcpi_mv_file {
   const char *name;
   uint8_t codec;       /* default coding of refs into this file */
   uint32_t block_size;
+  uint64_t length;     /* bytes (save section), 0 when unknown (version 1) */
 } dcpi_mv_file;
 
 typedef struct dcpi_mv_mesh {
@@ -93,6 +94,9 @@ struct dcp_meta {
   size_t len;
   uint32_t version;
   int32_t world_size;
+  uint8_t save_id[16]; /* save section; all zero in version 1 */
+  uint64_t generation; /* 0 in version 1 */
+  int32_t part_rank;   /* -1: a whole checkpoint */
   dcpi_mv_string *strings;
   size_t nstrings;
   dcpi_mv_file *files;

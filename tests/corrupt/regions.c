@@ -11,19 +11,21 @@
 
 #define MD_HEADER 32u
 #define MD_DIRENT 32u
-#define MD_SECTIONS 7u
+#define MD_SECTIONS 8u /* at most: format version 1 has 7, version 2 has 8 */
 #define MD_TRAILER 8u
 
 /* Section names as the reader's messages spell them. */
 static const char *const section_names[MD_SECTIONS] = {
     "strings section", "files section", "meshes section", "tensors section",
-    "chunks section",  "bytes section", "key/value section"};
+    "chunks section",  "bytes section", "key/value section", "save section"};
 
 static uint64_t get64(const uint8_t *p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
   return v;
 }
+
+static uint32_t get32(const uint8_t *p) { return (uint32_t)get64(p) & 0xffffffffu; }
 
 static int file_index(rg_map *map, cm_kind k, const char *dir, const char *name, bool meta) {
   for (int i = 0; i < map->nfiles; i++)
@@ -156,15 +158,17 @@ static int add_meta_regions(rg_map *map, cm_kind k, const char *dir, const char 
   size_t got = fp ? fread(hd, 1, sizeof hd, fp) : 0;
   if (fp) fclose(fp);
   uint64_t size = map->files[f].size;
-  if (got != sizeof hd || get64(hd + 16) != size) return -1;
+  unsigned nsec = got >= MD_HEADER ? get32(hd + 24) : 0;
+  if (nsec < 7 || nsec > MD_SECTIONS || got < MD_HEADER + nsec * MD_DIRENT || get64(hd + 16) != size)
+    return -1;
   /* the header, split around its version field */
   rg_region *version = NULL;
   if (!add_meta_part(map, f, 0, 8, "header") || !(version = add_meta_part(map, f, 8, 12, "header")))
     return -1;
   version->version = true;
   if (!add_meta_part(map, f, 12, MD_HEADER, "header")) return -1;
-  if (!add_meta_part(map, f, MD_HEADER, sizeof hd, "directory")) return -1;
-  for (unsigned i = 0; i < MD_SECTIONS; i++) {
+  if (!add_meta_part(map, f, MD_HEADER, MD_HEADER + nsec * MD_DIRENT, "directory")) return -1;
+  for (unsigned i = 0; i < nsec; i++) {
     const uint8_t *d = hd + MD_HEADER + i * MD_DIRENT;
     uint64_t off = get64(d + 8), len = get64(d + 16);
     if (len && !add_meta_part(map, f, off, off + len, section_names[i])) return -1;

@@ -211,6 +211,12 @@ static inline uint8_t *hk_craft_meta(const hk_craft *c, size_t *len) {
     dcpi_w_u64(w, 0);
   }
   dcpi_w_varint(&sec[DCPI_SEC_KV], 0);
+  w = &sec[DCPI_SEC_SAVE]; /* no identity, one file of unknown length */
+  for (int i = 0; i < 16; i++) dcpi_w_u8(w, 0);
+  dcpi_w_varint(w, 0); /* generation */
+  dcpi_w_varint(w, 0); /* whole checkpoint */
+  dcpi_w_varint(w, 1);
+  dcpi_w_varint(w, 0);
   return hk_assemble(sec, len);
 }
 

@@ -150,15 +150,16 @@ typedef struct craft {
   dcpi_wbuf sec[DCPI_SEC_COUNT + 1];
 } craft;
 
-/* Assemble header, directory, bodies and trailer with correct checksums. */
+/* Assemble header, directory, bodies and trailer with correct checksums:
+ * a format version 1 file (still read; it has no save section). */
 static uint8_t *assemble(craft *c, size_t *len) {
   dcpi_wbuf out = {0};
-  uint8_t head[DCPI_SECTIONS_START] = {0};
+  uint8_t head[DCPI_SECTIONS_AT(DCPI_SEC_COUNT_V1)] = {0};
   memcpy(head, DCPI_MAGIC, DCPI_MAGIC_LEN);
   dcpi_put_u32(head + 8, 1);
-  dcpi_put_u32(head + 24, DCPI_SEC_COUNT);
-  uint64_t pos = DCPI_SECTIONS_START;
-  for (unsigned i = 1; i <= DCPI_SEC_COUNT; i++) {
+  dcpi_put_u32(head + 24, DCPI_SEC_COUNT_V1);
+  uint64_t pos = DCPI_SECTIONS_AT(DCPI_SEC_COUNT_V1);
+  for (unsigned i = 1; i <= DCPI_SEC_COUNT_V1; i++) {
     uint8_t *d = head + DCPI_HEADER_SIZE + (i - 1) * DCPI_DIRENT_SIZE;
     dcpi_put_u32(d, i);
     dcpi_put_u64(d + 8, pos);
@@ -168,10 +169,10 @@ static uint8_t *assemble(craft *c, size_t *len) {
   }
   dcpi_put_u64(head + 16, pos + 8);
   dcpi_w_bytes(&out, head, sizeof head);
-  for (unsigned i = 1; i <= DCPI_SEC_COUNT; i++) dcpi_w_bytes(&out, c->sec[i].data, c->sec[i].len);
+  for (unsigned i = 1; i <= DCPI_SEC_COUNT_V1; i++) dcpi_w_bytes(&out, c->sec[i].data, c->sec[i].len);
   dcpi_w_u64(&out, XXH3_64bits(out.data, out.len));
   assert_int_equal(out.status, DCP_OK);
-  for (unsigned i = 1; i <= DCPI_SEC_COUNT; i++) dcpi_wbuf_free(&c->sec[i]);
+  for (unsigned i = 1; i <= DCPI_SEC_COUNT_V1; i++) dcpi_wbuf_free(&c->sec[i]);
   *len = out.len;
   return out.data;
 }
@@ -406,7 +407,7 @@ static void test_crafted_header(void **state) {
     dcp_status want;
   } cases[] = {
       {8, 0, 4, DCP_ECORRUPT},                       /* version 0 */
-      {8, 2, 4, DCP_EVERSION},                       /* newer version */
+      {8, 3, 4, DCP_EVERSION},                       /* newer version */
       {12, 1, 4, DCP_ECORRUPT},                      /* header flags */
       {16, 0, 8, DCP_ECORRUPT},                      /* total length */
       {24, 8, 4, DCP_ECORRUPT},                      /* section count */
