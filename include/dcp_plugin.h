@@ -171,7 +171,25 @@ typedef struct dcp_coll_config {
 /* Every function below except rank/size/close is collective: all ranks of
  * the communicator call it in the same order with matching arguments. A
  * call that cannot complete by the timeout returns DCP_ETIMEDOUT; a peer
- * that is known to be gone gives DCP_EPEER. */
+ * that is known to be gone gives DCP_EPEER.
+ *
+ * Caller memory: no plugin function touches caller memory after it
+ * returns, whatever it returns. The buffers a call is given (send, recv,
+ * buf, vals, lens, ranks) are read and written only until the call
+ * returns, also when it returns DCP_ETIMEDOUT while a peer may still send
+ * or receive later: the core frees them at once. A backend whose transfers
+ * cannot be cancelled stages them through memory it owns and keeps that
+ * memory until they complete (dcp-coll-mpi: bounce buffers), or destroys
+ * its pending operations before it returns (dcp-coll-gloo).
+ *
+ * Close: after any failed call on the communicator it returns at once,
+ * without waiting for a peer. On a healthy communicator a backend may wait
+ * for its peers, bounded by the timeout (the file exchange's closing
+ * round). dcp-coll-mpi finalises an MPI it initialised itself at the last
+ * close, which waits for every process of the job as MPI_Finalize does,
+ * only when no communicator of the process ever failed; after a failure MPI
+ * stays initialised, and the program should exit (under mpirun that ends
+ * the job) or call MPI_Abort: see docs/plugins.md. */
 typedef struct dcp_coll_plugin {
   uint32_t abi_version;
   uint32_t struct_size;
@@ -179,7 +197,8 @@ typedef struct dcp_coll_plugin {
   uint64_t caps;    /* DCP_COLL_CAP_* */
 
   int (*open)(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *err);
-  /* Free the communicator (not collective; after the last collective). */
+  /* Free the communicator (not collective; after the last collective).
+   * After a failure it returns at once (see above). */
   void (*close)(dcp_comm *c);
   int32_t (*rank)(const dcp_comm *c);
   int32_t (*size)(const dcp_comm *c);

@@ -2,6 +2,8 @@
  *
  *   mpi_coll PLUGIN.so main      every op, groups, a user communicator,
  *                                message splitting (max_msg=1 MiB)
+ *   mpi_coll PLUGIN.so rounds    the same with a 2.5 MB bounce buffer: the
+ *                                larger payloads move in several rounds
  *   mpi_coll PLUGIN.so timeout   the last rank skips a barrier
  *   mpi_coll PLUGIN.so selfinit  the plugin initialises and finalises MPI
  *
@@ -208,6 +210,8 @@ static void check_config(int rank, int size) {
   dcp_comm *c = NULL;
   CHECK_RC(open_comm(NULL, 1000, "max_msg=0", &c, &err), DCP_EINVAL);
   CHECK_RC(open_comm(NULL, 1000, "speed=fast", &c, &err), DCP_EINVAL);
+  CHECK_RC(open_comm(NULL, 1000, "bounce=0", &c, &err), DCP_EINVAL);
+  CHECK_RC(open_comm(NULL, 1000, "bounce=", &c, &err), DCP_EINVAL);
   CHECK_RC(open_comm(NULL, 0, NULL, &c, &err), DCP_EINVAL);
   dcp_coll_config cfg = {.struct_size = 8, .timeout_ms = 1000};
   CHECK_RC(P->open(&cfg, &c, &err), DCP_EINVAL);
@@ -246,8 +250,8 @@ static void check_ctx_world(int size) {
   dcp_ctx_free(ctx);
 }
 
-/* Every op on a duplicate of world with 1 MiB pieces. */
-static int run_main(void) {
+/* Every op on a duplicate of world with 1 MiB pieces (opts). */
+static int run_main(const char *opts) {
   int rank, size, provided;
   MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -257,7 +261,7 @@ static int run_main(void) {
   check_config(rank, size);
   dcp_plugin_err err = {{0}};
   dcp_comm *c = NULL;
-  CHECK_RC(open_comm(NULL, 30000, "max_msg=1048576", &c, &err), DCP_OK);
+  CHECK_RC(open_comm(NULL, 30000, opts, &c, &err), DCP_OK);
   CHECK(P->rank(c) == rank && P->size(c) == size);
   unsigned char *buf = malloc(MULTI);
   CHECK(buf);
@@ -333,10 +337,11 @@ static int run_selfinit(void) {
 int main(int argc, char **argv) {
   g_plugin_file = argv[argc > 1 ? 1 : 0];
   if (argc != 3 || !(P = ctk_load_path(argv[1]))) {
-    fprintf(stderr, "usage: %s PLUGIN.so main|timeout|selfinit\n", argv[0]);
+    fprintf(stderr, "usage: %s PLUGIN.so main|rounds|timeout|selfinit\n", argv[0]);
     return 2;
   }
-  if (strcmp(argv[2], "main") == 0) return run_main();
+  if (strcmp(argv[2], "main") == 0) return run_main("max_msg=1048576");
+  if (strcmp(argv[2], "rounds") == 0) return run_main("max_msg=1048576,bounce=2500000");
   if (strcmp(argv[2], "timeout") == 0) return run_timeout();
   if (strcmp(argv[2], "selfinit") == 0) return run_selfinit();
   return 2;

@@ -5,39 +5,64 @@
  * of MPI_COMM_WORLD when native is NULL, so that library traffic never
  * matches the application's messages. The duplicate has MPI_ERRORS_RETURN:
  * MPI errors become DCP_EIO with MPI_Error_string's text. MPI is initialised
- * (MPI_THREAD_MULTIPLE requested) only when nobody did yet, and then
- * finalised on close.
+ * (MPI_THREAD_MULTIPLE requested) only when nobody did yet; then the last
+ * close finalises it, unless a communicator failed (see "Close" below).
  *
  * Deadlines: every operation is started in its nonblocking form and polled
  * with MPI_Testall and a short backoff until it completes or timeout_ms
  * passes (DCP_ETIMEDOUT). A started collective cannot be cancelled, so after
- * a timeout the communicator is unusable: later calls return DCP_EPEER, and
- * close frees it only if the abandoned requests have completed meanwhile
- * (otherwise it is leaked, and MPI is not finalised, which would hang).
+ * a timeout the communicator is unusable: later calls return DCP_EPEER.
  *
- * Large buffers: MPI counts and displacements are int. Every message is cut
- * into pieces of at most max_msg bytes (option "max_msg=N", default 1 GiB):
- * several Ibcast/Iallreduce calls, allgather pieces received through a
- * datatype resized to the per-rank stride (MPI_Aint extent). gatherv and
- * scatterv go point to point (MPI_Isend/MPI_Irecv, pieces of max_msg): only
- * the root knows every length, so the ranks could not agree on a split of
- * MPI_Igatherv's int displacements, while each pair of ranks can agree on
- * its own pieces. Collective and point-to-point traffic on one communicator
- * never match each other, and MPI's non-overtaking order keeps pieces of
- * successive calls apart.
+ * Caller memory: no function touches the caller's buffers after it returns,
+ * whatever it returns. MPI never sees them: every call stages its data
+ * through a bounce buffer owned by the communicator (at most "bounce=N"
+ * bytes, default 64 MiB, one round at a time): a send copies the caller's
+ * bytes in before the round starts, a receive copies them out once the
+ * round has completed. A round that times out (or fails) is abandoned with
+ * its requests, and the bounce buffer goes with it: a late peer's message
+ * then lands in plugin memory. Abandoned rounds are kept until MPI reports
+ * them complete, across close if need be (a process-wide list, tested again
+ * at every open and close), and freed once MPI is finalised. Cost: one copy
+ * of every byte moved, and a data volume above the bounce size moves in
+ * successive rounds under the call's one deadline.
+ *
+ * Large buffers: MPI counts are int. Every message is cut into pieces of at
+ * most min(max_msg, bounce) bytes (option "max_msg=N", default 1 GiB): a
+ * round of bcast holds Ibcast pieces, one of allgather an Iallgather of an
+ * equal piece of every rank's part (then scattered to rank i's place at
+ * i*len), one of allreduce an Iallreduce of a slice of the values. gatherv
+ * and scatterv go point to point (MPI_Isend/MPI_Irecv in pieces): only the
+ * root knows every length, so the ranks could not agree on a split of
+ * MPI_Igatherv's int displacements, while each pair of ranks cuts its own
+ * stream into the same pieces (the root may pack the pieces of several
+ * ranks into one round; a rank's pieces stay in order). Collective and
+ * point-to-point traffic on one communicator never match each other, and
+ * MPI's non-overtaking order keeps pieces of successive calls apart. The
+ * ranks must agree on max_msg and bounce.
  *
  * Groups: group_bcast is a binomial tree over the group's members, point
- * to point on the communicator (tag TAG_GROUP, pieces of max_msg), every
- * wait under the call's one deadline: a member receives from its parent,
- * then sends to its children. Not a sub-communicator per group:
+ * to point on the communicator (tag TAG_GROUP), every wait under the call's
+ * one deadline: round by round, a member receives a slice from its parent
+ * into the bounce buffer, copies it out, and forwards the same bounce bytes
+ * to its children. Not a sub-communicator per group:
  * MPI_Comm_create_group has no nonblocking form, so a group's first
  * broadcast would wait without a deadline for a member that never comes
  * (tests/integration: scenario.mpi.nohang.load_stall_group). Calls on
  * groups that share two ranks reach those ranks in the same order (the
  * collective contract), so the messages between them match in order.
+ *
+ * Close frees the communicator when nothing of it is pending (otherwise its
+ * handle is left to MPI, and its abandoned rounds to the process-wide
+ * list). MPI_Finalize is collective over the whole job and would wait
+ * forever for a stalled peer, so the plugin finalises only at the last close
+ * of a process where no communicator has ever failed: once one did, MPI
+ * stays initialised, close returns at once, and it is up to the program to
+ * exit (under mpirun a process that exits without MPI_Finalize ends the job
+ * and mpirun kills the stalled rank) or to call MPI_Abort.
  */
 #include <limits.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,26 +72,49 @@
 #include "dcp_plugin.h"
 
 #define DEFAULT_MAX_MSG (1u << 30)
+#define DEFAULT_BOUNCE (64u << 20)
 #define POLL_MIN_NS 2000LL      /* 2 us */
 #define POLL_MAX_NS 1000000LL   /* 1 ms */
 #define TAG_GATHERV 0x4463
 #define TAG_SCATTERV 0x4464
 #define TAG_GROUP 0x4465
 
+/* The requests of one round. Once abandoned (timed out or failed), it also
+ * owns the bounce buffer they read from or write into, until MPI reports
+ * every request complete. */
+typedef struct batch {
+  struct batch *next;
+  unsigned char *bounce; /* owned once abandoned; NULL before */
+  size_t n, cap;         /* requests started, room */
+  MPI_Request req[];
+} batch;
+
 struct dcp_comm {
   MPI_Comm comm;
   int rank, size;
   int64_t timeout_ms;
-  size_t max_msg;
-  int we_initialized; /* MPI_Init_thread was ours: finalise on close */
-  int broken;         /* an operation was abandoned */
-  char why[160];      /* the first failure's message, for later refusals */
-  int lost;           /* abandoned requests we could not keep track of */
-  MPI_Request *pending; /* requests abandoned by a timeout */
-  size_t npending;
+  size_t max_msg;        /* the largest piece of one MPI call */
+  size_t bounce_max;     /* the most bytes one round stages */
+  unsigned char *bounce; /* the staging buffer (grown on demand) */
+  size_t bounce_cap;
+  int counted;           /* counted in g.open */
+  int broken;            /* an operation failed or was abandoned */
+  char why[160];         /* the first failure's message, for later refusals */
+  batch *abandoned;      /* rounds that may still complete */
 };
 
+/* Process-wide state, guarded by mu: whether MPI is ours to finalise, how
+ * many communicators are open, whether one ever failed, and the abandoned
+ * rounds of closed communicators. */
+static struct {
+  pthread_mutex_t mu;
+  int ours, open, poisoned;
+  batch *graves;
+} g = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, NULL};
+
 /* Writes a formatted reason into err and returns code. */
+static int fail(dcp_plugin_err *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int fail(dcp_plugin_err *err, int code, const char *fmt, ...) {
   if (err) {
     va_list ap;
@@ -98,49 +146,98 @@ static void sleep_ns(int64_t ns) {
   nanosleep(&ts, NULL);
 }
 
-/* Marks c broken, keeping the first failure's message (err's, when given)
- * for the refusals that follow. Returns code. */
+static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
+
+/* ------------------------------------------------------------------------ */
+/* Rounds: requests over the bounce buffer                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Marks c broken (and the process poisoned: MPI_Finalize could now wait
+ * forever), keeping the first failure's message (err's, when given) for the
+ * refusals that follow. Returns code. */
 static int broke(dcp_comm *c, int code, const dcp_plugin_err *err) {
   c->broken = 1;
   if (!c->why[0] && err) snprintf(c->why, sizeof c->why, "%.150s", err->msg); /* may cut */
+  pthread_mutex_lock(&g.mu);
+  g.poisoned = 1;
+  pthread_mutex_unlock(&g.mu);
   return code;
 }
 
-/* Keeps requests abandoned by a timeout so close can tell whether the
- * communicator may still be freed. */
-static void abandon(dcp_comm *c, MPI_Request *reqs, size_t n) {
-  c->broken = 1;
-  MPI_Request *p = realloc(c->pending, (c->npending + n) * sizeof *p);
-  if (!p) {
-    c->lost = 1; /* then close leaks the communicator, which is safe */
-    return;
+/* A batch with room for cap requests (at least one), none started; NULL
+ * with err set when out of memory. */
+static batch *batch_new(size_t cap, dcp_plugin_err *err) {
+  cap = cap ? cap : 1;
+  batch *b = cap > (SIZE_MAX - sizeof *b) / sizeof(MPI_Request)
+                 ? NULL : malloc(sizeof *b + cap * sizeof(MPI_Request));
+  if (!b) {
+    fail(err, DCP_ENOMEM, "mpi coll: out of memory");
+    return NULL;
   }
-  memcpy(p + c->npending, reqs, n * sizeof *p);
-  c->pending = p;
-  c->npending += n;
+  b->next = NULL;
+  b->bounce = NULL;
+  b->n = 0;
+  b->cap = cap;
+  return b;
 }
 
-/* Polls reqs[0..n) until all complete or the deadline passes. */
-static int wait_reqs(dcp_comm *c, MPI_Request *reqs, size_t n, int64_t deadline, const char *what,
-                     dcp_plugin_err *err) {
+/* The bounce buffer with room for n bytes (nothing is kept from an earlier
+ * call); NULL with err set when out of memory. */
+static unsigned char *bounce_get(dcp_comm *c, size_t n, dcp_plugin_err *err) {
+  if (n <= c->bounce_cap && c->bounce) return c->bounce;
+  free(c->bounce);
+  c->bounce = malloc(n ? n : 1);
+  c->bounce_cap = c->bounce ? n : 0;
+  if (!c->bounce) fail(err, DCP_ENOMEM, "mpi coll: out of memory (%zu-byte bounce buffer)", n);
+  return c->bounce;
+}
+
+/* Gives up on b's requests: b takes the bounce buffer they use (the
+ * communicator gets a new one if it is ever used again, which it is not:
+ * it is broken) and joins c's abandoned rounds. */
+static void abandon(dcp_comm *c, batch *b) {
+  b->bounce = c->bounce;
+  c->bounce = NULL;
+  c->bounce_cap = 0;
+  b->next = c->abandoned;
+  c->abandoned = b;
+}
+
+/* Waits for b's requests until deadline, then empties b for the next round.
+ * mrc is the status of starting them: an error abandons the round (some
+ * pieces may be in flight: the peers are now out of step). On a timeout or
+ * error the round is abandoned: b then belongs to c and *bp becomes NULL. */
+static int round_wait(dcp_comm *c, batch **bp, int mrc, int64_t deadline, const char *what,
+                      dcp_plugin_err *err) {
+  batch *b = *bp;
   int64_t backoff = POLL_MIN_NS;
+  int rc = DCP_OK;
   for (;;) {
     int done = 0;
-    int mrc = MPI_Testall((int)n, reqs, &done, MPI_STATUSES_IGNORE);
-    if (mrc != MPI_SUCCESS) return broke(c, mpi_fail(err, what, mrc), err);
-    if (done) return DCP_OK;
+    if (mrc == MPI_SUCCESS) mrc = MPI_Testall((int)b->n, b->req, &done, MPI_STATUSES_IGNORE);
+    if (mrc != MPI_SUCCESS) {
+      rc = broke(c, mpi_fail(err, what, mrc), err);
+      break;
+    }
+    if (done) {
+      b->n = 0;
+      return DCP_OK;
+    }
     int64_t left = deadline - now_ns();
     if (left <= 0) {
-      abandon(c, reqs, n);
-      return broke(c,
-                   fail(err, DCP_ETIMEDOUT,
-                        "mpi coll: %s timed out after %lld ms (a peer did not join); the "
-                        "communicator is unusable from now on", what, (long long)c->timeout_ms),
-                   err);
+      rc = broke(c,
+                 fail(err, DCP_ETIMEDOUT,
+                      "mpi coll: %s timed out after %lld ms (a peer did not join); the "
+                      "communicator is unusable from now on", what, (long long)c->timeout_ms),
+                 err);
+      break;
     }
     sleep_ns(backoff < left ? backoff : left);
     if (backoff < POLL_MAX_NS) backoff *= 2;
   }
+  abandon(c, b);
+  *bp = NULL;
+  return rc;
 }
 
 /* Deadline timeout_ms from now. */
@@ -162,96 +259,76 @@ static size_t pieces(size_t len, size_t max) {
   return len / max + (len % max != 0);
 }
 
-/* A request array of n entries (at least one), all MPI_REQUEST_NULL. */
-static MPI_Request *reqs_new(size_t n, dcp_plugin_err *err) {
-  MPI_Request *r = malloc((n ? n : 1) * sizeof *r);
-  if (!r) {
-    fail(err, DCP_ENOMEM, "mpi coll: out of memory");
-    return NULL;
-  }
-  for (size_t i = 0; i < (n ? n : 1); i++) r[i] = MPI_REQUEST_NULL;
-  return r;
+/* The largest piece of one MPI call: max_msg, and never more than a round. */
+static size_t piece_of(const dcp_comm *c) {
+  return min_sz(c->max_msg, c->bounce_max);
 }
 
-/* Waits for reqs[0..started) after starting them, until deadline; a start
- * error (mrc) wins. Frees reqs. */
-static int finish_by(dcp_comm *c, MPI_Request *reqs, size_t started, int mrc, int64_t deadline,
-                     const char *what, dcp_plugin_err *err) {
-  int rc;
-  if (mrc != MPI_SUCCESS) {
-    abandon(c, reqs, started); /* some pieces may be in flight: the peers are now out of step */
-    rc = broke(c, mpi_fail(err, what, mrc), err);
-  } else {
-    rc = wait_reqs(c, reqs, started, deadline, what, err);
+/* Starts point-to-point pieces (of piece_of(c)) of the len bytes at buf
+ * to or from peer, appending their requests to b. */
+static int post_pieces(dcp_comm *c, batch *b, int is_send, unsigned char *buf, size_t len,
+                       int peer, int tag) {
+  size_t p = piece_of(c);
+  for (size_t off = 0; off < len; off += p) {
+    int k = (int)min_sz(p, len - off);
+    int mrc = is_send ? MPI_Isend(buf + off, k, MPI_BYTE, peer, tag, c->comm, &b->req[b->n])
+                      : MPI_Irecv(buf + off, k, MPI_BYTE, peer, tag, c->comm, &b->req[b->n]);
+    if (mrc != MPI_SUCCESS) return mrc;
+    b->n++;
   }
-  free(reqs);
-  return rc;
-}
-
-/* finish_by with a deadline timeout_ms from now. */
-static int finish(dcp_comm *c, MPI_Request *reqs, size_t started, int mrc, const char *what,
-                  dcp_plugin_err *err) {
-  return finish_by(c, reqs, started, mrc, deadline_of(c), what, err);
+  return MPI_SUCCESS;
 }
 
 /* ------------------------------------------------------------------------ */
 /* Collectives                                                              */
 /* ------------------------------------------------------------------------ */
 
-/* Barrier: MPI_Ibarrier. */
+/* Barrier: MPI_Ibarrier (no data, so no bounce buffer). */
 static int m_barrier(dcp_comm *c, dcp_plugin_err *err) {
   int rc = check_usable(c, err);
   if (rc) return rc;
-  MPI_Request *r = reqs_new(1, err);
-  if (!r) return DCP_ENOMEM;
-  int mrc = MPI_Ibarrier(c->comm, r);
-  return finish(c, r, 1, mrc, "barrier", err);
+  batch *b = batch_new(1, err);
+  if (!b) return DCP_ENOMEM;
+  int mrc = MPI_Ibarrier(c->comm, &b->req[b->n]);
+  if (mrc == MPI_SUCCESS) b->n++;
+  rc = round_wait(c, &b, mrc, deadline_of(c), "barrier", err);
+  free(b);
+  return rc;
 }
 
-/* Ibcast of len bytes at buf in pieces of max_msg on comm. */
-static int bcast_on(dcp_comm *c, MPI_Comm comm, void *buf, size_t len, int root, const char *what,
-                    dcp_plugin_err *err) {
-  size_t n = pieces(len, c->max_msg), i = 0;
-  MPI_Request *r = reqs_new(n, err);
-  if (!r) return DCP_ENOMEM;
-  int mrc = MPI_SUCCESS;
-  for (; i < n && mrc == MPI_SUCCESS; i++) {
-    size_t off = i * c->max_msg, k = len - off < c->max_msg ? len - off : c->max_msg;
-    mrc = MPI_Ibcast((char *)buf + off, (int)k, MPI_BYTE, root, comm, &r[i]);
-  }
-  return finish(c, r, i, mrc, what, err);
-}
-
-/* Bcast: Ibcast pieces. */
+/* Bcast: rounds of up to bounce_max bytes, each Ibcast pieces of the
+ * bounce buffer; the root copies in, the others copy out. */
 static int m_bcast(dcp_comm *c, void *buf, size_t len, int32_t root, dcp_plugin_err *err) {
   int rc = check_usable(c, err);
   if (rc) return rc;
   if (root < 0 || root >= c->size) return fail(err, DCP_EINVAL, "mpi coll: bad root %d", (int)root);
   if (!buf && len) return fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
-  return bcast_on(c, c->comm, buf, len, root, "bcast", err);
+  if (len == 0) return DCP_OK;
+  size_t step = min_sz(len, c->bounce_max), p = piece_of(c);
+  batch *b = batch_new(pieces(step, p), err);
+  unsigned char *bb = b ? bounce_get(c, step, err) : NULL;
+  if (!bb) {
+    free(b);
+    return DCP_ENOMEM;
+  }
+  int64_t deadline = deadline_of(c);
+  for (size_t off = 0; off < len && rc == DCP_OK; off += step) {
+    size_t n = min_sz(step, len - off);
+    int mrc = MPI_SUCCESS;
+    if (c->rank == root) memcpy(bb, (char *)buf + off, n);
+    for (size_t at = 0; at < n && mrc == MPI_SUCCESS; at += p) {
+      mrc = MPI_Ibcast(bb + at, (int)min_sz(p, n - at), MPI_BYTE, root, c->comm, &b->req[b->n]);
+      if (mrc == MPI_SUCCESS) b->n++;
+    }
+    rc = round_wait(c, &b, mrc, deadline, "bcast", err);
+    if (rc == DCP_OK && c->rank != root) memcpy((char *)buf + off, bb, n);
+  }
+  free(b);
+  return rc;
 }
 
-/* One allgather piece [off, off+k) of every rank's len bytes: received
- * through a k-byte type whose extent is len, so rank i's piece lands at
- * i*len + off without any int displacement. */
-static int allgather_piece(dcp_comm *c, const char *send, size_t len, char *recv, size_t off,
-                           size_t k, MPI_Request *req) {
-  if (k == len) /* the whole part fits: a plain Iallgather */
-    return MPI_Iallgather(send, (int)k, MPI_BYTE, recv, (int)k, MPI_BYTE, c->comm, req);
-  MPI_Datatype contig, strided;
-  int mrc = MPI_Type_contiguous((int)k, MPI_BYTE, &contig);
-  if (mrc != MPI_SUCCESS) return mrc;
-  mrc = MPI_Type_create_resized(contig, 0, (MPI_Aint)len, &strided);
-  MPI_Type_free(&contig);
-  if (mrc != MPI_SUCCESS) return mrc;
-  mrc = MPI_Type_commit(&strided);
-  if (mrc == MPI_SUCCESS)
-    mrc = MPI_Iallgather(send + off, (int)k, MPI_BYTE, recv + off, 1, strided, c->comm, req);
-  MPI_Type_free(&strided); /* a pending operation keeps its own reference */
-  return mrc;
-}
-
-/* Allgather: one Iallgather per piece of max_msg bytes. */
+/* Allgather: rounds of one Iallgather (in place in the bounce buffer) of k
+ * bytes of every rank's part, then rank i's k bytes go to i*len + off. */
 static int m_allgather(dcp_comm *c, const void *send, size_t len, void *recv,
                        dcp_plugin_err *err) {
   int rc = check_usable(c, err);
@@ -259,64 +336,155 @@ static int m_allgather(dcp_comm *c, const void *send, size_t len, void *recv,
   if (len && (!send || !recv)) return fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
   if (len > (size_t)PTRDIFF_MAX / (size_t)c->size)
     return fail(err, DCP_EOVERFLOW, "mpi coll: allgather size overflows");
-  size_t n = pieces(len, c->max_msg), i = 0;
-  MPI_Request *r = reqs_new(n, err);
-  if (!r) return DCP_ENOMEM;
+  if (len == 0) return DCP_OK;
+  size_t w = (size_t)c->size, k = min_sz(min_sz(len, c->max_msg), c->bounce_max / w);
+  k = k ? k : 1; /* a world larger than the bounce size: one byte per rank */
+  batch *b = batch_new(1, err);
+  unsigned char *bb = b ? bounce_get(c, k * w, err) : NULL;
+  if (!bb) {
+    free(b);
+    return DCP_ENOMEM;
+  }
+  int64_t deadline = deadline_of(c);
+  for (size_t off = 0; off < len && rc == DCP_OK; off += k) {
+    size_t n = min_sz(k, len - off);
+    memcpy(bb + (size_t)c->rank * n, (const char *)send + off, n);
+    int mrc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, bb, (int)n, MPI_BYTE, c->comm,
+                             &b->req[0]);
+    if (mrc == MPI_SUCCESS) b->n = 1;
+    rc = round_wait(c, &b, mrc, deadline, "allgather", err);
+    for (size_t r = 0; rc == DCP_OK && r < w; r++)
+      memcpy((char *)recv + r * len + off, bb + r * n, n);
+  }
+  free(b);
+  return rc;
+}
+
+/* One point-to-point stream of a gatherv, scatterv or group_bcast: len
+ * bytes of caller memory at user, to or from each of npeers peers (the
+ * same bytes to each; a receive has one peer). */
+typedef struct stream {
+  unsigned char *user;
+  size_t len;
+  const int *peers;
+  size_t npeers;
+  int one; /* the peer, when peers points here */
+} stream;
+
+/* Where the next piece of a stream list starts. */
+typedef struct cursor {
+  size_t si, off;
+} cursor;
+
+/* Copies the received pieces from `from` up to `to` out of the bounce
+ * buffer into the callers' buffers, in the order they were packed. */
+static void copy_out(const dcp_comm *c, const stream *s, cursor from, cursor to,
+                     const unsigned char *bb) {
+  size_t p = piece_of(c), used = 0;
+  while (from.si < to.si || (from.si == to.si && from.off < to.off)) {
+    if (from.off >= s[from.si].len) {
+      from.si++, from.off = 0;
+      continue;
+    }
+    size_t k = min_sz(p, s[from.si].len - from.off);
+    memcpy(s[from.si].user + from.off, bb + used, k);
+    used += k;
+    from.off += k;
+  }
+}
+
+/* Packs the next pieces of the streams from *cur into the bounce buffer
+ * (copying them in for a send) and starts them, until the round is full or
+ * the streams end; advances *cur. Returns the MPI status of the starts. */
+static int pack_round(dcp_comm *c, batch *b, int is_send, const stream *s, size_t ns,
+                      cursor *cur, unsigned char *bb, int tag) {
+  size_t p = piece_of(c), used = 0;
   int mrc = MPI_SUCCESS;
-  for (; i < n && mrc == MPI_SUCCESS; i++) {
-    size_t off = i * c->max_msg, k = len - off < c->max_msg ? len - off : c->max_msg;
-    mrc = allgather_piece(c, send, len, recv, off, k, &r[i]);
+  while (cur->si < ns && mrc == MPI_SUCCESS) {
+    const stream *st = &s[cur->si];
+    if (cur->off >= st->len) {
+      cur->si++, cur->off = 0;
+      continue;
+    }
+    size_t k = min_sz(p, st->len - cur->off);
+    if (used + k > c->bounce_max) break; /* pieces are never split: both sides cut alike */
+    if (is_send) memcpy(bb + used, st->user + cur->off, k);
+    for (size_t i = 0; i < st->npeers && mrc == MPI_SUCCESS; i++)
+      mrc = post_pieces(c, b, is_send, bb + used, k, st->peers[i], tag);
+    used += k;
+    cur->off += k;
   }
-  return finish(c, r, i, mrc, "allgather", err);
+  return mrc;
 }
 
-/* Starts point-to-point pieces of len bytes at buf to/from peer (send or
- * receive), appending requests at r[*used]. */
-static int p2p_pieces(dcp_comm *c, int is_send, char *buf, size_t len, int peer, int tag,
-                      MPI_Request *r, size_t *used) {
-  for (size_t off = 0; off < len; off += c->max_msg) {
-    size_t k = len - off < c->max_msg ? len - off : c->max_msg;
-    int mrc = is_send ? MPI_Isend(buf + off, (int)k, MPI_BYTE, peer, tag, c->comm, &r[*used])
-                      : MPI_Irecv(buf + off, (int)k, MPI_BYTE, peer, tag, c->comm, &r[*used]);
-    if (mrc != MPI_SUCCESS) return mrc;
-    (*used)++;
+/* Moves the streams' bytes in rounds through the bounce buffer (all sends
+ * or all receives) under one deadline. */
+static int p2p_rounds(dcp_comm *c, int is_send, const stream *s, size_t ns, int tag,
+                      int64_t deadline, const char *what, dcp_plugin_err *err) {
+  size_t total = 0, nreq = 0, p = piece_of(c);
+  for (size_t i = 0; i < ns; i++) {
+    total += s[i].len; /* the callers' buffers exist: no overflow */
+    nreq += pieces(s[i].len, p) * s[i].npeers;
   }
-  return MPI_SUCCESS;
+  if (total == 0) return DCP_OK;
+  batch *b = batch_new(nreq, err);
+  unsigned char *bb = b ? bounce_get(c, min_sz(total, c->bounce_max), err) : NULL;
+  if (!bb) {
+    free(b);
+    return DCP_ENOMEM;
+  }
+  cursor cur = {0, 0};
+  int rc = DCP_OK;
+  while (cur.si < ns && rc == DCP_OK) {
+    cursor from = cur;
+    int mrc = pack_round(c, b, is_send, s, ns, &cur, bb, tag);
+    rc = round_wait(c, &b, mrc, deadline, what, err);
+    if (rc == DCP_OK && !is_send) copy_out(c, s, from, cur, bb);
+  }
+  free(b);
+  return rc;
 }
 
-/* Root side of gatherv/scatterv: one exchange with every other rank of
- * lens[i] bytes at buf + offset; its own part is copied. */
-static int root_exchange(dcp_comm *c, int is_send, char *buf, const size_t *lens, char *own,
-                         int tag, const char *what, dcp_plugin_err *err) {
-  size_t n = 0, off = 0, used = 0;
+/* A single-peer stream. */
+static stream stream_one(unsigned char *user, size_t len, int peer) {
+  stream s = {.user = user, .len = len, .npeers = 1, .one = peer};
+  return s;
+}
+
+/* Root side of gatherv/scatterv: a stream with every other rank of lens[i]
+ * bytes at buf + offset; its own part is copied. */
+static int root_exchange(dcp_comm *c, int is_send, unsigned char *buf, const size_t *lens,
+                         unsigned char *own, int tag, const char *what, dcp_plugin_err *err) {
+  size_t off = 0;
   for (int i = 0; i < c->size; i++) {
     if (lens[i] > SIZE_MAX - off) return fail(err, DCP_EOVERFLOW, "mpi coll: lengths overflow");
     off += lens[i];
-    if (i != c->rank) n += pieces(lens[i], c->max_msg);
   }
-  MPI_Request *r = reqs_new(n, err);
-  if (!r) return DCP_ENOMEM;
-  int mrc = MPI_SUCCESS;
+  stream *s = malloc((size_t)c->size * sizeof *s);
+  if (!s) return fail(err, DCP_ENOMEM, "mpi coll: out of memory");
+  size_t ns = 0;
   off = 0;
-  for (int i = 0; i < c->size && mrc == MPI_SUCCESS; off += lens[i++]) {
+  for (int i = 0; i < c->size; off += lens[i++]) {
     if (i != c->rank) {
-      mrc = p2p_pieces(c, is_send, buf + off, lens[i], i, tag, r, &used);
+      s[ns] = stream_one(buf + off, lens[i], i);
+      s[ns].peers = &s[ns].one;
+      ns++;
     } else if (lens[i]) {
       if (is_send) memcpy(own, buf + off, lens[i]);
       else memcpy(buf + off, own, lens[i]);
     }
   }
-  return finish(c, r, used, mrc, what, err);
+  int rc = p2p_rounds(c, is_send, s, ns, tag, deadline_of(c), what, err);
+  free(s);
+  return rc;
 }
 
-/* Non-root side of gatherv/scatterv: one exchange of len bytes with root. */
-static int leaf_exchange(dcp_comm *c, int is_send, char *buf, size_t len, int root, int tag,
-                         const char *what, dcp_plugin_err *err) {
-  size_t used = 0;
-  MPI_Request *r = reqs_new(pieces(len, c->max_msg), err);
-  if (!r) return DCP_ENOMEM;
-  int mrc = p2p_pieces(c, is_send, buf, len, root, tag, r, &used);
-  return finish(c, r, used, mrc, what, err);
+/* Non-root side of gatherv/scatterv: one stream of len bytes with root. */
+static int leaf_exchange(dcp_comm *c, int is_send, unsigned char *buf, size_t len, int root,
+                         int tag, const char *what, dcp_plugin_err *err) {
+  stream s = stream_one(buf, len, root);
+  s.peers = &s.one;
+  return p2p_rounds(c, is_send, &s, 1, tag, deadline_of(c), what, err);
 }
 
 /* Gatherv: point-to-point pieces to the root (see the header comment). */
@@ -326,11 +494,11 @@ static int m_gatherv(dcp_comm *c, const void *send, size_t len, void *recv, cons
   if (rc) return rc;
   if (root < 0 || root >= c->size) return fail(err, DCP_EINVAL, "mpi coll: bad root %d", (int)root);
   if (len && !send) return fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
-  if (c->rank != root)
-    return leaf_exchange(c, 1, (char *)(uintptr_t)send, len, root, TAG_GATHERV, "gatherv", err);
+  unsigned char *mine = (unsigned char *)(uintptr_t)send; /* only ever read */
+  if (c->rank != root) return leaf_exchange(c, 1, mine, len, root, TAG_GATHERV, "gatherv", err);
   if (!lens || lens[root] != len || (!recv && len))
     return fail(err, DCP_EINVAL, "mpi coll: gatherv lens/recv invalid at root");
-  return root_exchange(c, 0, recv, lens, (char *)(uintptr_t)send, TAG_GATHERV, "gatherv", err);
+  return root_exchange(c, 0, recv, lens, mine, TAG_GATHERV, "gatherv", err);
 }
 
 /* Scatterv: point-to-point pieces from the root. */
@@ -345,10 +513,12 @@ static int m_scatterv(dcp_comm *c, const void *send, const size_t *lens, void *r
   size_t total = 0;
   for (int i = 0; i < c->size; i++) total += lens[i] > SIZE_MAX - total ? SIZE_MAX : lens[i];
   if (total && !send) return fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
-  return root_exchange(c, 1, (char *)(uintptr_t)send, lens, recv, TAG_SCATTERV, "scatterv", err);
+  unsigned char *all = (unsigned char *)(uintptr_t)send; /* only ever read */
+  return root_exchange(c, 1, all, lens, recv, TAG_SCATTERV, "scatterv", err);
 }
 
-/* Allreduce: Iallreduce in place, pieces of max_msg / 8 values. */
+/* Allreduce: rounds of one Iallreduce in place in the bounce buffer, at
+ * most min(max_msg, bounce) / 8 values each. */
 static int m_allreduce(dcp_comm *c, int64_t *vals, size_t n, uint32_t op, dcp_plugin_err *err) {
   int rc = check_usable(c, err);
   if (rc) return rc;
@@ -356,32 +526,79 @@ static int m_allreduce(dcp_comm *c, int64_t *vals, size_t n, uint32_t op, dcp_pl
   if (op < DCP_REDUCE_MIN || op > DCP_REDUCE_SUM)
     return fail(err, DCP_EINVAL, "mpi coll: unknown reduce op %u", op);
   if (n && !vals) return fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
-  size_t per = c->max_msg / 8 ? c->max_msg / 8 : 1, np = pieces(n, per), i = 0;
-  MPI_Request *r = reqs_new(np, err);
-  if (!r) return DCP_ENOMEM;
-  int mrc = MPI_SUCCESS;
-  for (; i < np && mrc == MPI_SUCCESS; i++) {
-    size_t off = i * per, k = n - off < per ? n - off : per;
-    mrc = MPI_Iallreduce(MPI_IN_PLACE, vals + off, (int)k, MPI_INT64_T, mop, c->comm, &r[i]);
+  if (n == 0) return DCP_OK;
+  size_t per = piece_of(c) / 8 ? piece_of(c) / 8 : 1, step = min_sz(n, per);
+  batch *b = batch_new(1, err);
+  unsigned char *bb = b ? bounce_get(c, step * 8, err) : NULL;
+  if (!bb) {
+    free(b);
+    return DCP_ENOMEM;
   }
-  return finish(c, r, i, mrc, "allreduce", err);
+  int64_t deadline = deadline_of(c);
+  for (size_t off = 0; off < n && rc == DCP_OK; off += step) {
+    size_t k = min_sz(step, n - off);
+    memcpy(bb, vals + off, k * 8);
+    int mrc = MPI_Iallreduce(MPI_IN_PLACE, bb, (int)k, MPI_INT64_T, mop, c->comm, &b->req[0]);
+    if (mrc == MPI_SUCCESS) b->n = 1;
+    rc = round_wait(c, &b, mrc, deadline, "allreduce", err);
+    if (rc == DCP_OK) memcpy(vals + off, bb, k * 8);
+  }
+  free(b);
+  return rc;
 }
 
 /* ------------------------------------------------------------------------ */
 /* Groups                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* Sends (or receives) len bytes at buf to (from) each of peers[0..npeers)
- * in pieces, tag TAG_GROUP, and waits for all of it until deadline. */
-static int group_exchange(dcp_comm *c, int is_send, char *buf, size_t len, const int *peers,
-                          size_t npeers, int64_t deadline, dcp_plugin_err *err) {
-  size_t used = 0;
-  MPI_Request *r = reqs_new(npeers * pieces(len, c->max_msg), err);
-  if (!r) return DCP_ENOMEM;
-  int mrc = MPI_SUCCESS;
-  for (size_t i = 0; i < npeers && mrc == MPI_SUCCESS; i++)
-    mrc = p2p_pieces(c, is_send, buf, len, peers[i], TAG_GROUP, r, &used);
-  return finish_by(c, r, used, mrc, deadline, "group_bcast", err);
+/* The relay of group_bcast: round by round, the parent's slice arrives in
+ * the bounce buffer (or the root copies its own in), is copied out, and the
+ * same bounce bytes go to every child. parent < 0 at the root. */
+static int group_relay(dcp_comm *c, unsigned char *buf, size_t len, int parent,
+                       const int *children, size_t nchildren, dcp_plugin_err *err) {
+  size_t step = min_sz(len, c->bounce_max), per = pieces(step, piece_of(c));
+  batch *b = batch_new(per * (nchildren > 1 ? nchildren : 1), err);
+  unsigned char *bb = b ? bounce_get(c, step, err) : NULL;
+  if (!bb) {
+    free(b);
+    return DCP_ENOMEM;
+  }
+  int64_t deadline = deadline_of(c);
+  int rc = DCP_OK;
+  for (size_t off = 0; off < len && rc == DCP_OK; off += step) {
+    size_t n = min_sz(step, len - off);
+    if (parent < 0) {
+      memcpy(bb, buf + off, n);
+    } else {
+      rc = round_wait(c, &b, post_pieces(c, b, 0, bb, n, parent, TAG_GROUP), deadline,
+                      "group_bcast", err);
+      if (rc) break;
+      memcpy(buf + off, bb, n);
+    }
+    int mrc = MPI_SUCCESS;
+    for (size_t i = 0; i < nchildren && mrc == MPI_SUCCESS; i++)
+      mrc = post_pieces(c, b, 1, bb, n, children[i], TAG_GROUP);
+    rc = round_wait(c, &b, mrc, deadline, "group_bcast", err);
+  }
+  free(b);
+  return rc;
+}
+
+/* Checks a group (ascending ranks in range containing this rank and root)
+ * and finds this rank's and root's positions in it. */
+static int group_check(const dcp_comm *c, const int32_t *ranks, size_t n, int32_t root,
+                       size_t *self, size_t *sub_root, dcp_plugin_err *err) {
+  if (!ranks || n == 0 || n > (size_t)c->size) return fail(err, DCP_EINVAL, "mpi coll: bad group");
+  *self = *sub_root = n;
+  for (size_t i = 0; i < n; i++) {
+    if (ranks[i] < 0 || ranks[i] >= c->size || (i && ranks[i] <= ranks[i - 1]))
+      return fail(err, DCP_EINVAL, "mpi coll: group ranks must ascend within [0, %d)", c->size);
+    if (ranks[i] == c->rank) *self = i;
+    if (ranks[i] == root) *sub_root = i;
+  }
+  if (*self == n || *sub_root == n)
+    return fail(err, DCP_EINVAL, "mpi coll: group lacks this rank or root");
+  return DCP_OK;
 }
 
 /* group_bcast: the binomial tree of the header comment. In positions
@@ -392,71 +609,88 @@ static int m_group_bcast(dcp_comm *c, const int32_t *ranks, size_t n, void *buf,
                          int32_t root, dcp_plugin_err *err) {
   int rc = check_usable(c, err);
   if (rc) return rc;
-  if (!ranks || n == 0 || n > (size_t)c->size) return fail(err, DCP_EINVAL, "mpi coll: bad group");
-  size_t self = n, sub_root = n;
-  for (size_t i = 0; i < n; i++) {
-    if (ranks[i] < 0 || ranks[i] >= c->size || (i && ranks[i] <= ranks[i - 1]))
-      return fail(err, DCP_EINVAL, "mpi coll: group ranks must ascend within [0, %d)", c->size);
-    if (ranks[i] == c->rank) self = i;
-    if (ranks[i] == root) sub_root = i;
-  }
-  if (self == n || sub_root == n)
-    return fail(err, DCP_EINVAL, "mpi coll: group lacks this rank or root");
+  size_t self = 0, sub_root = 0;
+  if ((rc = group_check(c, ranks, n, root, &self, &sub_root, err))) return rc;
   if (!buf && len) return fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
-  if (n == 1) return DCP_OK;
-  int64_t deadline = deadline_of(c);
+  if (n == 1 || len == 0) return DCP_OK;
   size_t rel = (self + n - sub_root) % n;
-  if (rel) {
-    int parent = ranks[((rel & (rel - 1)) + sub_root) % n];
-    if ((rc = group_exchange(c, 0, buf, len, &parent, 1, deadline, err))) return rc;
-  }
+  int parent = rel ? ranks[((rel & (rel - 1)) + sub_root) % n] : -1;
   int children[64];
   size_t nchildren = 0;
   for (size_t bit = 1; bit < n && !(rel & bit) && rel + bit < n; bit <<= 1)
     children[nchildren++] = ranks[(rel + bit + sub_root) % n];
-  return group_exchange(c, 1, buf, len, children, nchildren, deadline, err);
+  return group_relay(c, buf, len, parent, children, nchildren, err);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Open and close                                                           */
 /* ------------------------------------------------------------------------ */
 
-/* Parses "max_msg=N" (1 <= N <= INT_MAX); anything else is DCP_EINVAL. */
+/* Parses the decimal value of option `key` (the n - klen bytes after
+ * "key=" at opt) into *out, within [lo, hi]. */
+static int parse_size(const char *opt, size_t n, size_t klen, size_t lo, size_t hi, size_t *out,
+                      dcp_plugin_err *err) {
+  char num[32] = "";
+  char *end = NULL;
+  if (n - klen >= sizeof num || n == klen) goto bad;
+  memcpy(num, opt + klen, n - klen);
+  unsigned long long v = strtoull(num, &end, 10);
+  if (*end || num[0] == '-' || v < lo || v > hi) goto bad;
+  *out = (size_t)v;
+  return DCP_OK;
+bad:
+  return fail(err, DCP_EINVAL, "mpi coll: %.*s must be in [%zu, %zu]", (int)(klen - 1), opt, lo,
+              hi);
+}
+
+/* Parses "max_msg=N" (1 <= N <= INT_MAX) and "bounce=N" (bytes staged per
+ * round, N >= 1); anything else is DCP_EINVAL. */
 static int parse_options(dcp_comm *c, const char *opts, dcp_plugin_err *err) {
   c->max_msg = DEFAULT_MAX_MSG;
+  c->bounce_max = DEFAULT_BOUNCE;
   while (opts && *opts) {
     size_t n = strcspn(opts, ",");
-    if (n > 8 && strncmp(opts, "max_msg=", 8) == 0) {
-      char num[32] = "";
-      char *end = NULL;
-      if (n - 8 >= sizeof num) return fail(err, DCP_EINVAL, "mpi coll: bad max_msg");
-      memcpy(num, opts + 8, n - 8);
-      unsigned long long v = strtoull(num, &end, 10);
-      if (*end || num[0] == '-' || v < 1 || v > INT_MAX)
-        return fail(err, DCP_EINVAL, "mpi coll: max_msg must be in [1, %d]", INT_MAX);
-      c->max_msg = (size_t)v;
-    } else if (n > 0) {
-      return fail(err, DCP_EINVAL, "mpi coll: unknown option '%.*s' (known: max_msg=N)", (int)n,
-                  opts);
-    }
+    int rc = DCP_OK;
+    if (n >= 8 && strncmp(opts, "max_msg=", 8) == 0)
+      rc = parse_size(opts, n, 8, 1, INT_MAX, &c->max_msg, err);
+    else if (n >= 7 && strncmp(opts, "bounce=", 7) == 0)
+      rc = parse_size(opts, n, 7, 1, SIZE_MAX / 4, &c->bounce_max, err);
+    else if (n > 0)
+      rc = fail(err, DCP_EINVAL, "mpi coll: unknown option '%.*s' (known: max_msg=N, bounce=N)",
+                (int)n, opts);
+    if (rc) return rc;
     opts += n;
     if (*opts == ',') opts++;
   }
   return DCP_OK;
 }
 
-/* Initialises MPI unless someone already did (then it is not ours). */
+static void reap(batch **list);
+
+/* Initialises MPI unless someone already did (then it is not ours), and
+ * counts c among the open communicators. Frees the abandoned rounds of
+ * closed communicators that have completed since. */
 static int ensure_mpi(dcp_comm *c, dcp_plugin_err *err) {
-  int init = 0, fin = 0;
+  int init = 0, fin = 0, rc = DCP_OK;
+  pthread_mutex_lock(&g.mu);
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
-  if (fin) return fail(err, DCP_EIO, "mpi coll: MPI is already finalised");
-  if (init) return DCP_OK;
-  int provided = 0;
-  int mrc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
-  if (mrc != MPI_SUCCESS) return mpi_fail(err, "MPI_Init_thread", mrc);
-  c->we_initialized = 1;
-  return DCP_OK;
+  if (fin) {
+    rc = fail(err, DCP_EIO, "mpi coll: MPI is already finalised");
+  } else if (!init) {
+    int provided = 0;
+    int mrc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+    if (mrc != MPI_SUCCESS) rc = mpi_fail(err, "MPI_Init_thread", mrc);
+    else g.ours = 1;
+  } else {
+    reap(&g.graves);
+  }
+  if (rc == DCP_OK) {
+    g.open++;
+    c->counted = 1;
+  }
+  pthread_mutex_unlock(&g.mu);
+  return rc;
 }
 
 /* Duplicates the base communicator. cfg->rank and world_size are ignored:
@@ -470,15 +704,17 @@ static int attach(dcp_comm *c, const dcp_coll_config *cfg, dcp_plugin_err *err) 
   MPI_Comm_size(base, &size);
   c->rank = rank;
   c->size = size;
-  MPI_Request *r = reqs_new(1, err);
-  if (!r) return DCP_ENOMEM;
-  int mrc = MPI_Comm_idup(base, &c->comm, r);
+  batch *b = batch_new(1, err);
+  if (!b) return DCP_ENOMEM;
+  int mrc = MPI_Comm_idup(base, &c->comm, &b->req[0]);
   if (mrc != MPI_SUCCESS) {
-    free(r);
+    free(b);
     c->comm = MPI_COMM_NULL;
     return mpi_fail(err, "MPI_Comm_idup", mrc);
   }
-  int rc = finish(c, r, 1, MPI_SUCCESS, "open (MPI_Comm_idup)", err);
+  b->n = 1;
+  int rc = round_wait(c, &b, MPI_SUCCESS, deadline_of(c), "open (MPI_Comm_idup)", err);
+  free(b);
   if (rc == DCP_OK) MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
   return rc;
 }
@@ -509,26 +745,69 @@ static int m_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *er
   return DCP_OK;
 }
 
-/* 1 when every abandoned request has completed since (then the
- * communicator can be freed after all). */
-static int pending_done(dcp_comm *c) {
-  int done = 0;
-  if (c->npending == 0) return 1;
-  if (MPI_Testall((int)c->npending, c->pending, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) return 0;
-  return done;
+/* Frees the batches of *list whose requests have all completed; keeps the
+ * others (a test that fails keeps its batch too). */
+static void reap(batch **list) {
+  while (*list) {
+    batch *b = *list;
+    int done = 0;
+    if (MPI_Testall((int)b->n, b->req, &done, MPI_STATUSES_IGNORE) == MPI_SUCCESS && done) {
+      *list = b->next;
+      free(b->bounce);
+      free(b);
+    } else {
+      list = &b->next;
+    }
+  }
 }
 
-/* Frees the communicator and, when MPI was
- * initialised here, finalises MPI (unless an abandoned operation is still
- * pending, where MPI_Finalize could hang). */
+/* Frees every batch of list (MPI is finalised: nothing writes any more). */
+static void free_all(batch *list) {
+  while (list) {
+    batch *next = list->next;
+    free(list->bounce);
+    free(list);
+    list = next;
+  }
+}
+
+/* Appends list to the process-wide graves (g.mu held). */
+static void bury(batch *list) {
+  batch **end = &g.graves;
+  while (*end) end = &(*end)->next;
+  *end = list;
+}
+
+/* Frees the communicator, or leaves it and its abandoned rounds pending
+ * (see "Close" in the header comment); finalises MPI at the last close
+ * when the plugin initialised it and nothing ever failed. Not collective
+ * unless it finalises MPI. */
 static void m_close(dcp_comm *c) {
   if (!c) return;
-  int fin = 0;
+  int init = 0, fin = 0;
+  pthread_mutex_lock(&g.mu);
+  MPI_Initialized(&init);
   MPI_Finalized(&fin);
-  int clean = !fin && !c->lost && pending_done(c);
-  if (clean && c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
-  if (clean && c->we_initialized) MPI_Finalize();
-  free(c->pending);
+  if (init && !fin) {
+    reap(&c->abandoned);
+    reap(&g.graves);
+    if (c->abandoned) bury(c->abandoned); /* a late peer may still complete them */
+    else if (c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
+    c->abandoned = NULL;
+  }
+  free_all(c->abandoned);
+  if (fin) {
+    free_all(g.graves);
+    g.graves = NULL;
+  }
+  int last = c->counted && --g.open == 0;
+  if (last && g.ours && !g.poisoned && init && !fin) {
+    free_all(g.graves); /* nothing pending: poisoned otherwise */
+    g.graves = NULL;
+    MPI_Finalize();
+  }
+  pthread_mutex_unlock(&g.mu);
+  free(c->bounce);
   free(c);
 }
 
