@@ -79,10 +79,23 @@ typedef struct dcp_storage_config {
 /* Capability flags of a storage table. */
 #define DCP_STORAGE_CAP_DIRECT 1u     /* honours DCP_STORAGE_DIRECT */
 #define DCP_STORAGE_CAP_SHARED_FS 2u  /* built for shared file systems */
+/* -- since libdcp 0.3 (ABI 1, appended) -- */
+#define DCP_STORAGE_CAP_EXCL 4u       /* file_open honours DCP_FILE_EXCL, atomically
+                                         also between hosts of a shared file
+                                         system (the directory lease needs it) */
 
 /* file_open modes. */
 #define DCP_FILE_READ 1u  /* read-only, random access through file_read */
 #define DCP_FILE_WRITE 2u /* create or truncate; sequential appends */
+/* -- since libdcp 0.3 (ABI 1, appended) -- */
+#define DCP_FILE_EXCL 4u  /* with DCP_FILE_WRITE only: create the file, failing
+                             with DCP_EEXIST when the name exists in any form
+                             (a file, a symbolic link — never followed —, a
+                             directory); exactly one of several racing creators
+                             succeeds, on every host (O_CREAT|O_EXCL|O_NOFOLLOW).
+                             The core passes it only to tables whose caps have
+                             DCP_STORAGE_CAP_EXCL; others may reject it with
+                             DCP_EINVAL. */
 
 /* I/O counters of a backend since it was opened. */
 typedef struct dcp_io_stats {
@@ -105,8 +118,10 @@ typedef struct dcp_storage_plugin {
   /* Release the backend. Files must be closed first. */
   void (*close)(dcp_storage *st);
 
-  /* Open `name` in mode DCP_FILE_READ or DCP_FILE_WRITE.
-   * Errors: DCP_ENOTFOUND (READ of a missing file), DCP_ENAME, DCP_EIO. */
+  /* Open `name` in mode DCP_FILE_READ, DCP_FILE_WRITE or (with
+   * DCP_STORAGE_CAP_EXCL) DCP_FILE_WRITE | DCP_FILE_EXCL.
+   * Errors: DCP_ENOTFOUND (READ of a missing file), DCP_EEXIST (EXCL of an
+   * existing name), DCP_ENAME, DCP_EIO. */
   int (*file_open)(dcp_storage *st, const char *name, uint32_t mode,
                    dcp_storage_file **out, dcp_plugin_err *err);
   /* Append len bytes; all of them or an error (DCP_EIO, DCP_ENOSPC). */

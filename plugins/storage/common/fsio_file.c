@@ -328,6 +328,39 @@ static int open_for_write(fsio_core *c, int dirfd, const char *name, int *direct
   }
 }
 
+/* Create name exclusively (DCP_FILE_EXCL): O_CREAT | O_EXCL, which fails
+ * with EEXIST when the name exists as anything — a symlink included, whose
+ * target is then neither followed, created nor touched (O_NOFOLLOW is
+ * implied by O_EXCL and given anyway) — and which is atomic between hosts
+ * on NFSv3+ and Lustre: exactly one of several racing creators wins. Never
+ * O_DIRECT: a file system that refuses it after creating the file would
+ * make the buffered retry fail with EEXIST; the files made this way (the
+ * directory lease) are small. Transient errors are retried as for any
+ * open; should such a retry meet EEXIST because the failed attempt did
+ * create the file after all, the caller sees DCP_EEXIST for an empty file
+ * of its own, which the lease treats like any empty lease file. */
+static int open_excl(fsio_core *c, int dirfd, const char *name, int *fd, dcp_plugin_err *err) {
+  unsigned attempt = 0;
+  for (;;) {
+    int e = fsio_inject(c, FSIO_SITE_OPEN);
+    if (!e) {
+      *fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+      if (*fd >= 0) return DCP_OK;
+      e = errno;
+    }
+    *fd = -1;
+    if (e == EEXIST) {
+      char path[FSIO_PATH_MAX];
+      c->ops->path_of(c, name, path, sizeof path);
+      return fsio_fail(err, DCP_EEXIST, "create %s exclusively: %s", path,
+                       fsio_is_symlink_at(dirfd, name)
+                           ? "the name exists as a symbolic link (not followed)"
+                           : strerror(e));
+    }
+    if (!fsio_retry(c, e, &attempt)) return fsio_fail_errno(c, err, e, "create", name);
+  }
+}
+
 /* See dcp_plugin.h. A READ open is always a fresh open(2) of the name,
  * never a reused handle: on NFS that is what makes a file written by
  * another client visible (close-to-open consistency). */
@@ -338,11 +371,14 @@ int fsio_file_open(dcp_storage *st, const char *name, uint32_t mode, dcp_storage
   *out = NULL;
   int rc = fsio_check_name(name, err);
   if (rc) return rc;
-  if (mode != DCP_FILE_READ && mode != DCP_FILE_WRITE)
+  int excl = mode == (DCP_FILE_WRITE | DCP_FILE_EXCL);
+  if (excl) mode = DCP_FILE_WRITE;
+  else if (mode != DCP_FILE_READ && mode != DCP_FILE_WRITE)
     return fsio_fail(err, DCP_EINVAL, "file_open: bad mode %u", (unsigned)mode);
-  int dirfd, fd, direct = c->direct;
+  int dirfd, fd, direct = excl ? 0 : c->direct;
   rc = c->ops->dir_of(c, name, mode == DCP_FILE_WRITE, &dirfd, err);
-  if (!rc && mode == DCP_FILE_WRITE) rc = open_for_write(c, dirfd, name, &direct, &fd, err);
+  if (!rc && excl) rc = open_excl(c, dirfd, name, &fd, err);
+  else if (!rc && mode == DCP_FILE_WRITE) rc = open_for_write(c, dirfd, name, &direct, &fd, err);
   else if (!rc) rc = fsio_open_at(c, dirfd, name, O_RDONLY, &direct, &fd, err);
   if (!rc) rc = file_new(c, name, mode, fd, direct, out, err);
   if (rc) return rc;

@@ -5,7 +5,8 @@
  * Everything but the directory layout lives in the shared engine
  * (plugins/storage/common): strict names, openat under a directory fd of
  * root with O_NOFOLLOW, pread/pwrite loops, optional O_DIRECT with aligned
- * staging, errno mapping and atomic counters. Options: direct=0|1,
+ * staging, exclusive creation (DCP_FILE_EXCL), errno mapping and atomic
+ * counters. Options: direct=0|1,
  * buffer_mib=N (1..1024, O_DIRECT staging size), retries=N (EINTR), and the
  * test hook inject=SITE:ERRNO:COUNT.
  */
@@ -68,7 +69,7 @@ static int posix_list(dcp_storage *st, int (*fn)(void *arg, const char *name), v
 }
 
 static const dcp_storage_plugin posix_table =
-    FSIO_TABLE("posix", DCP_STORAGE_CAP_DIRECT, posix_open, posix_close, posix_sync_dir,
-               posix_list);
+    FSIO_TABLE("posix", DCP_STORAGE_CAP_DIRECT | DCP_STORAGE_CAP_EXCL, posix_open,
+               posix_close, posix_sync_dir, posix_list);
 
 FSIO_ENTRY(posix_table)

@@ -18,6 +18,10 @@
  *    a READ open is always a new open(2).
  *  - sync_dir fsyncs every subdirectory touched since the last sync_dir,
  *    then root.
+ *  - DCP_FILE_EXCL (DCP_STORAGE_CAP_EXCL) is an O_EXCL create in the
+ *    name's subdirectory: atomic between clients on NFSv3+ (the client
+ *    sends an EXCLUSIVE create) and Lustre. NFSv2 has no exclusive create
+ *    at all; the plugin cannot tell, and the lease is not safe there.
  */
 #define _GNU_SOURCE
 
@@ -200,7 +204,8 @@ static int sfs_list(dcp_storage *st, int (*fn)(void *arg, const char *name), voi
 }
 
 static const dcp_storage_plugin sfs_table =
-    FSIO_TABLE("sharedfs", DCP_STORAGE_CAP_DIRECT | DCP_STORAGE_CAP_SHARED_FS, sfs_open,
-               sfs_close, sfs_sync_dir, sfs_list);
+    FSIO_TABLE("sharedfs",
+               DCP_STORAGE_CAP_DIRECT | DCP_STORAGE_CAP_SHARED_FS | DCP_STORAGE_CAP_EXCL,
+               sfs_open, sfs_close, sfs_sync_dir, sfs_list);
 
 FSIO_ENTRY(sfs_table)
