@@ -5,6 +5,7 @@
 #ifndef DCP_CONVERT_CV_H
 #define DCP_CONVERT_CV_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "convert/safetensors.h"
@@ -25,11 +26,24 @@ void dcpi_cv_close(dcpi_rt *rt);
  * DCP_ENOMEM. */
 dcp_status dcpi_cv_split(const char *path, char **dir, char **name, dcpi_err *err);
 
+/* Where to read a source file named `name` in directory `dir`: a source
+ * (never a checkpoint) may be a symbolic link, as the Hugging Face cache
+ * lays files out (snapshots/<rev>/model.safetensors -> ../../blobs/<hash>),
+ * but the storage plugins follow no link inside the directory they open. So
+ * when dir/name is a link on the local file system it is resolved here to
+ * the directory and name of the file it reaches (*linked = true); anything
+ * else (a regular file, a missing one, a path only the plugin understands)
+ * stays as named. *rdir and *rname are malloc'd. Errors: DCP_ENOTFOUND (a
+ * link to nothing), DCP_EIO (a link that cannot be resolved: a loop, ...),
+ * DCP_ENOMEM. */
+dcp_status dcpi_cv_resolve_source(const char *dir, const char *name, char **rdir, char **rname,
+                                  bool *linked, dcpi_err *err);
+
 /* Read and strictly parse the header of the safetensors file `name` of
  * rt's directory into *out (free with dcpi_st_header_free). The reason of a
- * failure names the file. */
-dcp_status dcpi_cv_read_st_header(dcpi_rt *rt, const char *name, dcpi_st_header **out,
-                                  dcpi_err *err);
+ * failure names the file as `shown` (NULL: name). */
+dcp_status dcpi_cv_read_st_header(dcpi_rt *rt, const char *name, const char *shown,
+                                  dcpi_st_header **out, dcpi_err *err);
 
 /* Progress of one operation: forwards to the context's callback. */
 typedef struct dcpi_cv_progress {

@@ -1,8 +1,13 @@
-/* cv_io.c — storage outside a save or load, safetensors headers through
- * the storage plugin, and progress reporting. */
+/* cv_io.c — storage outside a save or load, source files that are
+ * symbolic links, safetensors headers through the storage plugin, and
+ * progress reporting. */
+#define _XOPEN_SOURCE 700 /* realpath: XSI in glibc's headers */
+
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "convert/cv.h"
 
@@ -67,6 +72,66 @@ static dcp_status in_file(dcpi_err *err, dcp_status s, const char *name) {
   return dcpi_fail(err, s, "%s: %s", name, msg);
 }
 
+/* dir/name, malloc'd ("name" alone when dir is "."). */
+static char *join(const char *dir, const char *name) {
+  bool here = strcmp(dir, ".") == 0;
+  size_t dl = here ? 0 : strlen(dir), nl = strlen(name);
+  char *p = malloc(dl + nl + 2);
+  if (!p) return NULL;
+  memcpy(p, dir, dl);
+  size_t at = dl;
+  if (dl && dir[dl - 1] != '/') p[at++] = '/';
+  memcpy(p + at, name, nl + 1);
+  return p;
+}
+
+static dcp_status keep_as_named(const char *dir, const char *name, char **rdir, char **rname,
+                                dcpi_err *err) {
+  *rdir = strdup(dir);
+  *rname = strdup(name);
+  if (*rdir && *rname) return DCP_OK;
+  free(*rdir), free(*rname);
+  *rdir = *rname = NULL;
+  return dcpi_fail(err, DCP_ENOMEM, "out of memory");
+}
+
+/* The whole path is resolved (realpath), so a link to a link, or one whose
+ * target passes through linked directories, reaches the file itself; the
+ * plugin then opens that file with its own rules (a regular file, not a
+ * link: one swapped in after this check is still refused there). */
+static dcp_status follow_link(const char *path, char **rdir, char **rname, dcpi_err *err) {
+  char *real = realpath(path, NULL);
+  if (!real) {
+    int e = errno;
+    return e == ENOENT ? dcpi_fail(err, DCP_ENOTFOUND, "'%s' is a symbolic link to a missing file",
+                                   path)
+                       : dcpi_fail(err, e == ENOMEM ? DCP_ENOMEM : DCP_EIO,
+                                   "'%s' is a symbolic link that cannot be resolved: %s", path,
+                                   strerror(e));
+  }
+  dcp_status s = dcpi_cv_split(real, rdir, rname, err);
+  free(real);
+  return s;
+}
+
+dcp_status dcpi_cv_resolve_source(const char *dir, const char *name, char **rdir, char **rname,
+                                  bool *linked, dcpi_err *err) {
+  *rdir = *rname = NULL;
+  *linked = false;
+  char *path = join(dir, name);
+  if (!path) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  struct stat sb;
+  dcp_status s;
+  if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) {
+    *linked = true;
+    s = follow_link(path, rdir, rname, err);
+  } else {
+    s = keep_as_named(dir, name, rdir, rname, err);
+  }
+  free(path);
+  return s;
+}
+
 static dcp_status read_header_bytes(dcpi_rt *rt, dcp_storage_file *f, const char *name,
                                     uint64_t size, dcpi_st_header **out, dcpi_err *err) {
   uint8_t prefix[8] = {0};
@@ -83,15 +148,15 @@ static dcp_status read_header_bytes(dcpi_rt *rt, dcp_storage_file *f, const char
   return s == DCP_ECORRUPT ? in_file(err, s, name) : s;
 }
 
-dcp_status dcpi_cv_read_st_header(dcpi_rt *rt, const char *name, dcpi_st_header **out,
-                                  dcpi_err *err) {
+dcp_status dcpi_cv_read_st_header(dcpi_rt *rt, const char *name, const char *shown,
+                                  dcpi_st_header **out, dcpi_err *err) {
   uint64_t size = 0;
   dcp_storage_file *f = NULL;
   *out = NULL;
   dcp_status s = dcpi_rt_file_size(rt, name, &size, err);
   if (!s) s = dcpi_rt_file_open(rt, name, DCP_FILE_READ, &f, err);
   if (s) return s;
-  s = read_header_bytes(rt, f, name, size, out, err);
+  s = read_header_bytes(rt, f, shown ? shown : name, size, out, err);
   dcpi_err ignored;
   dcpi_rt_file_close(rt, f, &ignored);
   return s;

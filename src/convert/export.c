@@ -2,6 +2,7 @@
  * or shards of a maximum size with an index.json, one tensor in memory at a
  * time. */
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,22 @@ typedef struct export_job {
   dcpi_err err;
 } export_job;
 
+/* Every tensor name must be a key a safetensors header can hold: the format
+ * reserves __metadata__ (written over, the checkpoint's key/values would be
+ * lost and no reader, libdcp's import included, would take the file). Checked
+ * before anything is written. */
+static dcp_status check_names(export_job *j) {
+  for (size_t t = 0; t < j->nt; t++) {
+    dcp_tensor_info ti;
+    if (dcp_meta_tensor(j->m, t, &ti) == DCP_OK && strcmp(ti.fqn, DCPI_ST_METADATA_KEY) == 0)
+      return dcpi_fail(&j->err, DCP_ENAME,
+                       "export: tensor '" DCPI_ST_METADATA_KEY "' cannot be exported: "
+                       "safetensors reserves that header key for the file's string-to-string "
+                       "metadata (rename the tensor, or leave it out of the export)");
+  }
+  return DCP_OK;
+}
+
 /* Tensors in fqn order into shards of at most max bytes of data. */
 static dcp_status plan_shards(export_job *j, uint64_t max) {
   j->bytes = calloc(j->nt ? j->nt : 1, sizeof *j->bytes);
@@ -37,6 +54,9 @@ static dcp_status plan_shards(export_job *j, uint64_t max) {
     if (k == UINT32_MAX) return dcpi_fail(&j->err, DCP_EINVAL, "too many shards");
     j->shard[t] = k;
     fill += j->bytes[t];
+    /* the index's total_size and every data offset must stay representable */
+    if (j->bytes[t] > (uint64_t)INT64_MAX - j->pr.total)
+      return dcpi_fail(&j->err, DCP_EOVERFLOW, "export: the tensors hold more than 2^63 bytes");
     j->pr.total += j->bytes[t];
   }
   j->nshards = k + 1;
@@ -88,7 +108,8 @@ static dcp_status write_tensor(export_job *j, dcp_storage_file *f, size_t t) {
     j->buf = p, j->cap = n;
   }
   dcp_status s = dcpi_cv_read_tensor(j->br, j->m, t, j->buf, n, &j->pr, &j->err);
-  return s ? s : dcpi_rt_file_write(&j->out, f, j->buf, n, &j->err);
+  /* an empty tensor has nothing to write (and j->buf may still be NULL) */
+  return s || !n ? s : dcpi_rt_file_write(&j->out, f, j->buf, n, &j->err);
 }
 
 static dcp_status write_shard(export_job *j, uint32_t k) {
@@ -149,6 +170,7 @@ static dcp_status run(export_job *j, const char *ckpt, const char *outdir, uint6
   dcp_status s = dcp_meta_open(j->ctx, ckpt, &j->m);
   if (s) return dcpi_fail(&j->err, s, "%s", dcp_ctx_last_error(j->ctx));
   j->nt = dcp_meta_tensor_count(j->m);
+  if ((s = check_names(j))) return s;
   if ((s = plan_shards(j, max))) return s;
   if ((s = dcpi_cv_open(&j->in, j->ctx, ckpt, 0, &j->err))) return s;
   if ((s = dcpi_block_reader_create(&j->in, &j->br, &j->err))) return s;

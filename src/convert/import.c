@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <xxhash.h>
 
 #include "convert/cv.h"
@@ -13,7 +14,9 @@
 #include "runtime/commit.h"
 
 typedef struct source {
-  char *file;       /* plain name in the source directory */
+  char *file;       /* as named: the source's file name, or a weight_map value */
+  char *dir, *name; /* where it is read: a symbolic link resolved (cv.h) */
+  bool linked;      /* file is a symbolic link */
   dcpi_st_header *h;
   uint32_t file_id; /* in the metadata file table (link mode) */
 } source;
@@ -21,10 +24,12 @@ typedef struct source {
 typedef struct import_job {
   dcp_ctx *ctx;
   uint32_t flags;
-  char *sdir, *sname;
-  dcpi_rt src, dst;
+  char *sdir, *sname; /* the source path as given */
+  char *idir, *iname; /* the index.json, a symbolic link resolved */
+  dcpi_rt src;        /* storage on the directory of the file being read */
+  dcpi_rt dst;
   source *srcs;
-  size_t nsrc;
+  size_t nsrc, cap_src;
   dcpi_md *md;
   dcpi_block_writer *w;
   uint32_t data_file;
@@ -44,20 +49,70 @@ static bool plain_name(const char *s) {
 
 /* ---- sources ------------------------------------------------------------------ */
 
-static dcp_status add_source(import_job *j, const char *file) {
-  for (size_t i = 0; i < j->nsrc; i++)
-    if (strcmp(j->srcs[i].file, file) == 0) return DCP_OK;
-  source *p = realloc(j->srcs, (j->nsrc + 1) * sizeof *p);
-  if (!p) return dcpi_fail(&j->err, DCP_ENOMEM, "out of memory");
-  j->srcs = p;
-  p[j->nsrc] = (source){.file = strdup(file)};
-  if (!p[j->nsrc].file) return dcpi_fail(&j->err, DCP_ENOMEM, "out of memory");
+/* Point j->src at directory dir. Sources resolved through links may lie in
+ * several directories; consecutive ones usually share one. */
+static dcp_status src_at(import_job *j, const char *dir) {
+  if (j->src.st && strcmp(j->src.path, dir) == 0) return DCP_OK;
+  dcpi_cv_close(&j->src);
+  return dcpi_cv_open(&j->src, j->ctx, dir, 0, &j->err);
+}
+
+static dcp_status push_source(import_job *j, const char *file) {
+  if (j->nsrc == j->cap_src) {
+    size_t cap = j->cap_src ? 2 * j->cap_src : 4;
+    source *p = realloc(j->srcs, cap * sizeof *p);
+    if (!p) return dcpi_fail(&j->err, DCP_ENOMEM, "out of memory");
+    j->srcs = p, j->cap_src = cap;
+  }
+  j->srcs[j->nsrc] = (source){.file = strdup(file)};
+  if (!j->srcs[j->nsrc].file) return dcpi_fail(&j->err, DCP_ENOMEM, "out of memory");
   j->nsrc++;
   return DCP_OK;
 }
 
 static int cmp_source(const void *a, const void *b) {
   return strcmp(((const source *)a)->file, ((const source *)b)->file);
+}
+
+/* Sorted, each file once. The weight_map names a file once per tensor and a
+ * hostile index may name millions of distinct files: sort, no pairwise
+ * search. */
+static void unique_sources(import_job *j) {
+  if (j->nsrc > 1) qsort(j->srcs, j->nsrc, sizeof *j->srcs, cmp_source);
+  size_t k = 0;
+  for (size_t i = 0; i < j->nsrc; i++) {
+    if (k && strcmp(j->srcs[k - 1].file, j->srcs[i].file) == 0)
+      free(j->srcs[i].file);
+    else
+      j->srcs[k++] = j->srcs[i];
+  }
+  j->nsrc = k;
+}
+
+/* A linked checkpoint names its files inside the checkpoint directory,
+ * where every load opens them without following links: a link there
+ * would make a checkpoint that no load can read. */
+static dcp_status check_linkable(import_job *j, const source *src) {
+  if (!(j->flags & DCP_IMPORT_LINK) || !src->linked) return DCP_OK;
+  return dcpi_fail(&j->err, DCP_EINVAL,
+                   "import --link: '%s' is a symbolic link, and a load never follows links "
+                   "inside a checkpoint directory: import it as a copy (without --link), or "
+                   "link in the directory that holds the files themselves ('%s')",
+                   src->file, src->dir);
+}
+
+/* Resolve every source (relative to the directory the source path names,
+ * as the Hugging Face cache's snapshot links are) and read its header. */
+static dcp_status read_headers(import_job *j) {
+  dcp_status s = DCP_OK;
+  for (size_t i = 0; i < j->nsrc && !s; i++) {
+    source *src = &j->srcs[i];
+    s = dcpi_cv_resolve_source(j->sdir, src->file, &src->dir, &src->name, &src->linked, &j->err);
+    if (!s) s = check_linkable(j, src);
+    if (!s) s = src_at(j, src->dir);
+    if (!s) s = dcpi_cv_read_st_header(&j->src, src->name, src->file, &src->h, &j->err);
+  }
+  return s;
 }
 
 /* Every tensor of every shard is mapped to that shard, and the index maps
@@ -82,10 +137,14 @@ static dcp_status check_index(import_job *j, const json_t *wm) {
   return DCP_OK;
 }
 
-static dcp_status index_shards(import_job *j, const json_t *root) {
-  const json_t *wm = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
-  if (!json_is_object(wm))
-    return dcpi_fail(&j->err, DCP_ECORRUPT, "%s: no weight_map object", j->sname);
+/* The shard files the weight_map names, each once. An empty map is refused:
+ * an index of no tensors is a broken or partial download far more often
+ * than a model, and an empty checkpoint would hide that. */
+static dcp_status index_shards(import_job *j, const json_t *wm) {
+  if (!json_object_size(wm))
+    return dcpi_fail(&j->err, DCP_ECORRUPT,
+                     "%s: the weight_map is empty: the index names no tensors (an incomplete "
+                     "download?)", j->sname);
   const char *key;
   json_t *v;
   dcp_status s = DCP_OK;
@@ -93,11 +152,18 @@ static dcp_status index_shards(import_job *j, const json_t *root) {
     if (!json_is_string(v) || !plain_name(json_string_value(v)))
       return dcpi_fail(&j->err, DCP_ECORRUPT,
                        "%s: weight_map entry '%.200s' is not a plain file name", j->sname, key);
-    if ((s = add_source(j, json_string_value(v)))) return s;
+    if ((s = push_source(j, json_string_value(v)))) return s;
   }
-  qsort(j->srcs, j->nsrc, sizeof *j->srcs, cmp_source);
-  for (size_t i = 0; i < j->nsrc && !s; i++)
-    s = dcpi_cv_read_st_header(&j->src, j->srcs[i].file, &j->srcs[i].h, &j->err);
+  unique_sources(j);
+  return DCP_OK;
+}
+
+static dcp_status read_shards(import_job *j, const json_t *root) {
+  const json_t *wm = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
+  if (!json_is_object(wm))
+    return dcpi_fail(&j->err, DCP_ECORRUPT, "%s: no weight_map object", j->sname);
+  dcp_status s = index_shards(j, wm);
+  if (!s) s = read_headers(j);
   return s ? s : check_index(j, wm);
 }
 
@@ -105,11 +171,14 @@ static dcp_status read_index(import_job *j) {
   uint64_t size = 0;
   uint8_t *data = NULL;
   size_t len = 0;
-  dcp_status s = dcpi_rt_file_size(&j->src, j->sname, &size, &j->err);
+  bool linked;
+  dcp_status s = dcpi_cv_resolve_source(j->sdir, j->sname, &j->idir, &j->iname, &linked, &j->err);
+  if (!s) s = src_at(j, j->idir);
+  if (!s) s = dcpi_rt_file_size(&j->src, j->iname, &size, &j->err);
   if (!s && size > DCPI_ST_MAX_HEADER)
     s = dcpi_fail(&j->err, DCP_ECORRUPT, "%s: index of %llu bytes is too large", j->sname,
                   (unsigned long long)size);
-  if (!s) s = dcpi_rt_read_file(&j->src, j->sname, &data, &len, &j->err);
+  if (!s) s = dcpi_rt_read_file(&j->src, j->iname, &data, &len, &j->err);
   if (s) return s;
   json_error_t jerr;
   json_t *root = json_loadb((const char *)data, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -117,41 +186,56 @@ static dcp_status read_index(import_job *j) {
   if (!root)
     return dcpi_fail(&j->err, DCP_ECORRUPT, "%s: not valid JSON: %s (line %d)", j->sname,
                      jerr.text, jerr.line);
-  s = index_shards(j, root);
+  s = read_shards(j, root);
   json_decref(root);
   return s;
 }
 
+/* Index or file is told by the name as given: a link's target (a cache
+ * blob named by its hash) says nothing. */
 static dcp_status read_sources(import_job *j) {
   if (ends_with(j->sname, ".index.json")) return read_index(j);
-  dcp_status s = add_source(j, j->sname);
-  return s ? s : dcpi_cv_read_st_header(&j->src, j->sname, &j->srcs[0].h, &j->err);
+  dcp_status s = push_source(j, j->sname);
+  return s ? s : read_headers(j);
 }
 
 /* ---- metadata ----------------------------------------------------------------- */
 
-static const char *find_kv(const dcpi_st_header *h, const char *key) {
-  for (size_t i = 0; i < h->nkv; i++)
-    if (strcmp(h->kv_keys[i], key) == 0) return h->kv_values[i];
-  return NULL;
+typedef struct kv_ref {
+  const char *key, *value;
+  size_t src; /* index in j->srcs */
+} kv_ref;
+
+static int cmp_kv_ref(const void *a, const void *b) {
+  const kv_ref *x = a, *y = b;
+  int c = strcmp(x->key, y->key);
+  return c ? c : (x->src > y->src) - (x->src < y->src);
 }
 
-/* __metadata__ of every shard; a key in several shards must agree. */
+/* __metadata__ of every shard; a key in several shards must agree. All
+ * entries are sorted by key and compared with their neighbour: shards of a
+ * hostile set may each hold millions of keys, so no search per key. */
 static dcp_status add_kvs(import_job *j) {
+  size_t n = 0;
+  for (size_t i = 0; i < j->nsrc; i++) n += j->srcs[i].h->nkv;
+  if (!n) return DCP_OK;
+  kv_ref *r = malloc(n * sizeof *r);
+  if (!r) return dcpi_fail(&j->err, DCP_ENOMEM, "out of memory");
+  n = 0;
+  for (size_t i = 0; i < j->nsrc; i++)
+    for (size_t k = 0; k < j->srcs[i].h->nkv; k++)
+      r[n++] = (kv_ref){j->srcs[i].h->kv_keys[k], j->srcs[i].h->kv_values[k], i};
+  qsort(r, n, sizeof *r, cmp_kv_ref);
   dcp_status s = DCP_OK;
-  for (size_t i = 0; i < j->nsrc && !s; i++) {
-    const dcpi_st_header *h = j->srcs[i].h;
-    for (size_t k = 0; k < h->nkv && !s; k++) {
-      const char *prev = NULL;
-      for (size_t e = 0; e < i && !prev; e++) prev = find_kv(j->srcs[e].h, h->kv_keys[k]);
-      if (prev && strcmp(prev, h->kv_values[k]))
-        s = dcpi_fail(&j->err, DCP_ECORRUPT,
-                      "__metadata__ key '%.200s' differs between shards ('%s' and an earlier one)",
-                      h->kv_keys[k], j->srcs[i].file);
-      else if (!prev)
-        s = dcpi_md_add_kv(j->md, h->kv_keys[k], h->kv_values[k], &j->err);
-    }
+  for (size_t i = 0; i < n && !s; i++) {
+    if (!i || strcmp(r[i].key, r[i - 1].key))
+      s = dcpi_md_add_kv(j->md, r[i].key, r[i].value, &j->err);
+    else if (strcmp(r[i].value, r[i - 1].value))
+      s = dcpi_fail(&j->err, DCP_ECORRUPT,
+                    "__metadata__ key '%.200s' differs between shards '%s' and '%s'", r[i].key,
+                    j->srcs[r[i - 1].src].file, j->srcs[r[i].src].file);
   }
+  free(r);
   return s;
 }
 
@@ -233,7 +317,8 @@ static dcp_status link_tensor(import_job *j, dcp_storage_file *f, const source *
 
 static dcp_status import_source(import_job *j, const source *src) {
   dcp_storage_file *f = NULL;
-  dcp_status s = dcpi_rt_file_open(&j->src, src->file, DCP_FILE_READ, &f, &j->err);
+  dcp_status s = src_at(j, src->dir);
+  if (!s) s = dcpi_rt_file_open(&j->src, src->name, DCP_FILE_READ, &f, &j->err);
   for (size_t i = 0; i < src->h->ntensors && !s; i++) {
     const dcpi_st_tensor *t = &src->h->tensors[i];
     uint32_t tid;
@@ -249,21 +334,44 @@ static dcp_status import_source(import_job *j, const source *src) {
   return s;
 }
 
+static bool same_dir(const char *a, const char *b) {
+  struct stat x, y;
+  return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+/* The import writes .metadata.tmp (both modes) and data-00000.dcp (a copy)
+ * into the checkpoint directory, and removes the data file on failure: a
+ * source that is one of those files would be destroyed before it is read. */
+static dcp_status check_overwrites(import_job *j, const char *data_name) {
+  for (size_t i = 0; i < j->nsrc; i++) {
+    const source *src = &j->srcs[i];
+    const char *n = src->name;
+    bool written = strcmp(n, DCPI_METADATA_TMP) == 0 || (data_name && strcmp(n, data_name) == 0);
+    if (written && same_dir(src->dir, j->dst.path))
+      return dcpi_fail(&j->err, DCP_EINVAL,
+                       "import: source '%s' is the file '%s' that the import writes in %s; "
+                       "import into another directory", src->file, n, j->dst.path);
+  }
+  return DCP_OK;
+}
+
 static dcp_status open_outputs(import_job *j) {
   uint64_t size;
   dcpi_err probe;
+  char name[64];
+  snprintf(name, sizeof name, DCPI_DATA_FILE_FMT, 0);
+  bool link = j->flags & DCP_IMPORT_LINK;
   dcp_status s = dcpi_rt_file_size(&j->dst, DCPI_METADATA_NAME, &size, &probe);
   if (s == DCP_OK)
     return dcpi_fail(&j->err, DCP_EEXIST, "a committed checkpoint exists at %s", j->dst.path);
   if (s != DCP_ENOTFOUND) return dcpi_fail(&j->err, s, "%s", probe.msg);
+  if ((s = check_overwrites(j, link ? NULL : name))) return s;
   if ((s = dcpi_md_create(&j->md))) return dcpi_fail(&j->err, s, "out of memory");
-  if (j->flags & DCP_IMPORT_LINK) {
+  if (link) {
     for (size_t i = 0; i < j->nsrc && !s; i++)
       s = dcpi_md_add_file(j->md, j->srcs[i].file, &j->srcs[i].file_id, &j->err);
     return s;
   }
-  char name[64];
-  snprintf(name, sizeof name, DCPI_DATA_FILE_FMT, 0);
   s = dcpi_md_add_file(j->md, name, &j->data_file, &j->err);
   return s ? s : dcpi_block_writer_open(&j->dst, name, DCPI_DEFAULT_BLOCK_SIZE, false, 0, &j->w,
                                         &j->err);
@@ -329,8 +437,14 @@ static void job_free(import_job *j, bool failed) {
   }
   dcpi_cv_close(&j->src);
   dcpi_cv_close(&j->dst);
-  for (size_t i = 0; i < j->nsrc; i++) free(j->srcs[i].file), dcpi_st_header_free(j->srcs[i].h);
+  for (size_t i = 0; i < j->nsrc; i++) {
+    source *src = &j->srcs[i];
+    free(src->file), free(src->dir), free(src->name);
+    dcpi_st_header_free(src->h);
+  }
   free(j->srcs);
+  free(j->idir);
+  free(j->iname);
   dcpi_md_free(j->md);
   free(j->buf);
   free(j->sdir);

@@ -157,9 +157,51 @@ static dcp_status check_spans(const dcpi_st_header *h, dcpi_err *err) {
   return DCP_OK;
 }
 
+/* What a JSON value is, for messages. */
+static const char *json_kind(const json_t *j) {
+  switch (json_typeof(j)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER:
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+  }
+}
+
+#define RESERVED_WHY                                                                   \
+  "(safetensors reserves the key '" DCPI_ST_METADATA_KEY "' for string-to-string " \
+  "metadata; it cannot name a tensor)"
+
+typedef struct kv_pair {
+  char *key, *value;
+} kv_pair;
+
+static int cmp_pair(const void *a, const void *b) {
+  return strcmp(((const kv_pair *)a)->key, ((const kv_pair *)b)->key);
+}
+
+/* Keys and values sorted together by key. qsort, not an insertion sort: a
+ * hostile 100 MB header holds millions of entries, in any order. Keys are
+ * unique (duplicates are refused by the parser), so the order is total. */
+static dcp_status sort_kvs(dcpi_st_header *h, dcpi_err *err) {
+  if (h->nkv < 2) return DCP_OK;
+  kv_pair *p = malloc(h->nkv * sizeof *p);
+  if (!p) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  for (size_t i = 0; i < h->nkv; i++) p[i] = (kv_pair){h->kv_keys[i], h->kv_values[i]};
+  qsort(p, h->nkv, sizeof *p, cmp_pair);
+  for (size_t i = 0; i < h->nkv; i++) h->kv_keys[i] = p[i].key, h->kv_values[i] = p[i].value;
+  free(p);
+  return DCP_OK;
+}
+
 static dcp_status parse_metadata(const json_t *md, dcpi_st_header *h, dcpi_err *err) {
   if (!json_is_object(md))
-    return dcpi_fail(err, DCP_ECORRUPT, "safetensors: __metadata__ is not an object");
+    return dcpi_fail(err, DCP_ECORRUPT,
+                     "safetensors: " DCPI_ST_METADATA_KEY " is %s, not an object of strings "
+                     RESERVED_WHY, json_kind(md));
   size_t n = json_object_size(md);
   h->kv_keys = calloc(n ? n : 1, sizeof *h->kv_keys);
   h->kv_values = calloc(n ? n : 1, sizeof *h->kv_values);
@@ -168,8 +210,9 @@ static dcp_status parse_metadata(const json_t *md, dcpi_st_header *h, dcpi_err *
   json_t *val;
   json_object_foreach((json_t *)md, key, val) {
     if (!json_is_string(val))
-      return dcpi_fail(err, DCP_ECORRUPT, "safetensors: __metadata__ entry '%.200s' is not a string",
-                       key);
+      return dcpi_fail(err, DCP_ECORRUPT,
+                       "safetensors: " DCPI_ST_METADATA_KEY " entry '%.200s' is %s, not a string "
+                       RESERVED_WHY, key, json_kind(val));
     if (!*key) return dcpi_fail(err, DCP_ECORRUPT, "safetensors: __metadata__ has an empty key");
     size_t k = h->nkv;
     h->kv_keys[k] = strdup(key);
@@ -177,14 +220,7 @@ static dcp_status parse_metadata(const json_t *md, dcpi_st_header *h, dcpi_err *
     h->nkv++;
     if (!h->kv_keys[k] || !h->kv_values[k]) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
   }
-  /* keys and values sorted together (insertion sort: metadata is small) */
-  for (size_t i = 1; i < h->nkv; i++)
-    for (size_t j = i; j > 0 && strcmp(h->kv_keys[j - 1], h->kv_keys[j]) > 0; j--) {
-      char *tk = h->kv_keys[j], *tv = h->kv_values[j];
-      h->kv_keys[j] = h->kv_keys[j - 1], h->kv_values[j] = h->kv_values[j - 1];
-      h->kv_keys[j - 1] = tk, h->kv_values[j - 1] = tv;
-    }
-  return DCP_OK;
+  return sort_kvs(h, err);
 }
 
 static dcp_status parse_root(const json_t *root, dcpi_st_header *h, dcpi_err *err) {
@@ -195,7 +231,7 @@ static dcp_status parse_root(const json_t *root, dcpi_st_header *h, dcpi_err *er
   json_t *val;
   dcp_status s = DCP_OK;
   json_object_foreach((json_t *)root, key, val) {
-    if (strcmp(key, "__metadata__") == 0)
+    if (strcmp(key, DCPI_ST_METADATA_KEY) == 0)
       s = parse_metadata(val, h, err);
     else if (!(s = parse_tensor(key, val, h->data_len, &h->tensors[h->ntensors], err)))
       h->ntensors++;
@@ -250,37 +286,66 @@ static json_t *tensor_json(const dcpi_st_out *t) {
   return bad ? NULL : o;
 }
 
-static json_t *header_json(const dcpi_st_out *t, size_t n, const char *const *kk,
-                           const char *const *kv, size_t nkv) {
-  json_t *root = json_object();
-  int bad = !root;
-  if (!bad && nkv) {
-    json_t *md = json_object();
-    for (size_t i = 0; md && !bad && i < nkv; i++) {
-      json_t *v = json_string(kv[i]);
-      bad = !v || json_object_set_new(md, kk[i], v);
-    }
-    bad = bad || !md || json_object_set(root, "__metadata__", md);
-    json_decref(md);
+#define BUILD_FAILED                                                                      \
+  "safetensors: cannot build a header (invalid dtype, a name or value that is not UTF-8, " \
+  "or out of memory)"
+
+static dcp_status add_metadata(json_t *root, const char *const *kk, const char *const *kv,
+                               size_t nkv, dcpi_err *err) {
+  json_t *md = json_object();
+  dcp_status s = md ? DCP_OK : dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  for (size_t i = 0; !s && i < nkv; i++) {
+    json_t *v = NULL;
+    if (json_object_get(md, kk[i]))
+      s = dcpi_fail(err, DCP_EINVAL, "safetensors: metadata key '%.200s' given twice", kk[i]);
+    else if (!(v = json_string(kv[i])) || json_object_set_new(md, kk[i], v))
+      s = dcpi_fail(err, DCP_EINVAL, BUILD_FAILED);
   }
-  for (size_t i = 0; !bad && i < n; i++) {
+  if (!s && json_object_set(root, DCPI_ST_METADATA_KEY, md))
+    s = dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  json_decref(md);
+  return s;
+}
+
+/* A tensor named __metadata__ would replace the file's metadata (or be
+ * taken for it by every reader), and a second tensor of one name would
+ * replace the first, leaving data that no header entry describes. */
+static dcp_status add_tensors(json_t *root, const dcpi_st_out *t, size_t n, dcpi_err *err) {
+  for (size_t i = 0; i < n; i++) {
+    if (strcmp(t[i].name, DCPI_ST_METADATA_KEY) == 0)
+      return dcpi_fail(err, DCP_ENAME,
+                       "safetensors: tensor '" DCPI_ST_METADATA_KEY "' cannot be written: the "
+                       "format reserves that header key for string-to-string metadata (rename "
+                       "the tensor)");
+    if (json_object_get(root, t[i].name))
+      return dcpi_fail(err, DCP_EINVAL, "safetensors: tensor '%.200s' given twice", t[i].name);
     json_t *o = tensor_json(&t[i]);
-    bad = !o || json_object_set_new(root, t[i].name, o);
+    if (!o || json_object_set_new(root, t[i].name, o))
+      return dcpi_fail(err, DCP_EINVAL, BUILD_FAILED);
   }
-  if (bad) json_decref(root);
-  return bad ? NULL : root;
+  return DCP_OK;
+}
+
+static dcp_status header_text(const dcpi_st_out *t, size_t n, const char *const *kk,
+                              const char *const *kv, size_t nkv, char **text, dcpi_err *err) {
+  *text = NULL;
+  json_t *root = json_object();
+  dcp_status s = root ? DCP_OK : dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  if (!s && nkv) s = add_metadata(root, kk, kv, nkv, err);
+  if (!s) s = add_tensors(root, t, n, err);
+  if (!s && !(*text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER)))
+    s = dcpi_fail(err, DCP_ENOMEM, "out of memory for a safetensors header");
+  json_decref(root);
+  return s;
 }
 
 dcp_status dcpi_st_build_header(const dcpi_st_out *t, size_t n, const char *const *kv_keys,
                                 const char *const *kv_values, size_t nkv, uint8_t **out,
                                 size_t *len, dcpi_err *err) {
   *out = NULL;
-  json_t *root = header_json(t, n, kv_keys, kv_values, nkv);
-  char *text = root ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-  json_decref(root);
-  if (!text)
-    return dcpi_fail(err, DCP_EINVAL, "safetensors: cannot build a header (invalid dtype, a name "
-                     "or value that is not UTF-8, or out of memory)");
+  char *text = NULL;
+  dcp_status s = header_text(t, n, kv_keys, kv_values, nkv, &text, err);
+  if (s) return s;
   size_t tl = strlen(text), hl = (tl + 7) / 8 * 8;
   uint8_t *buf = malloc(8 + hl);
   if (!buf) {

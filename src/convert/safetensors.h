@@ -18,6 +18,10 @@
 
 #define DCPI_ST_MAX_HEADER (100u * 1000u * 1000u) /* 100 MB, as the spec's reader */
 
+/* The header key the format reserves for the file's string-to-string
+ * metadata: it can never name a tensor. */
+#define DCPI_ST_METADATA_KEY "__metadata__"
+
 typedef struct dcpi_st_tensor {
   char *name; /* owned */
   dcp_dtype dtype;
@@ -68,8 +72,9 @@ typedef struct dcpi_st_out {
 /* Build the 8-byte length prefix and header JSON for n tensors and nkv
  * metadata entries (none: no __metadata__) into *out (malloc'd, *len bytes,
  * a multiple of 8 so the data region stays aligned; padded with spaces).
- * Errors: DCP_ENOMEM, DCP_EINVAL (invalid dtype or a string that is not
- * UTF-8). */
+ * Errors: DCP_ENAME (a tensor named __metadata__), DCP_EINVAL (two tensors
+ * or two metadata keys with one name, an invalid dtype or a string that is
+ * not UTF-8), DCP_ENOMEM. */
 dcp_status dcpi_st_build_header(const dcpi_st_out *t, size_t n, const char *const *kv_keys,
                                 const char *const *kv_values, size_t nkv, uint8_t **out,
                                 size_t *len, dcpi_err *err);

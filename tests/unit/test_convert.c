@@ -5,10 +5,12 @@
 
 #include <jansson.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "convert/safetensors.h"
@@ -262,6 +264,17 @@ static void test_sharded(void **state) {
   assert_int_equal(dcp_import_safetensors(f->ctx, path_of(f, "bad.safetensors.index.json"),
                                           path_of(f, "ckpt3"), 0), DCP_ECORRUPT);
   assert_non_null(strstr(dcp_ctx_last_error(f->ctx), "t2"));
+  /* shards whose __metadata__ disagree on a key: corrupt, naming both */
+  const char *other[] = {"np"};
+  assert_int_equal(st_write(path_of(f, "m-3.safetensors"), t + 3, 3, keys, other, 1), 0);
+  const char *fn3[6] = {"m-1.safetensors", "m-1.safetensors", "m-1.safetensors",
+                        "m-3.safetensors", "m-3.safetensors", "m-3.safetensors"};
+  write_index(path_of(f, "kv.safetensors.index.json"), tn, fn3, 6);
+  assert_int_equal(dcp_import_safetensors(f->ctx, path_of(f, "kv.safetensors.index.json"),
+                                          path_of(f, "ckpt4"), 0), DCP_ECORRUPT);
+  assert_non_null(strstr(dcp_ctx_last_error(f->ctx),
+                         "key 'format' differs between shards 'm-1.safetensors' and "
+                         "'m-3.safetensors'"));
 }
 
 /* ---- linked import, then a resharded load straight from the file -------- */
@@ -417,7 +430,15 @@ static const hostile cases[] = {
      "{\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]},"
      "\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}",
      "duplicate", 0, -1},
-    {"metadata not strings", "{\"__metadata__\":{\"step\":5}}", "'step' is not a string", 0, -1},
+    {"metadata not strings", "{\"__metadata__\":{\"step\":5}}",
+     "entry 'step' is a number, not a string", 0, -1},
+    /* __metadata__ is reserved for a string -> string map: anything else,
+     * a tensor entry by that name included, is refused and says why */
+    {"metadata not an object", "{\"__metadata__\":[1]}",
+     "__metadata__ is an array, not an object of strings", 0, -1},
+    {"tensor named __metadata__",
+     "{\"__metadata__\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]}}",
+     "safetensors reserves the key '__metadata__' for string-to-string metadata", 8, -1},
     {"invalid utf-8", "{\"\xff\xfe\":{}}", "not valid JSON", 0, -1},
     {"extra field",
      "{\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0],\"x\":1}}",
@@ -487,6 +508,327 @@ static void test_verify_problems(void **state) {
   assert_int_equal(dcp_verify(f->ctx, path_of(f, "nothing"), &rep), DCP_ENOTFOUND);
 }
 
+/* ---- __metadata__ is reserved: export refuses a tensor of that name ------ */
+
+static void test_export_reserved_name(void **state) {
+  fixture *f = *state;
+  static float m[4] = {1, 2, 3, 4}, w[2] = {5, 6};
+  dcp_state *st;
+  assert_int_equal(dcp_state_create(f->ctx, &st), DCP_OK);
+  int64_t s4[1] = {4}, s2[1] = {2}, z[1] = {0};
+  assert_int_equal(dcp_state_add_tensor(st, "__metadata__", DCP_F32, 1, s4), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(st, "__metadata__", z, s4, m), DCP_OK);
+  assert_int_equal(dcp_state_add_tensor(st, "w", DCP_F32, 1, s2), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(st, "w", z, s2, w), DCP_OK);
+  dcp_save_options o;
+  dcp_save_options_init(&o);
+  const char *k[] = {"step"}, *v[] = {"5"};
+  o.nkv = 1, o.kv_keys = k, o.kv_values = v;
+  assert_int_equal(check(f, dcp_save(f->ctx, st, path_of(f, "ckpt"), &o)), DCP_OK);
+  dcp_state_free(st);
+  /* one file or shards: refused before anything is written */
+  for (uint64_t max = 0; max <= 8; max += 8) {
+    assert_int_equal(dcp_export_safetensors(f->ctx, path_of(f, "ckpt"), path_of(f, "out"), max),
+                     DCP_ENAME);
+    const char *msg = dcp_ctx_last_error(f->ctx);
+    assert_non_null(strstr(msg, "tensor '__metadata__'"));
+    assert_non_null(strstr(msg, "reserves"));
+    struct stat sb;
+    assert_int_equal(stat(path_of(f, "out"), &sb), -1);
+  }
+  /* the header builder refuses it too, and names given twice */
+  int64_t shape[1] = {2};
+  dcpi_st_out t[2] = {{.name = "__metadata__", .dtype = DCP_F32, .ndim = 1, .shape = shape,
+                       .begin = 0, .end = 8},
+                      {.name = "a", .dtype = DCP_F32, .ndim = 1, .shape = shape, .begin = 8,
+                       .end = 16}};
+  uint8_t *hdr = NULL;
+  size_t len = 0;
+  dcpi_err err;
+  assert_int_equal(dcpi_st_build_header(t, 2, NULL, NULL, 0, &hdr, &len, &err), DCP_ENAME);
+  assert_non_null(strstr(err.msg, "'__metadata__'"));
+  assert_null(hdr);
+  t[0].name = "a";
+  assert_int_equal(dcpi_st_build_header(t, 2, NULL, NULL, 0, &hdr, &len, &err), DCP_EINVAL);
+  assert_non_null(strstr(err.msg, "tensor 'a' given twice"));
+  const char *kk[] = {"x", "x"}, *kv[] = {"1", "2"};
+  assert_int_equal(dcpi_st_build_header(t + 1, 1, kk, kv, 2, &hdr, &len, &err), DCP_EINVAL);
+  assert_non_null(strstr(err.msg, "metadata key 'x' given twice"));
+  assert_int_equal(dcpi_st_build_header(t + 1, 1, kk, kv, 1, &hdr, &len, &err), DCP_OK);
+  free(hdr);
+}
+
+/* ---- an index with an empty weight_map -------------------------------------- */
+
+static void test_index_empty_weight_map(void **state) {
+  fixture *f = *state;
+  write_index(path_of(f, "e.safetensors.index.json"), NULL, NULL, 0);
+  assert_int_equal(dcp_import_safetensors(f->ctx, path_of(f, "e.safetensors.index.json"),
+                                          path_of(f, "ckpt"), 0), DCP_ECORRUPT);
+  const char *msg = dcp_ctx_last_error(f->ctx);
+  assert_non_null(strstr(msg, "e.safetensors.index.json"));
+  assert_non_null(strstr(msg, "weight_map is empty"));
+  struct stat sb;
+  assert_int_equal(stat(path_of(f, "ckpt/.metadata"), &sb), -1);
+}
+
+/* ---- the Hugging Face cache: sources that are symbolic links ---------------- */
+
+static void make_link(fixture *f, const char *target, const char *name) {
+  assert_int_equal(symlink(target, path_of(f, name)), 0);
+}
+
+/* The exported model.safetensors of checkpoint ck holds tensors t[0..n). */
+static void expect_exported(fixture *f, const char *ck, const st_tensor *t, size_t n) {
+  char out[64], file[96];
+  snprintf(out, sizeof out, "%s-out", ck);
+  snprintf(file, sizeof file, "%s/model.safetensors", out);
+  assert_int_equal(check(f, dcp_export_safetensors(f->ctx, path_of(f, ck), path_of(f, out), 0)),
+                   DCP_OK);
+  st_file sf;
+  st_open(path_of(f, file), &sf);
+  assert_int_equal(sf.h->ntensors, n);
+  for (size_t i = 0; i < n; i++) expect_tensor(&sf, &t[i]);
+  st_close(&sf);
+}
+
+/* hub/blobs/<hash> hold the bytes; hub/snapshots/<rev>/ hold relative links
+ * to them, the index and every shard included. */
+static void make_hf_cache(fixture *f, st_tensor *t) {
+  static uint8_t bufs[4][96];
+  static const char *names[4] = {"emb", "l0.w", "l1.w", "head"};
+  for (int k = 0; k < 4; k++) {
+    t[k] = (st_tensor){.name = names[k], .dtype = "F32", .ndim = 2, .shape = {4, 6},
+                       .data = bufs[k], .nbytes = sizeof bufs[k]};
+    st_fill(bufs[k], sizeof bufs[k], 40u + (uint32_t)k);
+  }
+  assert_int_equal(mkdir(path_of(f, "hub"), 0755), 0);
+  assert_int_equal(mkdir(path_of(f, "hub/blobs"), 0755), 0);
+  assert_int_equal(mkdir(path_of(f, "hub/snapshots"), 0755), 0);
+  const char *revs[] = {"hub/snapshots/one", "hub/snapshots/two", "hub/snapshots/bad"};
+  for (int r = 0; r < 3; r++) assert_int_equal(mkdir(path_of(f, revs[r]), 0755), 0);
+  const char *keys[] = {"format"}, *vals[] = {"pt"};
+  assert_int_equal(st_write(path_of(f, "hub/blobs/a1"), t, 4, keys, vals, 1), 0);
+  assert_int_equal(st_write(path_of(f, "hub/blobs/b1"), t, 2, keys, vals, 1), 0);
+  assert_int_equal(st_write(path_of(f, "hub/blobs/b2"), t + 2, 2, keys, vals, 1), 0);
+  const char *fn[4] = {"model-00001-of-00002.safetensors", "model-00001-of-00002.safetensors",
+                       "model-00002-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+  write_index(path_of(f, "hub/blobs/i1"), names, fn, 4);
+  make_link(f, "../../blobs/a1", "hub/snapshots/one/model.safetensors");
+  make_link(f, "../../blobs/b1", "hub/snapshots/two/model-00001-of-00002.safetensors");
+  make_link(f, "../../blobs/b2", "hub/snapshots/two/model-00002-of-00002.safetensors");
+  make_link(f, "../../blobs/i1", "hub/snapshots/two/model.safetensors.index.json");
+  /* a link to a link, a link to nothing, an index whose shard is a link to nothing */
+  make_link(f, "../one/model.safetensors", "hub/snapshots/bad/chain.safetensors");
+  make_link(f, "../../blobs/gone", "hub/snapshots/bad/model.safetensors");
+  make_link(f, "../../blobs/i1", "hub/snapshots/bad/model.safetensors.index.json");
+  make_link(f, "../../blobs/gone", "hub/snapshots/bad/model-00001-of-00002.safetensors");
+  make_link(f, "../../blobs/b2", "hub/snapshots/bad/model-00002-of-00002.safetensors");
+}
+
+static void test_hf_cache_links(void **state) {
+  fixture *f = *state;
+  st_tensor t[4];
+  make_hf_cache(f, t);
+  size_t blen;
+  uint8_t *blob = slurp(path_of(f, "hub/blobs/a1"), &blen);
+  /* one file, a sharded index, a chain of links: imported as copies */
+  assert_int_equal(check(f, dcp_import_safetensors(
+                                f->ctx, path_of(f, "hub/snapshots/one/model.safetensors"),
+                                path_of(f, "c1"), 0)), DCP_OK);
+  expect_exported(f, "c1", t, 4);
+  assert_int_equal(check(f, dcp_import_safetensors(
+                                f->ctx, path_of(f, "hub/snapshots/two/model.safetensors.index.json"),
+                                path_of(f, "c2"), 0)), DCP_OK);
+  dcp_verify_report rep = {.struct_size = sizeof rep};
+  assert_int_equal(check(f, dcp_verify(f->ctx, path_of(f, "c2"), &rep)), DCP_OK);
+  assert_int_equal(rep.tensors, 4);
+  expect_exported(f, "c2", t, 4);
+  assert_int_equal(check(f, dcp_import_safetensors(
+                                f->ctx, path_of(f, "hub/snapshots/bad/chain.safetensors"),
+                                path_of(f, "c3"), 0)), DCP_OK);
+  expect_exported(f, "c3", t, 4);
+  /* links to nothing: not found, naming the link */
+  assert_int_equal(dcp_import_safetensors(f->ctx, path_of(f, "hub/snapshots/bad/model.safetensors"),
+                                          path_of(f, "c4"), 0), DCP_ENOTFOUND);
+  assert_non_null(strstr(dcp_ctx_last_error(f->ctx), "model.safetensors' is a symbolic link"));
+  assert_int_equal(dcp_import_safetensors(
+                       f->ctx, path_of(f, "hub/snapshots/bad/model.safetensors.index.json"),
+                       path_of(f, "c5"), 0), DCP_ENOTFOUND);
+  assert_non_null(strstr(dcp_ctx_last_error(f->ctx), "model-00001-of-00002.safetensors"));
+  /* a linked import would name links inside a checkpoint: refused, nothing written */
+  assert_int_equal(dcp_import_safetensors(f->ctx, path_of(f, "hub/snapshots/one/model.safetensors"),
+                                          path_of(f, "hub/snapshots/one"), DCP_IMPORT_LINK),
+                   DCP_EINVAL);
+  assert_non_null(strstr(dcp_ctx_last_error(f->ctx), "is a symbolic link"));
+  struct stat sb;
+  assert_int_equal(lstat(path_of(f, "hub/snapshots/one/.metadata"), &sb), -1);
+  size_t alen;
+  uint8_t *after = slurp(path_of(f, "hub/blobs/a1"), &alen);
+  assert_int_equal(alen, blen);
+  assert_memory_equal(after, blob, blen);
+  free(after);
+  free(blob);
+}
+
+/* The checkpoint side stays strict: a link planted where the import writes
+ * is refused, its target untouched. */
+static void test_hf_cache_strict_output(void **state) {
+  fixture *f = *state;
+  st_tensor t[4];
+  make_hf_cache(f, t);
+  FILE *fp = fopen(path_of(f, "victim"), "wb");
+  fputs("keep me", fp);
+  fclose(fp);
+  const char *planted[] = {"data-00000.dcp", ".metadata.tmp"};
+  for (int i = 0; i < 2; i++) {
+    char ck[32], at[64];
+    snprintf(ck, sizeof ck, "ck%d", i);
+    snprintf(at, sizeof at, "%s/%s", ck, planted[i]);
+    assert_int_equal(mkdir(path_of(f, ck), 0755), 0);
+    make_link(f, path_of(f, "victim"), at);
+    dcp_status s = dcp_import_safetensors(
+        f->ctx, path_of(f, "hub/snapshots/two/model.safetensors.index.json"), path_of(f, ck), 0);
+    assert_int_equal(s, DCP_EIO);
+    assert_non_null(strstr(dcp_ctx_last_error(f->ctx), "symbolic link"));
+    size_t n;
+    uint8_t *v = slurp(path_of(f, "victim"), &n);
+    assert_int_equal(n, 7);
+    assert_memory_equal(v, "keep me", 7);
+    free(v);
+    struct stat sb;
+    snprintf(at, sizeof at, "%s/.metadata", ck);
+    assert_int_equal(lstat(path_of(f, at), &sb), -1);
+  }
+}
+
+/* ---- a source that is a file the import itself writes ----------------------- */
+
+static void test_import_over_own_files(void **state) {
+  fixture *f = *state;
+  static uint8_t d[64];
+  st_fill(d, sizeof d, 5);
+  st_tensor t = {.name = "x", .dtype = "U8", .ndim = 1, .shape = {64}, .data = d, .nbytes = 64};
+  const struct {
+    const char *dir, *file;
+    uint32_t flags;
+  } own[] = {{"m1", "data-00000.dcp", 0}, {"m2", ".metadata.tmp", 0},
+             {"m3", ".metadata.tmp", DCP_IMPORT_LINK}};
+  for (int i = 0; i < 3; i++) {
+    char src[64];
+    snprintf(src, sizeof src, "%s/%s", own[i].dir, own[i].file);
+    assert_int_equal(mkdir(path_of(f, own[i].dir), 0755), 0);
+    assert_int_equal(st_write(path_of(f, src), &t, 1, NULL, NULL, 0), 0);
+    size_t n0, n1;
+    uint8_t *before = slurp(path_of(f, src), &n0);
+    assert_int_equal(dcp_import_safetensors(f->ctx, path_of(f, src), path_of(f, own[i].dir),
+                                            own[i].flags), DCP_EINVAL);
+    assert_non_null(strstr(dcp_ctx_last_error(f->ctx), "that the import writes"));
+    uint8_t *after = slurp(path_of(f, src), &n1);
+    assert_int_equal(n0, n1);
+    assert_memory_equal(before, after, n0);
+    free(before);
+    free(after);
+  }
+}
+
+/* ---- hostile sizes: no quadratic work on a large header or index ---------- */
+
+enum { NBIG = 100000 };
+
+/* A file with one tensor `name` and nkv __metadata__ entries k0000000...,
+ * in ascending or descending key order. */
+static void write_md_heavy(fixture *f, const char *file, const char *name, int nkv,
+                           bool descending) {
+  json_t *root = json_object(), *md = json_object();
+  for (int i = 0; i < nkv; i++) {
+    char key[32];
+    snprintf(key, sizeof key, "k%07d", descending ? nkv - 1 - i : i);
+    json_object_set_new(md, key, json_string("v"));
+  }
+  json_object_set_new(root, "__metadata__", md);
+  json_t *w = json_pack("{s:s, s:[i], s:[i, i]}", "dtype", "F32", "shape", 2, "data_offsets",
+                        0, 8);
+  assert_non_null(w);
+  json_object_set_new(root, name, w);
+  char *text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  json_decref(root);
+  static const uint8_t data[8];
+  assert_int_equal(st_write_raw(path_of(f, file), strlen(text), text, data, 8), 0);
+  free(text);
+}
+
+/* An index mapping NBIG tensors to files s<i>.safetensors, all the same
+ * file (distinct = false) or each its own; none of them exists. */
+static void write_wide_index(fixture *f, const char *file, bool distinct) {
+  json_t *root = json_object(), *wm = json_object();
+  for (int i = 0; i < NBIG; i++) {
+    char key[32], shard[48];
+    snprintf(key, sizeof key, "t%07d", i);
+    snprintf(shard, sizeof shard, "s%07d.safetensors", distinct ? NBIG - i : 1);
+    json_object_set_new(wm, key, json_string(shard));
+  }
+  json_object_set_new(root, "weight_map", wm);
+  assert_int_equal(json_dump_file(root, path_of(f, file), 0), 0);
+  json_decref(root);
+}
+
+/* Seconds an import of src into ck takes; its status must be want. */
+static double timed_import(fixture *f, const char *src, const char *ck, dcp_status want) {
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  dcp_status s = dcp_import_safetensors(f->ctx, path_of(f, src), path_of(f, ck), 0);
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  if (s != want) check(f, s);
+  assert_int_equal(s, want);
+  return (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+}
+
+/* t, the hostile case, within a small factor of base, a case of the same
+ * size that even a quadratic algorithm does in linear time. Relative, so
+ * that valgrind or a loaded machine slows both alike. */
+static void expect_linear(const char *what, double t, double base) {
+  fprintf(stderr, "  %s: %.2f s, baseline %.2f s\n", what, t, base);
+  assert_true(t < 3.0 * base + 1.0);
+}
+
+/* Three ways a hostile set of NBIG entries was quadratic (minutes here,
+ * hours at the 100 MB header limit): an insertion sort of __metadata__
+ * (keys in descending order), a search per key over the earlier shards'
+ * metadata (two shards with the same keys), a pairwise search for repeated
+ * shard names (an index naming NBIG distinct files). */
+static void test_hostile_sizes(void **state) {
+  fixture *f = *state;
+  write_md_heavy(f, "asc.safetensors", "w", NBIG, false);
+  write_md_heavy(f, "desc.safetensors", "w", NBIG, true);
+  double base = timed_import(f, "asc.safetensors", "ck1", DCP_OK);
+  double t = timed_import(f, "desc.safetensors", "ck2", DCP_OK);
+  dcp_meta *m;
+  assert_int_equal(dcp_meta_open(f->ctx, path_of(f, "ck2"), &m), DCP_OK);
+  assert_int_equal(dcp_meta_kv_count(m), NBIG);
+  dcp_meta_free(m);
+  expect_linear("metadata in descending order", t, base);
+
+  const char *tn[] = {"a", "b"}, *fn[] = {"p1.safetensors", "p2.safetensors"},
+             *gn[] = {"q1.safetensors", "q2.safetensors"};
+  write_md_heavy(f, "p1.safetensors", "a", NBIG, false);
+  write_md_heavy(f, "p2.safetensors", "b", 0, false);
+  write_index(path_of(f, "p.safetensors.index.json"), tn, fn, 2);
+  write_md_heavy(f, "q1.safetensors", "a", NBIG / 2, false);
+  write_md_heavy(f, "q2.safetensors", "b", NBIG / 2, false);
+  write_index(path_of(f, "q.safetensors.index.json"), tn, gn, 2);
+  base = timed_import(f, "p.safetensors.index.json", "ck3", DCP_OK);
+  t = timed_import(f, "q.safetensors.index.json", "ck4", DCP_OK);
+  expect_linear("metadata repeated in two shards", t, base);
+
+  write_wide_index(f, "same.safetensors.index.json", false);
+  write_wide_index(f, "wide.safetensors.index.json", true);
+  base = timed_import(f, "same.safetensors.index.json", "ck5", DCP_ENOTFOUND);
+  t = timed_import(f, "wide.safetensors.index.json", "ck6", DCP_ENOTFOUND);
+  assert_non_null(strstr(dcp_ctx_last_error(f->ctx), "s0000001.safetensors"));
+  expect_linear("index of distinct files", t, base);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_roundtrip_all_dtypes, setup, teardown),
@@ -496,6 +838,12 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_export_multichunk, setup, teardown),
       cmocka_unit_test_setup_teardown(test_hostile_headers, setup, teardown),
       cmocka_unit_test_setup_teardown(test_verify_problems, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_export_reserved_name, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_index_empty_weight_map, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_hf_cache_links, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_hf_cache_strict_output, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_import_over_own_files, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_hostile_sizes, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

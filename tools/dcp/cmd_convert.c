@@ -10,7 +10,9 @@ static const char import_help[] =
     "*.safetensors.index.json of a sharded set. The data is copied into CKPT in\n"
     "checksummed blocks; with --link only CKPT/.metadata is written, pointing\n"
     "into the .safetensors files themselves, so CKPT must be their directory.\n"
-    "__metadata__ entries become the checkpoint's key/values.\n"
+    "__metadata__ entries become the checkpoint's key/values. SRC and the shards\n"
+    "an index names may be symbolic links (the Hugging Face cache's snapshots/);\n"
+    "they are followed for reading; --link refuses them (no load follows links).\n"
     "exit status: 0 imported, 2 usage, 3 error (malformed input, I/O, ...)\n";
 
 int cmd_import(int argc, char **argv) {
