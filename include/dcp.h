@@ -113,6 +113,11 @@ typedef struct dcp_ctx_config {
   int64_t timeout_ms;          /* deadline of every wait (default 300000) */
   const char *plugin_path;     /* colon-separated directories searched for
                                   plugins before DCP_PLUGIN_PATH, or NULL */
+  /* -- since 0.3 -- */
+  int64_t lease_ms;            /* how long the directory lease of a save
+                                  outlives a holder that stopped renewing it
+                                  (crashed, killed, stalled); 0: 30000.
+                                  docs/reliability.md */
 } dcp_ctx_config;
 
 /* Fill cfg with defaults (rank 0 of a world of 1). */
@@ -527,11 +532,15 @@ typedef enum dcp_policy {
   DCP_POLICY_LOWEST_RANK = 1 /* always the lowest holder */
 } dcp_policy;
 
-#define DCP_SAVE_OVERWRITE 1u /* replace a committed checkpoint at path (it is
-                                 un-committed first, before anything else is
-                                 written) */
+#define DCP_SAVE_OVERWRITE 1u /* replace a committed checkpoint at path: the
+                                 old one stays loadable until the new one
+                                 commits, and its files are removed after */
 #define DCP_SAVE_COMPRESS 2u  /* zstd-compress each block (kept raw when that
                                  does not make it smaller) */
+#define DCP_SAVE_IN_PLACE 4u  /* with DCP_SAVE_OVERWRITE: un-commit and remove
+                                 the old checkpoint first, so that the
+                                 directory never holds both (less space; no
+                                 checkpoint at path until the new one commits) */
 
 typedef struct dcp_save_options {
   uint32_t struct_size; /* sizeof(dcp_save_options), set by init */
@@ -542,6 +551,13 @@ typedef struct dcp_save_options {
   size_t nkv;           /* user key/values stored in .metadata (step, ...) */
   const char *const *kv_keys;
   const char *const *kv_values;
+  /* -- since 0.3 -- */
+  uint64_t save_id;     /* an uncoordinated save's identity (a detached
+                           rank, or async coordination "none" without a
+                           trainer collective): the same on every rank of
+                           one save and different between saves, e.g. the
+                           step; 0 (default) is refused there. Ignored by
+                           coordinated saves, which make their own. */
 } dcp_save_options;
 
 /* Fill opts with the defaults. */
@@ -557,12 +573,23 @@ DCP_API void dcp_save_options_init(dcp_save_options *opts);
  * atomically (temporary name, sync, rename, directory sync). A checkpoint
  * without .metadata does not exist. An error on any rank makes every rank
  * return an error (the failing rank's code; the message names that rank).
+ *
+ * Every save has an identity (a random id and a generation, recorded in
+ * .metadata and in the name of every file it writes), holds the
+ * directory's lease while it runs (one save per directory at a time, also
+ * across hosts of a shared file system), and commits only over the
+ * checkpoint it saw when it started: a save that finds the directory taken
+ * fails with DCP_EBUSY before writing anything, and one that finds at
+ * commit time that another save committed meanwhile (or that it lost its
+ * lease while stalled) fails with DCP_ESTALE and commits nothing
+ * (docs/reliability.md).
  * path may be, or pass through, a symbolic link; an entry inside the
  * directory that is one (a planted data file, .metadata or temporary name)
  * is never followed: the save (or a load) fails with DCP_EIO, "... is a
  * symbolic link", and the link's target is left untouched.
  * Errors: DCP_EEXIST (a committed checkpoint is at path and
- * DCP_SAVE_OVERWRITE is not set), the planner's DCP_EMISMATCH, DCP_EOVERLAP,
+ * DCP_SAVE_OVERWRITE is not set), DCP_EBUSY, DCP_ESTALE, DCP_EINVAL (an
+ * uncoordinated save without save_id), the planner's DCP_EMISMATCH, DCP_EOVERLAP,
  * DCP_EBOUNDS, DCP_EINCOMPLETE, DCP_ESCOPE, DCP_EOVERFLOW, storage errors
  * DCP_EIO, DCP_ENOSPC, collective errors DCP_ETIMEDOUT, DCP_EPEER,
  * DCP_EINVAL, DCP_ENOMEM. opts may be NULL for the defaults. */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "async/async_int.h"
+#include "runtime/files.h"
 #include "model/state.h"
 #include "writer/proto.h"
 
@@ -87,10 +88,36 @@ static dcp_status describe_coord(dcpi_async_writer *w, dcpi_wp_coord *c, dcpi_er
   c->rank = ctx->rank;
   c->world_size = ctx->world_size;
   c->timeout_ms = ctx->timeout_ms;
+  c->lease_ms = ctx->lease_ms;
   c->storage = ctx->storage ? (char *)ctx->storage->name : NULL;
   c->storage_options = ctx->storage_options;
   if (!(c->plugin_path = writer_plugin_path(ctx)))
     return dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  return DCP_OK;
+}
+
+/* Writers that do not coordinate ("none") cannot make a save's identity
+ * together: the trainer's ranks agree on one here (rank 0 draws it, the
+ * trainer's collective broadcasts it) unless the caller named the save.
+ * A detached trainer has no collective: it must name it. */
+static dcp_status name_uncoordinated_save(dcpi_async_writer *w, dcpi_wp_job *j, dcpi_err *err) {
+  const dcp_ctx *ctx = w->ctx;
+  if (!j->coord.coll || strcmp(j->coord.coll, "none") != 0 || ctx->world_size == 1 || j->save_id)
+    return DCP_OK;
+  if (!ctx->comm)
+    return dcpi_fail(err, DCP_EINVAL,
+                     "async save with coordination \"none\" on a rank without a collective: "
+                     "set save options' save_id (the same on every rank of one save, e.g. the "
+                     "step)");
+  uint8_t id[16];
+  if (ctx->rank == 0 && dcpi_save_id_random(id))
+    return dcpi_fail(err, DCP_EIO, "no random bytes for the save's id");
+  uint64_t v = 0;
+  for (int i = 0; ctx->rank == 0 && i < 8; i++) v = v << 8 | id[i];
+  dcp_plugin_err perr = {{0}};
+  int rc = ctx->coll->bcast(ctx->comm, &v, sizeof v, 0, &perr);
+  if (rc) return dcpi_fail(err, (dcp_status)rc, "async save: agreeing on the save's id: %s", perr.msg);
+  j->save_id = v ? v : 1;
   return DCP_OK;
 }
 
@@ -101,6 +128,7 @@ static void describe_options(const dcp_save_options *in, dcpi_wp_job *j) {
   j->flags = o.flags;
   j->block_size = o.block_size;
   j->zstd_level = o.zstd_level;
+  j->save_id = o.save_id;
   j->policy = (uint32_t)o.policy;
   j->nkv = o.nkv;
   j->kv_keys = (char **)o.kv_keys;
@@ -129,6 +157,7 @@ static dcp_status prepare_job(dcpi_async_writer *w, dcp_state *st, const char *p
     return dcpi_fail(err, DCP_EINVAL, "save options: nkv %zu with NULL arrays", j->nkv);
   describe_tensors(st, j);
   dcp_status s = describe_coord(w, &j->coord, err);
+  if (!s) s = name_uncoordinated_save(w, j, err);
   if (!s) s = place_items(st, j, &total, err);
   if (!s) s = dcpi_pool_reserve(&w->pool, total, err);
   if (s) return s;

@@ -8,7 +8,9 @@
 
 #include "convert/cv.h"
 #include "core/strmap.h"
+#include "runtime/files.h"
 #include "runtime/local_save.h"
+#include "runtime/parts.h"
 
 typedef struct verify_job {
   dcp_ctx *ctx;
@@ -162,6 +164,14 @@ static int each_ref(verify_job *j, dcp_meta *m, places *p, int verify) {
   return 0;
 }
 
+/* The name of rank r's part of the save the merged view shows: of the
+ * newest complete save (as the merge chose it), else the 0.2 name. */
+static void part_name(const dcpi_part_save *sv, int32_t r, char *name) {
+  const dcpi_part *pt = sv ? dcpi_parts_of_rank(sv, r) : NULL;
+  if (pt) dcpi_name_part(name, pt->rank, pt->world, pt->seq, pt->tag);
+  else snprintf(name, DCPI_NAME_MAX, DCPI_RANK_METADATA_FMT, (int)r);
+}
+
 /* A save without a collective: verify what the rank files hold beyond the
  * merged view (a chunk or replicated item several ranks wrote). */
 static void check_rank_copies(verify_job *j) {
@@ -169,14 +179,17 @@ static void check_rank_copies(verify_job *j) {
   dcpi_err err;
   dcpi_err_clear(&err);
   if (dcpi_rt_file_size(&j->rt, DCPI_METADATA_NAME, &size, &err) == DCP_OK) return;
+  dcpi_parts parts;
+  if (dcpi_parts_scan(&j->rt, &parts, &err)) memset(&parts, 0, sizeof parts);
+  const dcpi_part_save *sv = dcpi_parts_newest_complete(&parts, 0);
   places p = {0};
   int rc = each_ref(j, j->m, &p, 0);
   for (int32_t r = 0; rc >= 0 && r < dcp_meta_world_size(j->m); r++) {
-    char name[64];
+    char name[DCPI_NAME_MAX];
     uint8_t *data = NULL;
     size_t len = 0;
     dcp_meta *m = NULL;
-    snprintf(name, sizeof name, DCPI_RANK_METADATA_FMT, r);
+    part_name(sv, r, name);
     if (dcpi_rt_read_file(&j->rt, name, &data, &len, &err) == DCP_OK &&
         dcp_meta_open_memory(j->ctx, data, len, &m) == DCP_OK)
       rc = each_ref(j, m, &p, 1);
@@ -185,6 +198,25 @@ static void check_rank_copies(verify_job *j) {
   }
   if (rc < 0) problem(j, DCP_ENOMEM, &(dcpi_err){DCP_ENOMEM, "verify: out of memory"});
   places_free(&p);
+  dcpi_parts_free(&parts);
+}
+
+/* Every data file is as long as the save recorded (format version 2): bytes
+ * appended to one, or a cut in a region no block covers, are problems too. */
+static void check_file_lengths(verify_job *j) {
+  for (size_t f = 0; f < dcp_meta_file_count(j->m); f++) {
+    const char *name;
+    uint64_t want, have;
+    dcpi_err err;
+    dcpi_err_clear(&err);
+    if (dcp_meta_file(j->m, f, &name) || dcp_meta_file_length(j->m, f, &want)) continue;
+    dcp_status s = dcpi_rt_file_size(&j->rt, name, &have, &err);
+    if (s == DCP_OK && have != want)
+      s = dcpi_fail(&err, DCP_ECORRUPT, "%s/%s is %llu bytes, the save wrote %llu (%s)",
+                    j->rt.path, name, (unsigned long long)have, (unsigned long long)want,
+                    have > want ? "bytes appended" : "cut short");
+    if (s) problem(j, s, &err);
+  }
 }
 
 static uint64_t total_bytes(verify_job *j) {
@@ -216,6 +248,7 @@ static dcp_status run(verify_job *j, const char *ckpt) {
   for (size_t t = 0; t < dcp_meta_tensor_count(j->m); t++) check_tensor(j, t);
   for (size_t b = 0; b < dcp_meta_bytes_count(j->m); b++) check_bytes(j, b);
   check_rank_copies(j);
+  check_file_lengths(j);
   return j->rep.first_status;
 }
 

@@ -9,11 +9,13 @@
 #include "runtime/plan_cache.h"
 
 #define DCPI_DEFAULT_TIMEOUT_MS 300000
+#define DCPI_DEFAULT_LEASE_MS 30000
 
 struct dcp_ctx {
   int32_t rank;
   int32_t world_size;
   int64_t timeout_ms;
+  int64_t lease_ms; /* directory lease of a save (dcp_ctx_config.lease_ms) */
   const dcp_coll_plugin *coll; /* "single" by default; NULL for a detached
                                   rank (world_size > 1 without a collective) */
   dcp_comm *comm;

@@ -159,6 +159,8 @@ dcp_status dcpi_block_writer_put(dcpi_block_writer *w, const void *data, uint64_
   return DCP_OK;
 }
 
+uint64_t dcpi_block_writer_length(const dcpi_block_writer *w) { return w->offset; }
+
 dcp_status dcpi_block_writer_close(dcpi_block_writer *w, bool sync, dcpi_err *err) {
   dcp_status s = DCP_OK;
   if (w->f) {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "metadata/meta.h"
+#include "runtime/replace.h"
 
 void dcpi_commit_put_result(dcpi_wbuf *out, uint8_t kind, uint64_t gidx, const dcpi_ref *ref) {
   dcpi_w_u8(out, kind);
@@ -66,15 +67,19 @@ static dcp_status next_result(dcpi_rbuf *r, int32_t rank, scratch *sc, result *o
 }
 
 /* Record one rank's results in md: its data file, and every piece. */
-static dcp_status add_rank(dcpi_md *md, const dcpi_global_plan *gp, int32_t rank,
-                           const uint8_t *msg, size_t len, uint8_t *seen_items,
+static dcp_status add_rank(dcpi_md *md, const dcpi_global_plan *gp, const char *tag,
+                           int32_t rank, const uint8_t *msg, size_t len, uint8_t *seen_items,
                            uint8_t *seen_bytes, scratch *sc, dcpi_err *err) {
-  if (!len) return DCP_OK;
-  char name[64];
-  snprintf(name, sizeof name, DCPI_DATA_FILE_FMT, rank);
+  dcpi_rbuf r = {msg, len, 0};
+  uint64_t file_length;
+  if (!dcpi_r_varint(&r, &file_length))
+    return dcpi_fail(err, DCP_ECORRUPT, "malformed write results from rank %d", rank);
+  if (!dcpi_r_left(&r)) return DCP_OK; /* wrote nothing: no data file */
+  char name[DCPI_NAME_MAX];
+  dcpi_name_data(name, rank, 0, tag);
   uint32_t file;
   dcp_status s = dcpi_md_add_file(md, name, &file, err);
-  dcpi_rbuf r = {msg, len, 0};
+  if (!s) s = dcpi_md_set_file_length(md, file, file_length, err);
   while (!s && dcpi_r_left(&r)) {
     result res;
     if ((s = next_result(&r, rank, sc, &res, err))) break;
@@ -106,9 +111,12 @@ static dcp_status check_all_written(const uint8_t *seen, size_t n, const char *w
 }
 
 /* Rank 0: the metadata of this save. */
-static dcp_status build(dcpi_md *md, const dcpi_global_plan *gp, const dcp_save_options *opts,
-                        const uint8_t *all, const size_t *lens, int32_t world, dcpi_err *err) {
+static dcp_status build(dcpi_md *md, const dcpi_commit_args *a, const uint8_t *all,
+                        const size_t *lens, int32_t world, dcpi_err *err) {
+  const dcpi_global_plan *gp = a->gp;
+  const dcp_save_options *opts = a->opts;
   dcp_status s = dcpi_md_set_world(md, world, err);
+  if (!s) s = dcpi_md_set_identity(md, a->ident->id, a->ident->generation, -1, err);
   size_t nt = dcpi_global_plan_tensor_count(gp);
   for (size_t t = 0; t < nt && !s; t++) {
     dcpi_gp_tensor gt;
@@ -123,86 +131,54 @@ static dcp_status build(dcpi_md *md, const dcpi_global_plan *gp, const dcp_save_
   if (!s && (!seen_items || !seen_bytes)) s = dcpi_fail(err, DCP_ENOMEM, "out of memory");
   size_t at = 0;
   for (int32_t r = 0; r < world && !s; at += lens[r], r++)
-    s = add_rank(md, gp, r, all + at, lens[r], seen_items, seen_bytes, &sc, err);
+    s = add_rank(md, gp, a->ident->tag, r, all + at, lens[r], seen_items, seen_bytes, &sc, err);
   if (!s) s = check_all_written(seen_items, ni, "write item", err);
   if (!s) s = check_all_written(seen_bytes, nb, "bytes item", err);
   free(seen_items), free(seen_bytes), free(sc.cks), free(sc.lens);
   return s;
 }
 
-/* Files a save makes and may leave behind when it fails: data files and
- * the metadata temporary. */
-static bool is_ours(const char *name) {
-  int rank, end = 0;
-  if (strcmp(name, DCPI_METADATA_TMP) == 0) return true;
-  if (sscanf(name, "%d.metadata%n", &rank, &end) == 1 && name[end] == '\0' && rank >= 0)
-    return true; /* per-rank metadata of an earlier uncoordinated save */
-  end = 0;
-  return sscanf(name, "data-%d.dcp%n", &rank, &end) == 1 && name[end] == '\0' && rank >= 0;
+/* Rank 0: may this save commit? Only while it holds the directory's lease
+ * and the directory still holds the checkpoint the save started over. */
+static dcp_status may_commit(dcpi_rt *rt, const dcpi_commit_args *a) {
+  dcp_status s = dcpi_lease_check(a->lease, &rt->err);
+  return s ? s : dcpi_base_unchanged(rt, a->base, &rt->err);
 }
 
-typedef struct cleanup {
-  char **names;
-  size_t n, cap;
-} cleanup;
-
-static int collect(void *arg, const char *name) {
-  cleanup *c = arg;
-  if (!is_ours(name)) return 0;
-  if (c->n == c->cap) {
-    size_t cap = c->cap ? c->cap * 2 : 16;
-    char **p = realloc(c->names, cap * sizeof *p);
-    if (!p) return DCP_ENOMEM;
-    c->names = p, c->cap = cap;
-  }
-  return (c->names[c->n] = strdup(name)) ? (c->n++, 0) : DCP_ENOMEM;
-}
-
-/* Rank 0, after the commit: remove data files the new metadata does not
- * reference (from earlier saves that failed). Best effort: the checkpoint
- * is already committed, so a failure here is not an error of the save. */
-static void remove_leftovers(dcpi_rt *rt, const size_t *lens, int32_t world) {
-  cleanup c = {0};
-  dcpi_err ignored;
-  if (dcpi_rt_list(rt, collect, &c, &ignored) == DCP_OK)
-    for (size_t i = 0; i < c.n; i++) {
-      int rank = -1;
-      bool keep = strncmp(c.names[i], "data-", 5) == 0 &&
-                  sscanf(c.names[i], "data-%d.dcp", &rank) == 1 && rank < world && lens[rank];
-      if (!keep) dcpi_rt_remove(rt, c.names[i], &ignored);
-    }
-  for (size_t i = 0; i < c.n; i++) free(c.names[i]);
-  free(c.names);
-}
-
-static dcp_status write_metadata(dcpi_rt *rt, const dcpi_global_plan *gp,
-                                 const dcp_save_options *opts, const uint8_t *all,
+static dcp_status write_metadata(dcpi_rt *rt, const dcpi_commit_args *a, const uint8_t *all,
                                  const size_t *lens) {
   dcpi_md *md;
   void *enc = NULL;
   size_t enc_len = 0;
   dcp_status s = dcpi_md_create(&md);
   if (s) return dcpi_fail(&rt->err, s, "out of memory for metadata");
-  s = build(md, gp, opts, all, lens, rt->ctx->world_size, &rt->err);
+  s = build(md, a, all, lens, rt->ctx->world_size, &rt->err);
   if (!s) s = dcpi_md_encode(md, &enc, &enc_len, &rt->err);
   dcpi_md_free(md);
-  if (!s)
-    s = dcpi_rt_write_file_atomic(rt, DCPI_METADATA_NAME, DCPI_METADATA_TMP, enc, enc_len,
-                                  &rt->err);
+  if (!s) s = may_commit(rt, a);
+  char tmp[DCPI_NAME_MAX];
+  dcpi_name_metadata_tmp(tmp, a->ident->tag);
+  if (!s) s = dcpi_rt_write_file_atomic(rt, DCPI_METADATA_NAME, tmp, enc, enc_len, &rt->err);
   free(enc);
-  if (!s) remove_leftovers(rt, lens, rt->ctx->world_size);
+  if (!s) dcpi_remove_other_saves(rt, a->ident->tag);
   return s;
 }
 
-dcp_status dcpi_commit(dcpi_rt *rt, const dcpi_global_plan *gp, const dcp_save_options *opts,
-                       const dcpi_wbuf *results) {
+dcp_status dcpi_commit(dcpi_rt *rt, const dcpi_commit_args *a) {
   uint8_t *all = NULL;
   size_t *lens = NULL;
-  if (results->status)
-    return dcpi_rt_agree(rt, dcpi_fail(&rt->err, results->status, "out of memory"));
-  dcp_status s = dcpi_rt_gather_bytes(rt, results->data, results->len, 0, &all, &lens);
+  dcpi_wbuf msg = {0};
+  dcpi_w_varint(&msg, a->file_length);
+  dcpi_w_bytes(&msg, a->results->data, a->results->len);
+  dcp_status status = a->results->status ? a->results->status : msg.status;
+  if (status) {
+    dcpi_wbuf_free(&msg);
+    return dcpi_rt_agree(rt, dcpi_fail(&rt->err, status, "out of memory"));
+  }
+  dcp_status s = dcpi_rt_gather_bytes(rt, msg.data, msg.len, 0, &all, &lens);
+  dcpi_wbuf_free(&msg);
   if (s) return s;
-  if (rt->ctx->rank == 0) s = write_metadata(rt, gp, opts, all, lens);
+  if (rt->ctx->rank == 0) s = write_metadata(rt, a, all, lens);
   free(all);
   free(lens);
   return dcpi_rt_agree(rt, s);

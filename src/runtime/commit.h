@@ -5,11 +5,10 @@
 
 #include "core/wire.h"
 #include "planner/save_plan.h"
+#include "runtime/files.h"
+#include "runtime/lease.h"
+#include "runtime/replace.h"
 #include "runtime/rt.h"
-
-/* Data file of a rank (the only file names a save makes besides
- * .metadata and its temporary). */
-#define DCPI_DATA_FILE_FMT "data-%05d.dcp"
 
 #define DCPI_RESULT_CHUNK 0 /* a write item of the global plan */
 #define DCPI_RESULT_BYTES 1 /* a bytes item of the global plan */
@@ -18,11 +17,23 @@
  * (in this rank's data file). */
 void dcpi_commit_put_result(dcpi_wbuf *out, uint8_t kind, uint64_t gidx, const dcpi_ref *ref);
 
+/* What the commit of a save needs; the rank-0-only fields are ignored
+ * elsewhere. */
+typedef struct dcpi_commit_args {
+  const dcpi_global_plan *gp;   /* rank 0's global plan */
+  const dcp_save_options *opts; /* key/values */
+  const dcpi_wbuf *results;     /* this rank's write results */
+  uint64_t file_length;         /* of this rank's data file (0: none) */
+  const dcpi_identity *ident;   /* the save's */
+  const dcpi_base *base;        /* rank 0: what the save started over */
+  dcpi_lease *lease;            /* rank 0: the directory's lease */
+} dcpi_commit_args;
+
 /* Collective: gather every rank's results at rank 0, which builds the
- * metadata from gp (rank 0's global plan; NULL elsewhere), opts' key/values
- * and the results, writes it atomically and then removes files that earlier
- * failed saves left. Ends with an agreement; returns its outcome. */
-dcp_status dcpi_commit(dcpi_rt *rt, const dcpi_global_plan *gp, const dcp_save_options *opts,
-                       const dcpi_wbuf *results);
+ * metadata (identity, files and their lengths, the plan's tensors, the
+ * key/values and every piece), checks that its lease and the base still
+ * hold (DCP_ESTALE otherwise), writes it atomically and then removes the
+ * files of every other save. Ends with an agreement; returns its outcome. */
+dcp_status dcpi_commit(dcpi_rt *rt, const dcpi_commit_args *a);
 
 #endif

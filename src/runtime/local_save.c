@@ -1,17 +1,22 @@
 /* local_save.c — the "none" coordination: a save by a rank that has no
  * collective (a detached rank of a world of more than one, e.g. a writer
  * process told not to talk to its peers). It writes its own data file and
- * its own metadata, `<rank>.metadata`, with no cross-rank traffic at all;
- * dcp_load merges the per-rank metadata of a world (merge.c).
+ * its own part of the checkpoint (parts.h), with no cross-rank traffic at
+ * all; dcp_load merges the parts of the newest save that every rank of
+ * its world has committed (merge.c).
  *
- * Without communication there is no global dedup, except where layouts
- * make it free: a chunk added with a layout is written by one member of its
- * replica group only, chosen from the fqn so that every rank picks the same
- * one and the writes spread over the replicas. Chunks added by hand are
- * written by every rank that holds them (the merge keeps one copy), and so
- * are REPLICATED bytes items. A rank's metadata is committed atomically,
- * but there is no commit of the whole: the checkpoint is complete when
- * every rank of the world has committed its own. */
+ * Without communication the ranks cannot make a save's identity together,
+ * so the caller names the save (dcp_save_options.save_id, the same on every
+ * rank): parts with the same id and world are one save. A rank keeps its
+ * part of the newest complete save until a newer one is complete, so a
+ * rank that dies before its turn leaves the previous checkpoint loadable.
+ *
+ * There is no global dedup, except where layouts make it free: a chunk
+ * added with a layout is written by one member of its replica group only,
+ * chosen from the fqn so that every rank picks the same one and the writes
+ * spread over the replicas. Chunks added by hand are written by every rank
+ * that holds them (the merge keeps one copy after checking that the copies
+ * agree), and so are REPLICATED bytes items. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,11 +25,15 @@
 #include "metadata/meta.h"
 #include "model/layout.h"
 #include "model/state.h"
-#include "runtime/commit.h"
+#include "runtime/files.h"
+#include "runtime/lease.h"
 #include "runtime/local_save.h"
+#include "runtime/parts.h"
 
 /* Whether this rank writes chunk c: yes, unless its tensor came with a
- * layout and another member of its replica group is the designated one. */
+ * layout and another member of its replica group is the designated one.
+ * Members outside the world (a mesh may name more ranks than saved) are
+ * not candidates: nobody would write for them. */
 static bool writes_chunk(const dcp_state *st, const dcpi_chunk_item *c) {
   const dcpi_tensor_item *t = &st->tensors[c->tensor];
   if (!t->layout) return true;
@@ -35,15 +44,30 @@ static bool writes_chunk(const dcp_state *st, const dcpi_chunk_item *c) {
     free(group);
     return true; /* when in doubt, write: the merge drops duplicates */
   }
-  int32_t writer = group[dcpi_hash_bytes(t->fqn, t->fqn_len) % n];
+  size_t live = 0;
+  for (size_t k = 0; k < n; k++)
+    if (group[k] >= 0 && group[k] < st->world_size) group[live++] = group[k];
+  int32_t writer = live ? group[dcpi_hash_bytes(t->fqn, t->fqn_len) % live] : st->rank;
   free(group);
   return writer == st->rank;
 }
 
-/* A committed <rank>.metadata is refused (or removed first when
- * overwriting); a coordinated checkpoint here cannot be replaced safely
- * without coordination, so it is always refused. */
-static dcp_status guard(dcpi_rt *rt, const char *own, bool overwrite, dcpi_err *err) {
+/* One rank's save of its part. */
+typedef struct part_job {
+  dcpi_rt *rt;
+  const dcp_state *st;
+  const dcp_save_options *o;
+  dcpi_identity ident;      /* generation: the part's seq on this rank */
+  char data[DCPI_NAME_MAX]; /* the part's data file */
+  char part[DCPI_NAME_MAX]; /* the part itself */
+  dcpi_lease *lease;
+} part_job;
+
+/* A committed coordinated checkpoint cannot be replaced without
+ * coordination; this rank's committed part is refused unless overwriting.
+ * Sets the new part's seq (one past this rank's newest). */
+static dcp_status guard(part_job *j, dcpi_err *err) {
+  dcpi_rt *rt = j->rt;
   uint64_t size;
   dcpi_err probe;
   if (dcpi_rt_file_size(rt, DCPI_METADATA_NAME, &size, &probe) == DCP_OK)
@@ -51,22 +75,28 @@ static dcp_status guard(dcpi_rt *rt, const char *own, bool overwrite, dcpi_err *
                      "a coordinated checkpoint is committed at %s; a save without a "
                      "collective cannot replace it safely (remove it or save elsewhere)",
                      rt->path);
-  dcp_status s = dcpi_rt_file_size(rt, own, &size, &probe);
-  if (s == DCP_ENOTFOUND) return DCP_OK;
-  if (s) return dcpi_fail(err, s, "%s", probe.msg);
-  if (!overwrite)
+  dcpi_parts p;
+  dcp_status s = dcpi_parts_scan(rt, &p, err);
+  if (s) return s;
+  uint64_t newest = dcpi_parts_max_seq(&p, j->st->rank);
+  char legacy[DCPI_NAME_MAX];
+  snprintf(legacy, sizeof legacy, DCPI_RANK_METADATA_FMT, (int)j->st->rank);
+  bool mine = newest || (p.legacy && dcpi_rt_file_size(rt, legacy, &size, &probe) == DCP_OK);
+  dcpi_parts_free(&p);
+  if (mine && !(j->o->flags & DCP_SAVE_OVERWRITE))
     return dcpi_fail(err, DCP_EEXIST,
-                     "%s is committed at %s (set DCP_SAVE_OVERWRITE to replace it)", own,
-                     rt->path);
-  if ((s = dcpi_rt_remove(rt, own, err))) return s;
-  return dcpi_rt_sync_dir(rt, err);
+                     "rank %d's part of a checkpoint is committed at %s (set "
+                     "DCP_SAVE_OVERWRITE to replace it)", (int)j->st->rank, rt->path);
+  j->ident.generation = newest + 1;
+  return DCP_OK;
 }
 
 /* Write st's pieces into the rank's data file, recording them in md. */
-static dcp_status write_pieces(dcpi_rt *rt, const dcp_state *st, const dcp_save_options *o,
-                               dcpi_md *md, const uint32_t *tid, dcpi_err *err) {
-  char name[64];
-  snprintf(name, sizeof name, DCPI_DATA_FILE_FMT, st->rank);
+static dcp_status write_pieces(part_job *j, dcpi_md *md, const uint32_t *tid, dcpi_err *err) {
+  dcpi_rt *rt = j->rt;
+  const dcp_state *st = j->st;
+  const dcp_save_options *o = j->o;
+  const char *name = j->data;
   dcpi_block_writer *w = NULL;
   uint32_t file = 0;
   dcp_status s = DCP_OK;
@@ -92,7 +122,9 @@ static dcp_status write_pieces(dcpi_rt *rt, const dcp_state *st, const dcp_save_
     dcpi_ref_free(&ref);
   }
   if (w) {
+    dcp_status l = dcpi_md_set_file_length(md, file, dcpi_block_writer_length(w), err);
     dcp_status c = dcpi_block_writer_close(w, s == DCP_OK, s ? NULL : err);
+    if (!s) s = l;
     if (!s) s = c;
     /* the data file's directory entry is durable before <rank>.metadata
      * names it */
@@ -101,28 +133,32 @@ static dcp_status write_pieces(dcpi_rt *rt, const dcp_state *st, const dcp_save_
   return s;
 }
 
-static dcp_status build_and_write(dcpi_rt *rt, const dcp_state *st, const dcp_save_options *o,
-                                  const char *own, dcpi_err *err) {
+static dcp_status build_and_write(part_job *j, dcpi_err *err) {
+  dcpi_rt *rt = j->rt;
+  const dcp_state *st = j->st;
+  const dcp_save_options *o = j->o;
   dcpi_md *md;
   dcp_status s = dcpi_md_create(&md);
   if (s) return dcpi_fail(err, s, "out of memory for metadata");
   uint32_t *tid = malloc((st->ntensors ? st->ntensors : 1) * sizeof *tid);
   if (!tid) s = dcpi_fail(err, DCP_ENOMEM, "out of memory");
   if (!s) s = dcpi_md_set_world(md, st->world_size, err);
+  if (!s) s = dcpi_md_set_identity(md, j->ident.id, j->ident.generation, st->rank, err);
   for (size_t t = 0; !s && t < st->ntensors; t++)
     s = dcpi_md_add_tensor(md, st->tensors[t].fqn, st->tensors[t].dtype, st->tensors[t].ndim,
                            st->tensors[t].shape, -1, NULL, &tid[t], err);
   for (size_t k = 0; !s && k < o->nkv; k++) s = dcpi_md_add_kv(md, o->kv_keys[k], o->kv_values[k], err);
   double t0 = dcpi_now();
-  if (!s) s = write_pieces(rt, st, o, md, tid, err);
+  if (!s) s = write_pieces(j, md, tid, err);
   rt->ctx->stats.write_s = dcpi_now() - t0;
   void *enc = NULL;
   size_t len = 0;
   t0 = dcpi_now();
   if (!s) s = dcpi_md_encode(md, &enc, &len, err);
-  char tmp[96];
-  snprintf(tmp, sizeof tmp, "%s.tmp", own);
-  if (!s) s = dcpi_rt_write_file_atomic(rt, own, tmp, enc, len, err);
+  char tmp[DCPI_NAME_MAX + 8];
+  snprintf(tmp, sizeof tmp, "%s.tmp", j->part);
+  if (!s) s = dcpi_lease_check(j->lease, err);
+  if (!s) s = dcpi_rt_write_file_atomic(rt, j->part, tmp, enc, len, err);
   rt->ctx->stats.commit_s = dcpi_now() - t0;
   free(enc);
   free(tid);
@@ -130,11 +166,91 @@ static dcp_status build_and_write(dcpi_rt *rt, const dcp_state *st, const dcp_sa
   return s;
 }
 
+/* Remove a part (first: it un-commits) and then its data file. */
+static void remove_part(dcpi_rt *rt, const dcpi_part *pt) {
+  char name[DCPI_NAME_MAX];
+  dcpi_err ignored;
+  dcpi_name_part(name, pt->rank, pt->world, pt->seq, pt->tag);
+  dcpi_rt_remove(rt, name, &ignored);
+  dcpi_name_data(name, pt->rank, pt->seq, pt->tag);
+  dcpi_rt_remove(rt, name, &ignored);
+}
+
+/* This rank's files of 0.2 (<rank>.metadata, data-<rank>.dcp, temporaries). */
+static void remove_legacy(dcpi_rt *rt, int32_t rank) {
+  char name[DCPI_NAME_MAX];
+  dcpi_err ignored;
+  snprintf(name, sizeof name, DCPI_RANK_METADATA_FMT, (int)rank);
+  dcpi_rt_remove(rt, name, &ignored);
+  snprintf(name, sizeof name, DCPI_RANK_METADATA_FMT ".tmp", (int)rank);
+  dcpi_rt_remove(rt, name, &ignored);
+  snprintf(name, sizeof name, DCPI_DATA_FILE_FMT, (int)rank);
+  dcpi_rt_remove(rt, name, &ignored);
+}
+
+/* After this rank committed its part: keep its new part and its part of
+ * the newest complete save; remove its other parts. Rank 0 also removes
+ * every part of saves older than the newest complete one (those of ranks
+ * that no longer exist, after a smaller world saved). Best effort. */
+static void clean_up(part_job *j) {
+  dcpi_rt *rt = j->rt;
+  int32_t rank = j->st->rank;
+  dcpi_parts p;
+  dcpi_err ignored;
+  if (dcpi_parts_scan(rt, &p, &ignored)) return;
+  const dcpi_part_save *keep = dcpi_parts_newest_complete(&p, rank);
+  const dcpi_part *kept = keep ? dcpi_parts_of_rank(keep, rank) : NULL;
+  for (size_t i = 0; i < p.nsaves; i++) {
+    const dcpi_part_save *sv = &p.saves[i];
+    if (sv == keep) continue;
+    const dcpi_part *mine = dcpi_parts_of_rank(sv, rank);
+    bool is_new = mine && mine->seq == j->ident.generation && strcmp(mine->tag, j->ident.tag) == 0;
+    if (mine && !is_new) remove_part(rt, mine);
+    /* rank 0 orders saves by its own parts: one it took part in before
+     * the newest complete one is superseded on every rank */
+    if (rank == 0 && kept && mine && mine->seq < kept->seq)
+      for (size_t k = 0; k < sv->n; k++)
+        if (sv->parts[k].rank != rank) remove_part(rt, &sv->parts[k]);
+  }
+  if (keep) remove_legacy(rt, rank);
+  dcpi_parts_free(&p);
+}
+
+/* Remove every file of this rank's earlier parts before an in-place
+ * overwrite (the checkpoint is not loadable until every rank saved). */
+static dcp_status remove_own(part_job *j, dcpi_err *err) {
+  dcpi_parts p;
+  dcp_status s = dcpi_parts_scan(j->rt, &p, err);
+  if (s) return s;
+  for (size_t i = 0; i < p.nall; i++)
+    if (p.all[i].rank == j->st->rank) remove_part(j->rt, &p.all[i]);
+  dcpi_parts_free(&p);
+  remove_legacy(j->rt, j->st->rank);
+  return dcpi_rt_sync_dir(j->rt, err);
+}
+
 dcp_status dcpi_local_save(dcpi_rt *rt, const dcp_state *st, const dcp_save_options *o) {
-  char own[64];
-  snprintf(own, sizeof own, DCPI_RANK_METADATA_FMT, st->rank);
+  dcpi_err *err = &rt->err;
+  part_job j = {.rt = rt, .st = st, .o = o};
+  if (!o->save_id)
+    return dcpi_fail(err, DCP_EINVAL,
+                     "a save without a collective (rank %d of %d) needs save options' save_id: "
+                     "the same on every rank of one save, different between saves (e.g. the "
+                     "step), so that a load never mixes the ranks' parts of two saves",
+                     (int)st->rank, (int)st->world_size);
+  dcpi_save_id_of_tag(o->save_id, st->world_size, j.ident.id);
+  dcpi_tag_of(j.ident.id, j.ident.tag);
+  char lease[DCPI_NAME_MAX];
+  dcpi_name_rank_lease(lease, st->rank);
   dcp_status s = dcpi_rt_open_storage(rt, DCP_STORAGE_CREATE);
-  if (!s) s = guard(rt, own, o->flags & DCP_SAVE_OVERWRITE, &rt->err);
-  if (!s) s = build_and_write(rt, st, o, own, &rt->err);
+  if (!s) s = dcpi_lease_acquire(rt, lease, rt->ctx->lease_ms, &j.lease, err);
+  if (!s) s = guard(&j, err);
+  if (!s && (o->flags & DCP_SAVE_OVERWRITE) && (o->flags & DCP_SAVE_IN_PLACE))
+    s = remove_own(&j, err);
+  dcpi_name_data(j.data, st->rank, j.ident.generation, j.ident.tag);
+  dcpi_name_part(j.part, st->rank, st->world_size, j.ident.generation, j.ident.tag);
+  if (!s) s = build_and_write(&j, err);
+  if (!s) clean_up(&j);
+  dcpi_lease_release(j.lease);
   return s;
 }

@@ -1,5 +1,5 @@
-/* merge.c — one metadata from the per-rank metadata of a save made without
- * a collective (local_save.c). */
+/* merge.c — one metadata from the parts of a save made without a
+ * collective (local_save.c, parts.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,7 +7,9 @@
 #include "core/checked.h"
 #include "core/strmap.h"
 #include "metadata/meta.h"
+#include "runtime/files.h"
 #include "runtime/local_save.h"
+#include "runtime/parts.h"
 
 typedef struct tensor_form {
   dcp_dtype dtype;
@@ -15,12 +17,14 @@ typedef struct tensor_form {
   int64_t shape[DCP_MAX_NDIM];
 } tensor_form;
 
-/* What the first copy of a REPLICATED bytes item looked like, so a later
- * rank's copy can be compared with it without reading any data. */
+/* What the first copy of a replicated chunk or REPLICATED bytes item looked
+ * like, so a later rank's copy can be compared with it without reading any
+ * data. */
 typedef struct rep_sig {
   int32_t rank;
   uint64_t raw_length;
   uint32_t block_size;
+  dcp_codec codec;
   uint64_t checksums; /* hash of the block checksums */
 } rep_sig;
 
@@ -29,7 +33,7 @@ typedef struct merger {
   tensor_form *forms; /* by merged tensor id */
   size_t nforms, forms_cap;
   dcpi_strmap tensors; /* fqn → merged tensor id */
-  dcpi_strmap seen;    /* chunk (tensor id + box) and replicated bytes keys */
+  dcpi_strmap seen;    /* chunk (tensor id + box) → index into sigs */
   char **keys;         /* owned key bytes behind `seen` */
   size_t nkeys, keys_cap;
   dcpi_strmap reps;    /* replicated bytes key → index into sigs */
@@ -60,19 +64,42 @@ static const char *own(merger *g, const void *key, size_t len) {
   return g->keys[g->nkeys++] = copy;
 }
 
-/* 1 when the key was seen before, 0 after recording it, < 0 on error. */
-static int seen_before(merger *g, const void *key, size_t len) {
-  uint32_t v;
-  if (dcpi_strmap_get(&g->seen, key, len, &v)) return 1;
-  const char *k = own(g, key, len);
-  return k ? dcpi_strmap_put(&g->seen, k, len, 0, NULL) : DCP_ENOMEM;
+/* The signature of a stored copy as rank r saved it: what two copies of
+ * one value must share (their block checksums, at the same coding). */
+static rep_sig ref_signature(const dcp_storage_ref *ref, int32_t r) {
+  size_t n = (size_t)ref->block_count;
+  uint64_t h = n ? dcpi_hash_bytes(ref->block_checksums, n * sizeof(uint64_t)) : 0;
+  return (rep_sig){r, ref->raw_length, ref->block_size, ref->codec, h};
 }
 
-static dcp_status read_rank(dcpi_rt *rt, int32_t rank, dcp_meta **out, dcpi_err *err) {
-  char name[64];
+/* Whether two copies are known to differ. Copies stored with another block
+ * size or codec cannot be compared from their checksums; a job saves every
+ * rank with the same options, so that does not happen within one save. */
+static bool sigs_differ(const rep_sig *a, const rep_sig *b) {
+  return a->raw_length != b->raw_length ||
+         (a->block_size == b->block_size && a->codec == b->codec && a->checksums != b->checksums);
+}
+
+/* Record sig under key: 0 for the first copy, else 1 with *first set to
+ * the first copy's signature; < 0 on error. */
+static int seen_before(merger *g, dcpi_strmap *map, const void *key, size_t len,
+                       const rep_sig *sig, const rep_sig **first) {
+  uint32_t v;
+  if (dcpi_strmap_get(map, key, len, &v)) {
+    *first = &g->sigs[v];
+    return 1;
+  }
+  const char *k = own(g, key, len);
+  if (!k || DCPI_RESERVE(g->sigs, g->sigs_cap, g->nsigs + 1) ||
+      dcpi_strmap_put(map, k, len, (uint32_t)g->nsigs, NULL) < 0)
+    return DCP_ENOMEM;
+  g->sigs[g->nsigs++] = *sig;
+  return 0;
+}
+
+static dcp_status read_named(dcpi_rt *rt, const char *name, dcp_meta **out, dcpi_err *err) {
   uint8_t *data = NULL;
   size_t len = 0;
-  snprintf(name, sizeof name, DCPI_RANK_METADATA_FMT, rank);
   dcp_status s = dcpi_rt_read_file(rt, name, &data, &len, err);
   if (!s && (s = dcp_meta_open_memory(rt->ctx, data, len, out)))
     dcpi_fail(err, s, "%s/%s: %s", rt->path, name, dcp_ctx_last_error(rt->ctx));
@@ -123,8 +150,16 @@ static dcp_status add_chunks(merger *g, dcp_meta *m, int32_t r, const uint32_t *
       int64_t key[1 + 2 * DCP_MAX_NDIM] = {tid};
       memcpy(key + 1, ci.box.offset, info.ndim * sizeof(int64_t));
       memcpy(key + 1 + info.ndim, ci.box.size, info.ndim * sizeof(int64_t));
-      int rc = seen_before(g, key, (1 + 2 * (size_t)info.ndim) * sizeof(int64_t));
+      rep_sig sig = ref_signature(&ci.ref, r);
+      const rep_sig *first = NULL;
+      int rc = seen_before(g, &g->seen, key, (1 + 2 * (size_t)info.ndim) * sizeof(int64_t), &sig,
+                           &first);
       if (rc < 0) return dcpi_fail(g->err, DCP_ENOMEM, "out of memory");
+      if (rc && sigs_differ(first, &sig))
+        return dcpi_fail(g->err, DCP_EMISMATCH,
+                         "tensor '%s': the copies of one chunk saved by rank %d and rank %d "
+                         "differ (replicas must hold the same values; keeping either would be "
+                         "a silent choice)", info.fqn, (int)first->rank, (int)r);
       if (rc) continue; /* a replica another rank wrote too */
       ci.ref.file = file_map[ci.ref.file];
       s = dcpi_md_add_chunk(g->md, tid, ci.box.offset, ci.box.size, &ci.ref, g->err);
@@ -134,40 +169,24 @@ static dcp_status add_chunks(merger *g, dcp_meta *m, int32_t r, const uint32_t *
   return DCP_OK;
 }
 
-/* The signature of a bytes item's stored form as rank r saved it. */
-static rep_sig signature(const dcp_bytes_info *bi, int32_t r) {
-  size_t n = (size_t)bi->ref.block_count;
-  uint64_t h = n ? dcpi_hash_bytes(bi->ref.block_checksums, n * sizeof(uint64_t)) : 0;
-  return (rep_sig){r, bi->ref.raw_length, bi->ref.block_size, h};
-}
-
 /* 1 when rank r's copy of the REPLICATED item bi is one a rank before it
  * already contributed (and is then dropped), 0 for the first copy, < 0 on
  * error. Copies must agree: a different length, or different block
- * checksums at the same block size, is DCP_ESCOPE — the ranks did not hold
+ * checksums at the same coding, is DCP_ESCOPE — the ranks did not hold
  * one value, and keeping either would be a silent choice. */
 static int replicated_seen(merger *g, const dcp_bytes_info *bi, int32_t r) {
-  size_t len = strlen(bi->key);
-  rep_sig now = signature(bi, r);
-  uint32_t v;
-  if (!dcpi_strmap_get(&g->reps, bi->key, len, &v)) {
-    const char *k = own(g, bi->key, len);
-    if (!k || DCPI_RESERVE(g->sigs, g->sigs_cap, g->nsigs + 1) ||
-        dcpi_strmap_put(&g->reps, k, len, (uint32_t)g->nsigs, NULL) < 0)
-      return dcpi_fail(g->err, DCP_ENOMEM, "out of memory");
-    g->sigs[g->nsigs++] = now;
-    return 0;
-  }
-  const rep_sig *first = &g->sigs[v];
-  if (first->raw_length != now.raw_length ||
-      (first->block_size == now.block_size && first->checksums != now.checksums))
+  rep_sig now = ref_signature(&bi->ref, r);
+  const rep_sig *first = NULL;
+  int rc = seen_before(g, &g->reps, bi->key, strlen(bi->key), &now, &first);
+  if (rc < 0) return dcpi_fail(g->err, DCP_ENOMEM, "out of memory");
+  if (rc && sigs_differ(first, &now))
     return dcpi_fail(g->err, DCP_ESCOPE,
                      "replicated bytes item '%s' differs between rank %d's metadata and rank "
                      "%d's (%llu and %llu bytes%s): a REPLICATED item must be the same on "
                      "every rank that saves it", bi->key, (int)first->rank, (int)r,
                      (unsigned long long)first->raw_length, (unsigned long long)now.raw_length,
                      first->raw_length == now.raw_length ? ", different contents" : "");
-  return 1;
+  return rc;
 }
 
 static dcp_status add_bytes(merger *g, dcp_meta *m, int32_t r, const uint32_t *file_map) {
@@ -200,7 +219,10 @@ static dcp_status add_files(merger *g, dcp_meta *m, int32_t r, uint32_t *file_ma
   for (size_t f = 0; f < dcp_meta_file_count(m); f++) {
     const char *name;
     dcp_meta_file(m, f, &name);
+    uint64_t length = 0;
     dcp_status s = dcpi_md_add_file(g->md, name, &file_map[f], g->err);
+    if (!s && dcp_meta_file_length(m, f, &length) == DCP_OK)
+      s = dcpi_md_set_file_length(g->md, file_map[f], length, g->err);
     if (s == DCP_EEXIST)
       return dcpi_fail(g->err, DCP_ECORRUPT,
                        "rank %d's metadata names data file '%s', which an earlier rank's "
@@ -230,6 +252,14 @@ static dcp_status add_rank(merger *g, dcp_meta *m, int32_t r, int32_t world) {
   }
   free(file_map);
   return s;
+}
+
+/* ---- 0.2 per-rank metadata (<rank>.metadata) ----------------------------- */
+
+static dcp_status read_legacy(dcpi_rt *rt, int32_t rank, dcp_meta **out, dcpi_err *err) {
+  char name[DCPI_NAME_MAX];
+  snprintf(name, sizeof name, DCPI_RANK_METADATA_FMT, rank);
+  return read_named(rt, name, out, err);
 }
 
 /* Fail when <world>.metadata exists: a rank outside the world rank 0's
@@ -273,10 +303,10 @@ static dcp_status check_complete(dcpi_rt *rt, int32_t world, dcpi_err *err) {
                    rt->path, world, n > 8 ? "at least " : "", n, missing, n > 8 ? ", ..." : "");
 }
 
-dcp_status dcpi_merge_rank_metadata(dcpi_rt *rt, uint8_t **data, size_t *len, dcpi_err *err) {
+static dcp_status merge_legacy(dcpi_rt *rt, uint8_t **data, size_t *len, dcpi_err *err) {
   merger g = {.err = err};
   dcp_meta *m0 = NULL;
-  dcp_status s = read_rank(rt, 0, &m0, err);
+  dcp_status s = read_legacy(rt, 0, &m0, err);
   if (s) return s;
   int32_t world = dcp_meta_world_size(m0);
   s = check_complete(rt, world, err);
@@ -286,7 +316,7 @@ dcp_status dcpi_merge_rank_metadata(dcpi_rt *rt, uint8_t **data, size_t *len, dc
   dcp_meta_free(m0);
   for (int32_t r = 1; !s && r < world; r++) {
     dcp_meta *m;
-    if ((s = read_rank(rt, r, &m, err))) break;
+    if ((s = read_legacy(rt, r, &m, err))) break;
     s = add_rank(&g, m, r, world);
     dcp_meta_free(m);
   }
@@ -294,5 +324,84 @@ dcp_status dcpi_merge_rank_metadata(dcpi_rt *rt, uint8_t **data, size_t *len, dc
   if (!s) s = dcpi_md_encode(g.md, &enc, len, err);
   merger_free(&g);
   *data = enc;
+  return s;
+}
+
+/* ---- parts ------------------------------------------------------------- */
+
+/* Fail unless m is, by its save section, the part pt's name says. */
+static dcp_status check_part(const dcpi_rt *rt, dcp_meta *m, const dcpi_part *pt,
+                             const char *name, dcpi_err *err) {
+  dcp_save_identity id;
+  char tag[DCPI_TAG_LEN + 1] = "";
+  if (dcp_meta_identity(m, &id) == DCP_OK) dcpi_tag_of(id.id, tag);
+  if (dcp_meta_world_size(m) != pt->world || id.part_rank != pt->rank ||
+      id.generation != pt->seq || strcmp(tag, pt->tag) != 0)
+    return dcpi_fail(err, DCP_ECORRUPT,
+                     "%s/%s is not the part its name says (it records rank %d of a world of "
+                     "%d, save %s, generation %llu): a renamed or copied part", rt->path, name,
+                     (int)id.part_rank, (int)dcp_meta_world_size(m), tag[0] ? tag : "none",
+                     (unsigned long long)id.generation);
+  return DCP_OK;
+}
+
+/* Why nothing loads: the newest save's missing ranks (a few). */
+static dcp_status incomplete(dcpi_rt *rt, const dcpi_parts *p, dcpi_err *err) {
+  const dcpi_part_save *sv = NULL;
+  uint64_t best = 0;
+  for (size_t i = 0; i < p->nsaves; i++)
+    for (size_t k = 0; k < p->saves[i].n; k++)
+      if (p->saves[i].parts[k].seq >= best) best = p->saves[i].parts[k].seq, sv = &p->saves[i];
+  char missing[160] = "";
+  int32_t n = 0, world = sv->parts[0].world;
+  for (int32_t r = 0; r < world && n <= 8; r++)
+    if (!dcpi_parts_of_rank(sv, r) && n++ < 8)
+      snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s%d",
+               n > 1 ? ", " : "", (int)r);
+  return dcpi_fail(err, DCP_EINCOMPLETE,
+                   "%s holds no complete checkpoint: no save without a collective has been "
+                   "committed by every rank of its world: the newest, save %s of a world of "
+                   "%d, lacks the parts of %d rank(s) (%s%s)", rt->path, sv->parts[0].tag,
+                   (int)world, (int)(world - (int32_t)sv->n), missing, n > 8 ? ", ..." : "");
+}
+
+static dcp_status merge_parts(dcpi_rt *rt, const dcpi_part_save *sv, uint8_t **data, size_t *len,
+                              dcpi_err *err) {
+  merger g = {.err = err};
+  int32_t world = sv->parts[0].world;
+  dcp_status s = dcpi_md_create(&g.md);
+  if (s) dcpi_fail(err, s, "out of memory");
+  if (!s) s = dcpi_md_set_world(g.md, world, err);
+  for (size_t k = 0; !s && k < sv->n; k++) {
+    const dcpi_part *pt = &sv->parts[k];
+    char name[DCPI_NAME_MAX];
+    dcpi_name_part(name, pt->rank, pt->world, pt->seq, pt->tag);
+    dcp_meta *m = NULL;
+    s = read_named(rt, name, &m, err);
+    if (!s) s = check_part(rt, m, pt, name, err);
+    dcp_save_identity id;
+    if (!s && k == 0 && dcp_meta_identity(m, &id) == DCP_OK) /* the merged view is rank 0's save */
+      s = dcpi_md_set_identity(g.md, id.id, id.generation, -1, err);
+    if (!s) s = add_rank(&g, m, pt->rank, world);
+    dcp_meta_free(m);
+  }
+  void *enc = NULL;
+  if (!s) s = dcpi_md_encode(g.md, &enc, len, err);
+  merger_free(&g);
+  *data = enc;
+  return s;
+}
+
+dcp_status dcpi_merge_rank_metadata(dcpi_rt *rt, uint8_t **data, size_t *len, dcpi_err *err) {
+  dcpi_parts p;
+  *data = NULL;
+  dcp_status s = dcpi_parts_scan(rt, &p, err);
+  if (s) return s;
+  const dcpi_part_save *sv = dcpi_parts_newest_complete(&p, 0);
+  if (sv) s = merge_parts(rt, sv, data, len, err);
+  else if (p.legacy) s = merge_legacy(rt, data, len, err);
+  else if (p.nsaves) s = incomplete(rt, &p, err);
+  else s = dcpi_fail(err, DCP_ENOTFOUND, "%s holds no checkpoint", rt->path);
+  dcpi_parts_free(&p);
   return s;
 }

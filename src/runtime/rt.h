@@ -115,6 +115,9 @@ dcp_status dcpi_block_writer_open(dcpi_rt *rt, const char *name, uint32_t block_
 /* Append len bytes at data as one item; *ref describes where they went. */
 dcp_status dcpi_block_writer_put(dcpi_block_writer *w, const void *data, uint64_t len,
                                  dcpi_ref *ref, dcpi_err *err);
+/* Bytes appended to the file so far (pending ones included): its length
+ * once closed. */
+uint64_t dcpi_block_writer_length(const dcpi_block_writer *w);
 /* Flush, sync and close the file (the writer is freed either way). */
 dcp_status dcpi_block_writer_close(dcpi_block_writer *w, bool sync, dcpi_err *err);
 

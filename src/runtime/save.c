@@ -1,14 +1,17 @@
 /* save.c — dcp_save: a collective, synchronous save in four phases, each
  * closed by an agreement so that a failure on any rank reaches every rank:
  *
- *   prepare  open storage, refuse (or un-commit) a committed checkpoint,
- *            build and encode this rank's local plan
+ *   prepare  open storage; rank 0 takes the directory's lease, records
+ *            the checkpoint there (refused unless overwriting) and makes
+ *            the save's identity, which every rank learns; build and
+ *            encode this rank's local plan
  *   plan     gather local plans at rank 0, which builds the global plan
  *            (validation, dedup, balancing) and scatters assignments
  *   write    every rank streams what it was assigned into its own data
  *            file (checksummed blocks), then syncs it
- *   commit   write results reach rank 0, which writes .metadata
- *            atomically and removes leftovers of earlier failed saves
+ *   commit   write results reach rank 0, which checks that its lease
+ *            and the checkpoint it started over still hold, writes
+ *            .metadata atomically, then removes every other save's files
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +24,10 @@
 #include <xxhash.h>
 
 #include "runtime/commit.h"
+#include "runtime/files.h"
+#include "runtime/lease.h"
 #include "runtime/local_save.h"
+#include "runtime/replace.h"
 #include "runtime/rt.h"
 
 void dcp_save_options_init(dcp_save_options *o) {
@@ -43,7 +49,7 @@ static dcp_status effective_options(const dcp_save_options *in, dcp_save_options
     memcpy(out, in, in->struct_size < sizeof *out ? in->struct_size : sizeof *out);
     out->struct_size = sizeof *out;
   }
-  if (out->flags & ~(uint32_t)(DCP_SAVE_OVERWRITE | DCP_SAVE_COMPRESS))
+  if (out->flags & ~(uint32_t)(DCP_SAVE_OVERWRITE | DCP_SAVE_COMPRESS | DCP_SAVE_IN_PLACE))
     return dcpi_fail(err, DCP_EINVAL, "save options: unknown flags 0x%x", out->flags);
   if (out->block_size < 4096 || out->block_size > (1u << 30))
     return dcpi_fail(err, DCP_EINVAL, "save options: block_size %u not in [4 KiB, 1 GiB]",
@@ -72,11 +78,16 @@ typedef struct save_job {
   uint8_t *assignment;  /* what this rank writes (from rank 0) */
   size_t assignment_len;
   dcpi_block_writer *writer; /* this rank's data file, once it has one */
+  uint64_t file_length;      /* of that file, once closed */
   dcpi_wbuf results;         /* where each piece went (to rank 0) */
+  dcpi_identity ident;       /* this save's (rank 0 makes it, every rank learns it) */
+  dcpi_base base;            /* rank 0: what the directory held at the start */
+  dcpi_lease *lease;         /* rank 0: the directory's, while the save runs */
 } save_job;
 
 static void job_free(save_job *j) {
   if (j->writer) dcpi_block_writer_close(j->writer, false, NULL);
+  dcpi_lease_release(j->lease);
   dcpi_local_plan_free(j->lp);
   free(j->plan_enc);
   if (j->gp_owned) dcpi_global_plan_free(j->gp);
@@ -89,33 +100,30 @@ static void job_free(save_job *j) {
 
 /* ---- prepare ------------------------------------------------------------ */
 
-/* Rank 0: a committed checkpoint at path is refused, or un-committed first
- * when overwriting, so that no reader ever sees old metadata over new data. */
-static dcp_status guard_existing(save_job *j, dcpi_err *err) {
+/* Rank 0: take the directory's lease, then record what the directory
+ * holds (refused unless overwriting; un-committed first for an in-place
+ * overwrite) and make the save's identity. */
+static dcp_status claim_directory(save_job *j, dcpi_err *err) {
   dcpi_rt *rt = j->rt;
-  uint64_t size;
-  dcpi_err probe;
-  dcp_status s = dcpi_rt_file_size(rt, DCPI_METADATA_NAME, &size, &probe);
-  if (s == DCP_ENOTFOUND) {
-    /* an uncommitted directory, or one holding an uncoordinated save
-     * (<rank>.metadata): that too is only replaced when asked */
-    char rank0[32];
-    snprintf(rank0, sizeof rank0, DCPI_RANK_METADATA_FMT, 0);
-    if (dcpi_rt_file_size(rt, rank0, &size, &probe) != DCP_OK) return DCP_OK;
-    if (!(j->opts.flags & DCP_SAVE_OVERWRITE))
-      return dcpi_fail(err, DCP_EEXIST,
-                       "a checkpoint saved without a collective is at %s (set "
-                       "DCP_SAVE_OVERWRITE to replace it)", rt->path);
-    if ((s = dcpi_rt_remove(rt, rank0, err))) return s; /* un-commit; the rest goes after */
-    return dcpi_rt_sync_dir(rt, err);
-  }
-  if (s) return dcpi_fail(err, s, "%s", probe.msg);
-  if (!(j->opts.flags & DCP_SAVE_OVERWRITE))
+  dcp_status s = dcpi_lease_acquire(rt, DCPI_COORD_LEASE, rt->ctx->lease_ms, &j->lease, err);
+  if (!s) s = dcpi_base_read(rt, &j->base, err);
+  if (s) return s;
+  bool overwrite = j->opts.flags & DCP_SAVE_OVERWRITE;
+  if (j->base.committed && !overwrite)
     return dcpi_fail(err, DCP_EEXIST,
                      "a committed checkpoint exists at %s (set DCP_SAVE_OVERWRITE to replace it)",
                      rt->path);
-  if ((s = dcpi_rt_remove(rt, DCPI_METADATA_NAME, err))) return s;
-  return dcpi_rt_sync_dir(rt, err);
+  if (!j->base.committed && j->base.parts && !overwrite)
+    return dcpi_fail(err, DCP_EEXIST,
+                     "a checkpoint saved without a collective is at %s (set "
+                     "DCP_SAVE_OVERWRITE to replace it)", rt->path);
+  if ((s = dcpi_save_id_random(j->ident.id)))
+    return dcpi_fail(err, s, "no random bytes for the save's id");
+  j->ident.generation = j->base.generation + 1;
+  if (overwrite && (j->opts.flags & DCP_SAVE_IN_PLACE) && (s = dcpi_base_remove(rt, err)))
+    return s;
+  if (overwrite && (j->opts.flags & DCP_SAVE_IN_PLACE)) return dcpi_base_read(rt, &j->base, err);
+  return DCP_OK;
 }
 
 static dcp_status prepare(save_job *j) {
@@ -128,11 +136,25 @@ static dcp_status prepare(save_job *j) {
   so.block_size = j->opts.block_size;
   so.flags = j->opts.flags & DCP_SAVE_COMPRESS;
   dcp_status s = dcpi_rt_open_storage(rt, DCP_STORAGE_CREATE);
-  if (!s && rt->ctx->rank == 0) s = guard_existing(j, err);
+  if (!s && rt->ctx->rank == 0) s = claim_directory(j, err);
   if (!s) s = dcpi_local_plan_from_state(j->st, &so, &j->lp, err);
   if (!s) s = dcpi_local_plan_encode(j->lp, &j->plan_enc, &j->plan_len, err);
   if (!s) s = dcpi_plan_hash(j->lp, &j->key, err);
   return s;
+}
+
+/* Every rank learns the identity rank 0 made (its files are named after it). */
+static dcp_status learn_identity(save_job *j) {
+  uint8_t msg[24];
+  memcpy(msg, j->ident.id, 16);
+  for (int i = 0; i < 8; i++) msg[16 + i] = (uint8_t)(j->ident.generation >> (8 * i));
+  dcp_status s = dcpi_rt_bcast(j->rt, msg, sizeof msg, 0);
+  if (s) return s;
+  memcpy(j->ident.id, msg, 16);
+  j->ident.generation = 0;
+  for (int i = 0; i < 8; i++) j->ident.generation |= (uint64_t)msg[16 + i] << (8 * i);
+  dcpi_tag_of(j->ident.id, j->ident.tag);
+  return DCP_OK;
 }
 
 /* ---- plan cache --------------------------------------------------------- */
@@ -285,8 +307,8 @@ static dcp_status write_piece(save_job *j, uint8_t kind, uint64_t gidx, const vo
                               uint64_t len, dcpi_err *err) {
   dcpi_rt *rt = j->rt;
   if (!j->writer) {
-    char name[64];
-    snprintf(name, sizeof name, DCPI_DATA_FILE_FMT, rt->ctx->rank);
+    char name[DCPI_NAME_MAX];
+    dcpi_name_data(name, rt->ctx->rank, 0, j->ident.tag);
     dcp_status s = dcpi_block_writer_open(rt, name, j->opts.block_size,
                                           j->opts.flags & DCP_SAVE_COMPRESS,
                                           j->opts.zstd_level, &j->writer, err);
@@ -344,6 +366,7 @@ static dcp_status write_data(save_job *j) {
   dcpi_rbuf r = {j->assignment, j->assignment_len, 0};
   dcp_status s = write_assigned(j, &r, err);
   if (!j->writer) return s;
+  j->file_length = dcpi_block_writer_length(j->writer);
   dcp_status c = dcpi_block_writer_close(j->writer, s == DCP_OK, s ? NULL : err);
   j->writer = NULL;
   /* the new file's directory entry is durable before rank 0 can commit:
@@ -363,6 +386,7 @@ static dcp_status run(save_job *j) {
   bool hit = false;
   dcp_status local = DCP_OK;
   dcp_status s = dcpi_rt_agree(rt, prepare(j));
+  if (!s) s = learn_identity(j);
   if (!s) s = try_cache(j, &hit, &local);
   if (!s && !hit) s = plan(j);
   if (!s && !hit) s = remember_plan(j);
@@ -376,7 +400,10 @@ static dcp_status run(save_job *j) {
   stats->write_s = dcpi_now() - t;
   if (s) return s;
   t = dcpi_now();
-  s = dcpi_commit(rt, j->gp, &j->opts, &j->results);
+  dcpi_commit_args ca = {.gp = j->gp, .opts = &j->opts, .results = &j->results,
+                         .file_length = j->file_length, .ident = &j->ident,
+                         .base = &j->base, .lease = j->lease};
+  s = dcpi_commit(rt, &ca);
   stats->commit_s = dcpi_now() - t;
   return s;
 }

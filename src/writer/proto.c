@@ -29,6 +29,7 @@ static void w_coord(dcpi_wbuf *w, const dcpi_wp_coord *c) {
   dcpi_w_zigzag(w, c->rank);
   dcpi_w_zigzag(w, c->world_size);
   dcpi_w_zigzag(w, c->timeout_ms);
+  dcpi_w_zigzag(w, c->lease_ms);
   w_str(w, c->storage);
   w_str(w, c->storage_options);
   w_str(w, c->plugin_path);
@@ -87,6 +88,7 @@ dcp_status dcpi_wp_job_encode(const dcpi_wp_job *j, uint8_t **out, size_t *len) 
   dcpi_w_varint(&w, j->block_size);
   dcpi_w_varint(&w, j->policy);
   dcpi_w_zigzag(&w, j->zstd_level);
+  dcpi_w_varint(&w, j->save_id);
   dcpi_w_varint(&w, j->nkv);
   for (size_t i = 0; i < j->nkv; i++) {
     w_str(&w, j->kv_keys[i]);
@@ -173,6 +175,7 @@ static bool r_coord(rd *d, dcpi_wp_coord *c) {
   return r_str(d, &c->coll, "coll") && r_str(d, &c->coll_options, "coll options") &&
          r_str(d, &c->rendezvous, "rendezvous") && r_i32(d, &c->rank, "rank") &&
          r_i32(d, &c->world_size, "world size") && r_i64(d, &c->timeout_ms, "timeout") &&
+         r_i64(d, &c->lease_ms, "lease") &&
          r_str(d, &c->storage, "storage") && r_str(d, &c->storage_options, "storage options") &&
          r_str(d, &c->plugin_path, "plugin path");
 }
@@ -291,6 +294,7 @@ dcp_status dcpi_wp_job_decode(const uint8_t *p, size_t len, dcpi_wp_job *j, dcpi
   bool ok = r_u64(&d, &j->seq, "seq") && r_str(&d, &j->path, "path") && j->path &&
             r_u32(&d, &j->flags, "flags") && r_u32(&d, &j->block_size, "block size") &&
             r_u32(&d, &j->policy, "policy") && r_i32(&d, &j->zstd_level, "zstd level") &&
+            r_u64(&d, &j->save_id, "save id") &&
             r_kv(&d, j) && r_coord(&d, &j->coord) && r_u64(&d, &j->pool_size, "pool size") &&
             r_items(&d, j);
   if (ok && !j->path) ok = bad(&d, "path");

@@ -18,7 +18,8 @@
 #include "core/err.h"
 
 #define DCPI_WP_MAGIC 0x57504344u /* "DCPW" */
-#define DCPI_WP_VERSION 3u /* 2: DONE carries the save's statistics; 3: layouts, PLAN */
+#define DCPI_WP_VERSION 4u /* 2: DONE carries the save's statistics; 3: layouts, PLAN;
+                              4: the save's save_id, the context's lease_ms */
 #define DCPI_WP_HEADER 24u
 #define DCPI_WP_MAX_PAYLOAD (1ull << 30) /* refuse frames above 1 GiB */
 
@@ -31,7 +32,7 @@ enum { DCPI_WP_SAVE = 1, DCPI_WP_DONE = 2, DCPI_WP_PLAN = 3 };
 typedef struct dcpi_wp_coord {
   char *coll, *coll_options, *rendezvous; /* coll "single", "file", "gloo" */
   int32_t rank, world_size;
-  int64_t timeout_ms;
+  int64_t timeout_ms, lease_ms;
   char *storage, *storage_options, *plugin_path; /* NULL: default / none */
 } dcpi_wp_coord;
 
@@ -63,6 +64,7 @@ typedef struct dcpi_wp_job {
   char *path;
   uint32_t flags, block_size, policy;
   int32_t zstd_level;
+  uint64_t save_id; /* dcp_save_options.save_id (uncoordinated saves) */
   size_t nkv;
   char **kv_keys, **kv_values;
   dcpi_wp_coord coord;

@@ -59,6 +59,7 @@ static int coord_eq(const dcpi_wp_coord *a, const dcpi_wp_coord *b) {
   return str_eq(a->coll, b->coll) && str_eq(a->coll_options, b->coll_options) &&
          str_eq(a->rendezvous, b->rendezvous) && a->rank == b->rank &&
          a->world_size == b->world_size && a->timeout_ms == b->timeout_ms &&
+         a->lease_ms == b->lease_ms &&
          str_eq(a->storage, b->storage) && str_eq(a->storage_options, b->storage_options) &&
          str_eq(a->plugin_path, b->plugin_path);
 }
@@ -67,7 +68,7 @@ static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
 static int coord_copy(dcpi_wp_coord *d, const dcpi_wp_coord *c) {
   *d = (dcpi_wp_coord){dup_or_null(c->coll), dup_or_null(c->coll_options),
-                       dup_or_null(c->rendezvous), c->rank, c->world_size, c->timeout_ms,
+                       dup_or_null(c->rendezvous), c->rank, c->world_size, c->timeout_ms, c->lease_ms,
                        dup_or_null(c->storage), dup_or_null(c->storage_options),
                        dup_or_null(c->plugin_path)};
   return (!c->coll || d->coll) && (!c->coll_options || d->coll_options) &&
@@ -83,14 +84,15 @@ static dcp_status ensure_ctx(dcpi_wsession *s, const dcpi_wp_coord *c, dcpi_err 
   dcp_ctx_config_init(&cfg);
   cfg.rank = c->rank;
   cfg.world_size = c->world_size;
-  /* "none": no traffic between the writers; each commits <rank>.metadata
-   * and dcp_load merges them (a detached context saves that way) */
+  /* "none": no traffic between the writers; each commits its part and
+   * dcp_load merges them (a detached context saves that way) */
   bool none = c->coll && strcmp(c->coll, "none") == 0;
   cfg.coll = none || (c->world_size > 1 && !c->coll) ? NULL : c->coll;
   if (none && c->world_size == 1) cfg.coll = "single";
   cfg.coll_options = c->coll_options;
   cfg.rendezvous = c->rendezvous;
   cfg.timeout_ms = c->timeout_ms;
+  cfg.lease_ms = c->lease_ms;
   cfg.storage = c->storage;
   cfg.storage_options = c->storage_options;
   cfg.plugin_path = c->plugin_path && c->plugin_path[0] ? c->plugin_path : NULL;
@@ -183,6 +185,7 @@ static void job_options(const dcpi_wp_job *job, dcp_save_options *o) {
   o->flags = job->flags;
   o->block_size = job->block_size;
   o->zstd_level = job->zstd_level;
+  o->save_id = job->save_id;
   o->policy = (dcp_policy)job->policy;
   o->nkv = job->nkv;
   o->kv_keys = (const char *const *)job->kv_keys;

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "async/async_int.h"
+#include "ckpt_files.h"
 #include "async_kit.h"
 #include "dcp.h"
 #include "rank_check.h"
@@ -173,13 +174,18 @@ static int mode_share(const args *a) {
 /* w[LROWS][LCOLS], element (r, c) = gen * 1000 + r * LCOLS + c. */
 static float w_at(uint32_t gen, int64_t r, int64_t c) { return (float)(gen * 1000 + r * LCOLS + c); }
 
-/* Wait (bounded) until every rank's file `name` exists under dir. */
+/* Wait (bounded) until every rank's file `name` exists under dir (fmt
+ * NULL: every rank's part of an uncoordinated save). */
 static void wait_all(const char *dir, const char *fmt, int world) {
   for (int tries = 0; tries < 3000; tries++) {
     int all = 1;
     for (int r = 0; r < world && all; r++) {
       char f[700], name[64];
       struct stat sb;
+      if (!fmt) {
+        all = ck_parts_of_rank(dir, r) > 0;
+        continue;
+      }
       snprintf(name, sizeof name, fmt, r);
       snprintf(f, sizeof f, "%s/%s", dir, name);
       all = stat(f, &sb) == 0;
@@ -187,7 +193,7 @@ static void wait_all(const char *dir, const char *fmt, int world) {
     if (all) return;
     nanosleep(&(struct timespec){0, 10000000}, NULL);
   }
-  CHECK(0, "not every rank wrote %s within 30 s", fmt);
+  CHECK(0, "not every rank wrote %s within 30 s", fmt ? fmt : "its part");
 }
 
 static uint64_t read_u64_file(const char *path) {
@@ -250,7 +256,7 @@ static int mode_layout(const args *a) {
   OK(dcp_async_wait(h), ctx);
   dcp_async_free(h);
   write_u64_file(a->dir, rank, stats_of(ctx).data_bytes);
-  wait_all(p, "%d.metadata", world); /* "none": each rank commits its own part */
+  wait_all(p, NULL, world); /* "none": each rank commits its own part */
   wait_all(a->dir, "bytes.%d", world);
   uint64_t total = 0;
   for (int r = 0; r < world; r++) {

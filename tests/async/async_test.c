@@ -28,6 +28,7 @@
 
 #include "async/async_int.h"
 #include "async_kit.h"
+#include "ckpt_files.h"
 #include "dcp.h"
 #include "rank_check.h"
 
@@ -146,17 +147,12 @@ static dcp_async *save_then_mutate(dcp_ctx *ctx, model *m, const char *path, uin
   return h;
 }
 
-/* With "none" coordination every writer commits <rank>.metadata on its
- * own: before loading, wait (bounded) until all ranks of the world have. */
+/* With "none" coordination every writer commits its part on its own:
+ * before loading, wait (bounded) until all ranks of the world have. */
 static void wait_rank_metadata(const char *path, int world) {
   for (int tries = 0; tries < 3000; tries++) {
     int all = 1;
-    for (int r = 0; r < world && all; r++) {
-      char md[600];
-      struct stat sb;
-      snprintf(md, sizeof md, "%s/%d.metadata", path, r);
-      all = stat(md, &sb) == 0;
-    }
+    for (int r = 0; r < world && all; r++) all = ck_parts_of_rank(path, r) > 0;
     if (all) return;
     nanosleep(&(struct timespec){0, 10000000}, NULL);
   }

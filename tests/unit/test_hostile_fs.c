@@ -11,6 +11,8 @@
  *    copies differ (merge), and the same clash in a coordinated save of two
  *    forked ranks over the file collective. */
 #include "test_hostile_kit.h"
+#include "ckpt_files.h"
+#include "runtime/files.h"
 
 #include <sys/wait.h>
 
@@ -69,22 +71,29 @@ static void plant_link(hk_fixture *f, const char *dir, const char *name) {
   assert_int_equal(symlink(f->outside, hk_path(p, sizeof p, dir, name)), 0);
 }
 
-/* A save meets a symlink at its data file, its temporary metadata or its
- * metadata: it fails naming the link, writes nothing through it, and
- * commits nothing. */
+/* A save meets a symlink at the metadata or the directory's lease: it
+ * fails naming the link, writes nothing through it, and commits nothing.
+ * One planted at a name a save of 0.2 would have written (its data file,
+ * its temporary metadata) is a leftover now: a save's own names are
+ * unpredictable (they carry its random id), so the save goes on and never
+ * follows it. */
 static void test_symlink_on_save(void **state) {
   hk_fixture *f = *state;
-  const char *names[] = {"data-00000.dcp", ".metadata.tmp", ".metadata"};
+  const char *names[] = {".metadata", ".lock", "data-00000.dcp", ".metadata.tmp"};
   char p[PATH_MAX + 32];
-  for (size_t i = 0; i < 3; i++) {
+  for (size_t i = 0; i < 4; i++) {
     plant_link(f, f->ckpt, names[i]);
-    assert_int_equal(save_small(f->ctx, f->ckpt), DCP_EIO);
-    hk_msg_has(f->ctx, names[i], "is a symbolic link", NULL);
+    bool refused = i < 2;
+    assert_int_equal(save_small(f->ctx, f->ckpt), refused ? DCP_EIO : DCP_OK);
+    if (refused) hk_msg_has(f->ctx, names[i], "symbolic link", NULL);
     assert_true(hk_file_is(f->outside, PRECIOUS));
     struct stat sb;
-    assert_int_equal(lstat(hk_path(p, sizeof p, f->ckpt, names[i]), &sb), 0);
-    assert_true(S_ISLNK(sb.st_mode)); /* the link itself is left alone too */
-    if (i < 2) assert_false(hk_exists(hk_path(p, sizeof p, f->ckpt, ".metadata")));
+    if (refused) { /* the link itself is left alone */
+      assert_int_equal(lstat(hk_path(p, sizeof p, f->ckpt, names[i]), &sb), 0);
+      assert_true(S_ISLNK(sb.st_mode));
+    }
+    if (i > 0) assert_true(hk_exists(hk_path(p, sizeof p, f->ckpt, ".metadata")) != refused);
+    if (!refused) assert_int_equal(load_small(f->ctx, f->ckpt), DCP_OK);
     tu_remove_tree(f->ckpt);
   }
 }
@@ -111,7 +120,8 @@ static void test_hardlink_on_save(void **state) {
   snprintf(cmd, sizeof cmd, "cp -al '%s' '%s'", f->ckpt, snap);
   assert_int_equal(system(cmd), 0);
   size_t before_len = 0, after_len = 0;
-  uint8_t *before = hk_read_file(hk_path(p, sizeof p, snap, "data-00000.dcp"), &before_len);
+  assert_true(ck_data_file(snap, 0, p, sizeof p));
+  uint8_t *before = hk_read_file(p, &before_len);
   float w[8];
   uint64_t step;
   dcp_state *st = small_state(f->ctx, w, &step);
@@ -134,11 +144,13 @@ static void test_hardlink_on_save(void **state) {
 static void test_symlink_on_load(void **state) {
   hk_fixture *f = *state;
   char p[PATH_MAX + 32];
-  const char *names[] = {".metadata", "data-00000.dcp"};
   for (size_t i = 0; i < 2; i++) {
     tu_remove_tree(f->ckpt);
     assert_int_equal(save_small(f->ctx, f->ckpt), DCP_OK);
     assert_int_equal(load_small(f->ctx, f->ckpt), DCP_OK);
+    char data[256] = ".metadata";
+    if (i) assert_int_equal(ck_find(f->ckpt, "data-00000.", ".dcp", data, sizeof data), 1);
+    const char *names[] = {".metadata", data};
     hk_path(p, sizeof p, f->ckpt, names[i]);
     assert_int_equal(rename(p, f->outside), 0);
     assert_int_equal(symlink(f->outside, p), 0);
@@ -170,11 +182,13 @@ static void test_symlink_on_load(void **state) {
 static void test_special_files(void **state) {
   hk_fixture *f = *state;
   char p[PATH_MAX + 32];
-  const char *names[] = {".metadata", "data-00000.dcp"};
   for (size_t i = 0; i < 2; i++)
     for (int kind = 0; kind < 2; kind++) {
       tu_remove_tree(f->ckpt);
       assert_int_equal(save_small(f->ctx, f->ckpt), DCP_OK);
+      char data[256] = ".metadata";
+      if (i) assert_int_equal(ck_find(f->ckpt, "data-00000.", ".dcp", data, sizeof data), 1);
+      const char *names[] = {".metadata", data};
       hk_path(p, sizeof p, f->ckpt, names[i]);
       assert_int_equal(unlink(p), 0);
       assert_int_equal(kind ? mkdir(p, 0777) : mkfifo(p, 0666), 0);
@@ -225,9 +239,11 @@ static void test_symlink_on_export(void **state) {
   assert_true(hk_file_is(f->outside, PRECIOUS));
 }
 
-/* The sharedfs layout keeps files in hashed subdirectories (dNNN): a
- * planted link at a data file's bucket, or at a data file inside its
- * bucket, is refused the same way, and the outside directory stays empty. */
+/* The sharedfs layout keeps files in hashed subdirectories (dNNN): links
+ * planted at the buckets (all of them: a save's names, and so its buckets,
+ * are unpredictable) are refused the same way, and the outside directory
+ * stays empty. A link planted inside a bucket at a 0.2 data file name is a
+ * leftover the save never writes through. */
 static void test_symlink_sharedfs(void **state) {
   hk_fixture *f = *state;
   dcp_ctx_config cfg;
@@ -236,30 +252,33 @@ static void test_symlink_sharedfs(void **state) {
   dcp_ctx *ctx;
   assert_int_equal(dcp_ctx_create(&cfg, &ctx), DCP_OK);
   assert_int_equal(save_small(ctx, f->ckpt), DCP_OK);
-  char bucket[16] = "", rel[48], p[PATH_MAX + 64], cmd[3 * PATH_MAX];
-  for (unsigned b = 0; b < 256 && !bucket[0]; b++) { /* find the data file's bucket */
-    snprintf(rel, sizeof rel, "d%03u/data-00000.dcp", b);
-    if (hk_exists(hk_path(p, sizeof p, f->ckpt, rel))) snprintf(bucket, sizeof bucket, "d%03u", b);
+  char bucket[16] = "", rel[PATH_MAX + 64], p[PATH_MAX + 64], cmd[3 * PATH_MAX];
+  int found = 0;
+  for (unsigned b = 0; b < 256; b++) { /* the data file is in one bucket */
+    snprintf(rel, sizeof rel, "%s/d%03u", f->ckpt, b);
+    found += ck_find(rel, "data-00000.", ".dcp", NULL, 0);
   }
-  assert_true(bucket[0] != '\0');
+  assert_int_equal(found, 1);
   char outdir[PATH_MAX + 32];
   hk_path(outdir, sizeof outdir, f->dir, "outdir");
   assert_int_equal(mkdir(outdir, 0777), 0);
   snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir '%s'", f->ckpt, f->ckpt);
   assert_int_equal(system(cmd), 0);
-  assert_int_equal(symlink(outdir, hk_path(p, sizeof p, f->ckpt, bucket)), 0);
+  for (unsigned b = 0; b < 256; b++) {
+    snprintf(bucket, sizeof bucket, "d%03u", b);
+    assert_int_equal(symlink(outdir, hk_path(p, sizeof p, f->ckpt, bucket)), 0);
+  }
   assert_int_equal(save_small(ctx, f->ckpt), DCP_EIO);
-  hk_msg_has(ctx, bucket, "is a symbolic link", NULL);
+  hk_msg_has(ctx, "is a symbolic link", NULL, NULL);
   snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s')\"", outdir);
-  assert_int_equal(system(cmd), 0); /* nothing was written through the link */
-  snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s/%s'", f->ckpt, f->ckpt, bucket);
+  assert_int_equal(system(cmd), 0); /* nothing was written through the links */
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s/d000'", f->ckpt, f->ckpt);
   assert_int_equal(system(cmd), 0);
   hk_write_file(f->outside, PRECIOUS, strlen(PRECIOUS));
-  snprintf(rel, sizeof rel, "%s/data-00000.dcp", bucket);
-  assert_int_equal(symlink(f->outside, hk_path(p, sizeof p, f->ckpt, rel)), 0);
-  assert_int_equal(save_small(ctx, f->ckpt), DCP_EIO);
-  hk_msg_has(ctx, "data-00000.dcp", "is a symbolic link", NULL);
+  assert_int_equal(symlink(f->outside, hk_path(p, sizeof p, f->ckpt, "d000/data-00000.dcp")), 0);
+  assert_int_equal(save_small(ctx, f->ckpt), DCP_OK);
   assert_true(hk_file_is(f->outside, PRECIOUS));
+  assert_int_equal(load_small(ctx, f->ckpt), DCP_OK);
   dcp_ctx_free(ctx);
 }
 
@@ -298,9 +317,12 @@ static void test_world_config(void **state) {
   assert_int_equal(dcp_ctx_create(&cfg, &ctx), DCP_EINVAL);
 }
 
-/* Save rank `rank` of `world` (detached) into f->ckpt: tensor "w" U8
- * [2*world], this rank's two elements, per-rank bytes "rng"; plus a bytes
- * item `key` in `scope` holding `value` when key is not NULL. */
+/* The save_id of the uncoordinated saves below. */
+static uint64_t g_save_id = 7;
+
+/* Save rank `rank` of `world` (detached) into f->ckpt as save g_save_id:
+ * tensor "w" U8 [2*world], this rank's two elements, per-rank bytes "rng";
+ * plus a bytes item `key` in `scope` holding `value` when key is not NULL. */
 static dcp_status save_none(hk_fixture *f, int32_t rank, int32_t world, const char *key,
                             dcp_scope scope, uint64_t value) {
   dcp_ctx *ctx = detached(f, rank, world);
@@ -316,6 +338,7 @@ static dcp_status save_none(hk_fixture *f, int32_t rank, int32_t world, const ch
   dcp_save_options o;
   dcp_save_options_init(&o);
   o.flags = DCP_SAVE_OVERWRITE;
+  o.save_id = g_save_id;
   dcp_status s = dcp_save(ctx, st, f->ckpt, &o);
   if (s) fprintf(stderr, "save rank %d: %s\n", rank, dcp_ctx_last_error(ctx));
   dcp_state_free(st);
@@ -341,7 +364,7 @@ static dcp_status load_none(hk_fixture *f, const char *key, uint64_t *value) {
 
 /* Copy the file ckpt/from to ckpt/to. */
 static void copy_in_ckpt(hk_fixture *f, const char *from, const char *to) {
-  char a[PATH_MAX + 32], b[PATH_MAX + 32];
+  char a[PATH_MAX + 128], b[PATH_MAX + 128];
   size_t len = 0;
   uint8_t *p = hk_read_file(hk_path(a, sizeof a, f->ckpt, from), &len);
   assert_non_null(p);
@@ -352,52 +375,83 @@ static void copy_in_ckpt(hk_fixture *f, const char *from, const char *to) {
 /* Remove the checkpoint directory. */
 static void wipe(hk_fixture *f) { tu_remove_tree(f->ckpt); }
 
-/* Per-rank metadata that is missing, from another world, duplicated or
- * beyond the world: each load is refused with its own status and message
- * (and an honest pair loads). */
-static void test_rank_files(void **state) {
-  hk_fixture *f = *state;
-  assert_int_equal(save_none(f, 0, 2, NULL, 0, 0), DCP_OK);
-  assert_int_equal(load_none(f, NULL, NULL), DCP_EINCOMPLETE); /* rank 1 missing */
-  hk_msg_has(f->ctx, "world of 2", "(1)", NULL);
-  assert_int_equal(save_none(f, 1, 2, NULL, 0, 0), DCP_OK);
-  assert_int_equal(load_none(f, NULL, NULL), DCP_OK);
-  /* a stale rank 2 of a world of 3 next to a world of 2 */
-  assert_int_equal(save_none(f, 2, 3, NULL, 0, 0), DCP_OK);
-  assert_int_equal(load_none(f, NULL, NULL), DCP_ECORRUPT);
-  hk_msg_has(f->ctx, "2.metadata", "world of 2", "different world sizes");
-  /* rank 1's file from a world of 3 */
-  wipe(f);
-  assert_int_equal(save_none(f, 0, 2, NULL, 0, 0), DCP_OK);
-  assert_int_equal(save_none(f, 1, 3, NULL, 0, 0), DCP_OK);
-  assert_int_equal(load_none(f, NULL, NULL), DCP_ECORRUPT);
-  hk_msg_has(f->ctx, "rank 1's metadata names a world of 3, rank 0's 2", NULL, NULL);
-  /* rank 0's file copied over rank 1's */
-  wipe(f);
-  assert_int_equal(save_none(f, 0, 2, NULL, 0, 0), DCP_OK);
-  copy_in_ckpt(f, "0.metadata", "1.metadata");
-  assert_int_equal(load_none(f, NULL, NULL), DCP_ECORRUPT);
-  hk_msg_has(f->ctx, "rank 1's metadata", "data-00000.dcp", "duplicated");
+/* The name of rank's part of save g_save_id (seq 1) in a world. */
+static void part_name(int32_t rank, int32_t world, char *out) {
+  uint8_t id[16];
+  char tag[DCPI_TAG_LEN + 1];
+  dcpi_save_id_of_tag(g_save_id, world, id);
+  dcpi_tag_of(id, tag);
+  dcpi_name_part(out, rank, world, 1, tag);
 }
 
-/* Write ckpt/1.metadata by hand: a world of 2 whose only item is the
- * per-rank bytes "rng" of rank `claimed`, stored in data-00001.dcp. */
+/* Parts that are missing, from another world, from another save, or copied
+ * under another rank's name: a load takes only the newest save that every
+ * rank of its world committed, and refuses a part that is not what its
+ * name says. */
+static void test_rank_files(void **state) {
+  hk_fixture *f = *state;
+  g_save_id = 7;
+  assert_int_equal(save_none(f, 0, 2, NULL, 0, 0), DCP_OK);
+  assert_int_equal(load_none(f, NULL, NULL), DCP_EINCOMPLETE); /* rank 1 missing */
+  hk_msg_has(f->ctx, "world of 2", "(1)", "no complete checkpoint");
+  assert_int_equal(save_none(f, 1, 2, NULL, 0, 0), DCP_OK);
+  assert_int_equal(load_none(f, NULL, NULL), DCP_OK);
+  /* a stale rank 2 of a world of 3 next to the world of 2: another save,
+   * incomplete, never mixed in */
+  assert_int_equal(save_none(f, 2, 3, NULL, 0, 0), DCP_OK);
+  assert_int_equal(load_none(f, NULL, NULL), DCP_OK);
+  /* rank 0 moves on to save 8, rank 1 does not: save 7 still loads */
+  g_save_id = 8;
+  assert_int_equal(save_none(f, 0, 2, NULL, 0, 0), DCP_OK);
+  assert_int_equal(load_none(f, NULL, NULL), DCP_OK);
+  dcp_meta *m;
+  dcp_save_identity id;
+  assert_int_equal(dcp_meta_open(f->ctx, f->ckpt, &m), DCP_OK);
+  assert_int_equal(dcp_meta_identity(m, &id), DCP_OK);
+  assert_int_equal(id.id[7], 7); /* the caller's save_id, in the clear */
+  dcp_meta_free(m);
+  /* rank 1's part from a world of 3 next to rank 0's of a world of 2 */
+  wipe(f);
+  g_save_id = 7;
+  assert_int_equal(save_none(f, 0, 2, NULL, 0, 0), DCP_OK);
+  assert_int_equal(save_none(f, 1, 3, NULL, 0, 0), DCP_OK);
+  assert_int_equal(load_none(f, NULL, NULL), DCP_EINCOMPLETE);
+  /* rank 0's part copied under rank 1's name */
+  wipe(f);
+  assert_int_equal(save_none(f, 0, 2, NULL, 0, 0), DCP_OK);
+  char from[DCPI_NAME_MAX], to[DCPI_NAME_MAX];
+  part_name(0, 2, from);
+  part_name(1, 2, to);
+  copy_in_ckpt(f, from, to);
+  assert_int_equal(load_none(f, NULL, NULL), DCP_ECORRUPT);
+  hk_msg_has(f->ctx, to, "is not the part its name says", "rank 0");
+}
+
+/* Write rank 1's part of save g_save_id by hand: a world of 2 whose only
+ * item is the per-rank bytes "rng" of rank `claimed`. */
 static void forge_rank1(hk_fixture *f, int32_t claimed) {
   dcpi_md *md;
   dcpi_err err;
   uint32_t file;
   uint64_t ck = 0;
+  uint8_t id[16];
+  char tag[DCPI_TAG_LEN + 1], data[DCPI_NAME_MAX], part[DCPI_NAME_MAX];
+  dcpi_save_id_of_tag(g_save_id, 2, id);
+  dcpi_tag_of(id, tag);
+  dcpi_name_data(data, 1, 1, tag);
+  dcpi_name_part(part, 1, 2, 1, tag);
   assert_int_equal(dcpi_md_create(&md), DCP_OK);
   assert_int_equal(dcpi_md_set_world(md, 2, &err), DCP_OK);
-  assert_int_equal(dcpi_md_add_file(md, "data-00001.dcp", &file, &err), DCP_OK);
+  assert_int_equal(dcpi_md_set_identity(md, id, 1, 1, &err), DCP_OK);
+  assert_int_equal(dcpi_md_add_file(md, data, &file, &err), DCP_OK);
   dcp_storage_ref r = {.file = file, .block_size = 8, .stored_length = 8, .raw_length = 8,
                        .block_count = 1, .block_checksums = &ck};
   assert_int_equal(dcpi_md_add_bytes(md, "rng", DCP_SCOPE_PER_RANK, claimed, &r, &err), DCP_OK);
   void *enc;
   size_t len;
   assert_int_equal(dcpi_md_encode(md, &enc, &len, &err), DCP_OK);
-  char p[PATH_MAX + 32];
-  hk_write_file(hk_path(p, sizeof p, f->ckpt, "1.metadata"), enc, len);
+  char p[2 * PATH_MAX];
+  hk_write_file(hk_path(p, sizeof p, f->ckpt, part), enc, len);
   free(enc);
   dcpi_md_free(md);
 }

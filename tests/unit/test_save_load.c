@@ -3,6 +3,7 @@
  * blocks, the commit rules (refuse, overwrite, incomplete), corruption
  * detection, mismatch errors, and cleanup of a failed save's leftovers. */
 #include "testutil.h"
+#include "ckpt_files.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -84,6 +85,13 @@ static uint64_t file_size(const fixture *f, const char *name) {
   return stat(p, &sb) ? 0 : (uint64_t)sb.st_size;
 }
 
+/* The size of rank 0's data file (0 when there is none). */
+static uint64_t data_file_size(const fixture *f) {
+  char p[PATH_MAX + 64];
+  struct stat sb;
+  return ck_data_file(f->ckpt, 0, p, sizeof p) && !stat(p, &sb) ? (uint64_t)sb.st_size : 0;
+}
+
 /* Compressed blocks are written with ZSTD_CHECKED: each checksum is the
  * xxh3 of the block's bytes as they lie in the data file. */
 static void check_stored_checksums(const fixture *f) {
@@ -96,7 +104,7 @@ static void check_stored_checksums(const fixture *f) {
   assert_int_equal(ci.ref.codec, DCP_CODEC_ZSTD_CHECKED);
   assert_true(ci.ref.stored_length < ci.ref.raw_length); /* really compressed */
   char path[PATH_MAX + 32];
-  snprintf(path, sizeof path, "%s/data-00000.dcp", f->ckpt);
+  assert_true(ck_data_file(f->ckpt, 0, path, sizeof path));
   FILE *fp = fopen(path, "rb");
   assert_non_null(fp);
   uint64_t at = ci.ref.offset;
@@ -121,7 +129,7 @@ static void roundtrip(void **state, uint32_t flags) {
   uint64_t model = ROWS * COLS * 4 + 33 * 2 + 8;
   assert_int_equal(st.data_bytes, model);
   assert_int_equal(st.items_written, 4);
-  uint64_t data = file_size(f, "data-00000.dcp"), meta = file_size(f, ".metadata");
+  uint64_t data = data_file_size(f), meta = file_size(f, ".metadata");
   assert_true(meta > 0);
   if (flags & DCP_SAVE_COMPRESS) {
     assert_true(data < model); /* the values compress */
@@ -290,7 +298,7 @@ static dcp_ctx *detached(fixture *f, int32_t rank, int32_t world) {
 }
 
 static dcp_status save_rank(dcp_ctx *ctx, const char *path, float *half, float *b, uint64_t *rng,
-                            uint32_t flags) {
+                            uint32_t flags, uint64_t save_id) {
   int32_t rank = dcp_ctx_rank(ctx);
   dcp_state *st;
   assert_int_equal(dcp_state_create(ctx, &st), DCP_OK);
@@ -308,6 +316,7 @@ static dcp_status save_rank(dcp_ctx *ctx, const char *path, float *half, float *
   dcp_save_options o;
   dcp_save_options_init(&o);
   o.flags = flags;
+  o.save_id = save_id;
   dcp_status s = dcp_save(ctx, st, path, &o);
   dcp_state_free(st);
   dcp_layout_free(l);
@@ -315,10 +324,12 @@ static dcp_status save_rank(dcp_ctx *ctx, const char *path, float *half, float *
 }
 
 /* Flip one bit of the stored bytes of the copy of b.by_hand that rank r's
- * metadata file records (the merged view keeps only one of the two). */
+ * part records (the merged view keeps only one of the two). */
 static void flip_rank_copy(const fixture *f, int r) {
-  char p[PATH_MAX + 64];
-  snprintf(p, sizeof p, "%s/%d.metadata", f->ckpt, r);
+  char p[PATH_MAX + 64], prefix[32], part[256];
+  snprintf(prefix, sizeof prefix, "%d-of-", r);
+  assert_int_equal(ck_find(f->ckpt, prefix, ".metadata", part, sizeof part), 1);
+  snprintf(p, sizeof p, "%s/%s", f->ckpt, part);
   FILE *fp = fopen(p, "rb");
   assert_non_null(fp);
   static uint8_t buf[1 << 16];
@@ -364,7 +375,7 @@ static void test_uncoordinated(void **state) {
   for (int64_t j = 0; j < COLS; j++) b[j] = (float)-j;
   uint64_t rng[2] = {1000, 1001};
   dcp_ctx *r0 = detached(f, 0, 2), *r1 = detached(f, 1, 2);
-  assert_int_equal(save_rank(r0, f->ckpt, w, b, &rng[0], 0), DCP_OK);
+  assert_int_equal(save_rank(r0, f->ckpt, w, b, &rng[0], 0, 1), DCP_OK);
   dcp_stats s0 = {.struct_size = sizeof s0}, s1 = s0;
   dcp_ctx_stats(r0, &s0);
   /* rank 1 has not committed yet: a load refuses and names it */
@@ -380,7 +391,7 @@ static void test_uncoordinated(void **state) {
   assert_int_equal(dcp_state_add_chunk(ld, "b.layout", zero, bshape, bl), DCP_OK);
   assert_int_equal(dcp_load(f->ctx, ld, f->ckpt, NULL), DCP_EINCOMPLETE);
   assert_non_null(strstr(dcp_ctx_last_error(f->ctx), "(1)"));
-  assert_int_equal(save_rank(r1, f->ckpt, w + ROWS / 2 * COLS, b, &rng[1], 0), DCP_OK);
+  assert_int_equal(save_rank(r1, f->ckpt, w + ROWS / 2 * COLS, b, &rng[1], 0, 1), DCP_OK);
   dcp_ctx_stats(r1, &s1);
   /* the layout-replicated vector is written by one rank only; the one
    * added by hand by both (the merge keeps one) */
@@ -401,14 +412,18 @@ static void test_uncoordinated(void **state) {
   assert_int_equal(dcp_load(f->ctx, ld, f->ckpt, NULL), DCP_ESCOPE);
   dcp_state_free(ld);
   /* committed ranks are not overwritten unless asked */
-  assert_int_equal(save_rank(r0, f->ckpt, w, b, &rng[0], 0), DCP_EEXIST);
-  assert_int_equal(save_rank(r0, f->ckpt, w, b, &rng[0], DCP_SAVE_OVERWRITE), DCP_OK);
+  assert_int_equal(save_rank(r0, f->ckpt, w, b, &rng[0], 0, 2), DCP_EEXIST);
+  assert_int_equal(save_rank(r0, f->ckpt, w, b, &rng[0], DCP_SAVE_OVERWRITE, 2), DCP_OK);
+  /* without a save_id nothing says which parts belong together */
+  assert_int_equal(save_rank(r0, f->ckpt, w, b, &rng[0], DCP_SAVE_OVERWRITE, 0), DCP_EINVAL);
+  assert_non_null(strstr(dcp_ctx_last_error(r0), "save_id"));
   /* a coordinated save replaces an uncoordinated checkpoint only when asked,
    * and then leaves no per-rank metadata behind */
   assert_int_equal(save_default(f, 0), DCP_EEXIST);
   assert_int_equal(save_default(f, DCP_SAVE_OVERWRITE), DCP_OK);
-  assert_int_equal(file_size(f, "0.metadata"), 0);
-  assert_int_equal(file_size(f, "1.metadata"), 0);
+  assert_int_equal(ck_parts_of_rank(f->ckpt, 0), 0);
+  assert_int_equal(ck_parts_of_rank(f->ckpt, 1), 0);
+  assert_int_equal(ck_find(f->ckpt, "data-", ".dcp", NULL, 0), 1); /* the new save's only */
   dcp_ctx_free(r0);
   dcp_ctx_free(r1);
 }
@@ -442,7 +457,7 @@ static void test_corrupt_block(void **state) {
   fixture *f = *state;
   assert_int_equal(save_default(f, 0), DCP_OK);
   char p[PATH_MAX + 64];
-  snprintf(p, sizeof p, "%s/data-00000.dcp", f->ckpt);
+  assert_true(ck_data_file(f->ckpt, 0, p, sizeof p));
   int fd = open(p, O_RDWR);
   assert_true(fd >= 0);
   uint8_t byte;
@@ -461,7 +476,7 @@ static void test_corrupt_block(void **state) {
   const char *msg = dcp_ctx_last_error(f->ctx);
   assert_non_null(strstr(msg, "'w'"));
   assert_non_null(strstr(msg, "[120:300, 0:50]"));
-  assert_non_null(strstr(msg, "data-00000.dcp"));
+  assert_non_null(strstr(msg, "data-00000."));
   dcp_state_free(ld);
 }
 

@@ -21,7 +21,8 @@ static void sample(dcpi_wp_job *j) {
   memset(j, 0, sizeof *j);
   j->seq = 3, j->path = "/ckpt/x", j->flags = 1, j->block_size = 4096, j->zstd_level = -2;
   j->nkv = 1, j->kv_keys = keys, j->kv_values = values;
-  j->coord = (dcpi_wp_coord){"file", "job=w", "/rdv", 1, 2, 5000, NULL, "k=v", "/p"};
+  j->coord = (dcpi_wp_coord){"file", "job=w", "/rdv", 1, 2, 5000, 700, NULL, "k=v", "/p"};
+  j->save_id = 42;
   j->pool_size = 4096;
   j->ntensors = 2, j->tensors = tensors, j->nchunks = 2, j->chunks = chunks;
   j->nbytes = 1, j->bytes = bytes;

@@ -1,0 +1,115 @@
+/* replace.c — what a coordinated save replaces, and when it may (replace.h). */
+#include "runtime/replace.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "runtime/files.h"
+
+/* A listing of the directory's save files. */
+typedef struct listing {
+  char **names;
+  size_t n, cap;
+  bool parts;
+} listing;
+
+static int collect(void *arg, const char *name) {
+  listing *l = arg;
+  dcpi_file_kind k = dcpi_name_parse(name, NULL);
+  if (k == DCPI_FILE_OTHER) return 0;
+  if (k == DCPI_FILE_PART || k == DCPI_FILE_LEGACY_PART) l->parts = true;
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 16;
+    char **p = realloc(l->names, cap * sizeof *p);
+    if (!p) return DCP_ENOMEM;
+    l->names = p, l->cap = cap;
+  }
+  return (l->names[l->n] = strdup(name)) ? (l->n++, 0) : DCP_ENOMEM;
+}
+
+static void listing_free(listing *l) {
+  for (size_t i = 0; i < l->n; i++) free(l->names[i]);
+  free(l->names);
+}
+
+dcp_status dcpi_base_read(dcpi_rt *rt, dcpi_base *out, dcpi_err *err) {
+  memset(out, 0, sizeof *out);
+  uint8_t *data = NULL;
+  size_t len = 0;
+  dcpi_err probe;
+  dcp_status s = dcpi_rt_read_file(rt, DCPI_METADATA_NAME, &data, &len, &probe);
+  if (s == DCP_OK) {
+    out->committed = true;
+    out->len = len;
+    out->hash = XXH3_64bits(data, len);
+    dcp_meta *m = NULL;
+    dcp_save_identity id;
+    /* a damaged one is still "the checkpoint there": replaced only when
+     * asked, and only if nobody changed it meanwhile */
+    if (dcp_meta_open_memory(NULL, data, len, &m) == DCP_OK && dcp_meta_identity(m, &id) == DCP_OK)
+      out->generation = id.generation;
+    dcp_meta_free(m);
+    free(data);
+  } else if (s != DCP_ENOTFOUND) {
+    return dcpi_fail(err, s, "%s", probe.msg);
+  }
+  listing l = {0};
+  s = dcpi_rt_list(rt, collect, &l, err);
+  out->parts = l.parts;
+  listing_free(&l);
+  return s;
+}
+
+dcp_status dcpi_base_unchanged(dcpi_rt *rt, const dcpi_base *b, dcpi_err *err) {
+  dcpi_base now;
+  dcp_status s = dcpi_base_read(rt, &now, err);
+  if (s) return s;
+  if (now.committed == b->committed && now.len == b->len && now.hash == b->hash) return DCP_OK;
+  if (!now.committed)
+    return dcpi_fail(err, DCP_ESTALE,
+                     "the checkpoint at %s was removed while this save ran (by another save "
+                     "or by hand); this save is not committed", rt->path);
+  return dcpi_fail(err, DCP_ESTALE,
+                   "another save committed at %s while this save ran (generation %llu is there "
+                   "now; this save started over %s); this save is not committed", rt->path,
+                   (unsigned long long)now.generation,
+                   b->committed ? "an older checkpoint" : "an empty directory");
+}
+
+dcp_status dcpi_base_remove(dcpi_rt *rt, dcpi_err *err) {
+  dcpi_err probe;
+  dcp_status s = dcpi_rt_remove(rt, DCPI_METADATA_NAME, &probe);
+  if (s && s != DCP_ENOTFOUND) return dcpi_fail(err, s, "%s", probe.msg);
+  /* no checkpoint is committed now: the parts of an uncoordinated one go
+   * first (so none is ever half there), then data */
+  listing l = {0};
+  if ((s = dcpi_rt_list(rt, collect, &l, err))) {
+    listing_free(&l);
+    return s;
+  }
+  for (int pass = 0; pass < 2 && !s; pass++)
+    for (size_t i = 0; i < l.n && !s; i++) {
+      dcpi_file_kind k = dcpi_name_parse(l.names[i], NULL);
+      bool part = k == DCPI_FILE_PART || k == DCPI_FILE_LEGACY_PART;
+      if (part != (pass == 0)) continue;
+      s = dcpi_rt_remove(rt, l.names[i], &probe);
+      if (s == DCP_ENOTFOUND) s = DCP_OK;
+      else if (s) dcpi_fail(err, s, "%s", probe.msg);
+    }
+  listing_free(&l);
+  return s ? s : dcpi_rt_sync_dir(rt, err);
+}
+
+void dcpi_remove_other_saves(dcpi_rt *rt, const char *keep_tag) {
+  listing l = {0};
+  dcpi_err ignored;
+  if (dcpi_rt_list(rt, collect, &l, &ignored) == DCP_OK)
+    for (size_t i = 0; i < l.n; i++) {
+      dcpi_file_name fn;
+      bool keep = dcpi_name_parse(l.names[i], &fn) == DCPI_FILE_DATA && fn.seq == 0 && keep_tag &&
+                  strcmp(fn.tag, keep_tag) == 0;
+      if (!keep) dcpi_rt_remove(rt, l.names[i], &ignored);
+    }
+  listing_free(&l);
+}
