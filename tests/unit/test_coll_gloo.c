@@ -7,6 +7,9 @@
 
 #include "coll_testkit.h"
 
+#include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -364,6 +367,106 @@ static void test_exits_early(void **state) {
   ctk_remove_dir(ctk_dir);
 }
 
+/* ------------------------------------------------------------------------ */
+/* A rank killed while the others connect                                   */
+/* ------------------------------------------------------------------------ */
+
+#define CONNECT_TIMEOUT_MS 2000
+
+/* The file the doomed rank's death waits for, in ctk_dir's session
+ * directory "dcp.gloo.<16 hex>": its ack (the handshake is over; it has not
+ * published its address yet) or its store key "key.<hex of the decimal
+ * rank>" (address published, mesh not connected: the others are connecting
+ * to it, or listening for it). */
+typedef struct kill_plan {
+  int at_key;
+} kill_plan;
+
+/* 1 once that file of rank `rank` exists. */
+static int reached(int rank, int at_key) {
+  char name[64] = "ack.";
+  if (at_key) {
+    char dec[16];
+    snprintf(dec, sizeof dec, "%d", rank);
+    strcpy(name, "key.");
+    for (size_t i = 0; dec[i]; i++) snprintf(name + 4 + 2 * i, 3, "%02x", (unsigned char)dec[i]);
+  } else {
+    snprintf(name + 4, sizeof name - 4, "%d", rank);
+  }
+  DIR *d = opendir(ctk_dir);
+  struct dirent *e;
+  int found = 0;
+  while (d && !found && (e = readdir(d)) != NULL) {
+    if (strncmp(e->d_name, "dcp.gloo.", 9) != 0 || strlen(e->d_name) != 25 ||
+        strspn(e->d_name + 9, "0123456789abcdef") != 16)
+      continue;
+    char path[PATH_MAX + 300];
+    snprintf(path, sizeof path, "%s/%s/%s", ctk_dir, e->d_name, name);
+    found = access(path, F_OK) == 0;
+  }
+  if (d) closedir(d);
+  return found;
+}
+
+/* The killer thread of the doomed rank: SIGKILL at the plan's point. */
+static void *killer(void *arg) {
+  const kill_plan *k = arg;
+  while (!reached(ctk_rank, k->at_key)) ctk_sleep_ms(1);
+  raise(SIGKILL);
+  return NULL;
+}
+
+/* The last rank is killed during open, after the handshake; every other
+ * rank's open fails (or, if the kill came after the mesh was up, its first
+ * barrier does) within 2 x timeout + 1 s — not after gloo's connect wait
+ * (5 x its timeout) or its file store's 30 s default. At its key, the
+ * doomed rank listens on 127.0.0.2: gloo's pair with the lower address
+ * listens, so every survivor (127.0.0.1) waits for a connection that never
+ * comes. A doomed rank whose open returns exits 0 (the kill never came:
+ * the scenario did not happen), which the caller counts as a failure. */
+static int scenario_killed_connecting(int rank, int world, void *arg) {
+  const kill_plan *k = arg;
+  dcp_plugin_err err = {{0}};
+  dcp_comm *c = NULL;
+  pthread_t t;
+  int doomed = rank == world - 1;
+  if (doomed && pthread_create(&t, NULL, killer, arg) != 0) return 1;
+  double t0 = ctk_now_ms();
+  int rc = ctk_open_comm(rank, world, CONNECT_TIMEOUT_MS,
+                         doomed && k->at_key ? "host=127.0.0.2" : NULL, &c, &err);
+  if (doomed) {
+    fprintf(stderr, "rank %d: open returned %d before the kill\n", rank, rc);
+    _exit(0);
+  }
+  if (rc == DCP_OK) rc = ctk_P->barrier(c, &err);
+  double el = ctk_now_ms() - t0;
+  if (getenv("DCP_TEST_VERBOSE") || el >= 2 * CONNECT_TIMEOUT_MS + 1000)
+    fprintf(stderr, "rank %d: %d after %.0f ms: %s\n", rank, rc, el, err.msg);
+  CHECK(rc == DCP_ETIMEDOUT || rc == DCP_EPEER || rc == DCP_EIO);
+  CHECK(el < 2 * CONNECT_TIMEOUT_MS + 1000);
+  if (c) ctk_P->close(c);
+  return 0;
+}
+
+/* Runs the scenario on world ranks: only the killed one fails (SIGKILL). */
+static void killed_connecting(int world, int at_key) {
+  ctk_fresh_dir("dcp-coll-gloo");
+  kill_plan k = {at_key};
+  assert_int_equal(ctk_run_ranks(world, scenario_killed_connecting, &k), 1);
+  ctk_remove_dir(ctk_dir);
+}
+
+static void test_killed_before_store(void **state) {
+  (void)state;
+  NEED_PLUGIN();
+  killed_connecting(3, 0);
+}
+static void test_killed_while_connecting(void **state) {
+  (void)state;
+  NEED_PLUGIN();
+  killed_connecting(3, 1);
+}
+
 /* Root and receiver disagree on a scatterv length: the receiver gets
  * DCP_EINVAL (after draining the payload), not a hang. */
 static int scenario_mismatch(int rank, int world, void *arg) {
@@ -473,6 +576,8 @@ int main(void) {
       cmocka_unit_test(test_timeout_stall_scatterv),
       cmocka_unit_test(test_timeout_stall_group),
       cmocka_unit_test(test_exits_early),
+      cmocka_unit_test(test_killed_before_store),
+      cmocka_unit_test(test_killed_while_connecting),
       cmocka_unit_test(test_mismatched_lengths),
       cmocka_unit_test(test_stale_session_root_late),
       cmocka_unit_test(test_stale_hellos_others_late),

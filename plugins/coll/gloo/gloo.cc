@@ -27,14 +27,22 @@
  *      still missing and rewrites the session file when one changed (it had
  *      read a stale hello before the fresh one replaced it); then it removes
  *      the session file;
- *   5. every rank connects the full mesh through a gloo FileStore on
- *      "<job>.gloo.<S>" (behind a PrefixStore named after the job), then a
- *      gloo barrier proves that every rank is done with the store, and rank
- *      0 removes the whole session directory.
+ *   5. every rank connects the full mesh through a key-value store of
+ *      files in "<job>.gloo.<S>" ("key.<hex of the key>", DirStore below),
+ *      then a gloo barrier proves that every rank is done with the store,
+ *      and rank 0 removes the whole session directory.
  * An open that succeeds on every rank leaves the rendezvous directory as it
  * found it. A run that crashes during open can leave its hellos and session
  * file (ignored and replaced by the next run) and one "<job>.gloo.<S>"
  * directory (never looked at again: safe to delete).
+ *
+ * Deadlines: the whole open is bounded by timeout_ms, every wait in it by
+ * what is left of it. Gloo's own FileStore would not do: its wait(keys)
+ * keeps a 30 s default, which its full-mesh connect uses, and it measures
+ * its timeouts in whole seconds; so the store is the shim's own, and every
+ * one of its waits ends at the open's deadline. Gloo's pairs wait up to 5
+ * times the context's timeout for a connection, so the connect runs with a
+ * fifth of what is left. Each collective passes timeout_ms to gloo.
  *
  * Ops: barrier, bcast, allgather and allreduce_i64 are gloo's collectives.
  * gatherv, scatterv and group_bcast are point-to-point over unbound buffers:
@@ -86,8 +94,7 @@
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/file_store.h>
-#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/attr.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
@@ -150,6 +157,13 @@ struct Deadline {
     return l.count() < 1 ? ms(1) : l;
   }
 };
+
+// What is left of d for gloo's connect, which waits up to five times its
+// context's timeout for a peer's connection (at least 1 ms).
+ms connect_timeout(const Deadline &d) {
+  ms l = d.left("open: connect");
+  return l.count() >= 5 ? l / 5 : ms(1);
+}
 
 bool has(const std::string &s, const char *needle) { return s.find(needle) != std::string::npos; }
 
@@ -242,6 +256,60 @@ void remove_tree(const std::string &dir) {
 }
 
 void sleep_poll() { std::this_thread::sleep_for(ms(5)); }
+
+// The key-value store gloo's connectFullMesh rendezvous through: one file
+// per key in the session directory, written atomically; every wait ends at
+// the open's deadline (see "Deadlines" above), whatever timeout gloo asks.
+class DirStore : public gloo::rendezvous::Store {
+ public:
+  DirStore(std::string dir, const Deadline &d, int64_t timeout_ms)
+      : dir_(std::move(dir)), d_(d), timeout_ms_(timeout_ms) {}
+
+  void set(const std::string &key, const std::vector<char> &data) override {
+    write_atomic(path(key), std::string(data.begin(), data.end()));
+  }
+
+  std::vector<char> get(const std::string &key) override {
+    wait({key});
+    std::string text;
+    if (!read_small(path(key), text)) fail(DCP_EIO, "open: cannot read store key %s", key.c_str());
+    return std::vector<char>(text.begin(), text.end());
+  }
+
+  void wait(const std::vector<std::string> &keys) override { wait(keys, ms(timeout_ms_)); }
+
+  // Polls until every key exists, until the open's deadline (DCP_ETIMEDOUT
+  // naming the missing keys: ranks). Gloo's timeout is not ours: it is the
+  // context's, a fifth of what was left (connect_timeout).
+  void wait(const std::vector<std::string> &keys, const ms &) override {
+    for (;;) {
+      std::string missing;
+      for (const auto &k : keys)
+        if (access(path(k).c_str(), F_OK) != 0) missing += (missing.empty() ? "" : ", ") + k;
+      if (missing.empty()) return;
+      if (d_.passed())
+        fail(DCP_ETIMEDOUT, "timed out after %lld ms waiting for the address of rank(s) %s",
+             (long long)timeout_ms_, missing.c_str());
+      sleep_poll();
+    }
+  }
+
+ private:
+  // "key.<hex of the key's bytes>": any key becomes a plain file name.
+  std::string path(const std::string &key) const {
+    std::string p = dir_ + "/key.";
+    char b[3];
+    for (unsigned char ch : key) {
+      snprintf(b, sizeof b, "%02x", ch);
+      p += b;
+    }
+    return p;
+  }
+
+  std::string dir_;
+  const Deadline &d_;
+  int64_t timeout_ms_;
+};
 
 // "a, b, c" for at most 8 ranks.
 std::string rank_list(const std::vector<int> &v) {
@@ -604,11 +672,10 @@ int g_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *err) {
         attr.hostname = c->host.empty() ? "127.0.0.1" : c->host;
       c->dev = gloo::transport::tcp::CreateDevice(attr);
       auto ctx = std::make_shared<gloo::rendezvous::Context>(c->rank, c->size);
-      ctx->setTimeout(d.left("open: connect"));
+      ctx->setTimeout(connect_timeout(d));
       {
-        gloo::rendezvous::FileStore fs(sdir);
-        gloo::rendezvous::PrefixStore ps(c->job, fs);
-        ctx->connectFullMesh(ps, c->dev);
+        DirStore store(sdir, d, c->timeout_ms);
+        ctx->connectFullMesh(store, c->dev);
       }
       ctx->setTimeout(ms(c->timeout_ms));
       c->ctx = ctx;
