@@ -12,6 +12,8 @@
 #include "core/checked.h"
 #include "metadata/meta.h"
 #include "runtime/commit.h"
+#include "runtime/files.h"
+#include "runtime/lease.h"
 
 typedef struct source {
   char *file;       /* as named: the source's file name, or a weight_map value */
@@ -33,6 +35,9 @@ typedef struct import_job {
   dcpi_md *md;
   dcpi_block_writer *w;
   uint32_t data_file;
+  dcpi_identity ident;             /* the import is a save: it has one */
+  char data_name[DCPI_NAME_MAX];   /* of a copy's data file */
+  dcpi_lease *lease;               /* the checkpoint directory's */
   uint8_t *buf; /* one window */
   dcpi_cv_progress pr;
   dcpi_err err;
@@ -329,6 +334,10 @@ static dcp_status import_source(import_job *j, const source *src) {
       s = j->flags & DCP_IMPORT_LINK ? link_tensor(j, f, src, t, tid)
                                      : copy_tensor(j, f, src->h, t, tid);
   }
+  uint64_t size;
+  if (!s && (j->flags & DCP_IMPORT_LINK) &&
+      !(s = dcpi_rt_file_size(&j->src, src->name, &size, &j->err)))
+    s = dcpi_md_set_file_length(j->md, src->file_id, size, &j->err);
   dcpi_err ignored;
   if (f) dcpi_rt_file_close(&j->src, f, &ignored);
   return s;
@@ -339,14 +348,18 @@ static bool same_dir(const char *a, const char *b) {
   return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
 }
 
-/* The import writes .metadata.tmp (both modes) and data-00000.dcp (a copy)
- * into the checkpoint directory, and removes the data file on failure: a
- * source that is one of those files would be destroyed before it is read. */
+/* The import writes its temporary metadata (both modes) and its data file
+ * (a copy) into the checkpoint directory, and removes the data file on
+ * failure: a source that is one of those files (or a 0.2 one a later save
+ * removes as a leftover) would be destroyed. */
 static dcp_status check_overwrites(import_job *j, const char *data_name) {
+  char tmp[DCPI_NAME_MAX];
+  dcpi_name_metadata_tmp(tmp, j->ident.tag);
   for (size_t i = 0; i < j->nsrc; i++) {
     const source *src = &j->srcs[i];
     const char *n = src->name;
-    bool written = strcmp(n, DCPI_METADATA_TMP) == 0 || (data_name && strcmp(n, data_name) == 0);
+    bool written = strcmp(n, tmp) == 0 || dcpi_name_is_save_file(n) ||
+                   (data_name && strcmp(n, data_name) == 0);
     if (written && same_dir(src->dir, j->dst.path))
       return dcpi_fail(&j->err, DCP_EINVAL,
                        "import: source '%s' is the file '%s' that the import writes in %s; "
@@ -358,15 +371,23 @@ static dcp_status check_overwrites(import_job *j, const char *data_name) {
 static dcp_status open_outputs(import_job *j) {
   uint64_t size;
   dcpi_err probe;
-  char name[64];
-  snprintf(name, sizeof name, DCPI_DATA_FILE_FMT, 0);
+  const char *name = j->data_name;
   bool link = j->flags & DCP_IMPORT_LINK;
-  dcp_status s = dcpi_rt_file_size(&j->dst, DCPI_METADATA_NAME, &size, &probe);
+  dcp_status s = dcpi_lease_acquire(&j->dst, DCPI_COORD_LEASE, j->ctx->lease_ms, &j->lease,
+                                    &j->err);
+  if (!s && (s = dcpi_save_id_random(j->ident.id)))
+    return dcpi_fail(&j->err, s, "no random bytes for the import's id");
+  if (s) return s;
+  j->ident.generation = 1; /* the directory holds no checkpoint (checked next) */
+  dcpi_tag_of(j->ident.id, j->ident.tag);
+  dcpi_name_data(j->data_name, 0, 0, j->ident.tag);
+  s = dcpi_rt_file_size(&j->dst, DCPI_METADATA_NAME, &size, &probe);
   if (s == DCP_OK)
     return dcpi_fail(&j->err, DCP_EEXIST, "a committed checkpoint exists at %s", j->dst.path);
   if (s != DCP_ENOTFOUND) return dcpi_fail(&j->err, s, "%s", probe.msg);
   if ((s = check_overwrites(j, link ? NULL : name))) return s;
   if ((s = dcpi_md_create(&j->md))) return dcpi_fail(&j->err, s, "out of memory");
+  if ((s = dcpi_md_set_identity(j->md, j->ident.id, j->ident.generation, -1, &j->err))) return s;
   if (link) {
     for (size_t i = 0; i < j->nsrc && !s; i++)
       s = dcpi_md_add_file(j->md, j->srcs[i].file, &j->srcs[i].file_id, &j->err);
@@ -380,16 +401,21 @@ static dcp_status open_outputs(import_job *j) {
 static dcp_status commit(import_job *j) {
   dcp_status s = DCP_OK;
   if (j->w) {
+    uint64_t length = dcpi_block_writer_length(j->w);
     s = dcpi_block_writer_close(j->w, true, &j->err);
     j->w = NULL;
+    if (!s) s = dcpi_md_set_file_length(j->md, j->data_file, length, &j->err);
+    /* the data file's entry is durable before .metadata names it */
+    if (!s) s = dcpi_rt_sync_dir(&j->dst, &j->err);
   }
   void *enc = NULL;
   size_t len = 0;
+  char tmp[DCPI_NAME_MAX];
+  dcpi_name_metadata_tmp(tmp, j->ident.tag);
   if (!s) s = add_kvs(j);
   if (!s) s = dcpi_md_encode(j->md, &enc, &len, &j->err);
-  if (!s)
-    s = dcpi_rt_write_file_atomic(&j->dst, DCPI_METADATA_NAME, DCPI_METADATA_TMP, enc, len,
-                                  &j->err);
+  if (!s) s = dcpi_lease_check(j->lease, &j->err);
+  if (!s) s = dcpi_rt_write_file_atomic(&j->dst, DCPI_METADATA_NAME, tmp, enc, len, &j->err);
   free(enc);
   return s;
 }
@@ -430,11 +456,9 @@ static dcp_status run(import_job *j, const char *src, const char *ckpt) {
 static void job_free(import_job *j, bool failed) {
   dcpi_err ignored;
   if (j->w) dcpi_block_writer_close(j->w, false, NULL);
-  if (failed && j->dst.st && !(j->flags & DCP_IMPORT_LINK) && j->md) {
-    char name[64];
-    snprintf(name, sizeof name, DCPI_DATA_FILE_FMT, 0);
-    dcpi_rt_remove(&j->dst, name, &ignored); /* best effort */
-  }
+  if (failed && j->dst.st && !(j->flags & DCP_IMPORT_LINK) && j->md && j->data_name[0])
+    dcpi_rt_remove(&j->dst, j->data_name, &ignored); /* best effort */
+  dcpi_lease_release(j->lease);
   dcpi_cv_close(&j->src);
   dcpi_cv_close(&j->dst);
   for (size_t i = 0; i < j->nsrc; i++) {

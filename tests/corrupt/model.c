@@ -220,6 +220,7 @@ static int save_rank(dcp_ctx *ctx, const cm_spec *sp, const char *dir) {
   dcp_save_options o;
   dcp_save_options_init(&o);
   o.flags = sp->flags;
+  o.save_id = 1; /* the uncoordinated saves' identity (ignored by coordinated ones) */
   o.block_size = sp->block_size;
   const char *keys[] = {"step"}, *values[] = {"1200"};
   o.nkv = 1, o.kv_keys = keys, o.kv_values = values;

@@ -3,6 +3,7 @@
  * stored range); metadata regions from the file's own header and directory,
  * laid out as docs/format.md describes. */
 #include "regions.h"
+#include "ckpt_files.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,10 +189,11 @@ int rg_map_add(rg_map *map, dcp_ctx *ctx, cm_kind k, const char *dir) {
   if (k == CM_COORDINATED) {
     if (!rc) rc = add_meta_regions(map, k, dir, ".metadata");
   } else {
-    char name[32];
-    for (int r = 0; r < cm_world(k) && !rc; r++) {
-      snprintf(name, sizeof name, "%d.metadata", r);
-      rc = add_meta_regions(map, k, dir, name);
+    char name[256], prefix[32];
+    for (int r = 0; r < cm_world(k) && !rc; r++) { /* each rank's part */
+      snprintf(prefix, sizeof prefix, "%d-of-", r);
+      rc = ck_find(dir, prefix, ".metadata", name, sizeof name) == 1 ? 0 : -1;
+      if (!rc) rc = add_meta_regions(map, k, dir, name);
     }
   }
   if (rc) fprintf(stderr, "corrupt campaign: cannot map the files of %s\n", dir);

@@ -39,8 +39,8 @@ static inline bool ck_data_file(const char *dir, int rank, char *path, size_t ca
   char prefix[32], name[256];
   snprintf(prefix, sizeof prefix, "data-%05d.", rank);
   if (ck_find(dir, prefix, ".dcp", name, sizeof name) < 1) return false;
-  snprintf(path, cap, "%s/%s", dir, name);
-  return true;
+  int n = snprintf(path, cap, "%s/%s", dir, name);
+  return n > 0 && (size_t)n < cap;
 }
 
 /* How many committed parts of rank (uncoordinated saves) dir holds. */

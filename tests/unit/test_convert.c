@@ -2,6 +2,7 @@
  * dcp_read_tensor and dcp_verify, on one rank with the posix plugin.
  * Fixtures are written here by tests/support/st_writer.c. */
 #include "testutil.h"
+#include "ckpt_files.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -300,8 +301,7 @@ static void test_linked_load(void **state) {
   assert_int_equal(check(f, dcp_import_safetensors(f->ctx, path_of(f, "model/x.safetensors"),
                                                    path_of(f, "model/"), DCP_IMPORT_LINK)),
                    DCP_OK);
-  struct stat sb;
-  assert_int_equal(stat(path_of(f, "model/data-00000.dcp"), &sb), -1); /* nothing copied */
+  assert_int_equal(ck_find(path_of(f, "model"), "data-", ".dcp", NULL, 0), 0); /* nothing copied */
   assert_int_equal(check(f, dcp_verify(f->ctx, path_of(f, "model"), NULL)), DCP_OK);
 
   /* load w as three uneven column bands and b whole */
@@ -489,7 +489,9 @@ static void test_verify_problems(void **state) {
   assert_int_equal(st_write(path_of(f, "s.safetensors"), &t, 1, NULL, NULL, 0), 0);
   assert_int_equal(check(f, dcp_import_safetensors(f->ctx, path_of(f, "s.safetensors"),
                                                    path_of(f, "ckpt"), 0)), DCP_OK);
-  FILE *fp = fopen(path_of(f, "ckpt/data-00000.dcp"), "r+b");
+  char data[PATH_MAX];
+  assert_true(ck_data_file(path_of(f, "ckpt"), 0, data, sizeof data));
+  FILE *fp = fopen(data, "r+b");
   fseek(fp, 100, SEEK_SET);
   fputc(0x11 ^ fgetc(fp), fp);
   fclose(fp);
@@ -503,7 +505,7 @@ static void test_verify_problems(void **state) {
   /* export refuses to write corrupt data */
   assert_int_equal(dcp_export_safetensors(f->ctx, path_of(f, "ckpt"), path_of(f, "out"), 0),
                    DCP_ECORRUPT);
-  unlink(path_of(f, "ckpt/data-00000.dcp"));
+  unlink(data);
   assert_int_equal(dcp_verify(f->ctx, path_of(f, "ckpt"), &rep), DCP_EINCOMPLETE);
   assert_int_equal(dcp_verify(f->ctx, path_of(f, "nothing"), &rep), DCP_ENOTFOUND);
 }
@@ -680,7 +682,7 @@ static void test_hf_cache_strict_output(void **state) {
   FILE *fp = fopen(path_of(f, "victim"), "wb");
   fputs("keep me", fp);
   fclose(fp);
-  const char *planted[] = {"data-00000.dcp", ".metadata.tmp"};
+  const char *planted[] = {".lock", ".metadata"};
   for (int i = 0; i < 2; i++) {
     char ck[32], at[64];
     snprintf(ck, sizeof ck, "ck%d", i);
@@ -698,7 +700,8 @@ static void test_hf_cache_strict_output(void **state) {
     free(v);
     struct stat sb;
     snprintf(at, sizeof at, "%s/.metadata", ck);
-    assert_int_equal(lstat(path_of(f, at), &sb), -1);
+    assert_int_equal(lstat(path_of(f, at), &sb), i == 1 ? 0 : -1); /* nothing committed */
+    if (i == 1) assert_true(S_ISLNK(sb.st_mode));
   }
 }
 
