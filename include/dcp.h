@@ -596,6 +596,7 @@ DCP_API void dcp_save_options_init(dcp_save_options *opts);
 DCP_API dcp_status dcp_save(dcp_ctx *ctx, dcp_state *st, const char *path,
                             const dcp_save_options *opts);
 
+
 #define DCP_LOAD_METADATA_PER_RANK 1u /* every rank reads .metadata itself
                                          instead of rank 0 broadcasting it */
 #define DCP_LOAD_NO_PIPELINE 2u       /* read dedup: read everything first,
@@ -641,6 +642,14 @@ DCP_API void dcp_load_options_init(dcp_load_options *opts);
  * several ranks load is read by one of them, balanced across ranks, and
  * broadcast to the others; reads overlap the broadcasts (a reader thread)
  * unless DCP_LOAD_NO_PIPELINE is set.
+ * A load assembles files of one save only. One that runs while a save
+ * replaces the checkpoint loads the old checkpoint, or starts over on the
+ * new one when the old one's files are removed under it (at most 4 times,
+ * then DCP_ESTALE).
+ * An uncoordinated checkpoint (parts per rank) loads as the newest save
+ * every rank of its world committed; parts of other saves are never mixed
+ * in, and copies of a replicated chunk or bytes item that differ between
+ * ranks are DCP_EMISMATCH / DCP_ESCOPE.
  * Errors: DCP_EINCOMPLETE (no committed .metadata, or a chunk not covered by
  * the checkpoint), DCP_ENOTFOUND (an fqn or key the checkpoint lacks),
  * DCP_EMISMATCH (dtype, shape or bytes length differs), DCP_ESCOPE (a

@@ -220,7 +220,14 @@ static dcp_status read_all(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
   return s;
 }
 
-static dcp_status run(dcpi_rt *rt, dcp_state *st, const dcp_load_options *o) {
+/* How often a load starts over when a data file vanished while it read:
+ * a save replaced the checkpoint meanwhile (it removes the old files after
+ * its commit), so the new .metadata names files that are there. */
+#define DCPI_LOAD_ATTEMPTS 4
+
+/* One attempt; *replaced: it failed because a data file it was reading
+ * from vanished (agreed, so the same on every rank). */
+static dcp_status run(dcpi_rt *rt, dcp_state *st, const dcp_load_options *o, bool *replaced) {
   dcp_stats *stats = &rt->ctx->stats;
   dcp_meta *meta = NULL;
   dcpi_load_plan *plan = NULL;
@@ -240,7 +247,10 @@ static dcp_status run(dcpi_rt *rt, dcp_state *st, const dcp_load_options *o) {
   stats->dedup_groups = sc.ngroups;
   stats->plan_s = dcpi_now() - t;
   t = dcpi_now();
-  if (!s) s = dcpi_rt_agree(rt, read_all(rt, meta, st, plan, &sc, o, br));
+  if (!s) {
+    s = dcpi_rt_agree(rt, read_all(rt, meta, st, plan, &sc, o, br));
+    *replaced = s == DCP_ENOTFOUND;
+  }
   stats->read_s = dcpi_now() - t;
   dcpi_block_reader_free(br);
   dcpi_load_sched_free(&sc);
@@ -267,8 +277,20 @@ dcp_status dcp_load(dcp_ctx *ctx, dcp_state *st, const char *path,
     s = dcpi_fail(&rt.err, DCP_EINVAL, "load: empty checkpoint path");
   else
     s = effective_options(opts, &o, &rt.err);
-  s = s ? dcpi_rt_agree(&rt, s) : run(&rt, st, &o);
-  (void)s;
+  if (s) {
+    dcpi_rt_agree(&rt, s);
+    return dcpi_rt_end(&rt);
+  }
+  bool replaced = false;
+  for (int attempt = 1; run(&rt, st, &o, &replaced) && replaced; attempt++) {
+    if (attempt == DCPI_LOAD_ATTEMPTS) {
+      dcpi_fail(&rt.err, DCP_ESTALE, "load: the checkpoint at %s was replaced %d times while "
+                "it was read (a save overwrites it in a loop?): %s", path, attempt, rt.err.msg);
+      break;
+    }
+    replaced = false;
+    dcpi_err_clear(&rt.err);
+  }
   return dcpi_rt_end(&rt);
 }
 

@@ -26,6 +26,7 @@ static dcp_status done(dcpi_rt *rt, int rc, const dcp_plugin_err *perr, const ch
 }
 
 dcp_status dcpi_rt_open_storage(dcpi_rt *rt, uint32_t flags) {
+  if (rt->st) return DCP_OK; /* already open (a load that starts over) */
   dcp_status s = ensure_plugin(rt);
   if (s) return s;
   dcp_storage_config cfg = {.struct_size = sizeof cfg, .root = rt->path, .flags = flags,
