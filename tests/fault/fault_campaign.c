@@ -3,6 +3,12 @@
  *
  *   fault_campaign sync|async --dir D --plugins P [--world 1..4]
  *                  [--trials N] [--seed S] [--inner posix|sharedfs]
+ *   fault_campaign power --seq single|overwrite|steps [--async 1] [--world W]
+ *                  [--strict-overwrite 0|1] [--strict-mkdir 0|1] [--in-place 0|1]
+ *                  [--lying-fs fsync|syncdir] [--variants V] --dir D --plugins P
+ *                  [--trials N] [--seed S]
+ *
+ * (power: the power-loss campaign, fc_power.c.)
  *
  * Every trial (fc_trial.c) saves a good checkpoint, saves the next one with
  * one injected fault through the "fault" storage plugin (P holds
@@ -168,8 +174,9 @@ static void report(const fc_env *env, const args *a) {
   free(text);
   printf("fault campaign (%s, %d rank%s, inner %s, seed %llu): %ld trials, %ld faults fired "
          "(%ld kills, %ld overwriting in place); outcomes: %ld refused, %ld saved, "
-         "%ld failed-but-committed, %ld torn-refused, %ld kept-old; %ld loads with a failing operation (%ld refused with EIO, the others "
-         "recovered byte-exact); 0 undetected\n",
+         "%ld failed-but-committed, %ld torn-refused, %ld kept-old; %ld loads with a failing or "
+         "lying operation (%ld refused: EIO, or ECORRUPT for a lie; the others recovered "
+         "byte-exact); 0 undetected\n",
          a->mode, env->world, env->world > 1 ? "s" : "", a->inner, (unsigned long long)a->seed,
          n, fired, kills, overwrites, per[1], per[0], per[2], per[3], per[4], load_faults, load_refused);
   FC_CHECK(n == a->trials, "%ld trial results for %ld trials", n, a->trials);
@@ -185,8 +192,16 @@ static void report(const fc_env *env, const args *a) {
 int main(int argc, char **argv) {
   args a = {.mode = argc > 1 ? argv[1] : "", .inner = "posix", .world = 1, .trials = 100,
             .seed = 1};
+  fc_power_args pa = {.seq = "single", .strict_overwrite = true, .variants = 2};
   for (int i = 2; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--dir")) a.dir = argv[i + 1];
+    if (!strcmp(argv[i], "--seq")) pa.seq = argv[i + 1];
+    else if (!strcmp(argv[i], "--async")) pa.async = atoi(argv[i + 1]) != 0;
+    else if (!strcmp(argv[i], "--strict-overwrite")) pa.strict_overwrite = atoi(argv[i + 1]) != 0;
+    else if (!strcmp(argv[i], "--strict-mkdir")) pa.strict_mkdir = atoi(argv[i + 1]) != 0;
+    else if (!strcmp(argv[i], "--in-place")) pa.in_place = atoi(argv[i + 1]) != 0;
+    else if (!strcmp(argv[i], "--lying-fs")) pa.lying_fs = argv[i + 1];
+    else if (!strcmp(argv[i], "--variants")) pa.variants = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--dir")) a.dir = argv[i + 1];
     else if (!strcmp(argv[i], "--plugins")) a.plugins = argv[i + 1];
     else if (!strcmp(argv[i], "--inner")) a.inner = argv[i + 1];
     else if (!strcmp(argv[i], "--world")) a.world = atoi(argv[i + 1]);
@@ -195,6 +210,16 @@ int main(int argc, char **argv) {
   }
   const char *env_seed = getenv("DCP_TEST_SEED");
   if (env_seed && *env_seed) a.seed = strtoull(env_seed, NULL, 10);
+  if (!strcmp(a.mode, "power")) {
+    FC_CHECK(a.dir && a.plugins && a.trials > 0, "usage: fault_campaign power --seq "
+             "single|overwrite|steps --dir D --plugins P [--async 1] [--world W] [--trials N] "
+             "[--seed S] [--strict-overwrite 0|1] [--strict-mkdir 0|1] [--in-place 0|1] "
+             "[--lying-fs fsync|syncdir] [--variants V]");
+    fc_mkdir(a.dir);
+    pa.dir = a.dir, pa.plugins = a.plugins, pa.world = a.world, pa.trials = a.trials,
+    pa.seed = a.seed;
+    return fc_power_campaign(&pa);
+  }
   bool async = !strcmp(a.mode, "async");
   FC_CHECK((async || !strcmp(a.mode, "sync")) && a.dir && a.plugins && a.trials > 0 &&
                a.world >= 1 && a.world <= FC_MAX_WORLD,

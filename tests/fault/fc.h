@@ -50,6 +50,9 @@ typedef struct fc_model {
   size_t cfg_len, rng_len; /* a replicated and a per-rank bytes item */
   uint32_t block_size;
   bool compress, low_entropy;
+  bool static_cfg; /* the replicated bytes item is the same in every
+                      generation (a config that does not change between
+                      steps); off unless the campaign sets it */
 } fc_model;
 
 void fc_model_make(fc_model *m, uint64_t seed, int world);
@@ -81,6 +84,16 @@ dcp_status fc_load(dcp_ctx *ctx, const fc_model *m, uint32_t gen, const char *pa
 dcp_status fc_load_either(dcp_ctx *ctx, const fc_model *m, uint32_t gen_a, uint32_t gen_b,
                           const char *path, int *which);
 
+/* Load path into fresh buffers of the whole model and tell which of
+ * gens[0..n) they hold exactly: *which is its index (the first that
+ * matches), -1 for none (meaningful when the load returned DCP_OK). With a
+ * context of the model's world each rank loads its own part (PER_RANK items
+ * included); with a world of one and a model of several ranks (a checkpoint
+ * saved by detached ranks), every tensor whole and the REPLICATED item,
+ * the PER_RANK items being another world's. */
+dcp_status fc_load_match(dcp_ctx *ctx, const fc_model *m, const char *path,
+                         const uint32_t *gens, int n, int *which);
+
 /* ---- files ------------------------------------------------------------------ */
 
 void fc_write_file(const char *path, const char *text);
@@ -102,6 +115,62 @@ void fc_check_files(dcp_ctx *ctx, const char *path);
  * replaced a committed checkpoint, the removal of its .metadata durable
  * before any data file is opened. Fails the process otherwise. */
 void fc_check_commit_order(const char *log_path);
+
+/* ---- the power-loss journal (fc_crash.c, fc_journal.h) ----------------------------- */
+
+#define FC_CUT_ALL UINT64_MAX /* a "cut" after the whole journal, marks included */
+
+typedef struct fc_journal fc_journal;
+/* Create an empty journal at path and its zeroed state file. */
+void fc_journal_prepare(const char *path);
+/* Append a mark (text) unless the power is off; false when it is. */
+bool fc_journal_mark(const char *path, const char *text);
+/* Whether the journal's cut fired. */
+bool fc_journal_power_off(const char *path);
+fc_journal *fc_journal_load(const char *path);
+void fc_journal_free(fc_journal *j);
+/* The number of operations journaled. */
+uint64_t fc_journal_ops(const fc_journal *j);
+/* The marks visible at cut (written before operation cut began): up to
+ * cap of them into texts/seqs; returns how many there are. */
+size_t fc_journal_marks(const fc_journal *j, uint64_t cut, const char **texts,
+                        uint64_t *seqs, size_t cap);
+/* "op 12/40 rename ckpt/.metadata.tmp -> .metadata" */
+void fc_journal_describe(const fc_journal *j, uint64_t seq, char *out, size_t cap);
+/* Whether a removal of a name match() accepts, in root, lies in
+ * (after_seq, cut]. */
+bool fc_journal_removed_after(const fc_journal *j, uint64_t cut, const char *root,
+                              uint64_t after_seq, bool (*match)(const char *name));
+/* Write under out the directories below base as a power cut after
+ * operation cut could leave them (rng NULL: as the operations left them,
+ * which is what the disk holds when only the processes died). desc
+ * receives what was chosen. See fc_crash.c for the model. */
+void fc_crash_build(const fc_journal *j, uint64_t cut, const char *base, const char *out,
+                    fc_rng *rng, bool strict_mkdir, char *desc, size_t cap);
+/* Whether trees a and b hold the same directories and files, byte for
+ * byte; why says where they differ. */
+bool fc_tree_same(const char *a, const char *b, char *why, size_t cap);
+void fc_rmtree(const char *path);
+
+/* The power-loss campaign (fc_power.c). */
+typedef struct fc_power_args {
+  const char *dir, *plugins;
+  const char *seq; /* "single", "overwrite" or "steps" */
+  bool async;
+  int world; /* > 1: detached ranks, each saving its own <rank>.metadata */
+  long trials;
+  uint64_t seed;
+  bool strict_overwrite; /* an error after a crash where a save had
+                            committed before is a failure */
+  bool strict_mkdir;     /* a new checkpoint directory is never durable */
+  bool in_place;         /* overwrites with DCP_SAVE_IN_PLACE (un-commit first) */
+  const char *lying_fs;  /* "fsync" or "syncdir": the plugin ignores those
+                            syncs, and the campaign must see checkpoints
+                            lost (a check of its own oracle); NULL: none */
+  int variants;          /* crash states drawn per cut */
+} fc_power_args;
+/* Runs the campaign, prints its tables; returns the process exit status. */
+int fc_power_campaign(const fc_power_args *a);
 
 /* ---- trials ------------------------------------------------------------------ */
 

@@ -164,6 +164,13 @@ static size_t find_op(const op_line *v, size_t n, size_t from, int rank, const c
   return n;
 }
 
+/* The metadata's temporary name: .metadata.tmp, or .metadata.<id>.tmp
+ * when the save names its files by its identity. */
+static bool is_metadata_tmp(const char *name) {
+  size_t n = strlen(name);
+  return !strncmp(name, ".metadata.", 10) && n >= 13 && !strcmp(name + n - 4, ".tmp");
+}
+
 void fc_check_commit_order(const char *log_path) {
   char *text = fc_read_file(log_path);
   FC_CHECK(text, "no operation log at %s", log_path);
@@ -171,11 +178,11 @@ void fc_check_commit_order(const char *log_path) {
   size_t n = parse_log(text, &v);
   size_t commit = n;
   for (size_t i = 0; i < n && commit == n; i++)
-    if (v[i].rank == 0 && !strcmp(v[i].kind, "rename") && !strcmp(v[i].name, ".metadata.tmp") &&
+    if (v[i].rank == 0 && !strcmp(v[i].kind, "rename") && is_metadata_tmp(v[i].name) &&
         !strcmp(v[i].name2, ".metadata"))
       commit = i;
   FC_CHECK(commit < n, "%s: no rename of .metadata.tmp to .metadata", log_path);
-  size_t synced = find_op(v, n, 0, 0, "sync", ".metadata.tmp");
+  size_t synced = find_op(v, n, 0, 0, "sync", v[commit].name);
   FC_CHECK(synced < commit, "%s: .metadata.tmp is renamed before it is synced", log_path);
   FC_CHECK(find_op(v, n, commit + 1, 0, "syncdir", NULL) < n,
            "%s: no directory sync after the rename of .metadata", log_path);

@@ -95,6 +95,13 @@ static void item_bytes(const fc_model *m, uint32_t gen, uint64_t item, uint64_t 
     uint64_t pos = base + k;
     fc_rng r = {key ^ (pos / 8)};
     uint64_t w = fc_next(&r) & mask;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (pos % 8 == 0 && n - k >= 8) { /* the same bytes, a word at a time */
+      memcpy(dst + k, &w, 8);
+      k += 8;
+      continue;
+    }
+#endif
     for (unsigned j = (unsigned)(pos % 8); j < 8 && k < n; j++, k++)
       dst[k] = (uint8_t)(w >> (j * 8));
   }
@@ -127,7 +134,7 @@ void fc_bufs_fill(const fc_model *m, int rank, uint32_t gen, fc_bufs *b) {
     size_t base, n = part_of(m, i, rank, &base);
     item_bytes(m, gen, (uint64_t)i, base, b->t[i], n);
   }
-  item_bytes(m, gen, 10, 0, b->cfg, m->cfg_len);
+  item_bytes(m, m->static_cfg ? 0 : gen, 10, 0, b->cfg, m->cfg_len);
   item_bytes(m, gen, 20 + (uint64_t)rank, 0, b->rng, m->rng_len);
 }
 
@@ -149,11 +156,13 @@ void fc_bufs_free(fc_bufs *b) {
   memset(b, 0, sizeof *b);
 }
 
-bool fc_bufs_equal(const fc_model *m, int rank, uint32_t gen, const fc_bufs *b) {
+/* per_rank: compare the PER_RANK item too. */
+static bool bufs_equal(const fc_model *m, int rank, uint32_t gen, const fc_bufs *b,
+                       bool per_rank) {
   fc_bufs want;
   fc_bufs_fill(m, rank, gen, &want);
   bool ok = memcmp(want.cfg, b->cfg, m->cfg_len) == 0 &&
-            memcmp(want.rng, b->rng, m->rng_len) == 0;
+            (!per_rank || memcmp(want.rng, b->rng, m->rng_len) == 0);
   for (int i = 0; i < m->ntensors && ok; i++) {
     size_t base, n = part_of(m, i, rank, &base);
     ok = memcmp(want.t[i], b->t[i], n) == 0;
@@ -162,9 +171,14 @@ bool fc_bufs_equal(const fc_model *m, int rank, uint32_t gen, const fc_bufs *b) 
   return ok;
 }
 
-/* The state of this rank over b (pointers into b). */
-static dcp_state *make_state(dcp_ctx *ctx, const fc_model *m, const fc_bufs *b) {
-  int rank = dcp_ctx_rank(ctx);
+bool fc_bufs_equal(const fc_model *m, int rank, uint32_t gen, const fc_bufs *b) {
+  return bufs_equal(m, rank, gen, b, true);
+}
+
+/* The state of rank over b (pointers into b); per_rank: with the PER_RANK
+ * item. */
+static dcp_state *state_of(dcp_ctx *ctx, int rank, const fc_model *m, const fc_bufs *b,
+                           bool per_rank) {
   dcp_state *st;
   FC_CHECK(dcp_state_create(ctx, &st) == DCP_OK, "state: %s", dcp_ctx_last_error(ctx));
   for (int i = 0; i < m->ntensors; i++) {
@@ -178,9 +192,14 @@ static dcp_state *make_state(dcp_ctx *ctx, const fc_model *m, const fc_bufs *b) 
   }
   FC_CHECK(dcp_state_add_bytes(st, "cfg", DCP_SCOPE_REPLICATED, m->cfg_len ? b->cfg : NULL,
                                m->cfg_len) == DCP_OK &&
-               dcp_state_add_bytes(st, "rng", DCP_SCOPE_PER_RANK, b->rng, m->rng_len) == DCP_OK,
+               (!per_rank ||
+                dcp_state_add_bytes(st, "rng", DCP_SCOPE_PER_RANK, b->rng, m->rng_len) == DCP_OK),
            "state bytes: %s", dcp_ctx_last_error(ctx));
   return st;
+}
+
+static dcp_state *make_state(dcp_ctx *ctx, const fc_model *m, const fc_bufs *b) {
+  return state_of(ctx, dcp_ctx_rank(ctx), m, b, true);
 }
 
 dcp_status fc_save(dcp_ctx *ctx, const fc_model *m, uint32_t gen, const char *path,
@@ -192,6 +211,9 @@ dcp_status fc_save(dcp_ctx *ctx, const fc_model *m, uint32_t gen, const char *pa
   dcp_save_options_init(&o);
   o.flags = flags | (m->compress ? DCP_SAVE_COMPRESS : 0);
   o.block_size = m->block_size;
+#ifdef FC_HAVE_SAVE_ID
+  o.save_id = gen; /* an uncoordinated save's identity (coordinated saves ignore it) */
+#endif
   dcp_status s;
   if (async) {
     dcp_async *h = NULL;
@@ -230,6 +252,29 @@ dcp_status fc_load_either(dcp_ctx *ctx, const fc_model *m, uint32_t gen_a, uint3
   dcp_status s = dcp_load(ctx, st, path, NULL);
   dcp_state_free(st);
   *which = fc_bufs_equal(m, rank, gen_a, &b) ? 0 : fc_bufs_equal(m, rank, gen_b, &b) ? 1 : -1;
+  fc_bufs_free(&b);
+  return s;
+}
+
+dcp_status fc_load_match(dcp_ctx *ctx, const fc_model *m, const char *path,
+                         const uint32_t *gens, int n, int *which) {
+  bool own_world = dcp_ctx_world_size(ctx) == m->world;
+  fc_model whole = *m;
+  if (!own_world) {
+    /* every byte of an item is a function of its position in the whole
+     * tensor, so the whole model is the same model in a world of one */
+    FC_CHECK(dcp_ctx_world_size(ctx) == 1, "a whole-model load needs a world of one");
+    whole.world = 1;
+  }
+  int rank = own_world ? dcp_ctx_rank(ctx) : 0;
+  fc_bufs b;
+  fc_bufs_poison(&whole, rank, &b);
+  dcp_state *st = state_of(ctx, rank, &whole, &b, own_world);
+  dcp_status s = dcp_load(ctx, st, path, NULL);
+  dcp_state_free(st);
+  *which = -1;
+  for (int i = 0; i < n && *which < 0; i++)
+    if (bufs_equal(&whole, rank, gens[i], &b, own_world)) *which = i;
   fc_bufs_free(&b);
   return s;
 }

@@ -322,9 +322,10 @@ static size_t count_lines(const char *path) {
   return n;
 }
 
-/* A load of prev with one failing storage operation (EIO) on one rank:
- * that rank's load fails with DCP_EIO or recovers byte-exact, and no rank
- * ever gets wrong bytes.
+/* A load of prev with one failing storage operation on one rank (EIO, or
+ * a short read, zeros, garbage or a flipped bit in a read's buffer, a
+ * lying file size): that rank's load fails with DCP_EIO (DCP_ECORRUPT for
+ * the lies too) or recovers byte-exact, and no rank ever gets wrong bytes.
  * Then, the fault gone, prev loads again. Every third trial. */
 static void check_load_fault(const fc_env *env, dcp_ctx *ctx, long t, const fc_model *m,
                              const paths *p) {
@@ -350,10 +351,19 @@ static void check_load_fault(const fc_env *env, dcp_ctx *ctx, long t, const fc_m
   }
   free(probe);
   bool mine = fault_rank(env, t) == env->rank && n > 0;
+  bool lie = false;
   if (mine) {
+    /* an error, or a flaky file system: a short read, zeros or garbage in
+     * the buffer, a flipped bit, a lying file size (fault_storage.c) */
+    static const char *const read_actions[] = {"eio", "eio", "short", "zero", "garbage", "flip"};
+    static const char *const size_actions[] = {"eio", "lie"};
     size_t k = (size_t)fc_range(&r, 0, n - 1);
-    snprintf(spec, sizeof spec, "fail=%s:%llu:eio", kinds[k],
-             (unsigned long long)fc_range(&r, 1, counts[k]));
+    const char *action = "eio";
+    if (!strcmp(kinds[k], "read")) action = read_actions[fc_range(&r, 0, 5)];
+    if (!strcmp(kinds[k], "size")) action = size_actions[fc_range(&r, 0, 1)];
+    lie = strcmp(action, "eio") != 0;
+    snprintf(spec, sizeof spec, "fail=%s:%llu:%s", kinds[k],
+             (unsigned long long)fc_range(&r, 1, counts[k]), action);
     fc_write_file(p->ctl, spec);
   }
   /* the notes file is not removed here: rank 0 may still be about to read
@@ -367,8 +377,10 @@ static void check_load_fault(const fc_env *env, dcp_ctx *ctx, long t, const fc_m
   if (mine && count_lines(fired_at) > notes) {
     /* a failed merged read is retried piecewise (blocks.c): then the load
      * may still succeed, byte-exact (checked above) */
-    FC_CHECK(s == DCP_OK || s == DCP_EIO, "the load with %s returned %s (%s)", spec,
-             dcp_strerror(s), dcp_ctx_last_error(ctx));
+    FC_CHECK(s == DCP_OK || s == DCP_EIO || (lie && s == DCP_ECORRUPT),
+             "the load with %s returned %s (%s)", spec, dcp_strerror(s), dcp_ctx_last_error(ctx));
+    FC_CHECK(s == DCP_OK || dcp_ctx_last_error(ctx)[0], "the load with %s failed without a "
+             "message", spec);
     char done[4300], what[200];
     trial_file(p, "load_fault", -1, done, sizeof done);
     snprintf(what, sizeof what, "%s:%s", spec, s == DCP_OK ? "recovered" : "refused");
