@@ -435,6 +435,164 @@ static void test_two_jobs_one_dir(void **state) {
   ctk_remove_dir(ctk_dir);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Symbolic links and fifos planted in the directory                        */
+/* ------------------------------------------------------------------------ */
+
+#define VICTIM_TEXT "a file outside the rendezvous directory: never to change\n"
+
+/* Writes the victim file into a fresh directory of its own; its path goes
+ * to victim (PATH_MAX bytes). */
+static void make_victim(char *victim) {
+  char dir[64];
+  snprintf(dir, sizeof dir, "/tmp/dcp-victim-XXXXXX");
+  assert_non_null(mkdtemp(dir));
+  snprintf(victim, PATH_MAX, "%s/victim", dir);
+  FILE *f = fopen(victim, "w");
+  assert_non_null(f);
+  fputs(VICTIM_TEXT, f);
+  assert_int_equal(fclose(f), 0);
+}
+
+/* 1 when the victim still holds exactly VICTIM_TEXT. */
+static int victim_intact(const char *victim) {
+  char buf[256] = "";
+  FILE *f = fopen(victim, "r");
+  if (!f) return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  return strcmp(buf, VICTIM_TEXT) == 0;
+}
+
+/* Removes the victim and its directory. */
+static void drop_victim(const char *victim) {
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", victim);
+  unlink(victim);
+  *strrchr(dir, '/') = '\0';
+  rmdir(dir);
+}
+
+/* Plants a symbolic link ctk_dir/<name> -> target. */
+static void plant_link(const char *name, const char *target) {
+  char path[PATH_MAX + 160];
+  snprintf(path, sizeof path, "%s/%s", ctk_dir, name);
+  assert_int_equal(symlink(target, path), 0);
+}
+
+/* 1 when every entry left in ctk_dir is a symbolic link to victim. */
+static int only_links_left(const char *victim) {
+  DIR *d = opendir(ctk_dir);
+  struct dirent *e;
+  int ok = d != NULL;
+  while (ok && (e = readdir(d)) != NULL) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    char path[PATH_MAX + 300], to[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", ctk_dir, e->d_name);
+    ssize_t n = readlink(path, to, sizeof to - 1);
+    ok = n > 0 && (size_t)n == strlen(victim) && memcmp(to, victim, (size_t)n) == 0;
+  }
+  if (d) closedir(d);
+  return ok;
+}
+
+/* Opens with the options at arg, runs a barrier and an allgather, closes. */
+static int scenario_small(int rank, int world, void *arg) {
+  dcp_plugin_err err = {{0}};
+  dcp_comm *c = NULL;
+  unsigned char send[8], recv[8 * 16];
+  CHECK_RC(ctk_open_comm(rank, world, 10000, arg, &c, &err), DCP_OK);
+  CHECK_RC(ctk_P->barrier(c, &err), DCP_OK);
+  ctk_fill(send, sizeof send, (unsigned)rank);
+  CHECK_RC(ctk_P->allgather(c, send, sizeof send, recv, &err), DCP_OK);
+  for (int r = 0; r < world; r++) CHECK(ctk_matches(recv + 8 * r, 8, (unsigned)r));
+  ctk_P->close(c);
+  return 0;
+}
+
+/* Links to a victim outside, planted at the temporary names an earlier
+ * version wrote through ("<name>.tmp") and at the final names of the
+ * hellos and the session file, for job `job`: the ranks open, talk and
+ * close normally; the victim is unchanged; the links at final names were
+ * replaced by the real files (then removed with them), the others are left
+ * alone. */
+static void links_planted(const char *job) {
+  char victim[PATH_MAX], name[128], opts[96];
+  ctk_fresh_dir("dcp-coll-file");
+  make_victim(victim);
+  for (int r = 1; r < 3; r++) {
+    snprintf(name, sizeof name, "%s.hello.%d.tmp", job, r);
+    plant_link(name, victim);
+    snprintf(name, sizeof name, "%s.hello.%d", job, r);
+    plant_link(name, victim);
+  }
+  snprintf(name, sizeof name, "%s.session.tmp", job);
+  plant_link(name, victim);
+  snprintf(name, sizeof name, "%s.session", job);
+  plant_link(name, victim);
+  snprintf(opts, sizeof opts, "job=%s", job);
+  assert_int_equal(ctk_run_ranks(3, scenario_small, opts), 0);
+  assert_true(victim_intact(victim));
+  assert_int_equal(ctk_count_entries(ctk_dir), 3);
+  assert_true(only_links_left(victim));
+  ctk_remove_dir(ctk_dir);
+  drop_victim(victim);
+}
+
+static void test_links_planted(void **state) {
+  (void)state;
+  links_planted("dcp");
+}
+/* The async writers' collective is this one with job=dcpwriter. */
+static void test_links_planted_writers(void **state) {
+  (void)state;
+  links_planted("dcpwriter");
+}
+
+/* Rank 0 of a world of 2 alone (rank 1 never comes) finds at rank 1's hello
+ * name either a link to a valid hello outside, or a fifo (*arg: 1 fifo):
+ * it neither reads through the link nor blocks on the fifo; its open times
+ * out on the hello files, and the message names the odd file. */
+static int scenario_odd_hello(int rank, int world, void *arg) {
+  (void)world;
+  dcp_plugin_err err = {{0}};
+  dcp_comm *c = NULL;
+  CHECK_RC(ctk_open_comm(rank, 2, 600, NULL, &c, &err), DCP_ETIMEDOUT);
+  CHECK(strstr(err.msg, "hello files") != NULL);
+  CHECK(strstr(err.msg, "dcp.hello.1 is a symbolic link or not a regular file") != NULL);
+  (void)arg;
+  return 0;
+}
+
+static void test_link_never_read(void **state) {
+  (void)state;
+  char victim[PATH_MAX], hello_path[PATH_MAX + 16];
+  ctk_fresh_dir("dcp-coll-file");
+  make_victim(victim);
+  snprintf(hello_path, sizeof hello_path, "%s.hello", victim);
+  unsigned char h[12];
+  put64(h, 0x1234);
+  put32(h + 8, 2);
+  assert_int_equal(write_raw(hello_path, OP_HELLO, h, sizeof h, 1, 0), 0);
+  plant_link("dcp.hello.1", hello_path);
+  assert_int_equal(ctk_run_ranks(1, scenario_odd_hello, NULL), 0);
+  assert_true(victim_intact(victim));
+  unlink(hello_path);
+  ctk_remove_dir(ctk_dir);
+  drop_victim(victim);
+}
+
+static void test_fifo_never_blocks(void **state) {
+  (void)state;
+  char path[PATH_MAX + 16];
+  ctk_fresh_dir("dcp-coll-file");
+  snprintf(path, sizeof path, "%s/dcp.hello.1", ctk_dir);
+  assert_int_equal(mkfifo(path, 0644), 0);
+  assert_int_equal(ctk_run_ranks(1, scenario_odd_hello, NULL), 0);
+  ctk_remove_dir(ctk_dir);
+}
+
 /* Loads the plugin once for all tests. */
 static int setup(void **state) {
   (void)state;
@@ -457,6 +615,10 @@ int main(void) {
       cmocka_unit_test(test_stale_session_root_late),
       cmocka_unit_test(test_stale_hellos_others_late),
       cmocka_unit_test(test_two_jobs_one_dir),
+      cmocka_unit_test(test_links_planted),
+      cmocka_unit_test(test_links_planted_writers),
+      cmocka_unit_test(test_link_never_read),
+      cmocka_unit_test(test_fifo_never_blocks),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

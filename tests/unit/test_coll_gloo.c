@@ -556,6 +556,118 @@ static void test_two_jobs_one_dir(void **state) {
   ctk_remove_dir(ctk_dir);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Symbolic links planted in the directory                                  */
+/* ------------------------------------------------------------------------ */
+
+#define VICTIM_TEXT "a file outside the rendezvous directory: never to change\n"
+
+/* The victim, in a fresh directory of its own (path to victim). */
+static void make_victim(char *victim) {
+  char dir[64];
+  snprintf(dir, sizeof dir, "/tmp/dcp-victim-XXXXXX");
+  assert_non_null(mkdtemp(dir));
+  snprintf(victim, PATH_MAX, "%s/victim", dir);
+  FILE *f = fopen(victim, "w");
+  assert_non_null(f);
+  fputs(VICTIM_TEXT, f);
+  assert_int_equal(fclose(f), 0);
+}
+
+/* 1 when the victim still holds exactly VICTIM_TEXT. */
+static int victim_intact(const char *victim) {
+  char buf[256] = "";
+  FILE *f = fopen(victim, "r");
+  if (!f) return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  return strcmp(buf, VICTIM_TEXT) == 0;
+}
+
+/* Removes the files of the victim's directory and the directory. */
+static void drop_victim(const char *victim) {
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", victim);
+  *strrchr(dir, '/') = '\0';
+  ctk_remove_dir(dir);
+}
+
+/* Each rank first plants a link to the victim (arg) at the temporary name
+ * an earlier version of the shim wrote its hello or session file through
+ * ("<name>.tmp.<pid>", predictable); then it opens, talks and closes. */
+static int scenario_links(int rank, int world, void *arg) {
+  dcp_plugin_err err = {{0}};
+  dcp_comm *c = NULL;
+  char path[PATH_MAX + 64];
+  if (rank == 0)
+    snprintf(path, sizeof path, "%s/dcp.gloo.session.tmp.%d", ctk_dir, (int)getpid());
+  else
+    snprintf(path, sizeof path, "%s/dcp.gloo.hello.%d.tmp.%d", ctk_dir, rank, (int)getpid());
+  CHECK(symlink((const char *)arg, path) == 0);
+  unsigned char send[8], recv[8 * 16];
+  CHECK_RC(ctk_open_comm(rank, world, 10000, NULL, &c, &err), DCP_OK);
+  ctk_fill(send, sizeof send, (unsigned)rank);
+  CHECK_RC(ctk_P->allgather(c, send, sizeof send, recv, &err), DCP_OK);
+  for (int r = 0; r < world; r++) CHECK(ctk_matches(recv + 8 * r, 8, (unsigned)r));
+  ctk_P->close(c);
+  return 0;
+}
+
+/* Links to a victim outside at the final names of the hellos and the
+ * session file, and (by each rank) at its predictable temporary name: the
+ * ranks open and talk normally, the victim is unchanged, and only the
+ * temporary-name links are left (the others were replaced, then removed). */
+static void test_links_planted(void **state) {
+  (void)state;
+  NEED_PLUGIN();
+  char victim[PATH_MAX], path[PATH_MAX + 64];
+  ctk_fresh_dir("dcp-coll-gloo");
+  make_victim(victim);
+  const char *names[] = {"dcp.gloo.hello.1", "dcp.gloo.hello.2", "dcp.gloo.session"};
+  for (size_t i = 0; i < 3; i++) {
+    snprintf(path, sizeof path, "%s/%s", ctk_dir, names[i]);
+    assert_int_equal(symlink(victim, path), 0);
+  }
+  assert_int_equal(ctk_run_ranks(3, scenario_links, victim), 0);
+  assert_true(victim_intact(victim));
+  assert_int_equal(ctk_count_entries(ctk_dir), 3);
+  ctk_remove_dir(ctk_dir);
+  drop_victim(victim);
+}
+
+/* Rank 0 of a world of 2 alone finds at rank 1's hello name a link to a
+ * valid hello outside: it never reads through it, times out waiting for
+ * rank 1's hello, and names the link. */
+static int scenario_linked_hello(int rank, int world, void *arg) {
+  (void)world, (void)arg;
+  dcp_plugin_err err = {{0}};
+  dcp_comm *c = NULL;
+  CHECK_RC(ctk_open_comm(rank, 2, 600, NULL, &c, &err), DCP_ETIMEDOUT);
+  CHECK(strstr(err.msg, "waiting for rank(s) 1 (job dcp") != NULL);
+  CHECK(strstr(err.msg, "dcp.gloo.hello.1 is a symbolic link or not a regular file") != NULL);
+  return 0;
+}
+
+static void test_link_never_read(void **state) {
+  (void)state;
+  NEED_PLUGIN();
+  char victim[PATH_MAX], hello[PATH_MAX + 16], path[PATH_MAX + 64];
+  ctk_fresh_dir("dcp-coll-gloo");
+  make_victim(victim);
+  snprintf(hello, sizeof hello, "%s.hello", victim);
+  FILE *f = fopen(hello, "w");
+  assert_non_null(f);
+  fputs("DCPGLOO1 2 3e9\n", f);
+  assert_int_equal(fclose(f), 0);
+  snprintf(path, sizeof path, "%s/dcp.gloo.hello.1", ctk_dir);
+  assert_int_equal(symlink(hello, path), 0);
+  assert_int_equal(ctk_run_ranks(1, scenario_linked_hello, NULL), 0);
+  assert_true(victim_intact(victim));
+  ctk_remove_dir(ctk_dir);
+  drop_victim(victim);
+}
+
 static int setup(void **state) {
   (void)state;
   ctk_P = ctk_load_plugin("gloo", 1);
@@ -582,6 +694,8 @@ int main(void) {
       cmocka_unit_test(test_stale_session_root_late),
       cmocka_unit_test(test_stale_hellos_others_late),
       cmocka_unit_test(test_two_jobs_one_dir),
+      cmocka_unit_test(test_links_planted),
+      cmocka_unit_test(test_link_never_read),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -6,8 +6,12 @@
  *
  * Protocol
  * --------
- * Every file is written to "<name>.tmp" and renamed to <name>, so it appears
- * atomically, and it ends with a 32-byte trailer (little endian):
+ * Every file is written to a fresh "<name>.tmp.<16 random hex>" (O_EXCL,
+ * O_NOFOLLOW) and renamed to <name>, so it appears atomically and nothing
+ * is ever written through a link planted in the directory; readers open
+ * with O_NOFOLLOW and read regular files only, so a link (or a fifo) at a
+ * name counts as "not there yet" and a timeout names it (common/cc_file.h).
+ * Every file ends with a 32-byte trailer (little endian):
  *
  *     u64 payload length | u64 XXH3_64bits(payload) | u32 op | u32 0 |
  *     "DCPFXCH1"
@@ -76,6 +80,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "cc_file.h"
 #include "dcp_plugin.h"
 #include "fx_codec.h"
 
@@ -92,8 +97,9 @@ enum {
   OP_GATHERV, OP_SCATTERV, OP_ALLREDUCE, OP_GROUP, OP_CLOSE, OP_DONE
 };
 
-/* Outcome of looking at one file. */
-enum { FILE_ABSENT = DCPI_FX_ABSENT, FILE_PRESENT = DCPI_FX_PRESENT };
+/* Outcome of looking at one file: FILE_ODD is a link or not a regular file
+ * at the name (treated as absent, and named by a timeout). */
+enum { FILE_ABSENT = DCPI_FX_ABSENT, FILE_PRESENT = DCPI_FX_PRESENT, FILE_ODD = 2 };
 
 /* A growable list of file paths this rank wrote. */
 typedef struct path_list {
@@ -131,6 +137,7 @@ typedef struct want {
   size_t len;
   int lenient;   /* a wrong op/size means "stale, not yet there" */
   int done;
+  int odd;       /* last seen as a link or not a regular file */
 } want;
 
 /* Called while a wait is idle (rank 0 re-reads hellos during open). */
@@ -157,22 +164,6 @@ static void sleep_ns(int64_t ns) {
 /* Deadline timeout_ms from now. */
 static int64_t deadline_of(const dcp_comm *c) {
   return now_ns() + c->timeout_ms * 1000000LL;
-}
-
-/* A 64-bit random number, non-zero (0 marks "no nonce"). /dev/urandom when
- * available, otherwise clock, pid and an address mixed by xxh3. */
-static uint64_t random_nonce(void) {
-  uint64_t v = 0;
-  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    if (read(fd, &v, sizeof v) != (ssize_t)sizeof v) v = 0;
-    close(fd);
-  }
-  if (v == 0) {
-    struct { int64_t t; pid_t pid; const void *addr; } mix = {now_ns(), getpid(), &v};
-    v = XXH3_64bits(&mix, sizeof mix);
-  }
-  return v ? v : 1;
 }
 
 /* Appends a copy of path to list l. */
@@ -241,19 +232,6 @@ static int round_path(const dcp_comm *c, char *buf, uint64_t k, int32_t from, dc
 /* Files                                                                    */
 /* ------------------------------------------------------------------------ */
 
-/* Writes all len bytes of p to fd. */
-static int write_all(int fd, const void *p, size_t len) {
-  const unsigned char *b = p;
-  while (len > 0) {
-    ssize_t w = write(fd, b, len);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return -1;
-    b += w;
-    len -= (size_t)w;
-  }
-  return 0;
-}
-
 /* Reads exactly len bytes at off; -1 on error or a short file. */
 static int pread_all(int fd, void *p, size_t len, off_t off) {
   unsigned char *b = p;
@@ -268,27 +246,26 @@ static int pread_all(int fd, void *p, size_t len, off_t off) {
   return 0;
 }
 
-/* Writes payload + trailer to path.tmp and renames it to path, so readers
- * see either nothing or the whole file. */
+/* Prefixes err's message with "file coll: " (the common code's messages
+ * name no plugin). Returns rc. */
+static int ours(int rc, dcp_plugin_err *err) {
+  static const char prefix[] = "file coll: ";
+  if (rc < 0 && err) { /* the message's end may be cut */
+    size_t keep = sizeof err->msg - sizeof prefix;
+    memmove(err->msg + sizeof prefix - 1, err->msg, keep);
+    memcpy(err->msg, prefix, sizeof prefix - 1);
+    err->msg[sizeof err->msg - 1] = '\0';
+  }
+  return rc;
+}
+
+/* Writes payload + trailer to path through a fresh temporary (see the
+ * protocol), so readers see either nothing or the whole file. */
 static int put_file(const char *path, uint32_t op, const void *payload, size_t len,
                     dcp_plugin_err *err) {
-  char tmp[PATH_MAX + 8];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
   unsigned char tr[TRAILER_SIZE];
   dcpi_fx_trailer_make(tr, op, payload, len);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return dcpi_fx_fail(err, DCP_EIO, "file coll: create %s: %s", tmp, strerror(errno));
-  int bad = (len && write_all(fd, payload, len)) || write_all(fd, tr, sizeof tr);
-  int saved = errno;
-  if (close(fd) != 0 && !bad) {
-    bad = 1;
-    saved = errno;
-  }
-  if (!bad && rename(tmp, path) == 0) return DCP_OK;
-  if (!bad) saved = errno;
-  unlink(tmp);
-  return dcpi_fx_fail(err, saved == ENOSPC ? DCP_ENOSPC : DCP_EIO, "file coll: write %s: %s", path,
-                      strerror(saved));
+  return ours(dcpi_cc_write_file(path, payload, len, tr, sizeof tr, err), err);
 }
 
 /* put_file, remembering the file for removal after the next round. */
@@ -328,23 +305,18 @@ static int check_payload(int fd, const want *w, const dcpi_fx_trailer *t, dcp_pl
   return rc ? rc : FILE_PRESENT;
 }
 
-/* Looks at the file of w once: FILE_ABSENT, FILE_PRESENT (payload read
- * when wanted) or a negative status. */
+/* Looks at the file of w once: FILE_ABSENT, FILE_ODD, FILE_PRESENT
+ * (payload read when wanted) or a negative status. */
 static int try_want(const want *w, dcp_plugin_err *err) {
-  int fd = open(w->path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return FILE_ABSENT;
-    return dcpi_fx_fail(err, DCP_EIO, "file coll: open %s: %s", w->path, strerror(errno));
-  }
-  struct stat st;
-  int rc;
-  if (fstat(fd, &st) != 0) {
-    rc = dcpi_fx_fail(err, DCP_EIO, "file coll: stat %s: %s", w->path, strerror(errno));
-  } else {
-    dcpi_fx_trailer t = {0};
-    rc = read_trailer(fd, st.st_size, w->path, &t, err);
-    if (rc == FILE_PRESENT) rc = check_payload(fd, w, &t, err);
-  }
+  int fd = -1;
+  uint64_t size = 0;
+  int rc = ours(dcpi_cc_open_file(w->path, &fd, &size, err), err);
+  if (rc == DCPI_CC_ABSENT) return FILE_ABSENT;
+  if (rc == DCPI_CC_ODD) return FILE_ODD;
+  if (rc < 0) return rc;
+  dcpi_fx_trailer t = {0};
+  rc = read_trailer(fd, (off_t)size, w->path, &t, err);
+  if (rc == FILE_PRESENT) rc = check_payload(fd, w, &t, err);
   close(fd);
   return rc;
 }
@@ -358,9 +330,11 @@ static int timeout_error(const dcp_comm *c, const want *w, size_t n, const char 
                          dcp_plugin_err *err) {
   char list[200] = "";
   size_t shown = 0, missing = 0, used = 0;
+  const char *odd = NULL;
   for (size_t i = 0; i < n; i++) {
     if (w[i].done) continue;
     missing++;
+    if (w[i].odd && !odd) odd = w[i].path;
     if (shown < MISSING_SHOWN && used < sizeof list) {
       int k = snprintf(list + used, sizeof list - used, "%s%d", shown ? ", " : "", (int)w[i].from);
       if (k > 0) used += (size_t)k;
@@ -369,8 +343,10 @@ static int timeout_error(const dcp_comm *c, const want *w, size_t n, const char 
   }
   return dcpi_fx_fail(
       err, DCP_ETIMEDOUT,
-      "file coll: %s timed out after %lld ms waiting for rank(s) %s%s (%zu missing)", what,
-      (long long)c->timeout_ms, list, missing > shown ? ", ..." : "", missing);
+      "file coll: %s timed out after %lld ms waiting for rank(s) %s%s (%zu missing)%s%s%s", what,
+      (long long)c->timeout_ms, list, missing > shown ? ", ..." : "", missing,
+      odd ? "; " : "", odd ? odd : "", odd ? " is a symbolic link or not a regular file (ignored)"
+                                          : "");
 }
 
 /* Polls the files of w[0..n) with exponential backoff until all are there,
@@ -384,6 +360,7 @@ static int wait_all(dcp_comm *c, want *w, size_t n, int64_t deadline, const char
       if (w[i].done) continue;
       int rc = try_want(&w[i], err);
       if (rc < 0) return rc;
+      w[i].odd = rc == FILE_ODD;
       if (rc == FILE_PRESENT) {
         w[i].done = 1;
         progress++;
@@ -984,7 +961,7 @@ out:
 /* A rank > 0 of open: say hello, wait for a session that echoes our nonce,
  * run round 0. */
 static int open_other(dcp_comm *c, int64_t deadline, dcp_plugin_err *err) {
-  uint64_t nonce = random_nonce();
+  uint64_t nonce = dcpi_cc_random64();
   unsigned char hello[12];
   char hpath[PATH_MAX], spath[PATH_MAX];
   dcpi_fx_put64(hello, nonce);
@@ -1036,7 +1013,7 @@ static int f_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *er
   if (!rc) rc = make_dirs(c->dir, err);
   if (!rc) {
     int64_t deadline = deadline_of(c);
-    if (c->rank == 0) c->session = random_nonce();
+    if (c->rank == 0) c->session = dcpi_cc_random64();
     rc = c->rank == 0 ? open_rank0(c, deadline, err) : open_other(c, deadline, err);
   }
   if (rc) {

@@ -57,6 +57,11 @@
  * collectives use (prefixes 0x01..0x08). Messages between two ranks on one
  * slot are matched in order, which is what collective call order gives.
  *
+ * Files: every rendezvous file (hello, session, ack, store key) is written
+ * through a fresh O_EXCL temporary with a random name and renamed into
+ * place, and read with O_NOFOLLOW, regular files only (common/cc_file.h):
+ * a link planted in the directory is never written through or read.
+ *
  * SIGPIPE: gloo writes to its sockets without MSG_NOSIGNAL, so a write to a
  * peer that has exited would kill this process. Every entry point blocks
  * SIGPIPE on its thread while gloo runs (the device's event-loop thread,
@@ -64,7 +69,6 @@
  * before restoring the mask: the write fails with EPIPE instead, and the
  * call returns DCP_EPEER.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -82,7 +86,6 @@
 #include <map>
 #include <memory>
 #include <new>
-#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -99,6 +102,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
+#include "cc_file.h"
 #include "dcp_plugin.h"
 
 #define GLOO_EXPORT __attribute__((visibility("default")))
@@ -176,22 +180,6 @@ int classify(const std::string &m) {
   return DCP_EIO;
 }
 
-uint64_t random_nonce() {
-  uint64_t v = 0;
-  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    if (read(fd, &v, sizeof v) != (ssize_t)sizeof v) v = 0;
-    close(fd);
-  }
-  if (!v) {
-    std::random_device rd;
-    std::mt19937_64 g(((uint64_t)rd() << 32) ^ rd() ^
-                      (uint64_t)Clock::now().time_since_epoch().count() ^ (uint64_t)getpid());
-    v = g();
-  }
-  return v ? v : 1;
-}
-
 std::string hex64(uint64_t v) {
   char b[17];
   snprintf(b, sizeof b, "%016llx", (unsigned long long)v);
@@ -214,46 +202,39 @@ int mkdirs(const std::string &path) {
   return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
 }
 
-// Writes data to path atomically (temporary file, then rename).
+// Writes data to path atomically and safely (common/cc_file.h: a fresh
+// O_EXCL temporary, never through a link, then a rename).
 void write_atomic(const std::string &path, const std::string &data) {
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  FILE *f = fopen(tmp.c_str(), "wb");
-  if (!f) fail(DCP_EIO, "cannot create %s: %s", tmp.c_str(), strerror(errno));
-  bool bad = fwrite(data.data(), 1, data.size(), f) != data.size();
-  if (fclose(f) != 0 || bad) {
-    unlink(tmp.c_str());
-    fail(DCP_EIO, "cannot write %s", tmp.c_str());
-  }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    unlink(tmp.c_str());
-    fail(DCP_EIO, "cannot rename %s: %s", tmp.c_str(), strerror(e));
-  }
+  dcp_plugin_err e;
+  if (int rc = dcpi_cc_write_file(path.c_str(), data.data(), data.size(), nullptr, 0, &e))
+    fail(rc, "%s", e.msg);
 }
 
-// The contents of a small file; false when it cannot be read.
-bool read_small(const std::string &path, std::string &out) {
-  FILE *f = fopen(path.c_str(), "rb");
-  if (!f) return false;
-  char buf[4096];
-  out.clear();
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  fclose(f);
-  return true;
+// The contents of a regular file at path into out; false when it is absent,
+// a link or not a regular file (never followed: *odd is then set, when
+// given), or unreadable.
+bool read_small(const std::string &path, std::string &out, bool *odd = nullptr) {
+  int fd = -1;
+  uint64_t size = 0;
+  int rc = dcpi_cc_open_file(path.c_str(), &fd, &size, nullptr);
+  if (odd) *odd = rc == DCPI_CC_ODD;
+  if (rc != DCPI_CC_PRESENT) return false;
+  out.assign((size_t)size, '\0');
+  size_t got = 0;
+  while (got < out.size()) {
+    ssize_t r = read(fd, &out[got], out.size() - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  close(fd);
+  out.resize(got);
+  return got == (size_t)size;
 }
 
-// Removes a flat directory and its files (best effort).
-void remove_tree(const std::string &dir) {
-  if (DIR *d = opendir(dir.c_str())) {
-    while (struct dirent *e = readdir(d)) {
-      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-      unlink((dir + "/" + e->d_name).c_str());
-    }
-    closedir(d);
-  }
-  rmdir(dir.c_str());
-}
+// Removes a flat directory and its files (best effort; a link at dir is
+// not followed).
+void remove_tree(const std::string &dir) { dcpi_cc_remove_dir(dir.c_str()); }
 
 void sleep_poll() { std::this_thread::sleep_for(ms(5)); }
 
@@ -361,10 +342,10 @@ bool parse_words(const std::string &text, std::vector<uint64_t> &out) {
 }
 
 // The nonce of rank r's hello for this world, 0 when absent or stale.
-uint64_t read_hello(const dcp_comm *c, int r) {
+uint64_t read_hello(const dcp_comm *c, int r, bool *odd = nullptr) {
   std::string t;
   std::vector<uint64_t> v;
-  if (!read_small(hello_path(c, r), t) || !parse_words(t, v) || v.size() != 2 ||
+  if (!read_small(hello_path(c, r), t, odd) || !parse_words(t, v) || v.size() != 2 ||
       v[0] != (uint64_t)c->size)
     return 0;
   return v[1];
@@ -380,7 +361,7 @@ void write_session(const dcp_comm *c, uint64_t s, const std::vector<uint64_t> &n
 
 // Steps 1-4 of the protocol at rank 0: returns S with its directory made.
 uint64_t handshake_root(dcp_comm *c, const Deadline &d) {
-  uint64_t s = random_nonce();
+  uint64_t s = dcpi_cc_random64();
   std::string sdir = session_dir(c, s);
   if (mkdir(sdir.c_str(), 0777) != 0)
     fail(DCP_EIO, "open: cannot create %s: %s", sdir.c_str(), strerror(errno));
@@ -389,15 +370,20 @@ uint64_t handshake_root(dcp_comm *c, const Deadline &d) {
     std::vector<uint64_t> nonces((size_t)c->size, 0);
     for (;;) {
       std::vector<int> missing;
+      int odd = -1; // a missing rank whose hello is a link or not a regular file
       for (int r = 1; r < c->size; r++) {
-        if (!nonces[(size_t)r]) nonces[(size_t)r] = read_hello(c, r);
+        bool o = false;
+        if (!nonces[(size_t)r]) nonces[(size_t)r] = read_hello(c, r, &o);
         if (!nonces[(size_t)r]) missing.push_back(r);
+        if (o && odd < 0) odd = r;
       }
       if (missing.empty()) break;
       if (d.passed())
-        fail(DCP_ETIMEDOUT, "open: timed out after %lld ms waiting for rank(s) %s (job %s in %s)",
+        fail(DCP_ETIMEDOUT, "open: timed out after %lld ms waiting for rank(s) %s (job %s in %s)%s",
              (long long)c->timeout_ms, rank_list(missing).c_str(), c->job.c_str(),
-             c->dir.c_str());
+             c->dir.c_str(),
+             odd < 0 ? "" : ("; " + hello_path(c, odd) +
+                             " is a symbolic link or not a regular file (ignored)").c_str());
       sleep_poll();
     }
     write_session(c, s, nonces);
@@ -433,7 +419,7 @@ uint64_t handshake_root(dcp_comm *c, const Deadline &d) {
 
 // Steps 1 and 3 at rank r > 0: returns S.
 uint64_t handshake_member(dcp_comm *c, const Deadline &d) {
-  uint64_t nonce = random_nonce();
+  uint64_t nonce = dcpi_cc_random64();
   std::ostringstream o;
   o << kMagic << ' ' << std::hex << c->size << ' ' << nonce << '\n';
   write_atomic(hello_path(c, c->rank), o.str());
@@ -455,9 +441,8 @@ uint64_t handshake_member(dcp_comm *c, const Deadline &d) {
     }
     unlink(hello_path(c, c->rank).c_str());
     std::string ack = session_dir(c, s) + "/ack." + std::to_string(c->rank);
-    FILE *f = fopen(ack.c_str(), "wb");
-    if (!f) fail(DCP_EIO, "open: cannot create %s: %s", ack.c_str(), strerror(errno));
-    fclose(f);
+    dcp_plugin_err e;
+    if (dcpi_cc_create_empty(ack.c_str(), &e)) fail(DCP_EIO, "%s", e.msg);
     return s;
   } catch (...) {
     unlink(hello_path(c, c->rank).c_str());
