@@ -11,7 +11,8 @@
  * is ever written through a link planted in the directory; readers open
  * with O_NOFOLLOW and read regular files only, so a link (or a fifo) at a
  * name counts as "not there yet" and a timeout names it (common/cc_file.h).
- * Every file ends with a 32-byte trailer (little endian):
+ * Every file is a record of common/cc_codec.h: the payload, then a 32-byte
+ * trailer (little endian):
  *
  *     u64 payload length | u64 XXH3_64bits(payload) | u32 op | u32 0 |
  *     "DCPFXCH1"
@@ -20,13 +21,16 @@
  * not there yet; a file whose trailer is well formed but whose length or
  * checksum disagrees with the payload is DCP_ECORRUPT; a payload of the
  * wrong size or op is a mismatched call (DCP_EINVAL). These byte formats
- * and checks are fx_codec.c's (pure functions, fuzzed by
- * tests/fuzz/fuzz_coll_file.c); this file does the I/O around them.
+ * and checks are fx_codec.c's and cc_codec.c's (pure functions, fuzzed by
+ * tests/fuzz/fuzz_coll_file.c and fuzz_coll_handshake.c); this file does
+ * the I/O around them.
  *
  * Names start with the job name (option "job=NAME", default "dcp"), so jobs
  * with different names share a directory without colliding.
  *
- * Open (handshake, honours timeout_ms as a whole):
+ * Open (honours timeout_ms as a whole): the rendezvous handshake the gloo
+ * collective shares (common/cc_handshake.h, files "<job>.hello.<r>" and
+ * "<job>.session"):
  *   1. rank r > 0 draws a random nonce n_r and writes "<job>.hello.<r>"
  *      = {n_r, world};
  *   2. rank 0 draws the session id S, waits for every hello and writes
@@ -34,11 +38,11 @@
  *   3. rank r accepts a session file only when it echoes its own n_r, so a
  *      session file left by a crashed job of the same name is never taken
  *      for this one; it then removes its hello;
- *   4. round 0 (a barrier on session files, below) completes the open.
- *      While it waits, rank 0 re-reads the hellos of ranks not yet in round
- *      0 and rewrites the session file when one changed (it had read a stale
- *      hello before the fresh one replaced it). After round 0 rank 0
- *      removes the session file.
+ *   4. round 0 (a barrier on session files, below) is the acknowledgement
+ *      and completes the open. While it waits, rank 0 re-reads the hellos
+ *      of ranks not yet in round 0 and rewrites the session file when one
+ *      changed (it had read a stale hello before the fresh one replaced
+ *      it). After round 0 rank 0 removes the session file.
  *
  * Rounds: every collective call is global round k = 1, 2, ... and every
  * rank writes "<job>.<S>.<k>.<rank>" in every round (non-roots write an
@@ -80,7 +84,10 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "cc_err.h"
 #include "cc_file.h"
+#include "cc_handshake.h"
+#include "cc_opts.h"
 #include "dcp_plugin.h"
 #include "fx_codec.h"
 
@@ -118,6 +125,7 @@ struct dcp_comm {
   int64_t timeout_ms;
   char *dir;
   char job[JOB_MAX + 1];
+  char prefix[JOB_MAX + 2]; /* "<job>.": the handshake's file names */
   uint64_t session;
   uint64_t round;     /* the last global round entered */
   int broken;
@@ -125,7 +133,7 @@ struct dcp_comm {
   path_list earlier;  /* files removable once the current round completes */
   group_seq *groups;
   size_t ngroups, gcap;
-  struct rank0_open *opening; /* rank 0's handshake state during open */
+  struct rank0_open *opening; /* rank 0's handshake during round 0 of open */
 };
 
 /* One file a round waits for. */
@@ -147,23 +155,9 @@ typedef int (*idle_fn)(dcp_comm *c, want *w, size_t n, dcp_plugin_err *err);
 /* Small helpers                                                            */
 /* ------------------------------------------------------------------------ */
 
-/* Monotonic clock in nanoseconds (deadlines must not move with wall time). */
-static int64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-/* Sleeps ns nanoseconds (restarting after signals). */
-static void sleep_ns(int64_t ns) {
-  struct timespec ts = {(time_t)(ns / 1000000000LL), (long)(ns % 1000000000LL)};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
 /* Deadline timeout_ms from now. */
 static int64_t deadline_of(const dcp_comm *c) {
-  return now_ns() + c->timeout_ms * 1000000LL;
+  return dcpi_cc_now_ns() + c->timeout_ms * 1000000LL;
 }
 
 /* Appends a copy of path to list l. */
@@ -215,10 +209,10 @@ static int make_path(const dcp_comm *c, char *buf, dcp_plugin_err *err, const ch
   int n = vsnprintf(name, sizeof name, fmt, ap);
   va_end(ap);
   if (n < 0 || (size_t)n >= sizeof name)
-    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: name too long");
+    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: name too long");
   n = snprintf(buf, PATH_MAX, "%s/%s", c->dir, name);
   if (n < 0 || n >= PATH_MAX)
-    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: path too long in %s", c->dir);
+    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: path too long in %s", c->dir);
   return DCP_OK;
 }
 
@@ -246,18 +240,20 @@ static int pread_all(int fd, void *p, size_t len, off_t off) {
   return 0;
 }
 
-/* Prefixes err's message with "file coll: " (the common code's messages
- * name no plugin). Returns rc. */
-static int ours(int rc, dcp_plugin_err *err) {
-  static const char prefix[] = "file coll: ";
-  if (rc < 0 && err) { /* the message's end may be cut */
-    size_t keep = sizeof err->msg - sizeof prefix;
-    memmove(err->msg + sizeof prefix - 1, err->msg, keep);
-    memcpy(err->msg, prefix, sizeof prefix - 1);
+/* Prefixes err's message with prefix (the common code's messages name no
+ * plugin; the end of a long one may be cut). Returns rc. */
+static int prefixed(int rc, dcp_plugin_err *err, const char *prefix) {
+  size_t p = strlen(prefix);
+  if (rc < 0 && err && p < sizeof err->msg) {
+    memmove(err->msg + p, err->msg, sizeof err->msg - p);
+    memcpy(err->msg, prefix, p);
     err->msg[sizeof err->msg - 1] = '\0';
   }
   return rc;
 }
+
+/* prefixed with "file coll: ". */
+static int ours(int rc, dcp_plugin_err *err) { return prefixed(rc, err, "file coll: "); }
 
 /* Writes payload + trailer to path through a fresh temporary (see the
  * protocol), so readers see either nothing or the whole file. */
@@ -276,7 +272,7 @@ static int put_tracked(dcp_comm *c, const char *path, uint32_t op, const void *p
   rc = list_add(&c->written, path);
   if (rc) {
     unlink(path);
-    return dcpi_fx_fail(err, rc, "file coll: out of memory");
+    return dcpi_cc_fail(err, rc, "file coll: out of memory");
   }
   return DCP_OK;
 }
@@ -289,7 +285,7 @@ static int read_trailer(int fd, off_t size, const char *path, dcpi_fx_trailer *t
   unsigned char tr[TRAILER_SIZE];
   if (size < TRAILER_SIZE) return FILE_ABSENT;
   if (pread_all(fd, tr, sizeof tr, size - TRAILER_SIZE)) return FILE_ABSENT;
-  return dcpi_fx_trailer_parse(tr, (uint64_t)size, path, t, err);
+  return ours(dcpi_fx_trailer_parse(tr, (uint64_t)size, path, t, err), err);
 }
 
 /* Checks the payload of a present file against what w expects and reads it
@@ -300,7 +296,7 @@ static int check_payload(int fd, const want *w, const dcpi_fx_trailer *t, dcp_pl
   int rc = dcpi_fx_accept(t, &e, err);
   if (rc != FILE_PRESENT || !w->dst) return rc;
   if (w->len && pread_all(fd, w->dst, w->len, 0))
-    return dcpi_fx_fail(err, DCP_EIO, "file coll: read %s: %s", w->path, strerror(errno));
+    return dcpi_cc_fail(err, DCP_EIO, "file coll: read %s: %s", w->path, strerror(errno));
   rc = dcpi_fx_verify(t, w->dst, &e, err);
   return rc ? rc : FILE_PRESENT;
 }
@@ -341,7 +337,7 @@ static int timeout_error(const dcp_comm *c, const want *w, size_t n, const char 
       shown++;
     }
   }
-  return dcpi_fx_fail(
+  return dcpi_cc_fail(
       err, DCP_ETIMEDOUT,
       "file coll: %s timed out after %lld ms waiting for rank(s) %s%s (%zu missing)%s%s%s", what,
       (long long)c->timeout_ms, list, missing > shown ? ", ..." : "", missing,
@@ -369,14 +365,14 @@ static int wait_all(dcp_comm *c, want *w, size_t n, int64_t deadline, const char
       }
     }
     if (pending == 0) return DCP_OK;
-    int64_t left = deadline - now_ns();
+    int64_t left = deadline - dcpi_cc_now_ns();
     if (left <= 0) return timeout_error(c, w, n, what, err);
     if (idle) {
       int rc = idle(c, w, n, err);
       if (rc) return rc;
     }
     backoff = progress ? POLL_MIN_NS : backoff;
-    sleep_ns(backoff < left ? backoff : left);
+    dcpi_cc_sleep_ns(backoff < left ? backoff : left);
     if (backoff < POLL_MAX_NS) backoff *= 2;
   }
 }
@@ -396,7 +392,7 @@ static want *round_wants(dcp_comm *c, uint64_t k, uint32_t op, size_t extra,
   want *w = calloc(n, sizeof *w);
   char path[PATH_MAX];
   if (!w) {
-    dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
+    dcpi_cc_fail(err, DCP_ENOMEM, "file coll: out of memory");
     return NULL;
   }
   for (int32_t r = 0; r < c->size; r++) {
@@ -404,7 +400,7 @@ static want *round_wants(dcp_comm *c, uint64_t k, uint32_t op, size_t extra,
     w[r].op = op;
     w[r].done = (r == c->rank);
     if (round_path(c, path, k, r, err) || !(w[r].path = strdup(path))) {
-      if (!w[r].path) dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
+      if (!w[r].path) dcpi_cc_fail(err, DCP_ENOMEM, "file coll: out of memory");
       wants_free(w, n);
       return NULL;
     }
@@ -422,7 +418,7 @@ static want *round_wants(dcp_comm *c, uint64_t k, uint32_t op, size_t extra,
 static uint64_t round_enter(dcp_comm *c, dcp_plugin_err *err) {
   if (list_move(&c->earlier, &c->written)) {
     c->broken = 1;
-    dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
+    dcpi_cc_fail(err, DCP_ENOMEM, "file coll: out of memory");
     return 0;
   }
   return ++c->round;
@@ -441,9 +437,9 @@ static int round_leave(dcp_comm *c, int rc, want *w, size_t n) {
 
 /* Refuses calls on a broken communicator. */
 static int check_usable(const dcp_comm *c, dcp_plugin_err *err) {
-  if (!c) return dcpi_fx_fail(err, DCP_EINVAL, "file coll: NULL communicator");
+  if (!c) return dcpi_cc_fail(err, DCP_EINVAL, "file coll: NULL communicator");
   if (c->broken)
-    return dcpi_fx_fail(err, DCP_EPEER,
+    return dcpi_cc_fail(err, DCP_EPEER,
                         "file coll: communicator unusable after an earlier failure");
   return DCP_OK;
 }
@@ -491,9 +487,9 @@ static int f_barrier(dcp_comm *c, dcp_plugin_err *err) {
 
 /* Checks a root argument. */
 static int check_root(const dcp_comm *c, int32_t root, dcp_plugin_err *err) {
-  if (!c) return dcpi_fx_fail(err, DCP_EINVAL, "file coll: NULL communicator");
+  if (!c) return dcpi_cc_fail(err, DCP_EINVAL, "file coll: NULL communicator");
   if (root < 0 || root >= c->size)
-    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: root %d outside [0, %d)", (int)root,
+    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: root %d outside [0, %d)", (int)root,
                         (int)c->size);
   return DCP_OK;
 }
@@ -501,7 +497,7 @@ static int check_root(const dcp_comm *c, int32_t root, dcp_plugin_err *err) {
 /* Bcast: the root's file carries the payload, the others' are empty acks. */
 static int f_bcast(dcp_comm *c, void *buf, size_t len, int32_t root, dcp_plugin_err *err) {
   if (check_root(c, root, err)) return DCP_EINVAL;
-  if (!buf && len) return dcpi_fx_fail(err, DCP_EINVAL, "file coll: NULL buffer");
+  if (!buf && len) return dcpi_cc_fail(err, DCP_EINVAL, "file coll: NULL buffer");
   uint64_t k;
   int rc;
   want *w = round_start(c, OP_BCAST, 0, &k, &rc, err);
@@ -517,10 +513,10 @@ static int f_bcast(dcp_comm *c, void *buf, size_t len, int32_t root, dcp_plugin_
 /* Allgather: every file carries len bytes, read into recv at rank*len. */
 static int f_allgather(dcp_comm *c, const void *send, size_t len, void *recv,
                        dcp_plugin_err *err) {
-  if (!c) return dcpi_fx_fail(err, DCP_EINVAL, "file coll: NULL communicator");
-  if (len && (!send || !recv)) return dcpi_fx_fail(err, DCP_EINVAL, "file coll: NULL buffer");
+  if (!c) return dcpi_cc_fail(err, DCP_EINVAL, "file coll: NULL communicator");
+  if (len && (!send || !recv)) return dcpi_cc_fail(err, DCP_EINVAL, "file coll: NULL buffer");
   if (len && (size_t)c->size > SIZE_MAX / len)
-    return dcpi_fx_fail(err, DCP_EOVERFLOW, "file coll: size overflow");
+    return dcpi_cc_fail(err, DCP_EOVERFLOW, "file coll: size overflow");
   uint64_t k;
   int rc;
   want *w = round_start(c, OP_ALLGATHER, 0, &k, &rc, err);
@@ -539,14 +535,14 @@ static int f_allgather(dcp_comm *c, const void *send, size_t len, void *recv,
 static size_t *offsets_of(const size_t *lens, int32_t n, int *rc, dcp_plugin_err *err) {
   size_t *off = malloc(((size_t)n + 1) * sizeof *off);
   if (!off) {
-    *rc = dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
+    *rc = dcpi_cc_fail(err, DCP_ENOMEM, "file coll: out of memory");
     return NULL;
   }
   off[0] = 0;
   for (int32_t i = 0; i < n; i++) {
     if (lens[i] > SIZE_MAX - off[i]) {
       free(off);
-      *rc = dcpi_fx_fail(err, DCP_EOVERFLOW, "file coll: total length overflows");
+      *rc = dcpi_cc_fail(err, DCP_EOVERFLOW, "file coll: total length overflows");
       return NULL;
     }
     off[i + 1] = off[i] + lens[i];
@@ -560,9 +556,9 @@ static int f_gatherv(dcp_comm *c, const void *send, size_t len, void *recv, cons
   if (check_root(c, root, err)) return DCP_EINVAL;
   int at_root = c->rank == root;
   if ((len && !send) || (at_root && (!lens || (!recv && len))))
-    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: NULL buffer");
+    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: NULL buffer");
   if (at_root && lens[root] != len)
-    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: lens[root] %zu != len %zu", lens[root], len);
+    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: lens[root] %zu != len %zu", lens[root], len);
   int rc = DCP_OK;
   size_t *off = at_root ? offsets_of(lens, c->size, &rc, err) : NULL;
   if (rc) return rc;
@@ -606,15 +602,15 @@ static int f_scatterv(dcp_comm *c, const void *send, const size_t *lens, void *r
   if (check_root(c, root, err)) return DCP_EINVAL;
   int at_root = c->rank == root;
   if ((len && !recv) || (at_root && !lens))
-    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: NULL buffer");
+    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: NULL buffer");
   if (at_root && lens[root] != len)
-    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: lens[root] %zu != len %zu", lens[root], len);
+    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: lens[root] %zu != len %zu", lens[root], len);
   int rc = DCP_OK;
   size_t *off = at_root ? offsets_of(lens, c->size, &rc, err) : NULL;
   if (rc) return rc;
   if (at_root && off[c->size] && !send) {
     free(off);
-    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: NULL buffer");
+    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: NULL buffer");
   }
   uint64_t k;
   want *w = round_start(c, OP_SCATTERV, 1, &k, &rc, err);
@@ -629,7 +625,7 @@ static int f_scatterv(dcp_comm *c, const void *send, const size_t *lens, void *r
                    (unsigned long long)k, (int)root, (int)c->rank);
     *p = (want){.path = rc ? NULL : strdup(path), .from = root, .op = OP_SCATTERV,
                 .dst = len ? recv : (void *)w, .len = len};
-    if (!rc && !p->path) rc = dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
+    if (!rc && !p->path) rc = dcpi_cc_fail(err, DCP_ENOMEM, "file coll: out of memory");
   }
   free(off);
   if (!w) return rc;
@@ -640,15 +636,15 @@ static int f_scatterv(dcp_comm *c, const void *send, const size_t *lens, void *r
 /* Allreduce: every rank writes its values and reduces all files itself, in
  * rank order, so every rank gets the same result. */
 static int f_allreduce(dcp_comm *c, int64_t *vals, size_t n, uint32_t op, dcp_plugin_err *err) {
-  if (!c) return dcpi_fx_fail(err, DCP_EINVAL, "file coll: NULL communicator");
+  if (!c) return dcpi_cc_fail(err, DCP_EINVAL, "file coll: NULL communicator");
   if (op < DCP_REDUCE_MIN || op > DCP_REDUCE_SUM)
-    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: unknown reduce op %u", op);
-  if (n && !vals) return dcpi_fx_fail(err, DCP_EINVAL, "file coll: NULL buffer");
+    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: unknown reduce op %u", op);
+  if (n && !vals) return dcpi_cc_fail(err, DCP_EINVAL, "file coll: NULL buffer");
   if (n > SIZE_MAX / 8 / (size_t)c->size)
-    return dcpi_fx_fail(err, DCP_EOVERFLOW, "file coll: too many values");
+    return dcpi_cc_fail(err, DCP_EOVERFLOW, "file coll: too many values");
   size_t bytes = n * 8;
   unsigned char *all = malloc(bytes * (size_t)c->size + 1);
-  if (!all) return dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
+  if (!all) return dcpi_cc_fail(err, DCP_ENOMEM, "file coll: out of memory");
   unsigned char *mine = all + bytes * (size_t)c->rank;
   for (size_t i = 0; i < n; i++) {
     uint64_t u;
@@ -682,16 +678,16 @@ static int f_allreduce(dcp_comm *c, int64_t *vals, size_t n, uint32_t op, dcp_pl
 static int check_group(const dcp_comm *c, const int32_t *ranks, size_t n, int32_t root,
                        dcp_plugin_err *err) {
   int self = 0, has_root = 0;
-  if (!ranks || n == 0) return dcpi_fx_fail(err, DCP_EINVAL, "file coll: empty group");
+  if (!ranks || n == 0) return dcpi_cc_fail(err, DCP_EINVAL, "file coll: empty group");
   for (size_t i = 0; i < n; i++) {
     if (ranks[i] < 0 || ranks[i] >= c->size || (i && ranks[i] <= ranks[i - 1]))
-      return dcpi_fx_fail(err, DCP_EINVAL, "file coll: group ranks must ascend within [0, %d)",
+      return dcpi_cc_fail(err, DCP_EINVAL, "file coll: group ranks must ascend within [0, %d)",
                           (int)c->size);
     self |= ranks[i] == c->rank;
     has_root |= ranks[i] == root;
   }
   if (!self || !has_root)
-    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: group lacks this rank or root");
+    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: group lacks this rank or root");
   return DCP_OK;
 }
 
@@ -736,9 +732,9 @@ static int f_group_bcast(dcp_comm *c, const int32_t *ranks, size_t n, void *buf,
                          int32_t root, dcp_plugin_err *err) {
   if (check_usable(c, err)) return c ? DCP_EPEER : DCP_EINVAL;
   if (check_group(c, ranks, n, root, err)) return DCP_EINVAL;
-  if (!buf && len) return dcpi_fx_fail(err, DCP_EINVAL, "file coll: NULL buffer");
+  if (!buf && len) return dcpi_cc_fail(err, DCP_EINVAL, "file coll: NULL buffer");
   uint64_t key = group_key(ranks, n), seq = 0;
-  if (group_next(c, key, &seq)) return dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
+  if (group_next(c, key, &seq)) return dcpi_cc_fail(err, DCP_ENOMEM, "file coll: out of memory");
   char path[PATH_MAX];
   int rc = make_path(c, path, err, "%s.%016llx.g%016llx.%llu.%d", c->job,
                      (unsigned long long)c->session, (unsigned long long)key,
@@ -763,241 +759,125 @@ static int make_dirs(const char *path, dcp_plugin_err *err) {
   char buf[PATH_MAX];
   size_t n = strlen(path);
   if (n == 0 || n >= sizeof buf)
-    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: bad rendezvous path");
+    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: bad rendezvous path");
   memcpy(buf, path, n + 1);
   for (size_t i = 1; i <= n; i++) {
     if (buf[i] != '/' && buf[i] != '\0') continue;
     char keep = buf[i];
     buf[i] = '\0';
     if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-      return dcpi_fx_fail(err, DCP_EIO, "file coll: mkdir %s: %s", buf, strerror(errno));
+      return dcpi_cc_fail(err, DCP_EIO, "file coll: mkdir %s: %s", buf, strerror(errno));
     buf[i] = keep;
   }
   struct stat st;
   if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-    return dcpi_fx_fail(err, DCP_EIO, "file coll: %s is not a directory", path);
+    return dcpi_cc_fail(err, DCP_EIO, "file coll: %s is not a directory", path);
   return DCP_OK;
 }
 
-/* Parses "job=NAME" (1..64 of [A-Za-z0-9_-]); anything else is DCP_EINVAL. */
+/* Parses "job=NAME" (1..64 of [A-Za-z0-9_-], default "dcp"); anything
+ * else is DCP_EINVAL. */
 static int parse_options(dcp_comm *c, const char *opts, dcp_plugin_err *err) {
   strcpy(c->job, "dcp");
-  while (opts && *opts) {
-    size_t n = strcspn(opts, ",");
-    if (n > 4 && strncmp(opts, "job=", 4) == 0 && n - 4 <= JOB_MAX) {
-      for (size_t i = 4; i < n; i++) {
-        char ch = opts[i];
-        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                 (ch >= '0' && ch <= '9') || ch == '_' || ch == '-';
-        if (!ok) return dcpi_fx_fail(err, DCP_EINVAL, "file coll: bad character in job name");
-      }
-      memcpy(c->job, opts + 4, n - 4);
-      c->job[n - 4] = '\0';
-    } else if (n > 0) {
-      return dcpi_fx_fail(err, DCP_EINVAL, "file coll: unknown option '%.*s' (known: job=NAME)",
-                          (int)n, opts);
-    }
-    opts += n;
-    if (*opts == ',') opts++;
-  }
-  return DCP_OK;
+  const dcpi_cc_opt known[] = {{.key = "job", .kind = DCPI_CC_OPT_NAME, .max = JOB_MAX,
+                                .out = c->job}};
+  int rc = dcpi_cc_parse_options(opts, known, sizeof known / sizeof *known, "file coll", err);
+  snprintf(c->prefix, sizeof c->prefix, "%s.", c->job);
+  return rc;
 }
 
 /* Validates cfg and fills rank, size, timeout, dir and options. */
 static int configure(dcp_comm *c, const dcp_coll_config *cfg, dcp_plugin_err *err) {
   size_t need = offsetof(dcp_coll_config, timeout_ms) + sizeof cfg->timeout_ms;
-  if (cfg->struct_size < need) return dcpi_fx_fail(err, DCP_EINVAL, "file coll: config too small");
+  if (cfg->struct_size < need) return dcpi_cc_fail(err, DCP_EINVAL, "file coll: config too small");
   if (cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
-    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: rank %d / world %d invalid", (int)cfg->rank,
+    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: rank %d / world %d invalid", (int)cfg->rank,
                         (int)cfg->world_size);
   if (cfg->timeout_ms <= 0 || cfg->timeout_ms > INT64_MAX / 1000000)
-    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: timeout_ms must be > 0");
+    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: timeout_ms must be > 0");
   if (!cfg->rendezvous || !cfg->rendezvous[0])
-    return dcpi_fx_fail(err, DCP_EINVAL, "file coll: no rendezvous directory");
+    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: no rendezvous directory");
   c->rank = cfg->rank;
   c->size = cfg->world_size;
   c->timeout_ms = cfg->timeout_ms;
   c->dir = strdup(cfg->rendezvous);
-  if (!c->dir) return dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
+  if (!c->dir) return dcpi_cc_fail(err, DCP_ENOMEM, "file coll: out of memory");
   const char *opts = cfg->struct_size >= offsetof(dcp_coll_config, options) + sizeof cfg->options
                          ? cfg->options : NULL;
   return parse_options(c, opts, err);
 }
 
-/* Session file payload: S, world, then every rank's hello nonce. */
-static int write_session(dcp_comm *c, const uint64_t *nonces, dcp_plugin_err *err) {
-  size_t len = 12 + 8 * (size_t)c->size;
-  unsigned char *p = malloc(len);
-  char path[PATH_MAX];
-  if (!p) return dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
-  dcpi_fx_put64(p, c->session);
-  dcpi_fx_put32(p + 8, (uint32_t)c->size);
-  for (int32_t r = 0; r < c->size; r++) dcpi_fx_put64(p + 12 + 8 * (size_t)r, nonces[r]);
-  int rc = make_path(c, path, err, "%s.session", c->job);
-  if (!rc) rc = put_file(path, OP_SESSION, p, len, err);
-  free(p);
-  return rc;
+#define OPEN_MSG "file coll: open: " /* the handshake's messages start so */
+
+/* The handshake of this rank (common/cc_handshake.h) until deadline. */
+static int hs_start(dcp_comm *c, dcpi_cc_hs *h, int64_t deadline, dcp_plugin_err *err) {
+  *h = (dcpi_cc_hs){.dir = c->dir, .prefix = c->prefix, .rank = c->rank, .world = c->size,
+                    .deadline_ns = deadline, .timeout_ms = c->timeout_ms};
+  return dcpi_cc_hs_init(h, err);
 }
 
-/* Wants for the hello file of every rank > 0, read into 12-byte slots of
- * buf; lenient, since a hello of another world size is someone else's. */
-static want *hello_wants(dcp_comm *c, unsigned char *buf, dcp_plugin_err *err) {
-  want *w = calloc((size_t)c->size, sizeof *w);
-  char path[PATH_MAX];
-  if (!w) {
-    dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
-    return NULL;
-  }
-  for (int32_t r = 0; r < c->size; r++) {
-    w[r] = (want){.from = r, .op = OP_HELLO, .dst = buf + 12 * (size_t)r, .len = 12,
-                  .lenient = 1, .done = r == 0};
-    if (make_path(c, path, err, "%s.hello.%d", c->job, (int)r) || !(w[r].path = strdup(path))) {
-      wants_free(w, (size_t)c->size);
-      dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
-      return NULL;
-    }
-  }
-  return w;
-}
-
-/* Decodes the nonce of hello slot r, 0 when it is for another world size. */
-static uint64_t hello_nonce(const dcp_comm *c, const unsigned char *buf, int32_t r) {
-  return dcpi_fx_hello_nonce(buf + DCPI_FX_HELLO_SIZE * (size_t)r, c->size);
-}
-
-/* Rank 0's view of the open, kept between idle calls. */
-typedef struct rank0_open rank0_open;
-struct rank0_open {
-  want *hello;            /* hello wants, re-read for ranks not yet arrived */
-  unsigned char *buf;     /* hello slots */
-  uint64_t *nonces;       /* what the session file echoes */
-};
+/* Rank 0's handshake while round 0 runs: the ranks not yet in round 0
+ * have not acked its session. */
+typedef struct rank0_open {
+  dcpi_cc_hs *hs;
+  unsigned char *acked; /* world entries */
+} rank0_open;
 
 /* Idle hook of rank 0's round 0: a rank not yet in round 0 may have
- * replaced a stale hello that rank 0 read; re-read those and rewrite the
- * session file when a nonce changed. */
+ * replaced a stale hello that rank 0 read; the handshake re-reads those
+ * and rewrites the session file when a nonce changed. */
 static int rank0_rescan(dcp_comm *c, want *w, size_t n, dcp_plugin_err *err) {
   rank0_open *o = c->opening;
-  int changed = 0;
-  for (size_t r = 1; o && r < n; r++) {
-    if (w[r].done) continue;
-    want h = o->hello[r];
-    int rc = try_want(&h, err);
-    if (rc < 0) return rc;
-    uint64_t v = rc == FILE_PRESENT ? hello_nonce(c, o->buf, (int32_t)r) : 0;
-    if (v && v != o->nonces[r]) {
-      o->nonces[r] = v;
-      changed = 1;
-    }
-  }
-  return changed ? write_session(c, o->nonces, err) : DCP_OK;
+  for (size_t r = 0; o && r < n; r++) o->acked[r] = (unsigned char)w[r].done;
+  return o ? prefixed(dcpi_cc_hs_rescan(o->hs, o->acked, err), err, OPEN_MSG) : DCP_OK;
 }
 
-/* A timed-out open that saw another world size in a rank's file says so:
- * most likely the ranks were started with different world sizes (or a
- * crashed job of another size left that file). */
-static int note_other_world(int rc, int32_t who, uint32_t other, int32_t mine,
-                            dcp_plugin_err *err) {
-  if (rc != DCP_ETIMEDOUT || !other || !err) return rc;
-  size_t n = strlen(err->msg);
-  if (n + 1 < sizeof err->msg)
-    snprintf(err->msg + n, sizeof err->msg - n,
-             "; %s names a world of %u ranks, this one has %d: were the ranks started "
-             "with different world sizes?", who < 0 ? "the session file" : "a hello file",
-             (unsigned)other, (int)mine);
+/* Round 0 of open: this rank's empty file, then everyone's (rank 0
+ * rescans hellos meanwhile, through c->opening). */
+static int round0(dcp_comm *c, int64_t deadline, dcp_plugin_err *err) {
+  char path[PATH_MAX];
+  want *w = round_wants(c, 0, OP_OPEN, 0, err);
+  if (!w) return DCP_ENOMEM;
+  int rc = round_path(c, path, 0, c->rank, err);
+  if (!rc) rc = put_tracked(c, path, OP_OPEN, NULL, 0, err);
+  if (!rc)
+    rc = wait_all(c, w, (size_t)c->size, deadline, "open (round 0)",
+                  c->opening ? rank0_rescan : NULL, err);
+  wants_free(w, (size_t)c->size);
   return rc;
 }
 
-/* Rank 0 of open: collect hellos, publish the session, run round 0. */
+/* Rank 0 of open: collect the hellos, publish the session, run round 0,
+ * retire the session file. */
 static int open_rank0(dcp_comm *c, int64_t deadline, dcp_plugin_err *err) {
-  rank0_open o = {0};
-  int rc = DCP_ENOMEM;
-  o.buf = calloc((size_t)c->size, 12);
-  o.nonces = calloc((size_t)c->size, sizeof *o.nonces);
-  want *w = NULL;
-  if (!o.buf || !o.nonces || !(o.hello = hello_wants(c, o.buf, err))) {
-    rc = dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
-    goto out;
+  dcpi_cc_hs h;
+  int rc = prefixed(hs_start(c, &h, deadline, err), err, OPEN_MSG);
+  if (rc) return rc;
+  c->session = h.session;
+  rank0_open o = {&h, calloc((size_t)c->size, 1)};
+  rc = o.acked ? DCP_OK : dcpi_cc_fail(err, DCP_ENOMEM, "file coll: out of memory");
+  if (!rc) rc = prefixed(dcpi_cc_hs_collect(&h, err), err, OPEN_MSG);
+  if (!rc) rc = prefixed(dcpi_cc_hs_publish(&h, err), err, OPEN_MSG);
+  if (!rc) {
+    c->opening = &o;
+    rc = round0(c, deadline, err);
+    c->opening = NULL;
   }
-  uint32_t other_world = 0; /* of the last stale hello seen */
-  for (;;) { /* a hello for another world size is stale: wait for the fresh one */
-    rc = wait_all(c, o.hello, (size_t)c->size, deadline, "open (hello files)", NULL, err);
-    if (rc) {
-      rc = note_other_world(rc, 1, other_world, c->size, err);
-      goto out;
-    }
-    int stale = 0;
-    for (int32_t r = 1; r < c->size; r++) {
-      o.nonces[r] = hello_nonce(c, o.buf, r);
-      if (!o.nonces[r]) {
-        other_world = dcpi_fx_get32(o.buf + DCPI_FX_HELLO_SIZE * (size_t)r + 8);
-        o.hello[r].done = 0, stale = 1;
-      }
-    }
-    if (!stale) break;
-  }
-  rc = write_session(c, o.nonces, err);
-  if (rc) goto out;
-  w = round_wants(c, 0, OP_OPEN, 0, err);
-  if (!w) {
-    rc = DCP_ENOMEM;
-    goto out;
-  }
-  char path[PATH_MAX];
-  rc = round_path(c, path, 0, 0, err);
-  if (!rc) rc = put_tracked(c, path, OP_OPEN, NULL, 0, err);
-  c->opening = &o;
-  if (!rc) rc = wait_all(c, w, (size_t)c->size, deadline, "open (round 0)", rank0_rescan, err);
-  c->opening = NULL;
-  if (!make_path(c, path, NULL, "%s.session", c->job)) unlink(path);
-out:
-  wants_free(w, (size_t)c->size);
-  wants_free(o.hello, (size_t)c->size);
-  free(o.buf);
-  free(o.nonces);
+  dcpi_cc_hs_retire(&h);
+  free(o.acked);
+  dcpi_cc_hs_free(&h);
   return rc;
 }
 
 /* A rank > 0 of open: say hello, wait for a session that echoes our nonce,
  * run round 0. */
 static int open_other(dcp_comm *c, int64_t deadline, dcp_plugin_err *err) {
-  uint64_t nonce = dcpi_cc_random64();
-  unsigned char hello[12];
-  char hpath[PATH_MAX], spath[PATH_MAX];
-  dcpi_fx_put64(hello, nonce);
-  dcpi_fx_put32(hello + 8, (uint32_t)c->size);
-  int rc = make_path(c, hpath, err, "%s.hello.%d", c->job, (int)c->rank);
-  if (!rc) rc = make_path(c, spath, err, "%s.session", c->job);
-  if (!rc) rc = put_file(hpath, OP_HELLO, hello, sizeof hello, err);
-  if (rc) return rc;
-  size_t len = 12 + 8 * (size_t)c->size;
-  unsigned char *s = malloc(len);
-  if (!s) return dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
-  want w = {.path = spath, .from = 0, .op = OP_SESSION, .dst = s, .len = len, .lenient = 1};
-  uint64_t session = 0;
-  uint32_t other_world = 0; /* of the last foreign session file seen */
-  for (;;) {
-    rc = wait_all(c, &w, 1, deadline, "open (session file)", NULL, err);
-    if (rc) {
-      rc = note_other_world(rc, -1, other_world, c->size, err);
-      break;
-    }
-    if (dcpi_fx_session_accepts(s, c->size, c->rank, nonce, &session)) break;
-    if (dcpi_fx_get32(s + 8) != (uint32_t)c->size) other_world = dcpi_fx_get32(s + 8);
-    w.done = 0; /* someone else's session (stale): keep waiting */
-    sleep_ns(POLL_MIN_NS * 10);
-  }
-  c->session = rc ? 0 : session;
-  free(s);
-  unlink(hpath);
-  if (rc) return rc;
-  want *rw = round_wants(c, 0, OP_OPEN, 0, err);
-  if (!rw) return DCP_ENOMEM;
-  rc = round_path(c, hpath, 0, c->rank, err);
-  if (!rc) rc = put_tracked(c, hpath, OP_OPEN, NULL, 0, err);
-  if (!rc) rc = wait_all(c, rw, (size_t)c->size, deadline, "open (round 0)", NULL, err);
-  wants_free(rw, (size_t)c->size);
-  return rc;
+  dcpi_cc_hs h;
+  int rc = prefixed(hs_start(c, &h, deadline, err), err, OPEN_MSG);
+  if (!rc) rc = prefixed(dcpi_cc_hs_join(&h, err), err, OPEN_MSG);
+  c->session = h.session;
+  dcpi_cc_hs_free(&h);
+  return rc ? rc : round0(c, deadline, err);
 }
 
 static void f_close(dcp_comm *c);
@@ -1005,15 +885,14 @@ static void f_close(dcp_comm *c);
 /* Opens the communicator: validates cfg, creates the directory, runs the
  * session handshake (see the protocol at the top). */
 static int f_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *err) {
-  if (!cfg || !out) return dcpi_fx_fail(err, DCP_EINVAL, "file coll: NULL argument");
+  if (!cfg || !out) return dcpi_cc_fail(err, DCP_EINVAL, "file coll: NULL argument");
   *out = NULL;
   dcp_comm *c = calloc(1, sizeof *c);
-  if (!c) return dcpi_fx_fail(err, DCP_ENOMEM, "file coll: out of memory");
+  if (!c) return dcpi_cc_fail(err, DCP_ENOMEM, "file coll: out of memory");
   int rc = configure(c, cfg, err);
   if (!rc) rc = make_dirs(c->dir, err);
   if (!rc) {
     int64_t deadline = deadline_of(c);
-    if (c->rank == 0) c->session = dcpi_cc_random64();
     rc = c->rank == 0 ? open_rank0(c, deadline, err) : open_other(c, deadline, err);
   }
   if (rc) {

@@ -1,57 +1,38 @@
 /* fx_codec.h — the byte formats of the file-exchange collective (file.c
- * describes the protocol): the 32-byte trailer every file ends with, the
- * checks of a payload against what a round expects, and the payloads the
- * handshake and allreduce decode. Pure functions over bytes that a peer
- * wrote, kept apart from the file I/O so that a fuzz target
- * (tests/fuzz/fuzz_coll_file.c) can compile this file alone. Internal to
- * the plugin (hidden symbols). */
+ * describes the protocol): every file is a record of common/cc_codec.h
+ * (payload + 32-byte trailer); this adds the checks of a record against
+ * what a round expects and the allreduce decoding. Pure functions over
+ * bytes that a peer wrote, kept apart from the file I/O so that a fuzz
+ * target (tests/fuzz/fuzz_coll_file.c) can compile this file (with
+ * cc_codec.c and cc_err.c) alone. Internal to the plugin (hidden
+ * symbols). */
 #ifndef DCP_COLL_FILE_FX_CODEC_H
 #define DCP_COLL_FILE_FX_CODEC_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cc_codec.h"
 #include "dcp_plugin.h"
 
-#define DCPI_FX_TRAILER_SIZE 32
-#define DCPI_FX_MAGIC "DCPFXCH1"
-#define DCPI_FX_HELLO_SIZE 12 /* u64 nonce, u32 world */
-#define DCPI_FX_SESSION_HEAD 12 /* u64 session id, u32 world; then a u64 nonce per rank */
+/* The record format is the common one; these names are its, kept for this
+ * plugin's code, its fuzz target and its corpus generator. */
+#define DCPI_FX_TRAILER_SIZE DCPI_CC_TRAILER_SIZE
+#define DCPI_FX_MAGIC DCPI_CC_MAGIC
+#define DCPI_FX_HELLO_SIZE DCPI_CC_HELLO_SIZE
+#define DCPI_FX_SESSION_HEAD DCPI_CC_SESSION_HEAD
+#define dcpi_fx_put64 dcpi_cc_put64
+#define dcpi_fx_put32 dcpi_cc_put32
+#define dcpi_fx_get64 dcpi_cc_get64
+#define dcpi_fx_get32 dcpi_cc_get32
+#define dcpi_fx_payload_hash dcpi_cc_hash
+#define dcpi_fx_trailer_make dcpi_cc_trailer_make
+#define dcpi_fx_trailer_parse dcpi_cc_trailer_parse
+typedef dcpi_cc_trailer dcpi_fx_trailer;
 
-/* Outcome of looking at one file (besides negative statuses). */
+/* Outcome of looking at one file (besides negative statuses);
+ * dcpi_fx_trailer_parse returns them too. */
 enum { DCPI_FX_ABSENT = 0, DCPI_FX_PRESENT = 1 };
-
-/* Little-endian stores and loads: files may be read on another host. */
-/* Write a printf-style reason into err (may be NULL) and return code: the
- * plugin's one error helper (file.c uses it too). */
-int dcpi_fx_fail(dcp_plugin_err *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-void dcpi_fx_put64(unsigned char *p, uint64_t v);
-void dcpi_fx_put32(unsigned char *p, uint32_t v);
-uint64_t dcpi_fx_get64(const unsigned char *p);
-uint32_t dcpi_fx_get32(const unsigned char *p);
-
-/* XXH3-64 of a payload; len 0 never touches p. */
-uint64_t dcpi_fx_payload_hash(const void *p, size_t len);
-
-/* What a trailer says. */
-typedef struct dcpi_fx_trailer {
-  uint64_t plen, hash;
-  uint32_t op;
-} dcpi_fx_trailer;
-
-/* Fill tr (DCPI_FX_TRAILER_SIZE bytes) for a payload of len bytes. */
-void dcpi_fx_trailer_make(unsigned char *tr, uint32_t op, const void *payload, size_t len);
-
-/* Parse the trailer tr of a file of size bytes (tr: its last
- * DCPI_FX_TRAILER_SIZE bytes, NULL when the file is shorter). Returns
- * DCPI_FX_ABSENT when there is no valid trailer yet (too short, wrong
- * magic: still being written by a peer), DCPI_FX_PRESENT with *out set, or
- * DCP_ECORRUPT (a well-formed trailer whose length disagrees with the
- * file's) with a message naming path. */
-int dcpi_fx_trailer_parse(const unsigned char *tr, uint64_t size, const char *path,
-                          dcpi_fx_trailer *out, dcp_plugin_err *err);
 
 /* What a round expects of one file. */
 typedef struct dcpi_fx_expect {
@@ -75,12 +56,14 @@ int dcpi_fx_verify(const dcpi_fx_trailer *t, const void *p, const dcpi_fx_expect
                    dcp_plugin_err *err);
 
 /* The nonce of a hello payload (DCPI_FX_HELLO_SIZE bytes), 0 when it is
- * for another world size than world (a stale file of another job). */
+ * for another world size than world. (The plugin's handshake decodes whole
+ * records with dcpi_cc_hello_decode; this payload-level view is its fuzz
+ * target's.) */
 uint64_t dcpi_fx_hello_nonce(const unsigned char *hello, int32_t world);
 
-/* Whether a session payload s (DCPI_FX_SESSION_HEAD + 8 * world bytes, as
- * the round read it) is this job's: its world is world and it echoes
- * nonce for rank. Sets *session when it is. */
+/* Whether a session payload s (DCPI_FX_SESSION_HEAD + 8 * world bytes) is
+ * this job's: its world is world and it echoes nonce for rank. Sets
+ * *session when it is. (Payload-level, as dcpi_fx_hello_nonce.) */
 int dcpi_fx_session_accepts(const unsigned char *s, int32_t world, int32_t rank, uint64_t nonce,
                             uint64_t *session);
 

@@ -11,26 +11,19 @@
  * host=ADDR (the address this rank listens on, default 127.0.0.1) or
  * iface=NAME (a network interface; host and iface are exclusive).
  *
- * Rendezvous (in cfg->rendezvous, created when missing). Gloo's FileStore
- * refuses to set a key whose file exists, so the keys of one open must never
- * meet those of an earlier (possibly crashed) run of the same job. Open
- * therefore first agrees on a fresh session S, as dcp-coll-file does:
- *   1. rank r > 0 draws a random nonce n_r and writes "<job>.gloo.hello.<r>"
- *      = "DCPGLOO1 <world> <n_r>";
- *   2. rank 0 draws S, creates the directory "<job>.gloo.<S>", waits for
- *      every hello of this world size and writes "<job>.gloo.session"
- *      = "DCPGLOO1 <world> <S> <n_1> ... <n_{W-1}>";
- *   3. rank r accepts only a session file that echoes its own n_r (a
- *      session file left by a crashed run is never taken for this one),
- *      removes its hello and writes "<job>.gloo.<S>/ack.<r>";
- *   4. until every rank has acked, rank 0 re-reads the hellos of the ranks
- *      still missing and rewrites the session file when one changed (it had
- *      read a stale hello before the fresh one replaced it); then it removes
- *      the session file;
- *   5. every rank connects the full mesh through a key-value store of
- *      files in "<job>.gloo.<S>" ("key.<hex of the key>", DirStore below),
- *      then a gloo barrier proves that every rank is done with the store,
- *      and rank 0 removes the whole session directory.
+ * Rendezvous (in cfg->rendezvous, created when missing). Gloo's rendezvous
+ * store must never see the keys of an earlier (possibly crashed) run of the
+ * same job, so open first agrees on a fresh session S with the handshake
+ * the file collective uses (common/cc_handshake.h, files "<job>.gloo.hello.<r>"
+ * and "<job>.gloo.session"): rank 0 creates the directory "<job>.gloo.<S>"
+ * before it publishes S; a rank that accepted S acks with
+ * "<job>.gloo.<S>/ack.<r>"; rank 0 re-reads the hellos of the ranks that
+ * have not acked (a stale hello it read may have been replaced) and, once
+ * every rank has acked, removes the session file. Then every rank connects
+ * the full mesh through a key-value store of files in "<job>.gloo.<S>"
+ * ("key.<hex of the key>", DirStore below), a gloo barrier proves that
+ * every rank is done with the store, and rank 0 removes the whole session
+ * directory.
  * An open that succeeds on every rank leaves the rendezvous directory as it
  * found it. A run that crashes during open can leave its hellos and session
  * file (ignored and replaced by the next run) and one "<job>.gloo.<S>"
@@ -86,7 +79,6 @@
 #include <map>
 #include <memory>
 #include <new>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -102,7 +94,10 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
+#include "cc_err.h"
 #include "cc_file.h"
+#include "cc_handshake.h"
+#include "cc_opts.h"
 #include "dcp_plugin.h"
 
 #define GLOO_EXPORT __attribute__((visibility("default")))
@@ -115,8 +110,8 @@ using Clock = std::chrono::steady_clock;
 using ms = std::chrono::milliseconds;
 using UB = std::unique_ptr<gloo::transport::UnboundBuffer>;
 
-constexpr const char *kMagic = "DCPGLOO1";
 constexpr size_t kJobMax = 64;
+constexpr size_t kHostMax = 255;
 constexpr uint64_t kSlotPrefix = 0xDCull << 56;
 
 // Ops, for slots of point-to-point messages.
@@ -135,17 +130,6 @@ struct Fail {
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
   throw Fail{code, buf};
-}
-
-__attribute__((format(printf, 3, 4))) int set_err(dcp_plugin_err *err, int code,
-                                                  const char *fmt, ...) {
-  if (err) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-  }
-  return code;
 }
 
 // One timeout for a whole call, possibly spanning several waits.
@@ -316,169 +300,97 @@ struct dcp_comm {
 namespace {
 
 std::string path_in(const dcp_comm *c, const std::string &name) { return c->dir + "/" + name; }
-std::string hello_path(const dcp_comm *c, int r) {
-  return path_in(c, c->job + ".gloo.hello." + std::to_string(r));
-}
-std::string session_path(const dcp_comm *c) { return path_in(c, c->job + ".gloo.session"); }
 std::string session_dir(const dcp_comm *c, uint64_t s) {
   return path_in(c, c->job + ".gloo." + hex64(s));
 }
 
-// Parses "DCPGLOO1 <world> <hex>..." into the numbers after the magic.
-bool parse_words(const std::string &text, std::vector<uint64_t> &out) {
-  std::istringstream in(text);
-  std::string magic;
-  if (!(in >> magic) || magic != kMagic) return false;
-  out.clear();
-  std::string w;
-  while (in >> w) {
-    char *end = nullptr;
-    errno = 0;
-    unsigned long long v = strtoull(w.c_str(), &end, 16);
-    if (errno || !end || *end) return false;
-    out.push_back(v);
+// Throws a common-code failure (rc < 0) as a Fail.
+void check(int rc, const dcp_plugin_err &e) {
+  if (rc < 0) throw Fail{rc, e.msg};
+}
+
+// The handshake state of this rank (common/cc_handshake.h), its prefix
+// kept alive alongside.
+struct Handshake {
+  std::string prefix;
+  dcpi_cc_hs h{};
+  Handshake(const dcp_comm *c, int64_t deadline_ns) : prefix(c->job + ".gloo.") {
+    h.dir = c->dir.c_str();
+    h.prefix = prefix.c_str();
+    h.rank = c->rank;
+    h.world = c->size;
+    h.deadline_ns = deadline_ns;
+    h.timeout_ms = c->timeout_ms;
+    dcp_plugin_err e;
+    check(dcpi_cc_hs_init(&h, &e), e);
   }
-  return true;
+  ~Handshake() { dcpi_cc_hs_free(&h); }
+  Handshake(const Handshake &) = delete;
+  Handshake &operator=(const Handshake &) = delete;
+};
+
+// Rank 0 until every rank has acked session S in sdir, rescanning the
+// hellos of the others meanwhile (step 4 of the handshake).
+void await_acks(dcp_comm *c, Handshake &hs, const std::string &sdir, const Deadline &d) {
+  std::vector<unsigned char> acked((size_t)c->size, 0);
+  acked[0] = 1;
+  for (;;) {
+    std::vector<int> missing;
+    for (int r = 1; r < c->size; r++) {
+      if (!acked[(size_t)r] && access((sdir + "/ack." + std::to_string(r)).c_str(), F_OK) == 0)
+        acked[(size_t)r] = 1;
+      if (!acked[(size_t)r]) missing.push_back(r);
+    }
+    if (missing.empty()) return;
+    dcp_plugin_err e;
+    check(dcpi_cc_hs_rescan(&hs.h, acked.data(), &e), e);
+    if (d.passed())
+      fail(DCP_ETIMEDOUT, "timed out after %lld ms waiting for rank(s) %s to join session %s",
+           (long long)c->timeout_ms, rank_list(missing).c_str(), hex64(hs.h.session).c_str());
+    sleep_poll();
+  }
 }
 
-// The nonce of rank r's hello for this world, 0 when absent or stale.
-uint64_t read_hello(const dcp_comm *c, int r, bool *odd = nullptr) {
-  std::string t;
-  std::vector<uint64_t> v;
-  if (!read_small(hello_path(c, r), t, odd) || !parse_words(t, v) || v.size() != 2 ||
-      v[0] != (uint64_t)c->size)
-    return 0;
-  return v[1];
-}
-
-void write_session(const dcp_comm *c, uint64_t s, const std::vector<uint64_t> &nonces) {
-  std::ostringstream o;
-  o << kMagic << ' ' << std::hex << c->size << ' ' << s;
-  for (int r = 1; r < c->size; r++) o << ' ' << nonces[(size_t)r];
-  o << '\n';
-  write_atomic(session_path(c), o.str());
-}
-
-// Steps 1-4 of the protocol at rank 0: returns S with its directory made.
-uint64_t handshake_root(dcp_comm *c, const Deadline &d) {
-  uint64_t s = dcpi_cc_random64();
-  std::string sdir = session_dir(c, s);
+// The handshake at rank 0: returns S with its directory made.
+uint64_t handshake_root(dcp_comm *c, Handshake &hs, const Deadline &d) {
+  std::string sdir = session_dir(c, hs.h.session);
   if (mkdir(sdir.c_str(), 0777) != 0)
-    fail(DCP_EIO, "open: cannot create %s: %s", sdir.c_str(), strerror(errno));
+    fail(DCP_EIO, "cannot create %s: %s", sdir.c_str(), strerror(errno));
   try {
-    if (c->size == 1) return s;
-    std::vector<uint64_t> nonces((size_t)c->size, 0);
-    for (;;) {
-      std::vector<int> missing;
-      int odd = -1; // a missing rank whose hello is a link or not a regular file
-      for (int r = 1; r < c->size; r++) {
-        bool o = false;
-        if (!nonces[(size_t)r]) nonces[(size_t)r] = read_hello(c, r, &o);
-        if (!nonces[(size_t)r]) missing.push_back(r);
-        if (o && odd < 0) odd = r;
-      }
-      if (missing.empty()) break;
-      if (d.passed())
-        fail(DCP_ETIMEDOUT, "open: timed out after %lld ms waiting for rank(s) %s (job %s in %s)%s",
-             (long long)c->timeout_ms, rank_list(missing).c_str(), c->job.c_str(),
-             c->dir.c_str(),
-             odd < 0 ? "" : ("; " + hello_path(c, odd) +
-                             " is a symbolic link or not a regular file (ignored)").c_str());
-      sleep_poll();
-    }
-    write_session(c, s, nonces);
-    std::vector<bool> acked((size_t)c->size, false);
-    for (;;) {
-      std::vector<int> missing;
-      bool changed = false;
-      for (int r = 1; r < c->size; r++) {
-        if (acked[(size_t)r]) continue;
-        if (access((sdir + "/ack." + std::to_string(r)).c_str(), F_OK) == 0) {
-          acked[(size_t)r] = true;
-          continue;
-        }
-        uint64_t n = read_hello(c, r);
-        if (n && n != nonces[(size_t)r]) nonces[(size_t)r] = n, changed = true;
-        missing.push_back(r);
-      }
-      if (missing.empty()) break;
-      if (changed) write_session(c, s, nonces);
-      if (d.passed())
-        fail(DCP_ETIMEDOUT, "open: timed out after %lld ms waiting for rank(s) %s to join session %s",
-             (long long)c->timeout_ms, rank_list(missing).c_str(), hex64(s).c_str());
-      sleep_poll();
-    }
-    unlink(session_path(c).c_str());
-    return s;
+    dcp_plugin_err e;
+    check(dcpi_cc_hs_collect(&hs.h, &e), e);
+    check(dcpi_cc_hs_publish(&hs.h, &e), e);
+    await_acks(c, hs, sdir, d);
+    dcpi_cc_hs_retire(&hs.h);
+    return hs.h.session;
   } catch (...) {
-    unlink(session_path(c).c_str());
+    dcpi_cc_hs_retire(&hs.h);
     remove_tree(sdir);
     throw;
   }
 }
 
-// Steps 1 and 3 at rank r > 0: returns S.
-uint64_t handshake_member(dcp_comm *c, const Deadline &d) {
-  uint64_t nonce = dcpi_cc_random64();
-  std::ostringstream o;
-  o << kMagic << ' ' << std::hex << c->size << ' ' << nonce << '\n';
-  write_atomic(hello_path(c, c->rank), o.str());
-  try {
-    uint64_t s = 0;
-    for (;;) {
-      std::string t;
-      std::vector<uint64_t> v;
-      if (read_small(session_path(c), t) && parse_words(t, v) &&
-          v.size() == (size_t)c->size + 1 && v[0] == (uint64_t)c->size &&
-          v[(size_t)c->rank + 1] == nonce) {
-        s = v[1];
-        break;
-      }
-      if (d.passed())
-        fail(DCP_ETIMEDOUT, "open: timed out after %lld ms waiting for rank 0's session (job %s in %s)",
-             (long long)c->timeout_ms, c->job.c_str(), c->dir.c_str());
-      sleep_poll();
-    }
-    unlink(hello_path(c, c->rank).c_str());
-    std::string ack = session_dir(c, s) + "/ack." + std::to_string(c->rank);
-    dcp_plugin_err e;
-    if (dcpi_cc_create_empty(ack.c_str(), &e)) fail(DCP_EIO, "%s", e.msg);
-    return s;
-  } catch (...) {
-    unlink(hello_path(c, c->rank).c_str());
-    throw;
-  }
+// The handshake at rank r > 0: returns S, acked.
+uint64_t handshake_member(dcp_comm *c, Handshake &hs) {
+  dcp_plugin_err e;
+  check(dcpi_cc_hs_join(&hs.h, &e), e);
+  std::string ack = session_dir(c, hs.h.session) + "/ack." + std::to_string(c->rank);
+  check(dcpi_cc_create_empty(ack.c_str(), &e), e);
+  return hs.h.session;
 }
 
+// Parses the options (common/cc_opts.h): job=NAME, host=ADDR, iface=NAME.
 void parse_options(dcp_comm *c, const char *opts) {
-  if (!opts) return;
-  std::string s(opts);
-  size_t i = 0;
-  while (i < s.size()) {
-    size_t j = s.find(',', i);
-    if (j == std::string::npos) j = s.size();
-    std::string kv = s.substr(i, j - i);
-    i = j + 1;
-    if (kv.empty()) continue;
-    size_t eq = kv.find('=');
-    std::string k = kv.substr(0, eq), v = eq == std::string::npos ? "" : kv.substr(eq + 1);
-    if (eq == std::string::npos) fail(DCP_EINVAL, "option \"%s\" is not key=value", kv.c_str());
-    if (k == "job") {
-      if (v.empty() || v.size() > kJobMax ||
-          v.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") !=
-              std::string::npos)
-        fail(DCP_EINVAL, "job=\"%s\": want 1..64 of [A-Za-z0-9_-]", v.c_str());
-      c->job = v;
-    } else if (k == "host") {
-      if (v.empty()) fail(DCP_EINVAL, "host= is empty");
-      c->host = v;
-    } else if (k == "iface") {
-      if (v.empty()) fail(DCP_EINVAL, "iface= is empty");
-      c->iface = v;
-    } else {
-      fail(DCP_EINVAL, "unknown option \"%s\" (known: job, host, iface)", k.c_str());
-    }
-  }
+  char job[kJobMax + 1] = "dcp", host[kHostMax + 1] = "", iface[kHostMax + 1] = "";
+  const dcpi_cc_opt known[] = {
+      {"job", DCPI_CC_OPT_NAME, kJobMax, 0, 0, job, nullptr},
+      {"host", DCPI_CC_OPT_TEXT, kHostMax, 0, 0, host, nullptr},
+      {"iface", DCPI_CC_OPT_TEXT, kHostMax, 0, 0, iface, nullptr},
+  };
+  dcp_plugin_err e;
+  if (dcpi_cc_parse_options(opts, known, sizeof known / sizeof *known, "gloo", &e))
+    fail(DCP_EINVAL, "%s", e.msg);
+  c->job = job, c->host = host, c->iface = iface;
   if (!c->host.empty() && !c->iface.empty()) fail(DCP_EINVAL, "host= and iface= are exclusive");
 }
 
@@ -515,7 +427,7 @@ class NoSigpipe {
 template <typename F>
 int guarded(dcp_comm *c, dcp_plugin_err *err, const char *op, F &&fn) {
   if (c->broken)
-    return set_err(err, DCP_EPEER, "%s: communicator broken by an earlier failure: %s", op,
+    return dcpi_cc_fail(err, DCP_EPEER, "%s: communicator broken by an earlier failure: %s", op,
                    c->why.c_str());
   NoSigpipe no_sigpipe;
   int code = DCP_OK;
@@ -536,13 +448,13 @@ int guarded(dcp_comm *c, dcp_plugin_err *err, const char *op, F &&fn) {
   }
   c->broken = true;
   c->why = std::string(op) + ": " + msg;
-  return set_err(err, code, "%s: %s", op, msg.c_str());
+  return dcpi_cc_fail(err, code, "%s: %s", op, msg.c_str());
 }
 
 // Argument checks before any traffic: a failure here does not break c.
 #define ARGCHECK(cond, ...)                                  \
   do {                                                       \
-    if (!(cond)) return set_err(err, DCP_EINVAL, __VA_ARGS__); \
+    if (!(cond)) return dcpi_cc_fail(err, DCP_EINVAL, __VA_ARGS__); \
   } while (0)
 
 uint64_t slot_of(uint64_t op, uint64_t key) {
@@ -617,18 +529,18 @@ void wait_data(In &m, const Deadline &d, const char *op) {
 // ---------------------------------------------------------------------------
 
 int g_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *err) {
-  if (!out) return set_err(err, DCP_EINVAL, "open: out is NULL");
+  if (!out) return dcpi_cc_fail(err, DCP_EINVAL, "open: out is NULL");
   *out = nullptr;
   if (!cfg || cfg->struct_size < offsetof(dcp_coll_config, timeout_ms) + sizeof cfg->timeout_ms)
-    return set_err(err, DCP_EINVAL, "open: config too small or NULL");
+    return dcpi_cc_fail(err, DCP_EINVAL, "open: config too small or NULL");
   if (cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
-    return set_err(err, DCP_EINVAL, "open: rank %d of world %d is out of range", (int)cfg->rank,
+    return dcpi_cc_fail(err, DCP_EINVAL, "open: rank %d of world %d is out of range", (int)cfg->rank,
                    (int)cfg->world_size);
-  if (cfg->timeout_ms <= 0)
-    return set_err(err, DCP_EINVAL, "open: timeout_ms must be > 0 (got %lld)",
+  if (cfg->timeout_ms <= 0 || cfg->timeout_ms > INT64_MAX / 1000000)
+    return dcpi_cc_fail(err, DCP_EINVAL, "open: timeout_ms must be > 0 (got %lld)",
                    (long long)cfg->timeout_ms);
   if (!cfg->rendezvous || !*cfg->rendezvous)
-    return set_err(err, DCP_EINVAL, "open: the gloo collective needs a rendezvous directory");
+    return dcpi_cc_fail(err, DCP_EINVAL, "open: the gloo collective needs a rendezvous directory");
   const char *opts =
       cfg->struct_size >= offsetof(dcp_coll_config, options) + sizeof cfg->options ? cfg->options
                                                                                   : nullptr;
@@ -636,7 +548,7 @@ int g_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *err) {
   try {
     c = new dcp_comm;
   } catch (...) {
-    return set_err(err, DCP_ENOMEM, "open: out of memory");
+    return dcpi_cc_fail(err, DCP_ENOMEM, "open: out of memory");
   }
   c->rank = cfg->rank;
   c->size = cfg->world_size;
@@ -645,9 +557,10 @@ int g_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *err) {
     c->dir = cfg->rendezvous;
     parse_options(c, opts);
     Deadline d(c->timeout_ms);
+    Handshake hs(c, dcpi_cc_now_ns() + c->timeout_ms * 1000000LL);
     if (int e = mkdirs(c->dir))
       fail(DCP_EIO, "cannot create rendezvous directory %s: %s", c->dir.c_str(), strerror(e));
-    uint64_t s = c->rank == 0 ? handshake_root(c, d) : handshake_member(c, d);
+    uint64_t s = c->rank == 0 ? handshake_root(c, hs, d) : handshake_member(c, hs);
     std::string sdir = session_dir(c, s);
     try {
       gloo::transport::tcp::attr attr;
