@@ -195,14 +195,11 @@ void write_atomic(const std::string &path, const std::string &data) {
 }
 
 // The contents of a regular file at path into out; false when it is absent,
-// a link or not a regular file (never followed: *odd is then set, when
-// given), or unreadable.
-bool read_small(const std::string &path, std::string &out, bool *odd = nullptr) {
+// a link or not a regular file (never followed), or unreadable.
+bool read_small(const std::string &path, std::string &out) {
   int fd = -1;
   uint64_t size = 0;
-  int rc = dcpi_cc_open_file(path.c_str(), &fd, &size, nullptr);
-  if (odd) *odd = rc == DCPI_CC_ODD;
-  if (rc != DCPI_CC_PRESENT) return false;
+  if (dcpi_cc_open_file(path.c_str(), &fd, &size, nullptr) != DCPI_CC_PRESENT) return false;
   out.assign((size_t)size, '\0');
   size_t got = 0;
   while (got < out.size()) {
@@ -237,7 +234,7 @@ class DirStore : public gloo::rendezvous::Store {
   std::vector<char> get(const std::string &key) override {
     wait({key});
     std::string text;
-    if (!read_small(path(key), text)) fail(DCP_EIO, "open: cannot read store key %s", key.c_str());
+    if (!read_small(path(key), text)) fail(DCP_EIO, "cannot read store key %s", key.c_str());
     return std::vector<char>(text.begin(), text.end());
   }
 
@@ -390,7 +387,9 @@ void parse_options(dcp_comm *c, const char *opts) {
   dcp_plugin_err e;
   if (dcpi_cc_parse_options(opts, known, sizeof known / sizeof *known, "gloo", &e))
     fail(DCP_EINVAL, "%s", e.msg);
-  c->job = job, c->host = host, c->iface = iface;
+  c->job = job;
+  c->host = host;
+  c->iface = iface;
   if (!c->host.empty() && !c->iface.empty()) fail(DCP_EINVAL, "host= and iface= are exclusive");
 }
 
