@@ -75,6 +75,10 @@ typedef struct dcp_storage_config {
 
 #define DCP_STORAGE_CREATE 1u /* create root (one level) if it does not exist */
 #define DCP_STORAGE_DIRECT 2u /* use O_DIRECT-style unbuffered I/O if possible */
+#define DCP_STORAGE_AUX 4u    /* since 0.3: an auxiliary handle (the directory
+                                 lease, a look at what is committed) beside
+                                 the one a save or load does its I/O on;
+                                 plugins may treat it like any other */
 
 /* Capability flags of a storage table. */
 #define DCP_STORAGE_CAP_DIRECT 1u     /* honours DCP_STORAGE_DIRECT */

@@ -6,6 +6,7 @@
 
 #include "async/async_int.h"
 #include "runtime/files.h"
+#include "runtime/replace.h"
 #include "model/state.h"
 #include "writer/proto.h"
 
@@ -121,6 +122,29 @@ static dcp_status name_uncoordinated_save(dcpi_async_writer *w, dcpi_wp_job *j, 
   return DCP_OK;
 }
 
+/* What the directory holds as this save starts (docs/reliability.md): the
+ * writer commits only over that, however late it gets to the job. Rank 0
+ * of a coordinated save takes it; every rank of an uncoordinated one. */
+static dcp_status take_base(dcpi_async_writer *w, const char *path, dcpi_wp_job *j,
+                            dcpi_err *err) {
+  dcp_ctx *ctx = w->ctx;
+  bool none = w->coll && strcmp(w->coll, "none") == 0 && ctx->world_size > 1;
+  if (!none && ctx->rank != 0) return DCP_OK;
+  dcpi_rt rt = {.ctx = ctx, .path = path}; /* not an operation: ctx's statistics stay */
+  dcpi_err_clear(&rt.err);
+  dcpi_base b;
+  memset(&b, 0, sizeof b);
+  dcp_status s = dcpi_rt_open_storage(&rt, DCP_STORAGE_AUX);
+  if (s == DCP_ENOTFOUND) s = DCP_OK; /* no directory yet: nothing there */
+  else if (!s) s = dcpi_base_peek(&rt, none ? ctx->rank : -1, &b, &rt.err);
+  if (s) dcpi_fail(err, s, "async save: %s", rt.err.msg);
+  if (rt.st) ctx->storage->close(rt.st);
+  j->has_base = 1;
+  j->base_committed = b.committed, j->base_len = b.len, j->base_head = b.head;
+  j->base_rank_seq = b.rank_seq;
+  return s;
+}
+
 static void describe_options(const dcp_save_options *in, dcpi_wp_job *j) {
   dcp_save_options o;
   dcp_save_options_init(&o);
@@ -156,7 +180,11 @@ static dcp_status prepare_job(dcpi_async_writer *w, dcp_state *st, const char *p
   if (j->nkv && (!j->kv_keys || !j->kv_values))
     return dcpi_fail(err, DCP_EINVAL, "save options: nkv %zu with NULL arrays", j->nkv);
   describe_tensors(st, j);
-  dcp_status s = describe_coord(w, &j->coord, err);
+  /* the base first: its look at the directory may load the storage
+   * plugin, which the coordination then names (a writer keeps its context,
+   * and its plan cache, while that stays the same) */
+  dcp_status s = take_base(w, path, j, err);
+  if (!s) s = describe_coord(w, &j->coord, err);
   if (!s) s = name_uncoordinated_save(w, j, err);
   if (!s) s = place_items(st, j, &total, err);
   if (!s) s = dcpi_pool_reserve(&w->pool, total, err);

@@ -243,6 +243,7 @@ static dcp_status get_file(dcpi_block_reader *r, const char *name, dcp_storage_f
   if (!(of->name = strdup(name))) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
   dcp_status s = dcpi_rt_file_open(r->rt, name, DCP_FILE_READ, &of->f, err);
   if (s) {
+    if (s == DCP_ENOTFOUND) r->rt->data_file_gone = 1;
     free(of->name);
     return s;
   }

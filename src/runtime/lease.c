@@ -35,11 +35,13 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -68,6 +70,7 @@ struct dcpi_lease {
   int64_t placed_ns;   /* monotonic: when our latest record landed */
   bool lost;           /* never ours again */
   bool zombie;         /* lost, but a late renewal put our record in the file */
+  bool registered;     /* in the process's table of held nonces */
   int64_t zombie_deadline_ns;
   char why[DCPI_ERR_MSG_MAX - 64]; /* why it was lost */
   char last_err[256];             /* the last renewal error, "" if none */
@@ -123,6 +126,11 @@ size_t dcpi_lease_record_format(const dcpi_lease_record *r, char *buf, size_t ca
                    RECORD_MAGIC "nonce=%s host=%s pid=%" PRId64 " expires_ms=%" PRId64
                                 " ttl_ms=%" PRId64 " grace_ms=%" PRId64 " renewals=%" PRIu64 "\n",
                    nonce, r->host, r->pid, r->expires_ms, r->ttl_ms, r->grace_ms, r->renewals);
+  if (n > 0 && r->boot[0]) { /* replace the newline with the holder's boot and namespace */
+    int m = snprintf(buf + n - 1, cap > (size_t)n ? cap - (size_t)n + 1 : 0,
+                     " boot=%s pidns=%" PRIu64 "\n", r->boot, r->pidns);
+    n = m > 0 ? n - 1 + m : -1;
+  }
   return n > 0 && (size_t)n < cap ? (size_t)n : 0;
 }
 
@@ -134,12 +142,16 @@ bool dcpi_lease_record_parse(const char *buf, size_t len, dcpi_lease_record *r) 
   dcpi_lease_record o;
   memset(&o, 0, sizeof o);
   long long pid, exp, ttl, grace;
-  unsigned long long ren;
-  if (sscanf(text,
-             RECORD_MAGIC "nonce=%32[0-9a-f] host=%64[A-Za-z0-9._-] pid=%lld expires_ms=%lld "
-                          "ttl_ms=%lld grace_ms=%lld renewals=%llu",
-             nonce, o.host, &pid, &exp, &ttl, &grace, &ren) != 7)
-    return false;
+  unsigned long long ren, pidns = 0;
+  int got = sscanf(text,
+                   RECORD_MAGIC "nonce=%32[0-9a-f] host=%64[A-Za-z0-9._-] pid=%lld "
+                                "expires_ms=%lld ttl_ms=%lld grace_ms=%lld renewals=%llu "
+                                "boot=%32[0-9a-f] pidns=%llu",
+                   nonce, o.host, &pid, &exp, &ttl, &grace, &ren, o.boot, &pidns);
+  if (got != 7 && got != 9) return false;
+  if (got == 7) o.boot[0] = '\0';
+  else if (strlen(o.boot) != 32) return false;
+  o.pidns = pidns;
   if (strlen(nonce) != 32 || pid <= 0 || exp < 0 || ttl < DCPI_LEASE_TTL_MIN_MS ||
       ttl > DCPI_LEASE_TTL_MAX_MS || grace < 0 || grace > GRACE_PARSE_MAX)
     return false;
@@ -163,6 +175,84 @@ static void describe(const dcpi_lease_record *r, char *buf, size_t cap) {
   snprintf(buf, cap, "host %s pid %" PRId64 ", %s %.1f s %s (at %s, renewed %" PRIu64 " times)",
            r->host, r->pid, left >= 0 ? "expires in" : "expired", (double)(left >= 0 ? left : -left) / 1000.0,
            left >= 0 ? "from now" : "ago", when, r->renewals);
+}
+
+/* This boot's id (/proc/sys/kernel/random/boot_id, dashes dropped) and
+ * this process's pid namespace; "" and 0 when unknown. */
+static void boot_and_pidns(char boot[33], uint64_t *pidns) {
+  boot[0] = '\0';
+  *pidns = 0;
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+  char line[64] = "";
+  if (f) {
+    if (!fgets(line, sizeof line, f)) line[0] = '\0';
+    fclose(f);
+  }
+  size_t n = 0;
+  for (const char *p = line; *p && n < 32; p++)
+    if ((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')) boot[n++] = *p;
+  boot[n] = '\0';
+  struct stat sb;
+  if (n != 32 || stat("/proc/self/ns/pid", &sb) != 0) {
+    boot[0] = '\0';
+    return;
+  }
+  *pidns = (uint64_t)sb.st_ino;
+}
+
+/* The nonces of the leases this process holds (acquired, not released):
+ * a record of this process with another nonce is a leftover (a release
+ * whose removal failed), whoever reads it here. The one process-wide
+ * table of the library: what a process holds is a fact about the process. */
+typedef struct held_nonce {
+  uint8_t nonce[16];
+  struct held_nonce *next;
+} held_nonce;
+static pthread_mutex_t g_held_mu = PTHREAD_MUTEX_INITIALIZER;
+static held_nonce *g_held;
+
+static bool held_add(const uint8_t nonce[16]) {
+  held_nonce *h = malloc(sizeof *h);
+  if (!h) return false;
+  memcpy(h->nonce, nonce, 16);
+  pthread_mutex_lock(&g_held_mu);
+  h->next = g_held, g_held = h;
+  pthread_mutex_unlock(&g_held_mu);
+  return true;
+}
+
+static void held_remove(const uint8_t nonce[16]) {
+  pthread_mutex_lock(&g_held_mu);
+  for (held_nonce **p = &g_held; *p; p = &(*p)->next)
+    if (memcmp((*p)->nonce, nonce, 16) == 0) {
+      held_nonce *h = *p;
+      *p = h->next;
+      free(h);
+      break;
+    }
+  pthread_mutex_unlock(&g_held_mu);
+}
+
+static bool held_here(const uint8_t nonce[16]) {
+  bool found = false;
+  pthread_mutex_lock(&g_held_mu);
+  for (const held_nonce *h = g_held; h && !found; h = h->next)
+    found = memcmp(h->nonce, nonce, 16) == 0;
+  pthread_mutex_unlock(&g_held_mu);
+  return found;
+}
+
+/* Whether r's holder is known to be gone: same host, same boot, same pid
+ * namespace, and its pid is gone (or it is this process, which does not
+ * hold that lease). A reused pid keeps the lease alive until its expiry
+ * (the safe direction). */
+static bool holder_dead(const dcpi_lease *l, const dcpi_lease_record *r) {
+  if (!r->boot[0] || !l->rec.boot[0] || strcmp(r->boot, l->rec.boot) != 0 ||
+      r->pidns != l->rec.pidns || strcmp(r->host, l->rec.host) != 0 || r->pid <= 0 ||
+      r->pid > INT32_MAX)
+    return false;
+  if (r->pid == (int64_t)getpid()) return !held_here(r->nonce);
+  return kill((pid_t)r->pid, 0) != 0 && errno == ESRCH;
 }
 
 /* This host's name in the record's alphabet. */
@@ -336,7 +426,7 @@ static dcp_status inspect(dcpi_lease *l, content *judged, seen_kind *kind, dcpi_
   if (c.len == c.size && dcpi_lease_record_parse(c.buf, c.len, &r)) {
     int64_t now = dcpi_lease_wall_ms();
     bool own = memcmp(r.nonce, l->nonce, 16) == 0; /* left by an earlier round */
-    if (!own && now <= r.expires_ms + r.grace_ms) {
+    if (!own && now <= r.expires_ms + r.grace_ms && !holder_dead(l, &r)) {
       char who[300];
       describe(&r, who, sizeof who);
       *kind = SEEN_LIVE;
@@ -530,6 +620,7 @@ static bool lease_name_ok(const char *name) {
 }
 
 static void lease_free(dcpi_lease *l) {
+  if (l && l->registered) held_remove(l->nonce);
   if (!l) return;
   if (l->st) l->sp->close(l->st);
   pthread_cond_destroy(&l->cv);
@@ -569,10 +660,12 @@ static dcp_status lease_new(dcpi_rt *rt, const char *name, int64_t ttl_ms, dcpi_
     return dcpi_fail(err, DCP_EIO, "lease: getrandom: %s", strerror(errno));
   memcpy(l->rec.nonce, l->nonce, 16);
   host_name(l->rec.host);
+  boot_and_pidns(l->rec.boot, &l->rec.pidns);
   l->rec.pid = (int64_t)getpid();
   l->rec.ttl_ms = ttl_ms;
   l->rec.grace_ms = l->grace_ms;
-  dcp_storage_config cfg = {.struct_size = sizeof cfg, .root = rt->path, .flags = 0,
+  dcp_storage_config cfg = {.struct_size = sizeof cfg, .root = rt->path,
+                            .flags = DCP_STORAGE_AUX,
                             .rank = rt->ctx->rank, .world_size = rt->ctx->world_size,
                             .options = rt->ctx->storage_options};
   dcp_plugin_err perr = {{0}};
@@ -620,6 +713,10 @@ dcp_status dcpi_lease_acquire(dcpi_rt *rt, const char *name, int64_t ttl_ms, dcp
     s = dcpi_fail(err, DCP_EBUSY,
                   "checkpoint directory %s: lease '%s' is contended; gave up after %d rounds",
                   l->root, l->name, MAX_ATTEMPTS);
+  if (!s && !(l->registered = held_add(l->nonce))) {
+    remove_quiet(l, l->name);
+    s = dcpi_fail(err, DCP_ENOMEM, "lease: out of memory");
+  }
   if (!s && pthread_create(&l->thread, NULL, renew_main, l) != 0) {
     remove_quiet(l, l->name);
     s = dcpi_fail(err, DCP_ENOMEM, "lease: cannot start the renewal thread");

@@ -116,11 +116,17 @@ typedef struct dcpi_lease_record {
   int64_t expires_ms;   /* wall clock (ms since the epoch) */
   int64_t ttl_ms, grace_ms;
   uint64_t renewals;
+  /* where pid means something: the holder's boot (32 hex digits of the
+   * kernel's boot_id, "" when unknown) and pid namespace (inode, 0 when
+   * unknown). A holder of this boot and namespace whose pid is gone is
+   * dead: its lease is broken at once instead of after its expiry. */
+  char boot[33];
+  uint64_t pidns;
 } dcpi_lease_record;
 
 /* The record as its file holds it: one line,
  *   dcp-lease 1 nonce=<32 hex> host=<h> pid=<p> expires_ms=<ms> ttl_ms=<ms>
- *   grace_ms=<ms> renewals=<n>\n
+ *   grace_ms=<ms> renewals=<n>[ boot=<32 hex> pidns=<n>]\n
  * Returns its length (< cap), or 0 when it does not fit. */
 size_t dcpi_lease_record_format(const dcpi_lease_record *r, char *buf, size_t cap);
 

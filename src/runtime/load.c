@@ -249,7 +249,10 @@ static dcp_status run(dcpi_rt *rt, dcp_state *st, const dcp_load_options *o, boo
   t = dcpi_now();
   if (!s) {
     s = dcpi_rt_agree(rt, read_all(rt, meta, st, plan, &sc, o, br));
-    *replaced = s == DCP_ENOTFOUND;
+    /* which rank's data file went: ask them all (failures only) */
+    int64_t gone = rt->data_file_gone;
+    if (s == DCP_ENOTFOUND && !dcpi_rt_allreduce(rt, &gone, 1, DCP_REDUCE_MAX))
+      *replaced = gone > 0;
   }
   stats->read_s = dcpi_now() - t;
   dcpi_block_reader_free(br);
@@ -289,6 +292,7 @@ dcp_status dcp_load(dcp_ctx *ctx, dcp_state *st, const char *path,
       break;
     }
     replaced = false;
+    rt.data_file_gone = 0;
     dcpi_err_clear(&rt.err);
   }
   return dcpi_rt_end(&rt);

@@ -29,6 +29,7 @@
 #include "runtime/lease.h"
 #include "runtime/local_save.h"
 #include "runtime/parts.h"
+#include "runtime/replace.h"
 
 /* Whether this rank writes chunk c: yes, unless its tensor came with a
  * layout and another member of its replica group is the designated one.
@@ -61,6 +62,7 @@ typedef struct part_job {
   char data[DCPI_NAME_MAX]; /* the part's data file */
   char part[DCPI_NAME_MAX]; /* the part itself */
   dcpi_lease *lease;
+  const dcpi_base *expected;
 } part_job;
 
 /* A committed coordinated checkpoint cannot be replaced without
@@ -83,6 +85,12 @@ static dcp_status guard(part_job *j, dcpi_err *err) {
   snprintf(legacy, sizeof legacy, DCPI_RANK_METADATA_FMT, (int)j->st->rank);
   bool mine = newest || (p.legacy && dcpi_rt_file_size(rt, legacy, &size, &probe) == DCP_OK);
   dcpi_parts_free(&p);
+  if (j->expected && j->expected->rank_seq != newest)
+    return dcpi_fail(err, DCP_ESTALE,
+                     "rank %d committed another part at %s after this async save started "
+                     "(part %llu, then %llu); this older save is not committed",
+                     (int)j->st->rank, rt->path, (unsigned long long)j->expected->rank_seq,
+                     (unsigned long long)newest);
   if (mine && !(j->o->flags & DCP_SAVE_OVERWRITE))
     return dcpi_fail(err, DCP_EEXIST,
                      "rank %d's part of a checkpoint is committed at %s (set "
@@ -229,9 +237,10 @@ static dcp_status remove_own(part_job *j, dcpi_err *err) {
   return dcpi_rt_sync_dir(j->rt, err);
 }
 
-dcp_status dcpi_local_save(dcpi_rt *rt, const dcp_state *st, const dcp_save_options *o) {
+dcp_status dcpi_local_save(dcpi_rt *rt, const dcp_state *st, const dcp_save_options *o,
+                           const dcpi_base *expected) {
   dcpi_err *err = &rt->err;
-  part_job j = {.rt = rt, .st = st, .o = o};
+  part_job j = {.rt = rt, .st = st, .o = o, .expected = expected};
   if (!o->save_id)
     return dcpi_fail(err, DCP_EINVAL,
                      "a save without a collective (rank %d of %d) needs save options' save_id: "

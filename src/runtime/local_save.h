@@ -7,13 +7,17 @@
 #ifndef DCP_RUNTIME_LOCAL_SAVE_H
 #define DCP_RUNTIME_LOCAL_SAVE_H
 
+#include "runtime/replace.h"
 #include "runtime/rt.h"
 
 #define DCPI_RANK_METADATA_FMT "%d.metadata" /* a 0.2 part (still read) */
 
 /* Save st with no cross-rank traffic (see local_save.c); rt is begun and
- * not yet opened. Errors: as dcp_save's local ones. */
-dcp_status dcpi_local_save(dcpi_rt *rt, const dcp_state *st, const dcp_save_options *o);
+ * not yet opened. expected (or NULL): the base an async save started over
+ * (its rank_seq: this rank's newest part then); DCP_ESTALE when this rank
+ * committed another part since. Errors: as dcp_save's local ones. */
+dcp_status dcpi_local_save(dcpi_rt *rt, const dcp_state *st, const dcp_save_options *o,
+                           const dcpi_base *expected);
 
 /* Merge the parts of the newest complete uncoordinated save at rt's
  * checkpoint (ordered by rank 0's parts) into one encoded buffer (*data,

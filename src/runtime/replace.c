@@ -6,6 +6,7 @@
 #include <xxhash.h>
 
 #include "runtime/files.h"
+#include "runtime/parts.h"
 
 /* A listing of the directory's save files. */
 typedef struct listing {
@@ -33,6 +34,15 @@ static void listing_free(listing *l) {
   free(l->names);
 }
 
+static uint64_t head_hash(const uint8_t *data, size_t len) {
+  return XXH3_64bits(data, len < DCPI_BASE_HEAD ? len : DCPI_BASE_HEAD);
+}
+
+bool dcpi_base_same(const dcpi_base *a, const dcpi_base *b) {
+  return a->committed == b->committed && a->len == b->len && a->head == b->head &&
+         a->rank_seq == b->rank_seq;
+}
+
 dcp_status dcpi_base_read(dcpi_rt *rt, dcpi_base *out, dcpi_err *err) {
   memset(out, 0, sizeof *out);
   uint8_t *data = NULL;
@@ -42,7 +52,7 @@ dcp_status dcpi_base_read(dcpi_rt *rt, dcpi_base *out, dcpi_err *err) {
   if (s == DCP_OK) {
     out->committed = true;
     out->len = len;
-    out->hash = XXH3_64bits(data, len);
+    out->head = head_hash(data, len);
     dcp_meta *m = NULL;
     dcp_save_identity id;
     /* a damaged one is still "the checkpoint there": replaced only when
@@ -61,11 +71,38 @@ dcp_status dcpi_base_read(dcpi_rt *rt, dcpi_base *out, dcpi_err *err) {
   return s;
 }
 
+dcp_status dcpi_base_peek(dcpi_rt *rt, int32_t rank, dcpi_base *out, dcpi_err *err) {
+  memset(out, 0, sizeof *out);
+  uint64_t size = 0;
+  dcpi_err probe;
+  dcp_status s = dcpi_rt_file_size(rt, DCPI_METADATA_NAME, &size, &probe);
+  if (s == DCP_OK) {
+    uint8_t head[DCPI_BASE_HEAD];
+    size_t n = size < sizeof head ? (size_t)size : sizeof head;
+    dcp_storage_file *f;
+    if ((s = dcpi_rt_file_open(rt, DCPI_METADATA_NAME, DCP_FILE_READ, &f, err))) return s;
+    s = dcpi_rt_file_read(rt, f, head, n, 0, err);
+    dcpi_err ignored;
+    dcpi_rt_file_close(rt, f, &ignored);
+    if (s) return s;
+    out->committed = true, out->len = size, out->head = head_hash(head, n);
+  } else if (s != DCP_ENOTFOUND) {
+    return dcpi_fail(err, s, "%s", probe.msg);
+  }
+  if (rank < 0) return DCP_OK;
+  dcpi_parts p;
+  if ((s = dcpi_parts_scan(rt, &p, err))) return s;
+  out->rank_seq = dcpi_parts_max_seq(&p, rank);
+  out->parts = p.nsaves > 0 || p.legacy;
+  dcpi_parts_free(&p);
+  return DCP_OK;
+}
+
 dcp_status dcpi_base_unchanged(dcpi_rt *rt, const dcpi_base *b, dcpi_err *err) {
   dcpi_base now;
   dcp_status s = dcpi_base_read(rt, &now, err);
   if (s) return s;
-  if (now.committed == b->committed && now.len == b->len && now.hash == b->hash) return DCP_OK;
+  if (dcpi_base_same(&now, b)) return DCP_OK;
   if (!now.committed)
     return dcpi_fail(err, DCP_ESTALE,
                      "the checkpoint at %s was removed while this save ran (by another save "

@@ -24,6 +24,8 @@ typedef struct dcpi_rt {
   dcp_io_stats io0; /* storage counters when opened */
   dcpi_err err;     /* the operation's outcome */
   double t0;
+  _Atomic int data_file_gone; /* a load found a data file missing (the block
+                                 reader sets it, from any thread) */
 } dcpi_rt;
 
 /* Seconds on a monotonic clock. */

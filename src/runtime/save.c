@@ -29,6 +29,7 @@
 #include "runtime/local_save.h"
 #include "runtime/replace.h"
 #include "runtime/rt.h"
+#include "runtime/save.h"
 
 void dcp_save_options_init(dcp_save_options *o) {
   if (!o) return;
@@ -82,6 +83,7 @@ typedef struct save_job {
   dcpi_wbuf results;         /* where each piece went (to rank 0) */
   dcpi_identity ident;       /* this save's (rank 0 makes it, every rank learns it) */
   dcpi_base base;            /* rank 0: what the directory held at the start */
+  const dcpi_base *expected; /* rank 0: what it held when an async save started */
   dcpi_lease *lease;         /* rank 0: the directory's, while the save runs */
 } save_job;
 
@@ -108,6 +110,11 @@ static dcp_status claim_directory(save_job *j, dcpi_err *err) {
   dcp_status s = dcpi_lease_acquire(rt, DCPI_COORD_LEASE, rt->ctx->lease_ms, &j->lease, err);
   if (!s) s = dcpi_base_read(rt, &j->base, err);
   if (s) return s;
+  if (j->expected && !dcpi_base_same(j->expected, &j->base))
+    return dcpi_fail(err, DCP_ESTALE,
+                     "the checkpoint at %s changed after this async save started (another "
+                     "save committed there meanwhile); this older save is not committed",
+                     rt->path);
   bool overwrite = j->opts.flags & DCP_SAVE_OVERWRITE;
   if (j->base.committed && !overwrite)
     return dcpi_fail(err, DCP_EEXIST,
@@ -410,10 +417,15 @@ static dcp_status run(save_job *j) {
 
 dcp_status dcp_save(dcp_ctx *ctx, dcp_state *st, const char *path,
                     const dcp_save_options *opts) {
+  return dcpi_save_over(ctx, st, path, opts, NULL);
+}
+
+dcp_status dcpi_save_over(dcp_ctx *ctx, dcp_state *st, const char *path,
+                          const dcp_save_options *opts, const dcpi_base *expected) {
   if (!ctx) return DCP_EINVAL;
   dcpi_rt rt;
   dcpi_rt_begin(&rt, ctx, path);
-  save_job j = {.rt = &rt, .st = st};
+  save_job j = {.rt = &rt, .st = st, .expected = expected};
   dcp_status s = DCP_OK;
   if (!st || st->ctx != ctx)
     s = dcpi_fail(&rt.err, DCP_EINVAL, "save: the state is NULL or from another context");
@@ -423,7 +435,7 @@ dcp_status dcp_save(dcp_ctx *ctx, dcp_state *st, const char *path,
     s = effective_options(opts, &j.opts, &rt.err);
   if (!ctx->comm) {
     /* a detached rank: the "none" coordination, <rank>.metadata */
-    if (!s) dcpi_local_save(&rt, st, &j.opts);
+    if (!s) dcpi_local_save(&rt, st, &j.opts, expected);
     return dcpi_rt_end(&rt);
   }
   /* Bad arguments on one rank still go through an agreement, so the other

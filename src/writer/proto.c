@@ -89,6 +89,11 @@ dcp_status dcpi_wp_job_encode(const dcpi_wp_job *j, uint8_t **out, size_t *len) 
   dcpi_w_varint(&w, j->policy);
   dcpi_w_zigzag(&w, j->zstd_level);
   dcpi_w_varint(&w, j->save_id);
+  dcpi_w_varint(&w, j->has_base);
+  dcpi_w_varint(&w, j->base_committed);
+  dcpi_w_varint(&w, j->base_len);
+  dcpi_w_varint(&w, j->base_head);
+  dcpi_w_varint(&w, j->base_rank_seq);
   dcpi_w_varint(&w, j->nkv);
   for (size_t i = 0; i < j->nkv; i++) {
     w_str(&w, j->kv_keys[i]);
@@ -294,7 +299,9 @@ dcp_status dcpi_wp_job_decode(const uint8_t *p, size_t len, dcpi_wp_job *j, dcpi
   bool ok = r_u64(&d, &j->seq, "seq") && r_str(&d, &j->path, "path") && j->path &&
             r_u32(&d, &j->flags, "flags") && r_u32(&d, &j->block_size, "block size") &&
             r_u32(&d, &j->policy, "policy") && r_i32(&d, &j->zstd_level, "zstd level") &&
-            r_u64(&d, &j->save_id, "save id") &&
+            r_u64(&d, &j->save_id, "save id") && r_u32(&d, &j->has_base, "base") &&
+            r_u32(&d, &j->base_committed, "base") && r_u64(&d, &j->base_len, "base") &&
+            r_u64(&d, &j->base_head, "base") && r_u64(&d, &j->base_rank_seq, "base") &&
             r_kv(&d, j) && r_coord(&d, &j->coord) && r_u64(&d, &j->pool_size, "pool size") &&
             r_items(&d, j);
   if (ok && !j->path) ok = bad(&d, "path");

@@ -19,7 +19,7 @@
 
 #define DCPI_WP_MAGIC 0x57504344u /* "DCPW" */
 #define DCPI_WP_VERSION 4u /* 2: DONE carries the save's statistics; 3: layouts, PLAN;
-                              4: the save's save_id, the context's lease_ms */
+                              4: the save's save_id and base, the context's lease_ms */
 #define DCPI_WP_HEADER 24u
 #define DCPI_WP_MAX_PAYLOAD (1ull << 30) /* refuse frames above 1 GiB */
 
@@ -65,6 +65,10 @@ typedef struct dcpi_wp_job {
   uint32_t flags, block_size, policy;
   int32_t zstd_level;
   uint64_t save_id; /* dcp_save_options.save_id (uncoordinated saves) */
+  /* What the directory held when dcp_async_save was called (the trainer's
+   * dcpi_base_peek; has_base 0 when this rank took none). */
+  uint32_t has_base, base_committed;
+  uint64_t base_len, base_head, base_rank_seq;
   size_t nkv;
   char **kv_keys, **kv_values;
   dcpi_wp_coord coord;

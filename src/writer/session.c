@@ -1,5 +1,6 @@
 /* session.c — the writer process's context and the state it rebuilds over
  * the staging pool (see session.h). */
+#include "runtime/save.h"
 #include "writer/session.h"
 
 #include "core/ctx.h"
@@ -210,7 +211,9 @@ void dcpi_wsession_save(dcpi_wsession *s, const dcpi_wp_job *job, const uint8_t 
   }
   dcp_save_options o;
   job_options(job, &o);
-  st = dcp_save(s->ctx, state, job->path, &o);
+  dcpi_base started = {.committed = job->base_committed != 0, .len = job->base_len,
+                       .head = job->base_head, .rank_seq = job->base_rank_seq};
+  st = dcpi_save_over(s->ctx, state, job->path, &o, job->has_base ? &started : NULL);
   dcp_state_free(state);
   if (st) {
     dcpi_fail(err, st, "%s", dcp_ctx_last_error(s->ctx));

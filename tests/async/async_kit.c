@@ -14,10 +14,11 @@ void ak_parse(int argc, char **argv, ak_args *a) {
     else if (!strcmp(argv[i], "--writer-coll")) a->writer_coll = argv[i + 1];
     else if (!strcmp(argv[i], "--trainer-coll")) a->trainer_coll = argv[i + 1];
     else if (!strcmp(argv[i], "--timeout-ms")) a->timeout_ms = atol(argv[i + 1]);
+    else if (!strcmp(argv[i], "--lease-ms")) a->lease_ms = atol(argv[i + 1]);
   }
   if (!a->dir) {
     fprintf(stderr, "usage: %s MODE --dir D [--rendezvous R] [--writer-coll C] "
-                    "[--trainer-coll mpi] [--timeout-ms MS]\n", argv[0]);
+                    "[--trainer-coll mpi] [--timeout-ms MS] [--lease-ms MS]\n", argv[0]);
     exit(2);
   }
   mkdir(a->dir, 0755);
@@ -27,6 +28,7 @@ dcp_ctx *ak_open_ctx(const ak_args *a) {
   dcp_ctx_config cfg;
   dcp_ctx_config_init(&cfg);
   cfg.timeout_ms = a->timeout_ms > 0 ? a->timeout_ms : 60000;
+  cfg.lease_ms = a->lease_ms > 0 ? a->lease_ms : 0;
   const char *r = getenv("DCP_TEST_RANK"), *w = getenv("DCP_TEST_WORLD");
   if (a->trainer_coll && !strcmp(a->trainer_coll, "mpi")) {
     cfg.coll = "mpi";

@@ -11,10 +11,12 @@ typedef struct ak_args {
   const char *trainer_coll; /* the trainer's own collective: "file" (forked
                                ranks, the default) or "mpi" (under mpirun) */
   long timeout_ms;          /* deadline of every wait (default 60 s) */
+  long lease_ms;            /* the directory lease's (default: the library's) */
 } ak_args;
 
 /* PROGRAM MODE --dir D [--rendezvous R] [--writer-coll C]
- * [--trainer-coll mpi] [--timeout-ms MS] into *a; exits 2 without --dir.
+ * [--trainer-coll mpi] [--timeout-ms MS] [--lease-ms MS] into *a; exits 2
+ * without --dir.
  * Creates the directory D. */
 void ak_parse(int argc, char **argv, ak_args *a);
 

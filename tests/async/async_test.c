@@ -8,6 +8,13 @@
  *                            fails, the previous checkpoint loads, the
  *                            next save respawns a writer
  *   async_test notfound     --dir D   DCP_WRITER names nothing
+ *   async_test orphan       --dir D [--lease-ms MS]  a forked trainer
+ *                            async-saves step 5 over step 4 and dies; the
+ *                            restarted job saves step 6; whether the
+ *                            orphaned writer gets to its job before
+ *                            (DCP_WRITER_DELAY_MS 0) or after that save
+ *                            (800), or stalls holding the lease (SIGSTOP),
+ *                            the directory ends as step 6
  *   async_test kill-peer-writer  --dir D --rendezvous R --timeout-ms T
  *   async_test stall-peer-writer --dir D --rendezvous R --timeout-ms T
  *                            (N ranks under dcp_launch) the last rank's
@@ -323,6 +330,115 @@ static int peer_writer_fault(const args *a, int sig) {
   return 0;
 }
 
+/* Write pid to path (a line). */
+static void write_pid(const char *path, pid_t pid) {
+  FILE *f = fopen(path, "w");
+  CHECK(f && fprintf(f, "%d\n", (int)pid) > 0 && fclose(f) == 0, "cannot write %s", path);
+}
+
+/* The pid in the lease file of directory p, 0 when there is none. */
+static int lease_pid(const char *p) {
+  char path[600], line[600] = "";
+  snprintf(path, sizeof path, "%s/.lock", p);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  if (!fgets(line, sizeof line, f)) line[0] = '\0';
+  fclose(f);
+  const char *at = strstr(line, " pid=");
+  return at ? atoi(at + 5) : 0;
+}
+
+/* One orphan round: the writer waits delay_ms before its job; with stall,
+ * it is stopped (SIGSTOP) as soon as it holds the directory's lease, until
+ * the restarted job's save has broken that lease and committed. */
+static int orphan_round(const args *a, const char *p, const char *delay_ms, int stall) {
+  char pidfile[600];
+  snprintf(pidfile, sizeof pidfile, "%s.writer", p);
+  int rank, world;
+  dcp_ctx *ctx = open_ctx(a, &rank, &world);
+  model m;
+  model_alloc(&m, 0, 1, 1);
+  model_fill(&m, 4);
+  dcp_state *st = model_state(ctx, &m);
+  dcp_save_options o;
+  dcp_save_options_init(&o);
+  o.flags = DCP_SAVE_OVERWRITE;
+  OK(dcp_save(ctx, st, p, &o), ctx); /* step 4, committed */
+  dcp_state_free(st);
+  pid_t child = fork();
+  CHECK(child >= 0, "fork");
+  if (child == 0) { /* the trainer that dies after its async save returned */
+    setenv("DCP_WRITER_DELAY_MS", delay_ms, 1);
+    dcp_ctx *tc = open_ctx(a, &rank, &world);
+    model tm;
+    model_alloc(&tm, 0, 1, 1);
+    dcp_async *h = save_then_mutate(tc, &tm, p, 5);
+    (void)h;
+    write_pid(pidfile, dcpi_async_writer_pid(tc));
+    raise(SIGKILL);
+    _exit(3);
+  }
+  int status;
+  CHECK(waitpid(child, &status, 0) == child && WIFSIGNALED(status), "the trainer did not die");
+  FILE *f = fopen(pidfile, "r");
+  int writer = 0;
+  CHECK(f && fscanf(f, "%d", &writer) == 1 && writer > 0, "no writer pid in %s", pidfile);
+  fclose(f);
+  if (stall) {
+    for (double until = now_s() + 30; lease_pid(p) != writer && now_s() < until;)
+      nanosleep(&(struct timespec){0, 200000}, NULL);
+    CHECK(kill(writer, SIGSTOP) == 0, "cannot stop the writer");
+    if (lease_pid(p) != writer) { /* its save was over before it stopped */
+      kill(writer, SIGCONT);
+      model_free(&m);
+      dcp_ctx_free(ctx);
+      return 0;
+    }
+  }
+  /* the restarted job saves step 6: while the orphan holds the directory
+   * it is told so (DCP_EBUSY), and it tries again */
+  model_fill(&m, 6);
+  st = model_state(ctx, &m);
+  dcp_status s = DCP_EBUSY;
+  int busy = 0;
+  for (double until = now_s() + 60; s == DCP_EBUSY && now_s() < until; busy++) {
+    s = dcp_save(ctx, st, p, &o);
+    if (s == DCP_EBUSY) nanosleep(&(struct timespec){0, 20000000}, NULL);
+  }
+  OK(s, ctx);
+  dcp_state_free(st);
+  CHECK(!stall || busy > 1, "the restarted save never met the stalled orphan's lease");
+  if (stall) kill(writer, SIGCONT); /* it finds its lease lost, commits nothing */
+  /* the orphan finishes (committing nothing over step 6) and goes */
+  for (double until = now_s() + 60; kill(writer, 0) == 0 && now_s() < until;)
+    nanosleep(&(struct timespec){0, 20000000}, NULL);
+  CHECK(kill(writer, 0) != 0, "the orphaned writer %d is still there after 60 s", writer);
+  check_load(ctx, p, 0, 1, 1, 6);
+  printf("orphan (writer delay %s ms%s): step 6 kept; the restarted save met the orphan's "
+         "lease %d time(s)\n", delay_ms, stall ? ", stopped" : "", busy - 1);
+  model_free(&m);
+  dcp_ctx_free(ctx);
+  return 1;
+}
+
+static int mode_orphan(const args *a) {
+  char p[512];
+  path_of(p, sizeof p, a, "orphan-late");
+  orphan_round(a, p, "800", 0); /* the writer starts after step 6 committed */
+  path_of(p, sizeof p, a, "orphan-quick");
+  orphan_round(a, p, "0", 0); /* the writer may finish first: step 6 replaces it */
+  int stalled = 0; /* stalled while it holds the lease (a quick save may be
+                      over before the stop lands: try again) */
+  for (int round = 0; round < 10 && !stalled; round++) {
+    char name[32];
+    snprintf(name, sizeof name, "orphan-stalled-%d", round);
+    path_of(p, sizeof p, a, name);
+    stalled = orphan_round(a, p, "300", 1);
+  }
+  CHECK(stalled, "no orphaned writer was stopped while it held the lease in 10 rounds");
+  return 0;
+}
+
 static int mode_kill_writer(const args *a) {
   setenv("DCP_WRITER_DELAY_MS", "1500", 1);
   int rank, world;
@@ -387,6 +503,7 @@ int main(int argc, char **argv) {
   if (!strcmp(a.mode, "kill-trainer")) return mode_kill_trainer(&a);
   if (!strcmp(a.mode, "kill-writer")) return mode_kill_writer(&a);
   if (!strcmp(a.mode, "notfound")) return mode_notfound(&a);
+  if (!strcmp(a.mode, "orphan")) return mode_orphan(&a);
   CHECK(0, "unknown mode %s", a.mode);
   return 2;
 }

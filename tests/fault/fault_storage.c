@@ -4,6 +4,10 @@
  * makes chosen operations fail, so the fault campaign can check that a
  * failed or killed save never turns into a silently wrong checkpoint.
  *
+ * A backend opened with DCP_STORAGE_AUX (the directory lease's own handle,
+ * an async trainer's look at what is committed) passes every operation
+ * through untouched.
+ *
  * Options (the storage config's options string, "key=value,..."):
  *   inner=NAME        the wrapped plugin, dcp-storage-NAME.so, searched in
  *                     $DCP_PLUGIN_PATH's directories, then the build tree's
@@ -517,6 +521,10 @@ static int f_open(const dcp_storage_config *cfg, dcp_storage **out, dcp_plugin_e
   snprintf(st->root, sizeof st->root, "%s", cfg->root ? cfg->root : "");
   int rc = parse_items(cfg->options, ",", &w, &st->sp, "the options", err);
   if (!rc && w.ctl) rc = read_ctl(w.ctl, &st->sp, err);
+  /* an auxiliary handle (the directory lease, the trainer's look at what is
+   * committed) passes through: faults, probes, logs and the journal are
+   * about the save's and the load's own I/O */
+  if (cfg->flags & DCP_STORAGE_AUX) st->sp = (fault_spec){.rank = -1};
   st->ctl = w.ctl, w.ctl = NULL;
   st->armed = st->sp.rank < 0 || st->sp.rank == cfg->rank;
   if (!rc) rc = journal_open(st, err);

@@ -612,6 +612,9 @@ static void walk(const char *top, const char *rel, plist *out) {
   struct dirent *de;
   while ((de = readdir(d))) {
     if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+    /* the directory lease and its temporaries go through an auxiliary
+     * handle the journal does not record (fault_storage.c) */
+    if (!strncmp(de->d_name, ".lock", 5)) continue;
     char sub[4300], full[4600];
     snprintf(sub, sizeof sub, "%s%s%s", rel, rel[0] ? "/" : "", de->d_name);
     snprintf(full, sizeof full, "%s/%s", top, sub);

@@ -1,6 +1,7 @@
 /* The directory lease (src/runtime/lease.c) with real processes: a second
- * holder gets DCP_EBUSY naming the first, a SIGKILLed holder's lease is
- * taken after ttl + grace and not before, empty and garbage lease files are
+ * holder gets DCP_EBUSY naming the first, a SIGKILLed holder of this host
+ * is seen dead and its lease taken at once, one of another host (or an
+ * older libdcp) after ttl + grace and not before, empty and garbage lease files are
  * broken after the delay (and a file filled in meanwhile is respected), a
  * SIGSTOPped holder resumed past its expiry fails its check (whether or not
  * someone took over) and never clobbers the new holder, eight processes
@@ -357,41 +358,37 @@ static void test_release_removes_sharedfs(void **state) {
   release_case("sharedfs");
 }
 
-/* A SIGKILLed holder: its lease is taken once its last record's expiry +
- * grace has passed, and not before (every earlier attempt is EBUSY). */
+/* Rewrite the lease file at path with record r. */
+static void write_record(const char *path, const dcpi_lease_record *r) {
+  char buf[DCPI_LEASE_RECORD_MAX + 1];
+  size_t n = dcpi_lease_record_format(r, buf, sizeof buf);
+  assert_true(n > 0);
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(buf, 1, n, f), n);
+  fclose(f);
+}
+
+/* A SIGKILLed holder of this host (same boot, same pid namespace) is seen
+ * dead: its lease is taken at once, long before its expiry. */
 static void test_killed_holder(void **state) {
   (void)state;
   fixture fx;
   fx_open(&fx, "posix", NULL);
   holder h;
-  assert_int_equal(holder_start(&fx, ".lock", 300, &h).status, DCP_OK);
-  sleep_ms(120);
+  assert_int_equal(holder_start(&fx, ".lock", 3000, &h).status, DCP_OK);
+  sleep_ms(50);
   holder_end(&h, SIGKILL);
   dcpi_lease_record r;
   assert_true(read_record(fx.lock, &r));
   assert_int_equal(r.pid, h.pid);
-  int64_t free_at = r.expires_ms + r.grace_ms;
+  assert_int_equal(strlen(r.boot), 32); /* this machine has a boot id */
   dcpi_rt rt;
   rt_open(&fx, &rt);
   dcpi_lease *l = NULL;
   dcpi_err e;
-  int busy = 0;
-  dcp_status s;
-  for (;;) {
-    s = dcpi_lease_acquire(&rt, ".lock", 300, &l, &e);
-    if (s != DCP_EBUSY) break;
-    busy++;
-    char want[64];
-    snprintf(want, sizeof want, "pid %d,", (int)h.pid);
-    assert_non_null(strstr(e.msg, want));
-    assert_true(dcpi_lease_wall_ms() < free_at + 5000); /* never kept forever */
-    sleep_ms(10);
-  }
-  int64_t got = dcpi_lease_wall_ms();
-  assert_int_equal(s, DCP_OK);
-  assert_true(busy > 5);
-  if (got <= free_at) fail_msg("taken %" PRId64 " ms before expiry + grace", free_at - got);
-  assert_true(got < free_at + 2000);
+  assert_int_equal(dcpi_lease_acquire(&rt, ".lock", 3000, &l, &e), DCP_OK);
+  assert_true(dcpi_lease_wall_ms() < r.expires_ms); /* well before its expiry */
   assert_int_equal(dcpi_lease_check(l, &e), DCP_OK);
   dcpi_lease_record now;
   assert_true(read_record(fx.lock, &now));
@@ -399,6 +396,52 @@ static void test_killed_holder(void **state) {
   dcpi_lease_release(l);
   dcpi_rt_end(&rt);
   fx_close(&fx);
+}
+
+/* A dead holder this process cannot see (its record names another host,
+ * or no boot id): its lease is taken once the record's expiry + grace has
+ * passed, and not before (every earlier attempt is EBUSY). */
+static void test_dead_holder_elsewhere(void **state) {
+  (void)state;
+  for (int variant = 0; variant < 2; variant++) {
+    fixture fx;
+    fx_open(&fx, "posix", NULL);
+    holder h;
+    assert_int_equal(holder_start(&fx, ".lock", 300, &h).status, DCP_OK);
+    sleep_ms(120);
+    holder_end(&h, SIGKILL);
+    dcpi_lease_record r;
+    assert_true(read_record(fx.lock, &r));
+    if (variant == 0) snprintf(r.host, sizeof r.host, "another-node");
+    else r.boot[0] = '\0', r.pidns = 0; /* a holder of an older libdcp */
+    write_record(fx.lock, &r);
+    int64_t free_at = r.expires_ms + r.grace_ms;
+    dcpi_rt rt;
+    rt_open(&fx, &rt);
+    dcpi_lease *l = NULL;
+    dcpi_err e;
+    int busy = 0;
+    dcp_status s;
+    for (;;) {
+      s = dcpi_lease_acquire(&rt, ".lock", 300, &l, &e);
+      if (s != DCP_EBUSY) break;
+      busy++;
+      char want[64];
+      snprintf(want, sizeof want, "pid %d,", (int)h.pid);
+      assert_non_null(strstr(e.msg, want));
+      assert_true(dcpi_lease_wall_ms() < free_at + 5000); /* never kept forever */
+      sleep_ms(10);
+    }
+    int64_t got = dcpi_lease_wall_ms();
+    assert_int_equal(s, DCP_OK);
+    assert_true(busy > 5);
+    if (got <= free_at) fail_msg("taken %" PRId64 " ms before expiry + grace", free_at - got);
+    assert_true(got < free_at + 2000);
+    assert_int_equal(dcpi_lease_check(l, &e), DCP_OK);
+    dcpi_lease_release(l);
+    dcpi_rt_end(&rt);
+    fx_close(&fx);
+  }
 }
 
 /* An empty or unparsable lease file (a holder that died between create
@@ -732,6 +775,7 @@ int main(void) {
       cmocka_unit_test(test_release_removes_posix),
       cmocka_unit_test(test_release_removes_sharedfs),
       cmocka_unit_test(test_killed_holder),
+      cmocka_unit_test(test_dead_holder_elsewhere),
       cmocka_unit_test(test_empty_and_garbage),
       cmocka_unit_test(test_stopped_holder_taken_over),
       cmocka_unit_test(test_stopped_holder_alone),
