@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/checked.h"
+#include "core/strmap.h"
 #include "metadata/meta.h"
 #include "runtime/replace.h"
 
@@ -21,6 +23,56 @@ void dcpi_commit_put_result(dcpi_wbuf *out, uint8_t kind, uint64_t gidx, const d
   for (uint64_t b = 0; b < ref->block_count; b++) dcpi_w_u64(out, ref->checksums[b]);
   if (dcpi_codec_zstd(ref->codec))
     for (uint64_t b = 0; b < ref->block_count; b++) dcpi_w_varint(out, ref->stored_lens[b]);
+}
+
+void dcpi_commit_put_replica(dcpi_wbuf *out, const char *key, size_t key_len, uint64_t hash) {
+  dcpi_w_u8(out, DCPI_RESULT_REPLICA);
+  dcpi_w_varint(out, key_len);
+  dcpi_w_bytes(out, key, key_len);
+  dcpi_w_u64(out, hash);
+}
+
+/* Rank 0: the first copy seen of every REPLICATED bytes item. */
+typedef struct replica {
+  uint64_t hash;
+  int32_t rank;
+} replica;
+
+typedef struct replicas {
+  dcpi_strmap first; /* key → index into copies; keys point into the messages */
+  replica *copies;
+  size_t n, cap;
+} replicas;
+
+static void replicas_free(replicas *rp) {
+  dcpi_strmap_free(&rp->first);
+  free(rp->copies);
+}
+
+/* Record rank's copy of the item named by the next record of r (its kind
+ * byte read); a copy that differs from the first is DCP_ESCOPE. */
+static dcp_status add_replica(replicas *rp, dcpi_rbuf *r, int32_t rank, dcpi_err *err) {
+  uint64_t len, hash;
+  if (!dcpi_r_varint(r, &len) || len > dcpi_r_left(r) || len == 0)
+    return dcpi_fail(err, DCP_ECORRUPT, "malformed write results from rank %d", rank);
+  const char *key = (const char *)r->p + r->pos;
+  r->pos += (size_t)len;
+  if (!dcpi_r_u64(r, &hash))
+    return dcpi_fail(err, DCP_ECORRUPT, "malformed write results from rank %d", rank);
+  uint32_t at;
+  if (dcpi_strmap_get(&rp->first, key, (size_t)len, &at)) {
+    if (rp->copies[at].hash == hash) return DCP_OK;
+    return dcpi_fail(err, DCP_ESCOPE,
+                     "replicated bytes item '%.*s' differs between rank %d and rank %d: a "
+                     "REPLICATED item must be the same on every rank that saves it (this save "
+                     "is not committed)", (int)(len > 200 ? 200 : len), key, (int)rp->copies[at].rank,
+                     (int)rank);
+  }
+  if (DCPI_RESERVE(rp->copies, rp->cap, rp->n + 1) ||
+      dcpi_strmap_put(&rp->first, key, (size_t)len, (uint32_t)rp->n, NULL) < 0)
+    return dcpi_fail(err, DCP_ENOMEM, "out of memory for replicated items");
+  rp->copies[rp->n++] = (replica){hash, rank};
+  return DCP_OK;
 }
 
 /* One decoded result; its arrays point into scratch vectors. */
@@ -69,16 +121,23 @@ static dcp_status next_result(dcpi_rbuf *r, int32_t rank, scratch *sc, result *o
 /* Record one rank's results in md: its data file, and every piece. */
 static dcp_status add_rank(dcpi_md *md, const dcpi_global_plan *gp, const char *tag,
                            int32_t rank, const uint8_t *msg, size_t len, uint8_t *seen_items,
-                           uint8_t *seen_bytes, scratch *sc, dcpi_err *err) {
+                           uint8_t *seen_bytes, scratch *sc, replicas *rp, dcpi_err *err) {
   dcpi_rbuf r = {msg, len, 0};
   uint64_t file_length;
+  uint8_t kind;
   if (!dcpi_r_varint(&r, &file_length))
     return dcpi_fail(err, DCP_ECORRUPT, "malformed write results from rank %d", rank);
-  if (!dcpi_r_left(&r)) return DCP_OK; /* wrote nothing: no data file */
+  dcp_status s = DCP_OK;
+  /* the copies of replicated items this rank holds come first */
+  while (!s && dcpi_r_left(&r) && r.p[r.pos] == DCPI_RESULT_REPLICA) {
+    dcpi_r_u8(&r, &kind);
+    s = add_replica(rp, &r, rank, err);
+  }
+  if (s || !dcpi_r_left(&r)) return s; /* wrote nothing: no data file */
   char name[DCPI_NAME_MAX];
   dcpi_name_data(name, rank, 0, tag);
   uint32_t file;
-  dcp_status s = dcpi_md_add_file(md, name, &file, err);
+  s = dcpi_md_add_file(md, name, &file, err);
   if (!s) s = dcpi_md_set_file_length(md, file, file_length, err);
   while (!s && dcpi_r_left(&r)) {
     result res;
@@ -128,10 +187,13 @@ static dcp_status build(dcpi_md *md, const dcpi_commit_args *a, const uint8_t *a
   size_t ni = dcpi_global_plan_item_count(gp), nb = dcpi_global_plan_bytes_count(gp);
   uint8_t *seen_items = calloc(ni ? ni : 1, 1), *seen_bytes = calloc(nb ? nb : 1, 1);
   scratch sc = {0};
+  replicas rp = {0};
   if (!s && (!seen_items || !seen_bytes)) s = dcpi_fail(err, DCP_ENOMEM, "out of memory");
   size_t at = 0;
   for (int32_t r = 0; r < world && !s; at += lens[r], r++)
-    s = add_rank(md, gp, a->ident->tag, r, all + at, lens[r], seen_items, seen_bytes, &sc, err);
+    s = add_rank(md, gp, a->ident->tag, r, all + at, lens[r], seen_items, seen_bytes, &sc, &rp,
+                 err);
+  replicas_free(&rp);
   if (!s) s = check_all_written(seen_items, ni, "write item", err);
   if (!s) s = check_all_written(seen_bytes, nb, "bytes item", err);
   free(seen_items), free(seen_bytes), free(sc.cks), free(sc.lens);
@@ -169,8 +231,11 @@ dcp_status dcpi_commit(dcpi_rt *rt, const dcpi_commit_args *a) {
   size_t *lens = NULL;
   dcpi_wbuf msg = {0};
   dcpi_w_varint(&msg, a->file_length);
+  dcpi_w_bytes(&msg, a->replicas->data, a->replicas->len);
   dcpi_w_bytes(&msg, a->results->data, a->results->len);
-  dcp_status status = a->results->status ? a->results->status : msg.status;
+  dcp_status status = a->results->status   ? a->results->status
+                      : a->replicas->status ? a->replicas->status
+                                            : msg.status;
   if (status) {
     dcpi_wbuf_free(&msg);
     return dcpi_rt_agree(rt, dcpi_fail(&rt->err, status, "out of memory"));

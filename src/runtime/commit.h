@@ -10,12 +10,18 @@
 #include "runtime/replace.h"
 #include "runtime/rt.h"
 
-#define DCPI_RESULT_CHUNK 0 /* a write item of the global plan */
-#define DCPI_RESULT_BYTES 1 /* a bytes item of the global plan */
+#define DCPI_RESULT_CHUNK 0   /* a write item of the global plan */
+#define DCPI_RESULT_BYTES 1   /* a bytes item of the global plan */
+#define DCPI_RESULT_REPLICA 2 /* the xxh3 of a REPLICATED bytes item this rank holds */
 
 /* Append one write result: piece `kind` with global index gidx went to ref
  * (in this rank's data file). */
 void dcpi_commit_put_result(dcpi_wbuf *out, uint8_t kind, uint64_t gidx, const dcpi_ref *ref);
+
+/* Append this rank's copy of REPLICATED bytes item key (its xxh3): rank 0
+ * compares every holder's, so copies that differ fail the save instead of
+ * one of them being kept silently. */
+void dcpi_commit_put_replica(dcpi_wbuf *out, const char *key, size_t key_len, uint64_t hash);
 
 /* What the commit of a save needs; the rank-0-only fields are ignored
  * elsewhere. */
@@ -23,6 +29,7 @@ typedef struct dcpi_commit_args {
   const dcpi_global_plan *gp;   /* rank 0's global plan */
   const dcp_save_options *opts; /* key/values */
   const dcpi_wbuf *results;     /* this rank's write results */
+  const dcpi_wbuf *replicas;    /* its copies of REPLICATED bytes items */
   uint64_t file_length;         /* of this rank's data file (0: none) */
   const dcpi_identity *ident;   /* the save's */
   const dcpi_base *base;        /* rank 0: what the save started over */

@@ -407,10 +407,18 @@ static dcp_status run(save_job *j) {
   stats->write_s = dcpi_now() - t;
   if (s) return s;
   t = dcpi_now();
+  dcpi_wbuf replicas = {0};
+  for (size_t b = 0; b < j->st->nbytes; b++) { /* every holder's copy, for rank 0 to compare */
+    const dcpi_bytes_item *it = &j->st->bytes[b];
+    if (it->scope == DCP_SCOPE_REPLICATED)
+      dcpi_commit_put_replica(&replicas, it->key, it->key_len, XXH3_64bits(it->data, it->len));
+  }
   dcpi_commit_args ca = {.gp = j->gp, .opts = &j->opts, .results = &j->results,
+                         .replicas = &replicas,
                          .file_length = j->file_length, .ident = &j->ident,
                          .base = &j->base, .lease = j->lease};
   s = dcpi_commit(rt, &ca);
+  dcpi_wbuf_free(&replicas);
   stats->commit_s = dcpi_now() - t;
   return s;
 }

@@ -539,6 +539,7 @@ typedef enum clash {
   CLASH_OVERLAP,  /* "w" [4]: rank 0 holds [0,3), rank 1 [2,4) */
   CLASH_SHAPE,    /* "w": [4] on rank 0, [5] on rank 1 */
   CLASH_COVERAGE, /* "w" [4]: rank 0 [0,1), rank 1 [2,4): element 1 nobody's */
+  CLASH_REPLICA,  /* "opt" REPLICATED on both ranks, 9 on rank 0, 10 on rank 1 */
 } clash;
 
 /* Rank `rank`'s items for clash k. */
@@ -548,6 +549,10 @@ static int clash_items(dcp_state *st, int32_t rank, clash k, uint64_t *v, uint8_
   if (k == CLASH_COVERAGE && !rank) sz[0] = 1;
   if (k == CLASH_SCOPE)
     return dcp_state_add_bytes(st, "opt", rank ? DCP_SCOPE_PER_RANK : DCP_SCOPE_REPLICATED, v, 8);
+  if (k == CLASH_REPLICA) {
+    *v += (uint64_t)rank;
+    return dcp_state_add_bytes(st, "opt", DCP_SCOPE_REPLICATED, v, 8);
+  }
   return dcp_state_add_tensor(st, "w", DCP_U8, 1, shape) ||
          dcp_state_add_chunk(st, "w", off, sz, w);
 }
@@ -567,7 +572,8 @@ static int clash_rank(hk_fixture *f, int32_t rank, const char *rdv, clash k, dcp
   int rc = dcp_state_create(ctx, &st) || clash_items(st, rank, k, &v, w) ? 11 : 0;
   dcp_status s = rc ? DCP_OK : dcp_save(ctx, st, f->ckpt, NULL);
   if (!rc && s != want) rc = 12;
-  if (!rc && !strstr(dcp_ctx_last_error(ctx), k == CLASH_SCOPE ? "'opt'" : "'w'")) rc = 13;
+  bool opt = k == CLASH_SCOPE || k == CLASH_REPLICA;
+  if (!rc && !strstr(dcp_ctx_last_error(ctx), opt ? "'opt'" : "'w'")) rc = 13;
   if (rc) fprintf(stderr, "rank %d: rc %d, save %d: %s\n", rank, rc, s, dcp_ctx_last_error(ctx));
   else if (getenv("HK_VERBOSE")) fprintf(stderr, "# rank %d: %s\n", rank, dcp_ctx_last_error(ctx));
   dcp_state_free(st);
@@ -604,6 +610,14 @@ static void test_scope_clash_coordinated(void **state) {
   run_clash(*state, CLASH_SCOPE, DCP_ESCOPE);
 }
 
+/* A REPLICATED item whose copies differ between the ranks of a coordinated
+ * save: only one copy would be written, so keeping it would be a silent
+ * choice; rank 0 compares every holder's copy and the save fails on every
+ * rank with DCP_ESCOPE naming the item and both ranks. */
+static void test_replicas_differ_coordinated(void **state) {
+  run_clash(*state, CLASH_REPLICA, DCP_ESCOPE);
+}
+
 /* Boxes of two ranks that partially overlap, shapes that differ, and
  * boxes that leave an element uncovered: every rank gets the planner's
  * status (DCP_EOVERLAP, DCP_EMISMATCH, DCP_EINCOMPLETE), nothing committed. */
@@ -616,6 +630,7 @@ static void test_box_clash_coordinated(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_symlink_on_save, hk_setup, hk_teardown),
+      cmocka_unit_test_setup_teardown(test_replicas_differ_coordinated, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_hardlink_on_save, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_symlink_on_load, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_special_files, hk_setup, hk_teardown),

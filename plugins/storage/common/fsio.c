@@ -228,8 +228,27 @@ static int parse_options(fsio_core *c, const char *opts, dcp_plugin_err *err) {
   ((cfg)->struct_size >= offsetof(dcp_storage_config, field) + sizeof((cfg)->field))
 
 /* Create root (one level) when asked; an existing one is fine. */
+/* Sync the directory holding path (its parent), so that a new entry in it
+ * survives a power cut: a checkpoint directory made here would otherwise
+ * vanish with every checkpoint committed inside it. */
+static int sync_parent(fsio_core *c, const char *path, dcp_plugin_err *err) {
+  size_t n = strlen(path);
+  while (n > 1 && path[n - 1] == '/') n--;       /* trailing slashes */
+  while (n > 0 && path[n - 1] != '/') n--;       /* the last component */
+  char *parent = n ? strndup(path, n) : strdup(".");
+  if (!parent) return fsio_fail(err, DCP_ENOMEM, "out of memory");
+  int fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int e = fd < 0 || fsync(fd) != 0 ? errno : 0;
+  if (fd >= 0) close(fd);
+  free(parent);
+  /* some file systems refuse fsync on a directory: that is not a failure */
+  return e && e != EINVAL && e != EROFS ? fsio_fail_errno(c, err, e, "sync parent directory", NULL)
+                                        : DCP_OK;
+}
+
 static int make_root(fsio_core *c, const char *root, dcp_plugin_err *err) {
-  if (mkdir(root, 0777) == 0 || errno == EEXIST) return DCP_OK;
+  if (mkdir(root, 0777) == 0) return sync_parent(c, root, err);
+  if (errno == EEXIST) return DCP_OK;
   return fsio_fail_errno(c, err, errno, "mkdir", NULL);
 }
 
