@@ -296,6 +296,42 @@ class Errors(Base):
             dcp.Context(rank=3, world_size=2)
 
 
+class Uncoordinated(Base):
+    """Detached ranks (no collective) name their save with save_id; a load
+    takes only the newest save every rank committed."""
+
+    def save_rank(self, rank, value, **options):
+        """None, or (error class, message) of a failed save."""
+        ctx = dcp.Context(rank=rank, world_size=2, lease_ms=1000)
+        w = np.full((4, 3), value, dtype=np.float32)  # replicated: both write it
+        failed = None
+        try:
+            dcp.save(ctx, {"w": w}, self.path("u"), overwrite=True, **options)
+        except dcp.Error as e:
+            failed = (type(e), e.message)  # not e: its traceback keeps the state alive
+        ctx.close()
+        return failed
+
+    def loaded(self):
+        out = np.zeros((4, 3), dtype=np.float32)
+        dcp.load(self.ctx, {"w": out}, self.path("u"))
+        return out
+
+    def test_save_id_needed_and_no_mix(self):
+        kind, message = self.save_rank(0, 1.0)
+        self.assertIs(kind, dcp.InvalidError)
+        self.assertIn("save_id", message)
+        self.save_rank(0, 1.0, save_id=1)
+        self.save_rank(1, 1.0, save_id=1)
+        self.assertTrue((self.loaded() == 1.0).all())
+        self.save_rank(0, 2.0, save_id=2)  # rank 1 never saves 2
+        self.assertTrue((self.loaded() == 1.0).all())
+        meta = dcp.meta_open(self.ctx, self.path("u"))
+        self.assertEqual(meta.world_size, 2)
+        self.save_rank(1, 2.0, save_id=2)
+        self.assertTrue((self.loaded() == 2.0).all())
+
+
 class Async(Base):
     def test_staged_then_persisted_with_the_staged_values(self):
         a = np.arange(1000, dtype=np.float32)

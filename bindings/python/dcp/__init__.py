@@ -154,7 +154,8 @@ def _bytes_length(meta, key, rank):
 def save(ctx, items, path, **options):
     """Save ``items`` to ``path``: collective over ctx's ranks. ``items`` is a
     :class:`State` or a dict (see :func:`build_state`). Options: overwrite,
-    compress, flags, block_size, zstd_level, policy, kv (dict of str)."""
+    compress, flags, block_size, zstd_level, policy, kv (dict of str), save_id
+    (an uncoordinated save's identity: the same on every rank, e.g. the step)."""
     st = items if isinstance(items, State) else build_state(ctx, items)[0]
     _dcp.save(ctx, st, path, **options)
 

@@ -34,24 +34,26 @@ static int opt_str(PyObject *o, const char **out) {
 static int ctx_init(PyObject *self, PyObject *args, PyObject *kwargs) {
   static char *kw[] = {"rank",          "world_size",      "coll",       "coll_options",
                        "rendezvous",    "storage",         "storage_options",
-                       "timeout_ms",    "plugin_path",     NULL};
+                       "timeout_ms",    "plugin_path",     "lease_ms",   NULL};
   dcpi_py_ctx *c = (dcpi_py_ctx *)self;
   int rank = 0, world = 1;
-  long long timeout_ms = 0;
+  long long timeout_ms = 0, lease_ms = 0;
   PyObject *o[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
   PyObject *plugin_path = NULL;
   if (c->ctx) {
     dcpi_py_raise(DCP_EINVAL, "the context is already initialised");
     return -1;
   }
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iiOOOOOLO", kw, &rank, &world, &o[0], &o[1],
-                                   &o[2], &o[3], &o[4], &timeout_ms, &plugin_path))
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iiOOOOOLOL", kw, &rank, &world, &o[0],
+                                   &o[1], &o[2], &o[3], &o[4], &timeout_ms, &plugin_path,
+                                   &lease_ms))
     return -1;
   dcp_ctx_config cfg;
   dcp_ctx_config_init(&cfg);
   cfg.rank = rank;
   cfg.world_size = world;
   if (timeout_ms) cfg.timeout_ms = (int64_t)timeout_ms;
+  cfg.lease_ms = (int64_t)lease_ms;
   if (opt_str(o[0], &cfg.coll) || opt_str(o[1], &cfg.coll_options) ||
       opt_str(o[2], &cfg.rendezvous) || opt_str(o[3], &cfg.storage) ||
       opt_str(o[4], &cfg.storage_options) || opt_str(plugin_path, &cfg.plugin_path))
@@ -281,7 +283,7 @@ PyTypeObject dcpi_py_ctx_type = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_doc = "Context(*, rank=0, world_size=1, coll=None, coll_options=None, "
               "rendezvous=None, storage=None, storage_options=None, timeout_ms=0, "
-              "plugin_path=None): a libdcp context (dcp_ctx_create).",
+              "plugin_path=None, lease_ms=0): a libdcp context (dcp_ctx_create).",
     .tp_new = PyType_GenericNew,
     .tp_init = ctx_init,
     .tp_dealloc = ctx_dealloc,

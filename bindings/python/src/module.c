@@ -113,7 +113,7 @@ static PyMethodDef module_methods[] = {
          "meta_open_memory(ctx, data) -> Meta of an encoded .metadata buffer."),
     METH("save", dcpi_py_save, KW,
          "save(ctx, state, path, *, overwrite=False, compress=False, flags=0, block_size=0, "
-         "zstd_level=0, policy=0, kv=None): collective save (dcp_save)."),
+         "zstd_level=0, policy=0, kv=None, save_id=0): collective save (dcp_save)."),
     METH("async_save", dcpi_py_async_save, KW,
          "async_save(ctx, state, path, **save options) -> AsyncSave, once staged."),
     METH("load", dcpi_py_load, KW,
