@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "metadata/view.h"
 #include "model/box.h"
@@ -66,15 +67,37 @@ static dcp_status open_view(dcpi_rt *rt, const uint8_t *data, size_t len, dcp_me
   return s;
 }
 
-/* Phase 1: every rank ends with a view of the same .metadata. */
-static dcp_status fetch_metadata(dcpi_rt *rt, const dcp_load_options *o, dcp_meta **meta) {
+/* With every rank reading .metadata itself: did they all read the same
+ * bytes? A save that replaced the checkpoint between two ranks' reads would
+ * otherwise have them load different checkpoints. *same false: start over. */
+static dcp_status agree_same(dcpi_rt *rt, const uint8_t *data, size_t len, bool *same) {
+  int64_t h = (int64_t)(XXH3_64bits(data, len) & INT64_MAX);
+  int64_t v[2] = {h, -h}; /* min(h) == -min(-h): every rank has the same h */
+  dcp_status s = dcpi_rt_allreduce(rt, v, 2, DCP_REDUCE_MIN);
+  *same = !s && v[0] == -v[1];
+  return s;
+}
+
+/* Phase 1: every rank ends with a view of the same .metadata. *replaced:
+ * ranks reading it themselves read different ones (start over). */
+static dcp_status fetch_metadata(dcpi_rt *rt, const dcp_load_options *o, dcp_meta **meta,
+                                 bool *replaced) {
   uint8_t *data = NULL;
   size_t len = 0;
   bool everyone = o->flags & DCP_LOAD_METADATA_PER_RANK;
   dcp_status s = dcpi_rt_open_storage(rt, 0);
   if (!s && (everyone || rt->ctx->rank == 0)) s = read_metadata(rt, &data, &len);
   if ((s = dcpi_rt_agree(rt, s))) goto out;
-  if (!everyone) {
+  if (everyone) {
+    bool same = false;
+    if ((s = agree_same(rt, data, len, &same))) goto out;
+    if (!same) {
+      *replaced = true;
+      s = dcpi_fail(&rt->err, DCP_ENOTFOUND, "the ranks read different %s at %s (a save "
+                    "replaced it meanwhile)", DCPI_METADATA_NAME, rt->path);
+      goto out;
+    }
+  } else {
     uint64_t n = len;
     if ((s = dcpi_rt_bcast(rt, &n, sizeof n, 0))) goto out;
     if (rt->ctx->rank != 0 && !(data = malloc(n ? (size_t)n : 1)))
@@ -234,7 +257,7 @@ static dcp_status run(dcpi_rt *rt, dcp_state *st, const dcp_load_options *o, boo
   dcpi_load_sched sc = {0};
   dcpi_block_reader *br = NULL;
   double t = dcpi_now();
-  dcp_status s = fetch_metadata(rt, o, &meta);
+  dcp_status s = fetch_metadata(rt, o, &meta, replaced);
   if (!s) {
     dcp_status ls = dcpi_load_plan_from_state(
         st, &(dcpi_saved_source){.lookup = lookup, .arg = meta}, &plan, &rt->err);

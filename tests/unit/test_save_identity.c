@@ -110,9 +110,10 @@ static void save_world(const fixture *f, int32_t world, int32_t upto, uint64_t g
   }
 }
 
-/* Load the whole of "w" and "gen" on ctx. DCP_OK only when every element
- * is the one generation *gen saved (a mix of two saves fails the test). */
-static dcp_status load_gen(dcp_ctx *ctx, const char *path, uint64_t *gen) {
+/* Load the whole of "w" and "gen" on ctx with load flags `flags`. DCP_OK
+ * only when every element is the one generation *gen saved (a mix of two
+ * saves fails the test). */
+static dcp_status load_gen_flags(dcp_ctx *ctx, const char *path, uint32_t flags, uint64_t *gen) {
   static float w[ROWS * COLS];
   memset(w, 0, sizeof w);
   int64_t shape[2] = {ROWS, COLS}, zero[2] = {0, 0};
@@ -121,7 +122,10 @@ static dcp_status load_gen(dcp_ctx *ctx, const char *path, uint64_t *gen) {
   assert_int_equal(dcp_state_add_tensor(st, "w", DCP_F32, 2, shape), DCP_OK);
   assert_int_equal(dcp_state_add_chunk(st, "w", zero, shape, w), DCP_OK);
   assert_int_equal(dcp_state_add_bytes(st, "gen", DCP_SCOPE_REPLICATED, gen, 8), DCP_OK);
-  dcp_status s = dcp_load(ctx, st, path, NULL);
+  dcp_load_options lo;
+  dcp_load_options_init(&lo);
+  lo.flags = flags;
+  dcp_status s = dcp_load(ctx, st, path, &lo);
   dcp_state_free(st);
   if (s) return s;
   for (int64_t i = 0; i < ROWS; i++)
@@ -133,6 +137,10 @@ static dcp_status load_gen(dcp_ctx *ctx, const char *path, uint64_t *gen) {
         fail();
       }
   return DCP_OK;
+}
+
+static dcp_status load_gen(dcp_ctx *ctx, const char *path, uint64_t *gen) {
+  return load_gen_flags(ctx, path, 0, gen);
 }
 
 /* The generation the checkpoint at path loads as (it must load). */
@@ -513,6 +521,81 @@ static void test_loads_during_overwrites(void **state) {
   printf("# %d loads during 58 overwrites, all exact\n", loads);
 }
 
+/* Two ranks (forked, over the file collective) that each read .metadata
+ * themselves (DCP_LOAD_METADATA_PER_RANK) while another process overwrites
+ * the checkpoint: every load is exact, and both ranks always load the same
+ * save (ranks that read different .metadata start over). */
+static void test_per_rank_metadata_during_overwrites(void **state) {
+  fixture *f = *state;
+  enum { LOADS = 40 };
+  assert_int_equal(save_gen(f->ctx, f->ckpt, 1, 0), DCP_OK);
+  char rdv[PATH_MAX + 16];
+  snprintf(rdv, sizeof rdv, "%s/rdv", f->dir);
+  assert_int_equal(mkdir(rdv, 0777), 0);
+  fflush(NULL);
+  pid_t saver = fork();
+  assert_true(saver >= 0);
+  if (saver == 0) {
+    dcp_ctx *ctx = context(f, 0, 1, 0);
+    int bad = 0;
+    for (uint64_t gen = 2; gen < 200 && !bad; gen++)
+      bad = save_gen(ctx, f->ckpt, gen, DCP_SAVE_OVERWRITE) != DCP_OK;
+    dcp_ctx_free(ctx);
+    _exit(bad);
+  }
+  pid_t ranks[2];
+  for (int32_t r = 0; r < 2; r++) {
+    ranks[r] = fork();
+    assert_true(ranks[r] >= 0);
+    if (ranks[r]) continue;
+    dcp_ctx_config cfg;
+    dcp_ctx_config_init(&cfg);
+    cfg.rank = r, cfg.world_size = 2, cfg.plugin_path = f->plugins;
+    cfg.coll = "file", cfg.rendezvous = rdv, cfg.timeout_ms = 30000;
+    dcp_ctx *ctx = NULL;
+    if (dcp_ctx_create(&cfg, &ctx)) _exit(10);
+    char log[PATH_MAX + 32];
+    snprintf(log, sizeof log, "%s/gens.%d", f->dir, (int)r);
+    FILE *fp = fopen(log, "w");
+    int bad = !fp;
+    for (int i = 0; i < LOADS && !bad; i++) {
+      uint64_t gen = 0;
+      dcp_status s = load_gen_flags(ctx, f->ckpt, DCP_LOAD_METADATA_PER_RANK, &gen);
+      if (s) fprintf(stderr, "rank %d load %d: %s\n", (int)r, i, dcp_ctx_last_error(ctx));
+      bad = s != DCP_OK || fprintf(fp, "%llu\n", (unsigned long long)gen) < 0;
+    }
+    if (fp) fclose(fp);
+    dcp_ctx_free(ctx);
+    _exit(bad);
+  }
+  for (int r = 0; r < 2; r++) {
+    int st = 0;
+    assert_int_equal(waitpid(ranks[r], &st, 0), ranks[r]);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  kill(saver, SIGKILL);
+  waitpid(saver, NULL, 0);
+  char l0[PATH_MAX + 32], l1[PATH_MAX + 32];
+  snprintf(l0, sizeof l0, "%s/gens.0", f->dir);
+  snprintf(l1, sizeof l1, "%s/gens.1", f->dir);
+  FILE *a = fopen(l0, "r"), *b = fopen(l1, "r");
+  assert_non_null(a);
+  assert_non_null(b);
+  unsigned long long ga, gb;
+  int n = 0, distinct = 0;
+  unsigned long long prev = 0;
+  while (fscanf(a, "%llu", &ga) == 1 && fscanf(b, "%llu", &gb) == 1) {
+    assert_int_equal(ga, gb); /* both ranks loaded the same save */
+    distinct += ga != prev;
+    prev = ga;
+    n++;
+  }
+  fclose(a), fclose(b);
+  assert_int_equal(n, LOADS);
+  printf("# %d two-rank loads during overwrites, %d distinct saves seen, ranks always agreed\n",
+         n, distinct);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_rank_dies_before_its_turn, setup, teardown),
@@ -525,6 +608,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_killed_overwrite, setup, teardown),
       cmocka_unit_test_setup_teardown(test_concurrent_savers, setup, teardown),
       cmocka_unit_test_setup_teardown(test_loads_during_overwrites, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_per_rank_metadata_during_overwrites, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
