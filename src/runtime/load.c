@@ -310,8 +310,11 @@ dcp_status dcp_load(dcp_ctx *ctx, dcp_state *st, const char *path,
   bool replaced = false;
   for (int attempt = 1; run(&rt, st, &o, &replaced) && replaced; attempt++) {
     if (attempt == DCPI_LOAD_ATTEMPTS) {
+      char last[DCPI_ERR_MSG_MAX / 2];
+      memcpy(last, rt.err.msg, sizeof last - 1); /* it is about to be overwritten */
+      last[sizeof last - 1] = '\0';
       dcpi_fail(&rt.err, DCP_ESTALE, "load: the checkpoint at %s was replaced %d times while "
-                "it was read (a save overwrites it in a loop?): %s", path, attempt, rt.err.msg);
+                "it was read (a save overwrites it in a loop?); last: %.200s", path, attempt, last);
       break;
     }
     replaced = false;
