@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/checked.h"
 #include "core/strmap.h"
 #include "metadata/meta.h"
 #include "model/layout.h"
@@ -196,8 +197,40 @@ static void remove_legacy(dcpi_rt *rt, int32_t rank) {
   dcpi_rt_remove(rt, name, &ignored);
 }
 
+/* This rank's files a listing finds that belong to neither of two parts
+ * (seq, tag): parts, their data files and temporaries (of a part whose
+ * write died, or an older part under a reused save_id). */
+typedef struct sweep {
+  int32_t rank;
+  uint64_t seq[2];
+  const char *tag[2];
+  char **names;
+  size_t n, cap;
+} sweep;
+
+static int sweep_collect(void *arg, const char *name) {
+  sweep *sw = arg;
+  dcpi_file_name fn;
+  dcpi_file_kind k = dcpi_name_parse(name, &fn);
+  bool mine = (k == DCPI_FILE_PART || k == DCPI_FILE_TMP || (k == DCPI_FILE_DATA && fn.seq)) &&
+              fn.rank == sw->rank && fn.seq;
+  for (int i = 0; mine && i < 2; i++)
+    if (sw->tag[i] && fn.seq == sw->seq[i] && strcmp(fn.tag, sw->tag[i]) == 0) mine = false;
+  if (!mine) return 0;
+  if (DCPI_RESERVE(sw->names, sw->cap, sw->n + 1)) return DCP_ENOMEM;
+  return (sw->names[sw->n] = strdup(name)) ? (sw->n++, 0) : DCP_ENOMEM;
+}
+
+static void sweep_own(dcpi_rt *rt, sweep *sw) {
+  dcpi_err ignored;
+  if (dcpi_rt_list(rt, sweep_collect, sw, &ignored) == DCP_OK)
+    for (size_t i = 0; i < sw->n; i++) dcpi_rt_remove(rt, sw->names[i], &ignored);
+  for (size_t i = 0; i < sw->n; i++) free(sw->names[i]);
+  free(sw->names);
+}
+
 /* After this rank committed its part: keep its new part and its part of
- * the newest complete save; remove its other parts. Rank 0 also removes
+ * the newest complete save; remove its other files. Rank 0 also removes
  * every part of saves older than the newest complete one (those of ranks
  * that no longer exist, after a smaller world saved). Best effort. */
 static void clean_up(part_job *j) {
@@ -208,12 +241,13 @@ static void clean_up(part_job *j) {
   if (dcpi_parts_scan(rt, &p, &ignored)) return;
   const dcpi_part_save *keep = dcpi_parts_newest_complete(&p, rank);
   const dcpi_part *kept = keep ? dcpi_parts_of_rank(keep, rank) : NULL;
+  sweep sw = {.rank = rank, .seq = {j->ident.generation, kept ? kept->seq : 0},
+              .tag = {j->ident.tag, kept ? kept->tag : NULL}};
+  sweep_own(rt, &sw);
   for (size_t i = 0; i < p.nsaves; i++) {
     const dcpi_part_save *sv = &p.saves[i];
     if (sv == keep) continue;
     const dcpi_part *mine = dcpi_parts_of_rank(sv, rank);
-    bool is_new = mine && mine->seq == j->ident.generation && strcmp(mine->tag, j->ident.tag) == 0;
-    if (mine && !is_new) remove_part(rt, mine);
     /* rank 0 orders saves by its own parts: one it took part in before
      * the newest complete one is superseded on every rank */
     if (rank == 0 && kept && mine && mine->seq < kept->seq)

@@ -200,6 +200,36 @@ static void test_smaller_world(void **state) {
   dcp_meta_free(m);
 }
 
+/* An uncoordinated rank's own leftovers (a part whose write died: its
+ * temporary and data file; an older part under a reused save_id) go at its
+ * next save; another rank's are not its to remove. */
+static void test_uncoordinated_leftovers(void **state) {
+  fixture *f = *state;
+  save_world(f, 2, 2, 1);
+  const char *junk[] = {"0-of-2.9.00000000000000aa.metadata.tmp", "data-00000.9.00000000000000aa.dcp",
+                        "1-of-2.9.00000000000000aa.metadata.tmp"};
+  for (int i = 0; i < 3; i++) {
+    char p[2 * PATH_MAX];
+    snprintf(p, sizeof p, "%s/%s", f->ckpt, junk[i]);
+    FILE *fp = fopen(p, "w");
+    assert_non_null(fp);
+    fclose(fp);
+  }
+  save_world(f, 2, 1, 2); /* rank 0 only */
+  save_world(f, 2, 1, 2); /* again, the same save_id */
+  for (int i = 0; i < 3; i++) {
+    char p[2 * PATH_MAX];
+    snprintf(p, sizeof p, "%s/%s", f->ckpt, junk[i]);
+    assert_int_equal(access(p, F_OK), i < 2 ? -1 : 0);
+  }
+  /* rank 0: its part of save 1 (still the newest complete) and of save 2 */
+  assert_int_equal(ck_parts_of_rank(f->ckpt, 0), 2);
+  assert_int_equal(ck_find(f->ckpt, "data-00000.", ".dcp", NULL, 0), 2);
+  assert_int_equal(loaded(f), 1);
+  save_world(f, 2, 2, 2);
+  assert_int_equal(loaded(f), 2);
+}
+
 /* A layout whose mesh names ranks beyond the world (8 mesh ranks, 4 saving
  * ranks): every chunk is written by a rank that exists, and the tensor
  * loads whole. */
@@ -611,6 +641,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_rank_dies_before_its_turn, setup, teardown),
       cmocka_unit_test_setup_teardown(test_smaller_world, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_uncoordinated_leftovers, setup, teardown),
       cmocka_unit_test_setup_teardown(test_mesh_beyond_world, setup, teardown),
       cmocka_unit_test_setup_teardown(test_replicas_disagree, setup, teardown),
       cmocka_unit_test_setup_teardown(test_identity_and_files, setup, teardown),
