@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/err.h"
+#include "base/err.h"
 
 typedef struct dcpi_pool {
   int fd;          /* -1 until the first reserve */

@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 #include <xxhash.h>
 
+#include "base/checked.h"
 #include "convert/cv.h"
-#include "core/checked.h"
 #include "metadata/meta.h"
 #include "runtime/commit.h"
 #include "runtime/files.h"

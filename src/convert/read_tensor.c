@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/checked.h"
 #include "convert/cv.h"
-#include "core/checked.h"
 #include "metadata/view.h"
 
 dcp_status dcpi_cv_tensor_bytes(const dcp_meta *m, size_t ti, uint64_t *bytes, dcpi_err *err) {

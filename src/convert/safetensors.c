@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/checked.h"
+#include "base/checked.h"
 #include "model/name.h"
 
 dcp_status dcpi_st_header_len(const uint8_t prefix[8], uint64_t file_size, uint64_t *header_len,

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "dcp.h"
 
 #define DCPI_ST_MAX_HEADER (100u * 1000u * 1000u) /* 100 MB, as the spec's reader */

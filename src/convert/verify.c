@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/strmap.h"
 #include "convert/cv.h"
-#include "core/strmap.h"
 #include "runtime/files.h"
 #include "runtime/local_save.h"
 #include "runtime/parts.h"

@@ -4,7 +4,7 @@
 #ifndef DCP_CORE_CTX_H
 #define DCP_CORE_CTX_H
 
-#include "core/err.h"
+#include "base/err.h"
 #include "dcp_plugin.h"
 #include "runtime/plan_cache.h"
 

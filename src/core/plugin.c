@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/checked.h"
+#include "base/checked.h"
 
 /* One known table: registered (explicitly, wins) or loaded (the cache). */
 typedef struct plugin_entry {

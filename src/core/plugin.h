@@ -21,7 +21,7 @@
 
 #include <stdint.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "dcp_plugin.h"
 
 /* Longest plugin name; names are [a-z0-9_]+. */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/checked.h"
+#include "base/checked.h"
 #include "metadata/codec.h"
 #include "metadata/md_internal.h"
 #include "model/name.h"

@@ -12,7 +12,7 @@
 #include "metadata/codec.h"
 #include "metadata/format.h"
 #include "metadata/md_internal.h"
-#include "core/wire.h"
+#include "base/wire.h"
 
 /* A file's most common (codec, block size): refs matching it skip both. */
 typedef struct file_default {

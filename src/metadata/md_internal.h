@@ -3,7 +3,7 @@
 #ifndef DCP_METADATA_MD_INTERNAL_H
 #define DCP_METADATA_MD_INTERNAL_H
 
-#include "core/strmap.h"
+#include "base/strmap.h"
 #include "metadata/format.h"
 #include "metadata/meta.h"
 

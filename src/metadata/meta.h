@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "metadata/format.h"
 #include "dcp.h"
 

@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/checked.h"
+#include "base/checked.h"
 #include "metadata/codec.h"
 #include "core/ctx.h"
-#include "core/strmap.h"
+#include "base/strmap.h"
 #include "metadata/common.h"
 #include "metadata/format.h"
 #include "metadata/view.h"

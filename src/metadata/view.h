@@ -8,9 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "dcp.h"
-#include "core/wire.h"
+#include "base/wire.h"
 
 /* A fuzzer cannot forge xxh3 checksums, so in fuzzing builds (the libFuzzer
  * convention macro) mismatches are ignored and the structural checks behind

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <xxhash.h>
 
-#include "core/checked.h"
+#include "base/checked.h"
 #include "metadata/codec.h"
 #include "metadata/format.h"
 #include "metadata/view.h"

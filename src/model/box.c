@@ -4,7 +4,7 @@
 
 #include <stdio.h>
 
-#include "core/checked.h"
+#include "base/checked.h"
 
 dcp_status dcpi_numel(uint32_t ndim, const int64_t *sizes, int64_t *numel) {
   int64_t n = 1;

@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/err.h"
+#include "base/err.h"
 
 /* Element count of sizes[0..ndim) into *numel; DCP_EINVAL for a negative
  * size, DCP_EOVERFLOW when the product overflows. ndim 0 gives 1. */

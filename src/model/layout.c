@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/checked.h"
+#include "base/checked.h"
 #include "core/ctx.h"
 
 static int cmp_rank_pos(const void *a, const void *b) {

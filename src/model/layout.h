@@ -4,7 +4,7 @@
 
 #include <stdbool.h>
 
-#include "core/err.h"
+#include "base/err.h"
 
 typedef struct dcpi_rank_pos {
   int32_t rank;

@@ -15,7 +15,7 @@
 
 #include <stddef.h>
 
-#include "core/err.h"
+#include "base/err.h"
 
 /* Check the len bytes at name (which may hold an embedded NUL: lengths
  * that arrive with the bytes are checked as given). On a violation, fails

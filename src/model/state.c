@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/checked.h"
+#include "base/checked.h"
 #include "core/ctx.h"
 #include "model/box.h"
 #include "model/layout.h"

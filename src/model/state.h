@@ -2,8 +2,8 @@
 #ifndef DCP_MODEL_STATE_H
 #define DCP_MODEL_STATE_H
 
-#include "core/err.h"
-#include "core/strmap.h"
+#include "base/err.h"
+#include "base/strmap.h"
 
 typedef struct dcpi_tensor_item {
   char *fqn; /* owned, NUL-terminated */

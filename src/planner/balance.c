@@ -3,7 +3,7 @@
 
 #include <stdlib.h>
 
-#include "core/checked.h"
+#include "base/checked.h"
 
 typedef struct order_entry {
   uint32_t nholders;

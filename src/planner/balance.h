@@ -4,7 +4,7 @@
 #ifndef DCP_PLANNER_BALANCE_H
 #define DCP_PLANNER_BALANCE_H
 
-#include "core/err.h"
+#include "base/err.h"
 
 typedef enum dcpi_balance_policy {
   DCPI_BALANCE_LEAST_LOADED = 0, /* greedy LPT over the holders */

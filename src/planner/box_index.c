@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/checked.h"
+#include "base/checked.h"
 #include "model/box.h"
 
 /* The expected number of chunks a random query walks in dimension d is about

@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/err.h"
+#include "base/err.h"
 
 typedef struct dcpi_box_index_entry {
   int64_t start;  /* the chunk's offset in the sweep dimension */

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/checked.h"
+#include "base/checked.h"
 #include "model/box.h"
 #include "model/state.h"
 #include "planner/local_plan_impl.h"

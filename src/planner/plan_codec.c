@@ -19,7 +19,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "core/wire.h"
+#include "base/wire.h"
 #include "planner/local_plan_impl.h"
 
 #define PLAN_MAGIC "DCPLPLAN"

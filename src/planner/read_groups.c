@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/checked.h"
-#include "core/strmap.h"
+#include "base/checked.h"
+#include "base/strmap.h"
 #include "model/box.h"
 
 /* One (rank, key) pair, with the fqn replaced by its canonical rank among

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "planner/balance.h"
 
 /* One request: the box [offset, offset+size) (ndim each) of fqn, whose

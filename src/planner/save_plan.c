@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/checked.h"
-#include "core/strmap.h"
+#include "base/checked.h"
+#include "base/strmap.h"
 #include "model/box.h"
 #include "planner/global_plan_impl.h"
 #include "planner/local_plan_impl.h"

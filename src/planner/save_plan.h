@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "planner/balance.h"
 
 /* ------------------------------------------------------------------------ */

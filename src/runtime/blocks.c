@@ -11,7 +11,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 
-#include "core/checked.h"
+#include "base/checked.h"
 #include "metadata/codec.h"
 #include "runtime/rt.h"
 

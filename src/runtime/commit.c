@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/checked.h"
-#include "core/strmap.h"
+#include "base/checked.h"
+#include "base/strmap.h"
 #include "metadata/meta.h"
 #include "runtime/replace.h"
 

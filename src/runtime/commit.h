@@ -3,7 +3,7 @@
 #ifndef DCP_RUNTIME_COMMIT_H
 #define DCP_RUNTIME_COMMIT_H
 
-#include "core/wire.h"
+#include "base/wire.h"
 #include "planner/save_plan.h"
 #include "runtime/files.h"
 #include "runtime/lease.h"

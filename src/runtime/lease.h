@@ -53,7 +53,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "runtime/rt.h"
 
 #define DCPI_LEASE_TTL_DEFAULT_MS 30000        /* ttl_ms 0 means this */

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "core/checked.h"
+#include "base/checked.h"
 #include "model/layout.h"
 #include "runtime/load_int.h"
 

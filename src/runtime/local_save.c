@@ -21,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/checked.h"
-#include "core/strmap.h"
+#include "base/checked.h"
+#include "base/strmap.h"
 #include "metadata/meta.h"
 #include "model/layout.h"
 #include "model/state.h"

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/checked.h"
+#include "base/checked.h"
 
 typedef struct scan {
   dcpi_parts *p;

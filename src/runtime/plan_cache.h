@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/wire.h"
+#include "base/wire.h"
 #include "planner/save_plan.h"
 
 #define DCPI_PLAN_CACHE_SLOTS 4

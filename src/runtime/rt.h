@@ -8,8 +8,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/err.h"
 #include "core/ctx.h"
-#include "core/err.h"
 #include "dcp_plugin.h"
 
 #define DCPI_METADATA_NAME ".metadata"

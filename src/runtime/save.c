@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/checked.h"
-#include "core/wire.h"
+#include "base/checked.h"
+#include "base/wire.h"
 #include "model/state.h"
 #include "planner/save_plan.h"
 #include <xxhash.h>

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "core/wire.h"
+#include "base/wire.h"
 #include "model/layout.h"
 
 /* ---- encoding ----------------------------------------------------------- */

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/err.h"
+#include "base/err.h"
 
 #define DCPI_WP_MAGIC 0x57504344u /* "DCPW" */
 #define DCPI_WP_VERSION 4u /* 2: DONE carries the save's statistics; 3: layouts, PLAN;

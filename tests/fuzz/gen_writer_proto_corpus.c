@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/wire.h"
+#include "base/wire.h"
 #include "runtime/plan_cache.h"
 #include "writer/proto.h"
 

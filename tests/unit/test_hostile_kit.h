@@ -17,7 +17,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "core/wire.h"
+#include "base/wire.h"
 #include "metadata/format.h"
 
 typedef struct hk_fixture {

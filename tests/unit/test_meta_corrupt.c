@@ -5,7 +5,7 @@
 
 #include "meta_gen.h"
 #include "metadata/format.h"
-#include "core/wire.h"
+#include "base/wire.h"
 
 /* A moderately rich encoded sample: tensors, zstd and raw refs, bytes, kv. */
 static void *sample(size_t *len) {

@@ -1,4 +1,4 @@
-#include "core/strmap.h"
+#include "base/strmap.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,8 +3,8 @@
  * Pure layers (model, planner, metadata) report through a caller-owned
  * dcpi_err instead of a global; the public wrappers copy it onto the context
  * (dcpi_ctx_report). */
-#ifndef DCP_CORE_ERR_H
-#define DCP_CORE_ERR_H
+#ifndef DCP_BASE_ERR_H
+#define DCP_BASE_ERR_H
 
 #include "dcp.h"
 

@@ -1,6 +1,6 @@
 /* checked.h — overflow-checked int64 arithmetic and growable arrays. */
-#ifndef DCP_CORE_CHECKED_H
-#define DCP_CORE_CHECKED_H
+#ifndef DCP_BASE_CHECKED_H
+#define DCP_BASE_CHECKED_H
 
 #include <stdbool.h>
 #include <stddef.h>

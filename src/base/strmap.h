@@ -2,8 +2,8 @@
  *
  * Keys are borrowed: the map stores the caller's pointer and length, which
  * must outlive the map. Used to intern fqns (state, planner, metadata). */
-#ifndef DCP_CORE_STRMAP_H
-#define DCP_CORE_STRMAP_H
+#ifndef DCP_BASE_STRMAP_H
+#define DCP_BASE_STRMAP_H
 
 #include <stddef.h>
 #include <stdint.h>

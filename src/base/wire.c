@@ -1,10 +1,10 @@
 /* wire.c — byte-level encoding helpers (see wire.h). */
-#include "core/wire.h"
+#include "base/wire.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/checked.h"
+#include "base/checked.h"
 
 /* Release the buffer's memory and reset it to empty. */
 void dcpi_wbuf_free(dcpi_wbuf *w) {

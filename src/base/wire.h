@@ -1,7 +1,7 @@
 /* wire.h — little-endian fixed-width and LEB128 varint encoding into a
  * growable buffer, and bounds-checked reading from a byte range. */
-#ifndef DCP_METADATA_WIRE_H
-#define DCP_METADATA_WIRE_H
+#ifndef DCP_BASE_WIRE_H
+#define DCP_BASE_WIRE_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,4 +1,4 @@
-#include "core/err.h"
+#include "base/err.h"
 
 #include <stdarg.h>
 #include <stdio.h>
