@@ -1,5 +1,6 @@
-/* async.c — dcp_async_*: the per-context writer state (a side table keyed
- * by the context pointer), staging into the pool and job submission. */
+/* async.c — dcp_async_*: the per-context writer state (attached to the
+ * context, which holds it as an opaque pointer), staging into the pool and
+ * job submission. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,26 +12,32 @@
 #include "model/state.h"
 #include "writer/proto.h"
 
-/* ---- side table ------------------------------------------------------- */
+/* ---- the context's writer state ---------------------------------------- */
 
-static struct {
-  pthread_mutex_t lock;
-  dcpi_async_writer **v;
-  size_t n, cap;
-} table = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0};
+/* Wait until nothing is staging or pending. Caller holds w->mu. */
+static void wait_idle_locked(dcpi_async_writer *w) {
+  while (w->pending || w->staging) pthread_cond_wait(&w->cv, &w->mu);
+}
 
-static dcpi_async_writer *lookup_locked(const dcp_ctx *ctx, size_t *at) {
-  for (size_t i = 0; i < table.n; i++)
-    if (table.v[i]->ctx == ctx) {
-      if (at) *at = i;
-      return table.v[i];
-    }
-  return NULL;
+/* Wait for a pending save, stop the writer, free the pool and w: the
+ * release function the context calls (dcp_ctx_free) or dcp_async_shutdown. */
+static void writer_release(dcpi_ctx_ext *ext) {
+  dcpi_async_writer *w = (dcpi_async_writer *)ext;
+  pthread_mutex_lock(&w->mu);
+  wait_idle_locked(w);
+  pthread_mutex_unlock(&w->mu);
+  dcpi_writer_stop(w);
+  dcpi_pool_free(&w->pool);
+  free(w->coll), free(w->coll_options), free(w->rendezvous);
+  pthread_cond_destroy(&w->cv);
+  pthread_mutex_destroy(&w->mu);
+  free(w);
 }
 
 static dcpi_async_writer *writer_new(dcp_ctx *ctx) {
   dcpi_async_writer *w = calloc(1, sizeof *w);
   if (!w) return NULL;
+  w->ext.release = writer_release;
   w->ctx = ctx;
   w->sock = -1;
   pthread_mutex_init(&w->mu, NULL);
@@ -43,53 +50,27 @@ static dcpi_async_writer *writer_new(dcp_ctx *ctx) {
   return w;
 }
 
-/* ctx's writer state, created on first use (NULL: out of memory). */
+/* ctx's writer state, created and attached to ctx on first use (NULL: out
+ * of memory). */
 dcpi_async_writer *dcpi_async_writer_of(dcp_ctx *ctx) {
-  pthread_mutex_lock(&table.lock);
-  dcpi_async_writer *w = lookup_locked(ctx, NULL);
-  if (!w && table.n == table.cap) {
-    size_t cap = table.cap ? table.cap * 2 : 8;
-    void *v = realloc(table.v, cap * sizeof *table.v);
-    if (v) table.v = v, table.cap = cap;
-  }
-  if (!w && table.n < table.cap && (w = writer_new(ctx))) table.v[table.n++] = w;
-  pthread_mutex_unlock(&table.lock);
-  return w;
+  dcpi_ctx_ext *e = dcpi_ctx_ext_get(ctx, DCPI_CTX_ASYNC);
+  if (e) return (dcpi_async_writer *)e;
+  dcpi_async_writer *w = writer_new(ctx);
+  if (!w) return NULL;
+  e = dcpi_ctx_ext_attach(ctx, DCPI_CTX_ASYNC, &w->ext);
+  if (e != &w->ext) writer_release(&w->ext); /* another thread's came first */
+  return (dcpi_async_writer *)e;
 }
 
-static dcpi_async_writer *writer_find(const dcp_ctx *ctx) {
-  pthread_mutex_lock(&table.lock);
-  dcpi_async_writer *w = lookup_locked(ctx, NULL);
-  pthread_mutex_unlock(&table.lock);
-  return w;
-}
-
-/* Wait until nothing is staging or pending. Caller holds w->mu. */
-static void wait_idle_locked(dcpi_async_writer *w) {
-  while (w->pending || w->staging) pthread_cond_wait(&w->cv, &w->mu);
-}
-
-void dcpi_async_ctx_release(dcp_ctx *ctx) {
-  size_t at;
-  pthread_mutex_lock(&table.lock);
-  dcpi_async_writer *w = lookup_locked(ctx, &at);
-  if (w) table.v[at] = table.v[--table.n];
-  if (table.n == 0) free(table.v), table.v = NULL, table.cap = 0;
-  pthread_mutex_unlock(&table.lock);
-  if (!w) return;
-  pthread_mutex_lock(&w->mu);
-  wait_idle_locked(w);
-  pthread_mutex_unlock(&w->mu);
-  dcpi_writer_stop(w);
-  dcpi_pool_free(&w->pool);
-  free(w->coll), free(w->coll_options), free(w->rendezvous);
-  pthread_cond_destroy(&w->cv);
-  pthread_mutex_destroy(&w->mu);
-  free(w);
+/* ctx's writer state if it has one, else NULL. */
+static dcpi_async_writer *writer_find(dcp_ctx *ctx) {
+  return (dcpi_async_writer *)dcpi_ctx_ext_get(ctx, DCPI_CTX_ASYNC);
 }
 
 void dcp_async_shutdown(dcp_ctx *ctx) {
-  if (ctx) dcpi_async_ctx_release(ctx);
+  if (!ctx) return;
+  dcpi_ctx_ext *e = dcpi_ctx_ext_detach(ctx, DCPI_CTX_ASYNC);
+  if (e) e->release(e);
 }
 
 /* ---- configuration ---------------------------------------------------- */

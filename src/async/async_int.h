@@ -1,6 +1,7 @@
 /* async_int.h — trainer-side internals of async saves: the per-context
- * writer state (writer process, socket, join thread, staging pool), kept in
- * a side table keyed by the context pointer. */
+ * writer state (writer process, socket, join thread, staging pool), attached
+ * to the context (core/ctx.h: ext[DCPI_CTX_ASYNC]), which frees it in
+ * dcp_ctx_free through ext.release. */
 #ifndef DCP_ASYNC_INT_H
 #define DCP_ASYNC_INT_H
 
@@ -11,6 +12,7 @@
 #include "core/ctx.h"
 
 typedef struct dcpi_async_writer {
+  dcpi_ctx_ext ext; /* first member: the context holds a pointer to it */
   dcp_ctx *ctx;
   pthread_mutex_t mu;
   pthread_cond_t cv; /* on CLOCK_MONOTONIC (dcp_async_wait_for) */
@@ -57,11 +59,6 @@ void dcpi_writer_stop(dcpi_async_writer *w);
 /* The directory of the loaded libdcp (or of the program that embeds it)
  * into buf, "" when unknown. */
 void dcpi_lib_dir(char *buf, size_t cap);
-
-/* Release ctx's async state: wait for a pending save, stop the writer,
- * free the pool. Safe when ctx never saved asynchronously. (To be called
- * from dcp_ctx_free.) */
-void dcpi_async_ctx_release(dcp_ctx *ctx);
 
 /* Test accessors: the writer's pid (0: none), pool memfds created, pool
  * growths, writer spawns, async saves submitted. */

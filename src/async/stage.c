@@ -6,6 +6,7 @@
 
 #include "async/async_int.h"
 #include "runtime/files.h"
+#include "runtime/plan_cache.h"
 #include "runtime/replace.h"
 #include "model/state.h"
 #include "writer/proto.h"
@@ -206,7 +207,7 @@ static dcp_status submit(dcpi_async_writer *w, dcpi_wp_job *j, dcp_async *h, dcp
   pthread_mutex_unlock(&w->mu);
   /* plans of sync saves the writer has not seen go first, so this save can
    * reuse one (a small message; nothing is planned on this thread) */
-  s = dcpi_wp_send_plans(w->sock, &w->ctx->plans, err);
+  s = dcpi_wp_send_plans(w->sock, dcpi_ctx_plan_cache(w->ctx), err);
   if (!s) s = dcpi_wp_send(w->sock, DCPI_WP_SAVE, payload, len, w->pool.fd, err);
   free(payload);
   pthread_mutex_lock(&w->mu);

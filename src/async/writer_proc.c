@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "async/async_int.h"
+#include "runtime/plan_cache.h"
 #include "writer/proto.h"
 
 extern char **environ;
@@ -136,7 +137,7 @@ static void finish_pending(dcpi_async_writer *w, uint64_t seq, dcp_status st, co
 static int take_plan(dcpi_async_writer *w, const uint8_t *p, size_t len, dcpi_err *err) {
   dcpi_plan_entry *e;
   if (dcpi_wp_plan_decode(p, len, &e, err)) return 1;
-  dcpi_plan_cache_put(&w->ctx->plans, e);
+  dcpi_plan_cache_put(dcpi_ctx_plan_cache(w->ctx), e);
   return 0;
 }
 
@@ -220,7 +221,7 @@ dcp_status dcpi_writer_start(dcpi_async_writer *w, dcpi_err *err) {
     return s;
   }
   w->spawns++;
-  dcpi_plan_cache_unshare_all(&w->ctx->plans); /* a new writer knows no plan */
+  dcpi_plan_cache_unshare_all(dcpi_ctx_plan_cache(w->ctx)); /* a new writer knows no plan */
   return DCP_OK;
 }
 

@@ -1,12 +1,19 @@
 /* ctx.c — context lifetime: identity, the collective it opens, the storage
- * plugin it will open per checkpoint, and its last-error slot. */
+ * plugin it will open per checkpoint, its last-error slot and the states
+ * higher layers attach to it; and dcp_state_create, the one model entry
+ * point that needs the context's identity. */
 #include "core/ctx.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "async/async_int.h"
 #include "core/plugin.h"
+#include "model/state.h"
+
+/* dcpi_ctx_report (base/err.c) writes the last error through a dcp_ctx
+ * pointer it cannot see into: the slot must head the struct. */
+_Static_assert(offsetof(struct dcp_ctx, last) == 0, "dcp_ctx must begin with its dcpi_err");
 
 /* Whether a caller's config (of cfg->struct_size bytes) has `field`: a
  * caller compiled against an older, shorter dcp_ctx_config leaves the
@@ -117,7 +124,7 @@ dcp_status dcp_ctx_create(const dcp_ctx_config *cfg, dcp_ctx **out) {
   effective_config(cfg, &eff);
   dcp_ctx *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return DCP_ENOMEM;
-  dcpi_plan_cache_init(&ctx->plans);
+  for (int i = 0; i < DCPI_CTX_NSLOTS; i++) atomic_init(&ctx->ext[i], NULL);
   dcpi_err err;
   dcpi_err_clear(&err);
   dcp_status rc = setup(ctx, &eff, &err);
@@ -135,9 +142,13 @@ dcp_status dcp_ctx_create(const dcp_ctx_config *cfg, dcp_ctx **out) {
 
 void dcp_ctx_free(dcp_ctx *ctx) {
   if (!ctx) return;
-  dcpi_async_ctx_release(ctx); /* its writer process and staging pool */
+  /* The attached states, in slot order: the async writer (its process,
+   * join thread and staging pool) before the plan cache it adds to. */
+  for (int i = 0; i < DCPI_CTX_NSLOTS; i++) {
+    dcpi_ctx_ext *e = dcpi_ctx_ext_detach(ctx, (dcpi_ctx_slot)i);
+    if (e) e->release(e);
+  }
   if (ctx->comm) ctx->coll->close(ctx->comm);
-  dcpi_plan_cache_clear(&ctx->plans);
   free(ctx->storage_options);
   free(ctx->plugin_path);
   free(ctx);
@@ -147,9 +158,9 @@ int32_t dcp_ctx_rank(const dcp_ctx *ctx) { return ctx ? ctx->rank : -1; }
 
 int32_t dcp_ctx_world_size(const dcp_ctx *ctx) { return ctx ? ctx->world_size : 0; }
 
-const char *dcp_ctx_last_error(const dcp_ctx *ctx) { return ctx ? ctx->last_error : ""; }
+const char *dcp_ctx_last_error(const dcp_ctx *ctx) { return ctx ? ctx->last.msg : ""; }
 
-dcp_status dcp_ctx_last_status(const dcp_ctx *ctx) { return ctx ? ctx->last_status : DCP_EINVAL; }
+dcp_status dcp_ctx_last_status(const dcp_ctx *ctx) { return ctx ? ctx->last.code : DCP_EINVAL; }
 
 dcp_status dcp_ctx_stats(const dcp_ctx *ctx, dcp_stats *out) {
   if (!ctx || !out || out->struct_size < sizeof(uint32_t)) return DCP_EINVAL;
@@ -160,11 +171,23 @@ dcp_status dcp_ctx_stats(const dcp_ctx *ctx, dcp_stats *out) {
   return DCP_OK;
 }
 
-dcp_status dcpi_ctx_report(dcp_ctx *ctx, const dcpi_err *err) {
-  if (ctx && err->code != DCP_OK) {
-    ctx->last_status = err->code;
-    memcpy(ctx->last_error, err->msg, sizeof ctx->last_error);
-    ctx->last_error[sizeof ctx->last_error - 1] = '\0';
-  }
-  return err->code;
+dcpi_ctx_ext *dcpi_ctx_ext_get(dcp_ctx *ctx, dcpi_ctx_slot slot) {
+  return atomic_load_explicit(&ctx->ext[slot], memory_order_acquire);
+}
+
+dcpi_ctx_ext *dcpi_ctx_ext_attach(dcp_ctx *ctx, dcpi_ctx_slot slot, dcpi_ctx_ext *ext) {
+  dcpi_ctx_ext *held = NULL;
+  if (atomic_compare_exchange_strong_explicit(&ctx->ext[slot], &held, ext, memory_order_acq_rel,
+                                              memory_order_acquire))
+    return ext;
+  return held;
+}
+
+dcpi_ctx_ext *dcpi_ctx_ext_detach(dcp_ctx *ctx, dcpi_ctx_slot slot) {
+  return atomic_exchange_explicit(&ctx->ext[slot], NULL, memory_order_acq_rel);
+}
+
+dcp_status dcp_state_create(dcp_ctx *ctx, dcp_state **out) {
+  if (!ctx || !out) return DCP_EINVAL;
+  return dcpi_state_new(ctx, ctx->rank, ctx->world_size, out);
 }

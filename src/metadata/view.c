@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "base/checked.h"
-#include "metadata/codec.h"
-#include "core/ctx.h"
+#include "base/err.h"
 #include "base/strmap.h"
+#include "metadata/codec.h"
 #include "metadata/common.h"
 #include "metadata/format.h"
 #include "metadata/view.h"

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "base/checked.h"
-#include "core/ctx.h"
+#include "base/err.h"
 #include "metadata/common.h"
 #include "metadata/format.h"
 #include "metadata/view.h"

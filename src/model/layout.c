@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "base/checked.h"
-#include "core/ctx.h"
+#include "base/err.h"
 
 static int cmp_rank_pos(const void *a, const void *b) {
   int32_t x = ((const dcpi_rank_pos *)a)->rank, y = ((const dcpi_rank_pos *)b)->rank;

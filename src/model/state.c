@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "base/checked.h"
-#include "core/ctx.h"
+#include "base/err.h"
 #include "model/box.h"
 #include "model/layout.h"
 #include "model/name.h"
@@ -26,13 +26,12 @@ dcp_status dcpi_check_tensor_decl(const char *fqn, dcp_dtype dtype, uint32_t ndi
   return dcpi_check_shape(ndim, shape, dcp_dtype_size(dtype), fqn, err);
 }
 
-dcp_status dcp_state_create(dcp_ctx *ctx, dcp_state **out) {
-  if (!ctx || !out) return DCP_EINVAL;
+dcp_status dcpi_state_new(dcp_ctx *ctx, int32_t rank, int32_t world_size, dcp_state **out) {
   dcp_state *st = calloc(1, sizeof *st);
   if (!(*out = st)) return DCP_ENOMEM;
   st->ctx = ctx;
-  st->rank = ctx->rank;
-  st->world_size = ctx->world_size;
+  st->rank = rank;
+  st->world_size = world_size;
   return DCP_OK;
 }
 

@@ -44,6 +44,12 @@ struct dcp_state {
 
 #define DCPI_NAME_BYTES 0x80000000u
 
+/* An empty state of rank `rank` in a world of world_size, created on ctx
+ * (kept for the errors of dcp_state_add_*, and to match the context of a
+ * save or load). dcp_state_create (core/ctx.c) calls it with the context's
+ * identity, which this layer does not see. Errors: DCP_ENOMEM. */
+dcp_status dcpi_state_new(dcp_ctx *ctx, int32_t rank, int32_t world_size, dcp_state **out);
+
 /* Check a NUL-terminated fqn or key against the name rule (model/name.h:
  * 1..DCP_MAX_NAME bytes of valid UTF-8, no control characters, no '/',
  * '\\' or ".."). `what` names it in the message. Returns DCP_OK or

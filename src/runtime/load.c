@@ -63,7 +63,7 @@ static dcp_status read_metadata(dcpi_rt *rt, uint8_t **data, size_t *len) {
 
 static dcp_status open_view(dcpi_rt *rt, const uint8_t *data, size_t len, dcp_meta **out) {
   dcp_status s = dcp_meta_open_memory(rt->ctx, data, len, out);
-  if (s) dcpi_fail(&rt->err, s, "%s/%s: %s", rt->path, DCPI_METADATA_NAME, rt->ctx->last_error);
+  if (s) dcpi_fail(&rt->err, s, "%s/%s: %s", rt->path, DCPI_METADATA_NAME, rt->ctx->last.msg);
   return s;
 }
 

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ctx.h"
+
 /* ---- entries ------------------------------------------------------------ */
 
 dcpi_plan_entry *dcpi_plan_entry_new(dcpi_plan_key key, int64_t generation,
@@ -41,6 +43,16 @@ static void unref_locked(dcpi_plan_entry *e) {
   if (e && --e->refs == 0) entry_free(e);
 }
 
+/* The cache's lock; no-ops for no cache (NULL: a context's cache that could
+ * not be allocated, whose entries only their creator holds). */
+static void lock(dcpi_plan_cache *c) {
+  if (c) pthread_mutex_lock(&c->mu);
+}
+
+static void unlock(dcpi_plan_cache *c) {
+  if (c) pthread_mutex_unlock(&c->mu);
+}
+
 /* ---- the cache ---------------------------------------------------------- */
 
 void dcpi_plan_cache_init(dcpi_plan_cache *c) {
@@ -57,6 +69,7 @@ void dcpi_plan_cache_clear(dcpi_plan_cache *c) {
 
 dcpi_plan_entry *dcpi_plan_cache_get(dcpi_plan_cache *c, dcpi_plan_key key) {
   dcpi_plan_entry *found = NULL;
+  if (!c) return NULL;
   pthread_mutex_lock(&c->mu);
   for (int i = 0; i < DCPI_PLAN_CACHE_SLOTS && !found; i++) {
     dcpi_plan_entry *e = c->slots[i];
@@ -72,9 +85,9 @@ dcpi_plan_entry *dcpi_plan_cache_get(dcpi_plan_cache *c, dcpi_plan_key key) {
 
 void dcpi_plan_cache_release(dcpi_plan_cache *c, dcpi_plan_entry *e) {
   if (!e) return;
-  pthread_mutex_lock(&c->mu);
+  lock(c);
   unref_locked(e);
-  pthread_mutex_unlock(&c->mu);
+  unlock(c);
 }
 
 /* The slot e goes to: the one of its key, else an empty one, else the
@@ -92,6 +105,10 @@ static int slot_for_locked(const dcpi_plan_cache *c, dcpi_plan_key key) {
 
 void dcpi_plan_cache_put(dcpi_plan_cache *c, dcpi_plan_entry *e) {
   if (!e) return;
+  if (!c) {
+    unref_locked(e); /* no cache to keep it */
+    return;
+  }
   pthread_mutex_lock(&c->mu);
   int i = slot_for_locked(c, e->key);
   dcpi_plan_entry *old = c->slots[i];
@@ -109,9 +126,9 @@ void dcpi_plan_cache_put(dcpi_plan_cache *c, dcpi_plan_entry *e) {
 
 dcpi_global_plan *dcpi_plan_entry_global(dcpi_plan_cache *c, dcpi_plan_entry *e,
                                          dcpi_err *err) {
-  pthread_mutex_lock(&c->mu);
+  lock(c);
   dcpi_global_plan *gp = e->gp;
-  pthread_mutex_unlock(&c->mu);
+  unlock(c);
   if (gp) return gp;
   if (e->world <= 0 || !e->plans) {
     dcpi_fail(err, DCP_EINVAL, "plan cache: the entry has no global plan");
@@ -120,19 +137,20 @@ dcpi_global_plan *dcpi_plan_entry_global(dcpi_plan_cache *c, dcpi_plan_entry *e,
   /* Built outside the lock (it can take a while at scale); a concurrent
    * builder's result wins and ours is dropped. */
   if (dcpi_global_plan_from_encoded(e->plans, e->plan_lens, e->world, &gp, err)) return NULL;
-  pthread_mutex_lock(&c->mu);
+  lock(c);
   if (e->gp) {
     dcpi_global_plan_free(gp);
     gp = e->gp;
   } else {
     e->gp = gp;
   }
-  pthread_mutex_unlock(&c->mu);
+  unlock(c);
   return gp;
 }
 
 size_t dcpi_plan_cache_take_unshared(dcpi_plan_cache *c, dcpi_plan_entry **out, size_t cap) {
   size_t n = 0;
+  if (!c) return 0;
   pthread_mutex_lock(&c->mu);
   for (int i = 0; i < DCPI_PLAN_CACHE_SLOTS && n < cap; i++) {
     dcpi_plan_entry *e = c->slots[i];
@@ -146,10 +164,38 @@ size_t dcpi_plan_cache_take_unshared(dcpi_plan_cache *c, dcpi_plan_entry **out, 
 }
 
 void dcpi_plan_cache_unshare_all(dcpi_plan_cache *c) {
+  if (!c) return;
   pthread_mutex_lock(&c->mu);
   for (int i = 0; i < DCPI_PLAN_CACHE_SLOTS; i++)
     if (c->slots[i]) c->slots[i]->shared = false;
   pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- a context's cache --------------------------------------------------- */
+
+/* The state this layer attaches to a context (core/ctx.h): its cache. */
+typedef struct ctx_plans {
+  dcpi_ctx_ext ext; /* first member: the context holds a pointer to it */
+  dcpi_plan_cache cache;
+} ctx_plans;
+
+static void ctx_plans_release(dcpi_ctx_ext *ext) {
+  ctx_plans *p = (ctx_plans *)ext;
+  dcpi_plan_cache_clear(&p->cache);
+  free(p);
+}
+
+dcpi_plan_cache *dcpi_ctx_plan_cache(dcp_ctx *ctx) {
+  dcpi_ctx_ext *e = dcpi_ctx_ext_get(ctx, DCPI_CTX_PLANS);
+  if (!e) {
+    ctx_plans *p = malloc(sizeof *p);
+    if (!p) return NULL;
+    p->ext.release = ctx_plans_release;
+    dcpi_plan_cache_init(&p->cache);
+    e = dcpi_ctx_ext_attach(ctx, DCPI_CTX_PLANS, &p->ext);
+    if (e != &p->ext) ctx_plans_release(&p->ext); /* another thread's came first */
+  }
+  return &((ctx_plans *)e)->cache;
 }
 
 /* ---- serialised form ---------------------------------------------------- */

@@ -15,7 +15,13 @@
  * process share one cache: each side sends the other the entries it has not
  * shared yet (docs/async.md). The cache is locked, because a trainer's join
  * thread adds entries while a save may be using others; entries are
- * reference counted, so one in use survives its eviction. */
+ * reference counted, so one in use survives its eviction.
+ *
+ * A context's cache (dcpi_ctx_plan_cache) is made on first use and attached
+ * to the context, which holds it as an opaque pointer and frees it in
+ * dcp_ctx_free (core/ctx.h). The functions below take a NULL cache (one that
+ * could not be allocated) as a cache that keeps nothing: the cache is an
+ * optimisation, never an error. */
 #ifndef DCP_RUNTIME_PLAN_CACHE_H
 #define DCP_RUNTIME_PLAN_CACHE_H
 
@@ -25,6 +31,7 @@
 #include <stdint.h>
 
 #include "base/wire.h"
+#include "dcp.h"
 #include "planner/save_plan.h"
 
 #define DCPI_PLAN_CACHE_SLOTS 4
@@ -52,6 +59,10 @@ typedef struct dcpi_plan_cache {
   dcpi_plan_entry *slots[DCPI_PLAN_CACHE_SLOTS];
   uint64_t clock;
 } dcpi_plan_cache;
+
+/* ctx's plan cache, made and attached to ctx on first use; NULL when out of
+ * memory (see above). It lives until dcp_ctx_free. */
+dcpi_plan_cache *dcpi_ctx_plan_cache(dcp_ctx *ctx);
 
 /* Initialise an empty cache / free every entry and the lock (c may be NULL
  * for clear; entries still borrowed must have been released). */

@@ -27,6 +27,7 @@
 #include "runtime/files.h"
 #include "runtime/lease.h"
 #include "runtime/local_save.h"
+#include "runtime/plan_cache.h"
 #include "runtime/replace.h"
 #include "runtime/rt.h"
 #include "runtime/save.h"
@@ -93,7 +94,7 @@ static void job_free(save_job *j) {
   dcpi_local_plan_free(j->lp);
   free(j->plan_enc);
   if (j->gp_owned) dcpi_global_plan_free(j->gp);
-  dcpi_plan_cache_release(&j->rt->ctx->plans, j->entry);
+  if (j->entry) dcpi_plan_cache_release(dcpi_ctx_plan_cache(j->rt->ctx), j->entry);
   free(j->all_plans);
   free(j->plan_lens);
   free(j->assignment);
@@ -174,7 +175,7 @@ static dcp_status learn_identity(save_job *j) {
  * *local, for the agreement that closes the plan phase. */
 static dcp_status try_cache(save_job *j, bool *hit, dcp_status *local) {
   dcpi_rt *rt = j->rt;
-  dcpi_plan_cache *cache = &rt->ctx->plans;
+  dcpi_plan_cache *cache = dcpi_ctx_plan_cache(rt->ctx); /* NULL: a miss */
   dcpi_plan_entry *e = dcpi_plan_cache_get(cache, j->key);
   if (e && rt->ctx->rank == 0 && e->world != rt->ctx->world_size) {
     dcpi_plan_cache_release(cache, e); /* not from a save coordinated here */
@@ -219,7 +220,7 @@ static dcp_status remember_plan(save_job *j) {
   if (j->gp_owned) e->gp = j->gp, j->gp_owned = false; /* e is not shared yet */
   e->refs++; /* the job's reference; the other one goes to the cache */
   j->entry = e;
-  dcpi_plan_cache_put(&rt->ctx->plans, e);
+  dcpi_plan_cache_put(dcpi_ctx_plan_cache(rt->ctx), e);
   return DCP_OK;
 }
 

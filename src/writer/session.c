@@ -25,7 +25,7 @@ void dcpi_wsession_free(dcpi_wsession *s) {
 
 void dcpi_wsession_take_plan(dcpi_wsession *s, dcpi_plan_entry *e) {
   if (s->ctx) {
-    dcpi_plan_cache_put(&s->ctx->plans, e);
+    dcpi_plan_cache_put(dcpi_ctx_plan_cache(s->ctx), e);
     return;
   }
   if (s->ninbox == DCPI_PLAN_CACHE_SLOTS) { /* keep the newest */
@@ -38,12 +38,13 @@ void dcpi_wsession_take_plan(dcpi_wsession *s, dcpi_plan_entry *e) {
 
 /* Move the inbox into the (new) context's cache. */
 static void empty_inbox(dcpi_wsession *s) {
-  for (size_t i = 0; i < s->ninbox; i++) dcpi_plan_cache_put(&s->ctx->plans, s->inbox[i]);
+  dcpi_plan_cache *c = dcpi_ctx_plan_cache(s->ctx);
+  for (size_t i = 0; i < s->ninbox; i++) dcpi_plan_cache_put(c, s->inbox[i]);
   s->ninbox = 0;
 }
 
 dcp_status dcpi_wsession_share_plans(dcpi_wsession *s, int sock, dcpi_err *err) {
-  return s->ctx ? dcpi_wp_send_plans(sock, &s->ctx->plans, err) : DCP_OK;
+  return s->ctx ? dcpi_wp_send_plans(sock, dcpi_ctx_plan_cache(s->ctx), err) : DCP_OK;
 }
 
 void dcpi_wsession_end(dcpi_wsession *s) {
