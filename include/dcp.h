@@ -207,7 +207,9 @@ DCP_API dcp_dtype dcp_dtype_from_name(const char *name);
 
 /* An N-d half-open region [offset, offset+size) per dimension of a tensor's
  * global shape. Entries at and past ndim are ignored. A box with a zero size
- * in any dimension is empty. A 0-d box (scalar) has one element. */
+ * in any dimension is empty. A 0-d box (scalar) has one element.
+ * Frozen: never grows; a later version adds a new struct (the library
+ * fills boxes for the caller: dcp_layout_box, dcp_flat_to_boxes, ...). */
 typedef struct dcp_box {
   uint32_t ndim;
   int64_t offset[DCP_MAX_NDIM];
@@ -407,7 +409,8 @@ typedef enum dcp_codec {
  * into blocks of block_size (the last may be shorter); each block is stored
  * at the next position of the file, encoded by codec, and carries an xxh3-64
  * checksum: of its raw bytes, or of its stored bytes for
- * DCP_CODEC_ZSTD_CHECKED. Pointers are owned by the view. */
+ * DCP_CODEC_ZSTD_CHECKED. Pointers are owned by the view.
+ * Frozen: never grows; a later version adds a new struct. */
 typedef struct dcp_storage_ref {
   uint32_t file;           /* index into the file table */
   dcp_codec codec;
@@ -421,6 +424,8 @@ typedef struct dcp_storage_ref {
                                            codec is DCP_CODEC_NONE */
 } dcp_storage_ref;
 
+/* One tensor of a view, filled by dcp_meta_tensor.
+ * Frozen: never grows; a later version adds a new struct. */
 typedef struct dcp_tensor_info {
   const char *fqn;
   dcp_dtype dtype;
@@ -431,11 +436,15 @@ typedef struct dcp_tensor_info {
   uint32_t tensor_map[DCP_MAX_NDIM]; /* valid when layout >= 0 */
 } dcp_tensor_info;
 
+/* One saved chunk of a tensor, filled by dcp_meta_chunk.
+ * Frozen: never grows; a later version adds a new struct. */
 typedef struct dcp_chunk_info {
   dcp_box box;
   dcp_storage_ref ref;
 } dcp_chunk_info;
 
+/* One saved bytes item, filled by dcp_meta_bytes.
+ * Frozen: never grows; a later version adds a new struct. */
 typedef struct dcp_bytes_info {
   const char *key;
   dcp_scope scope;
@@ -443,7 +452,8 @@ typedef struct dcp_bytes_info {
   dcp_storage_ref ref;
 } dcp_bytes_info;
 
-/* A save-time device mesh (see dcp_layout_create). */
+/* A save-time device mesh (see dcp_layout_create), filled by dcp_meta_mesh.
+ * Frozen: never grows; a later version adds a new struct. */
 typedef struct dcp_mesh_info {
   uint32_t ndim;
   const int64_t *shape;  /* ndim extents */
@@ -497,7 +507,7 @@ DCP_API dcp_status dcp_meta_file_length(const dcp_meta *meta, size_t index,
                                         uint64_t *length);
 
 /* Which save wrote a checkpoint (format version 2; docs/reliability.md).
- * Frozen: this struct never grows (a new field would come in a new one). */
+ * Frozen: never grows; a later version adds a new struct. */
 typedef struct dcp_save_identity {
   uint8_t id[16];      /* random per save (an uncoordinated save: from its
                           save_id option), never all zero */
@@ -666,7 +676,9 @@ DCP_API dcp_status dcp_load(dcp_ctx *ctx, dcp_state *st, const char *path,
  * DCP_ENOMEM. The view must be freed before ctx. */
 DCP_API dcp_status dcp_meta_open(dcp_ctx *ctx, const char *path, dcp_meta **out);
 
-/* What the last dcp_save or dcp_load on a context did, on this rank. */
+/* What the last dcp_save or dcp_load on a context did, on this rank.
+ * Grows (fields are appended): the caller's struct_size says how much of
+ * it the library writes. */
 typedef struct dcp_stats {
   uint32_t struct_size; /* set by dcp_ctx_stats from the caller's value */
   double plan_s;        /* planning, incl. gathering and scattering plans */
@@ -777,7 +789,8 @@ DCP_API dcp_status dcp_read_tensor(dcp_ctx *ctx, const char *ckpt, dcp_meta *met
 
 #define DCP_VERIFY_MSG_MAX 512
 
-/* What dcp_verify found. */
+/* What dcp_verify found. Grows (fields are appended): the caller's
+ * struct_size says how much of it the library writes. */
 typedef struct dcp_verify_report {
   uint32_t struct_size;    /* sizeof(dcp_verify_report), set by the caller */
   uint64_t tensors;        /* tensors checked */

@@ -31,8 +31,10 @@
 #ifndef DCP_PLUGIN_H
 #define DCP_PLUGIN_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "dcp.h"
 
@@ -50,10 +52,84 @@ extern "C" {
 /* The signature of the entry symbol. */
 typedef const void *(*dcp_plugin_entry_fn)(uint32_t kind);
 
-/* Where a plugin function leaves the reason for an error. */
+/* Where a plugin function leaves the reason for an error.
+ * Frozen: never grows; a later version adds a new struct. */
 typedef struct dcp_plugin_err {
   char msg[512];
 } dcp_plugin_err;
+
+/* ------------------------------------------------------------------------ */
+/* Plugin author's kit                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* Header-only helpers (macros and static inline functions: nothing here is
+ * a symbol of libdcp, so a plugin still links against libc only). They
+ * compile as C11 and C++11 and later. Like the tables, this section only
+ * grows. docs/plugins.md, "Plugin author's kit". */
+
+/* The attribute that exports the entry symbol from a module built with
+ * hidden visibility (-fvisibility=hidden: export the entry and nothing
+ * else). Put it on the declaration:
+ *
+ *     DCP_PLUGIN_EXPORT const void *dcp_plugin_entry(uint32_t kind);
+ *
+ * (in C++: extern "C" DCP_PLUGIN_EXPORT const void *dcp_plugin_entry(...)). */
+#if defined(_WIN32) || defined(__CYGWIN__)
+#define DCP_PLUGIN_EXPORT __declspec(dllexport)
+#elif defined(__GNUC__)
+#define DCP_PLUGIN_EXPORT __attribute__((visibility("default")))
+#else
+#define DCP_PLUGIN_EXPORT
+#endif
+
+/* printf-style format checking of a plugin's own message helpers:
+ * FMT is the 1-based index of the format parameter, ARGS that of the first
+ * variadic argument (0 for a va_list function). */
+#if defined(__GNUC__)
+#define DCP_PLUGIN_FORMAT(FMT, ARGS) __attribute__((format(printf, FMT, ARGS)))
+#else
+#define DCP_PLUGIN_FORMAT(FMT, ARGS)
+#endif
+
+/* Non-zero when the struct at ptr, whose uint32_t struct_size its producer
+ * set to the sizeof it was built with (the configs and tables here, the
+ * option and output structs of dcp.h), is large enough to hold `field` of
+ * `type` (the type as this header declares it). Read a field of a config
+ * the core passes in (dcp_storage_config, dcp_coll_config) only when this
+ * holds, and use its default otherwise:
+ *
+ *     const char *opts = DCP_HAS_FIELD(cfg, dcp_coll_config, options)
+ *                            ? cfg->options : NULL;
+ *
+ * ptr must not be NULL. */
+#define DCP_HAS_FIELD(ptr, type, field) \
+  ((ptr)->struct_size >= offsetof(type, field) + sizeof((ptr)->field))
+
+/* Format a reason into err->msg (truncated to fit, always NUL-terminated)
+ * and return code, so that an error path is one statement:
+ *
+ *     if (!buf) return dcp_plugin_fail(err, DCP_ENOMEM, "out of memory");
+ *
+ * err may be NULL (nothing is written). dcp_plugin_vfail takes a va_list,
+ * for helpers of a plugin's own that add context (errno text, a path). */
+static inline int dcp_plugin_vfail(dcp_plugin_err *err, int code, const char *fmt,
+                                   va_list ap) DCP_PLUGIN_FORMAT(3, 0);
+static inline int dcp_plugin_fail(dcp_plugin_err *err, int code, const char *fmt, ...)
+    DCP_PLUGIN_FORMAT(3, 4);
+
+static inline int dcp_plugin_vfail(dcp_plugin_err *err, int code, const char *fmt,
+                                   va_list ap) {
+  if (err) vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+  return code;
+}
+
+static inline int dcp_plugin_fail(dcp_plugin_err *err, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  dcp_plugin_vfail(err, code, fmt, ap);
+  va_end(ap);
+  return code;
+}
 
 /* ------------------------------------------------------------------------ */
 /* Storage                                                                  */
@@ -101,7 +177,10 @@ typedef struct dcp_storage_config {
                              DCP_STORAGE_CAP_EXCL; others may reject it with
                              DCP_EINVAL. */
 
-/* I/O counters of a backend since it was opened. */
+/* I/O counters of a backend since it was opened, filled by the plugin's
+ * get_stats into the core's struct.
+ * Frozen: never grows; a later version adds a new struct (filled by a new
+ * get_stats2 appended to the table; docs/plugins.md, "Storage contract"). */
 typedef struct dcp_io_stats {
   uint64_t bytes_written, write_ops;
   uint64_t bytes_read, read_ops;

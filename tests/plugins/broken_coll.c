@@ -3,8 +3,6 @@
  * it. Its other functions are stubs that nothing may call. */
 #include "dcp_plugin.h"
 
-#define EXPORT __attribute__((visibility("default")))
-
 static int c_open(const dcp_coll_config *c, dcp_comm **o, dcp_plugin_err *e) {
   (void)c, (void)o, (void)e;
   return DCP_EIO;
@@ -56,7 +54,7 @@ static const dcp_coll_plugin table = {
     .group_bcast = NULL,
 };
 
-EXPORT const void *dcp_plugin_entry(uint32_t kind);
-EXPORT const void *dcp_plugin_entry(uint32_t kind) {
+DCP_PLUGIN_EXPORT const void *dcp_plugin_entry(uint32_t kind);
+DCP_PLUGIN_EXPORT const void *dcp_plugin_entry(uint32_t kind) {
   return kind == DCP_PLUGIN_COLL ? &table : NULL;
 }

@@ -12,8 +12,6 @@
  * functions are stubs: the loader must reject each table before any runs. */
 #include "dcp_plugin.h"
 
-#define EXPORT __attribute__((visibility("default")))
-
 /* Every stub fails: nothing may call them. */
 static int st_open(const dcp_storage_config *c, dcp_storage **o, dcp_plugin_err *e) {
   (void)c, (void)o, (void)e;
@@ -103,11 +101,11 @@ static const dcp_storage_plugin table = {
 };
 
 #if defined(BROKEN_NOENTRY)
-EXPORT const void *dcp_plugin_entyr(uint32_t kind); /* the typo is the defect */
-EXPORT const void *dcp_plugin_entyr(uint32_t kind) { return kind ? &table : NULL; }
+DCP_PLUGIN_EXPORT const void *dcp_plugin_entyr(uint32_t kind); /* the typo is the defect */
+DCP_PLUGIN_EXPORT const void *dcp_plugin_entyr(uint32_t kind) { return kind ? &table : NULL; }
 #else
-EXPORT const void *dcp_plugin_entry(uint32_t kind);
-EXPORT const void *dcp_plugin_entry(uint32_t kind) {
+DCP_PLUGIN_EXPORT const void *dcp_plugin_entry(uint32_t kind);
+DCP_PLUGIN_EXPORT const void *dcp_plugin_entry(uint32_t kind) {
 #if defined(BROKEN_NULLTABLE)
   (void)kind;
   (void)table;

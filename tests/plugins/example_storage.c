@@ -21,17 +21,15 @@
 #define _POSIX_C_SOURCE 200809L /* strdup, pthreads: a plugin builds on its own */
 #endif
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dcp_plugin.h"
 
-/* The entry must be visible in the .so even under -fvisibility=hidden. */
-#define EXAMPLE_EXPORT __attribute__((visibility("default")))
-EXAMPLE_EXPORT const void *dcp_plugin_entry(uint32_t kind);
+/* The entry must be visible in the .so even under -fvisibility=hidden:
+ * DCP_PLUGIN_EXPORT (dcp_plugin.h) says so. */
+DCP_PLUGIN_EXPORT const void *dcp_plugin_entry(uint32_t kind);
 
 /* A file's bytes, shared by the store and its readers; freed with the last
  * reference. refs is guarded by the backend's lock. */
@@ -61,16 +59,8 @@ struct dcp_storage_file {
   size_t cap;     /* WRITE: bytes allocated at data->data */
 };
 
-/* Record a printf-style reason in err and return code: every error path of
- * a plugin leaves a message the core can show to the user. */
-__attribute__((format(printf, 3, 4))) static int fail(dcp_plugin_err *err, int code,
-                                                       const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-  va_end(ap);
-  return code;
-}
+/* Every error path leaves a reason the core can show to the user:
+ * dcp_plugin_fail (dcp_plugin.h) formats it into err and returns the code. */
 
 /* The ABI's name rule: 1..255 bytes of [A-Za-z0-9._-], not "." or "..".
  * The library only ever passes such names; checking anyway is what keeps a
@@ -110,13 +100,13 @@ static void drop(entry **link) {
 
 static int ex_open(const dcp_storage_config *cfg, dcp_storage **out, dcp_plugin_err *err) {
   /* Accept configs from older, shorter headers: read only fields that fit. */
-  if (cfg->struct_size < offsetof(dcp_storage_config, flags) + sizeof cfg->flags || !cfg->root)
-    return fail(err, DCP_EINVAL, "config lacks a root");
-  if (cfg->struct_size >= offsetof(dcp_storage_config, options) + sizeof cfg->options &&
-      cfg->options && cfg->options[0])
-    return fail(err, DCP_EINVAL, "unknown options \"%s\" (example takes none)", cfg->options);
+  if (!DCP_HAS_FIELD(cfg, dcp_storage_config, flags) || !cfg->root)
+    return dcp_plugin_fail(err, DCP_EINVAL, "config lacks a root");
+  if (DCP_HAS_FIELD(cfg, dcp_storage_config, options) && cfg->options && cfg->options[0])
+    return dcp_plugin_fail(err, DCP_EINVAL, "unknown options \"%s\" (example takes none)",
+                           cfg->options);
   dcp_storage *st = calloc(1, sizeof *st);
-  if (!st) return fail(err, DCP_ENOMEM, "out of memory");
+  if (!st) return dcp_plugin_fail(err, DCP_ENOMEM, "out of memory");
   pthread_mutex_init(&st->lock, NULL);
   *out = st;
   return DCP_OK;
@@ -134,11 +124,11 @@ static void ex_close(dcp_storage *st) {
  * private buffer (nothing is visible until file_close). */
 static int ex_file_open(dcp_storage *st, const char *name, uint32_t mode, dcp_storage_file **out,
                         dcp_plugin_err *err) {
-  if (!name_ok(name)) return fail(err, DCP_ENAME, "bad file name \"%.255s\"", name);
+  if (!name_ok(name)) return dcp_plugin_fail(err, DCP_ENAME, "bad file name \"%.255s\"", name);
   if (mode != DCP_FILE_READ && mode != DCP_FILE_WRITE)
-    return fail(err, DCP_EINVAL, "bad mode %u", mode);
+    return dcp_plugin_fail(err, DCP_EINVAL, "bad mode %u", mode);
   dcp_storage_file *f = calloc(1, sizeof *f);
-  if (!f) return fail(err, DCP_ENOMEM, "out of memory");
+  if (!f) return dcp_plugin_fail(err, DCP_ENOMEM, "out of memory");
   f->st = st;
   f->mode = mode;
   int rc = DCP_OK;
@@ -149,9 +139,9 @@ static int ex_file_open(dcp_storage *st, const char *name, uint32_t mode, dcp_st
     f->data = e->data;
     f->data->refs++;
   } else if (mode == DCP_FILE_READ) {
-    rc = fail(err, DCP_ENOTFOUND, "no file \"%s\"", name);
+    rc = dcp_plugin_fail(err, DCP_ENOTFOUND, "no file \"%s\"", name);
   } else if (!(f->name = strdup(name)) || !(f->data = calloc(1, sizeof *f->data))) {
-    rc = fail(err, DCP_ENOMEM, "out of memory");
+    rc = dcp_plugin_fail(err, DCP_ENOMEM, "out of memory");
   } else {
     f->data->refs = 1;
   }
@@ -169,14 +159,15 @@ static int ex_file_open(dcp_storage *st, const char *name, uint32_t mode, dcp_st
 /* Append, doubling the buffer; a store in memory is full when memory is. */
 static int ex_file_write(dcp_storage_file *f, const void *buf, size_t len,
                          dcp_plugin_err *err) {
-  if (f->mode != DCP_FILE_WRITE) return fail(err, DCP_EINVAL, "file is not open for writing");
+  if (f->mode != DCP_FILE_WRITE)
+    return dcp_plugin_fail(err, DCP_EINVAL, "file is not open for writing");
   blob *b = f->data;
-  if (len > SIZE_MAX / 2 - b->len) return fail(err, DCP_ENOSPC, "file too large");
+  if (len > SIZE_MAX / 2 - b->len) return dcp_plugin_fail(err, DCP_ENOSPC, "file too large");
   if (b->len + len > f->cap) {
     size_t cap = f->cap ? f->cap : 4096;
     while (cap < b->len + len) cap *= 2;
     unsigned char *p = realloc(b->data, cap);
-    if (!p) return fail(err, DCP_ENOSPC, "out of memory for %zu bytes", cap);
+    if (!p) return dcp_plugin_fail(err, DCP_ENOSPC, "out of memory for %zu bytes", cap);
     b->data = p;
     f->cap = cap;
   }
@@ -193,10 +184,11 @@ static int ex_file_write(dcp_storage_file *f, const void *buf, size_t len,
 static int ex_file_read(dcp_storage_file *f, void *buf, size_t len, uint64_t offset,
                         dcp_plugin_err *err) {
   const blob *b = f->data;
-  if (f->mode != DCP_FILE_READ) return fail(err, DCP_EINVAL, "file is not open for reading");
+  if (f->mode != DCP_FILE_READ)
+    return dcp_plugin_fail(err, DCP_EINVAL, "file is not open for reading");
   if (offset > b->len || len > b->len - offset)
-    return fail(err, DCP_ECORRUPT, "read of %zu bytes at %llu past the end (%zu bytes)", len,
-                (unsigned long long)offset, b->len);
+    return dcp_plugin_fail(err, DCP_ECORRUPT, "read of %zu bytes at %llu past the end (%zu bytes)",
+                           len, (unsigned long long)offset, b->len);
   if (len) memcpy(buf, b->data + offset, len);
   pthread_mutex_lock(&f->st->lock);
   f->st->stats.bytes_read += len;
@@ -231,7 +223,7 @@ static int ex_file_close(dcp_storage_file *f, dcp_plugin_err *err) {
       (*link)->data = f->data; /* hand our reference to the store */
       f->data = NULL;
     } else {
-      rc = fail(err, DCP_ENOMEM, "out of memory publishing the file");
+      rc = dcp_plugin_fail(err, DCP_ENOMEM, "out of memory publishing the file");
     }
   }
   unref(f->data);
@@ -244,26 +236,26 @@ static int ex_file_close(dcp_storage_file *f, dcp_plugin_err *err) {
 /* ---- names ------------------------------------------------------------ */
 
 static int ex_file_size(dcp_storage *st, const char *name, uint64_t *size, dcp_plugin_err *err) {
-  if (!name_ok(name)) return fail(err, DCP_ENAME, "bad file name \"%.255s\"", name);
+  if (!name_ok(name)) return dcp_plugin_fail(err, DCP_ENAME, "bad file name \"%.255s\"", name);
   pthread_mutex_lock(&st->lock);
   st->stats.meta_ops++;
   entry *e = *find(st, name);
   if (e) *size = e->data->len;
   pthread_mutex_unlock(&st->lock);
-  return e ? DCP_OK : fail(err, DCP_ENOTFOUND, "no file \"%s\"", name);
+  return e ? DCP_OK : dcp_plugin_fail(err, DCP_ENOTFOUND, "no file \"%s\"", name);
 }
 
 /* Atomic by construction: one critical section swaps the names. */
 static int ex_rename(dcp_storage *st, const char *from, const char *to, dcp_plugin_err *err) {
-  if (!name_ok(from) || !name_ok(to)) return fail(err, DCP_ENAME, "bad file name");
+  if (!name_ok(from) || !name_ok(to)) return dcp_plugin_fail(err, DCP_ENAME, "bad file name");
   char *copy = strdup(to);
-  if (!copy) return fail(err, DCP_ENOMEM, "out of memory");
+  if (!copy) return dcp_plugin_fail(err, DCP_ENOMEM, "out of memory");
   int rc = DCP_OK;
   pthread_mutex_lock(&st->lock);
   st->stats.meta_ops++;
   entry **src = find(st, from);
   if (!*src) {
-    rc = fail(err, DCP_ENOTFOUND, "no file \"%s\"", from);
+    rc = dcp_plugin_fail(err, DCP_ENOTFOUND, "no file \"%s\"", from);
   } else if (strcmp(from, to) != 0) {
     entry **dst = find(st, to);
     if (*dst) drop(dst); /* replace `to` */
@@ -278,14 +270,14 @@ static int ex_rename(dcp_storage *st, const char *from, const char *to, dcp_plug
 }
 
 static int ex_remove(dcp_storage *st, const char *name, dcp_plugin_err *err) {
-  if (!name_ok(name)) return fail(err, DCP_ENAME, "bad file name \"%.255s\"", name);
+  if (!name_ok(name)) return dcp_plugin_fail(err, DCP_ENAME, "bad file name \"%.255s\"", name);
   pthread_mutex_lock(&st->lock);
   st->stats.meta_ops++;
   entry **link = find(st, name);
   int found = *link != NULL;
   if (found) drop(link);
   pthread_mutex_unlock(&st->lock);
-  return found ? DCP_OK : fail(err, DCP_ENOTFOUND, "no file \"%s\"", name);
+  return found ? DCP_OK : dcp_plugin_fail(err, DCP_ENOTFOUND, "no file \"%s\"", name);
 }
 
 static int ex_sync_dir(dcp_storage *st, dcp_plugin_err *err) {
@@ -308,7 +300,7 @@ static int ex_list(dcp_storage *st, int (*fn)(void *arg, const char *name), void
   for (entry *e = st->files; names && e && (names[copied] = strdup(e->name)); e = e->next)
     copied++;
   pthread_mutex_unlock(&st->lock);
-  int rc = (!names || copied < n) ? fail(err, DCP_ENOMEM, "out of memory") : DCP_OK;
+  int rc = (!names || copied < n) ? dcp_plugin_fail(err, DCP_ENOMEM, "out of memory") : DCP_OK;
   for (size_t k = 0; rc == DCP_OK && k < n; k++) rc = fn(arg, names[k]);
   for (size_t k = 0; k < copied; k++) free(names[k]);
   free(names);

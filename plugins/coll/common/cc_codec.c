@@ -4,7 +4,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "cc_err.h"
+#include "dcp_plugin.h"
 
 void dcpi_cc_put64(unsigned char *p, uint64_t v) {
   for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
@@ -46,9 +46,9 @@ int dcpi_cc_trailer_parse(const unsigned char *tr, uint64_t size, const char *pa
   out->hash = dcpi_cc_get64(tr + 8);
   out->op = dcpi_cc_get32(tr + 16);
   if (out->plen != size - DCPI_CC_TRAILER_SIZE)
-    return dcpi_cc_fail(err, DCP_ECORRUPT, "%s: trailer says %llu payload bytes, file has %llu",
-                        path, (unsigned long long)out->plen,
-                        (unsigned long long)(size - DCPI_CC_TRAILER_SIZE));
+    return dcp_plugin_fail(err, DCP_ECORRUPT, "%s: trailer says %llu payload bytes, file has %llu",
+                           path, (unsigned long long)out->plen,
+                           (unsigned long long)(size - DCPI_CC_TRAILER_SIZE));
   return 1;
 }
 
@@ -86,7 +86,7 @@ static int record_of(const unsigned char *rec, size_t len, uint32_t op, const ch
 static int verify(const unsigned char *rec, const dcpi_cc_trailer *t, const char *path,
                   dcp_plugin_err *err) {
   if (dcpi_cc_hash(rec, (size_t)t->plen) != t->hash)
-    return dcpi_cc_fail(err, DCP_ECORRUPT, "%s: payload checksum mismatch", path);
+    return dcp_plugin_fail(err, DCP_ECORRUPT, "%s: payload checksum mismatch", path);
   return DCP_OK;
 }
 

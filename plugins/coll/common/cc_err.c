@@ -1,15 +1,3 @@
-/* cc_err.c — see cc_err.h. */
+/* cc_err.c — empty of code: the error helper is dcp_plugin_fail
+ * (dcp_plugin.h). See cc_err.h for why the file remains. */
 #include "cc_err.h"
-
-#include <stdarg.h>
-#include <stdio.h>
-
-int dcpi_cc_fail(dcp_plugin_err *err, int code, const char *fmt, ...) {
-  if (err) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-  }
-  return code;
-}

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cc_err.h"
+#include "dcp_plugin.h"
 
 #define TMP_TRIES 8 /* fresh names tried when one exists (practically never) */
 
@@ -82,7 +82,8 @@ int dcpi_cc_write_file(const char *path, const void *a, size_t alen, const void 
                        dcp_plugin_err *err) {
   char tmp[4096 + 32];
   int fd = create_tmp(path, tmp, sizeof tmp);
-  if (fd < 0) return dcpi_cc_fail(err, DCP_EIO, "create a temporary for %s: %s", path, strerror(errno));
+  if (fd < 0)
+    return dcp_plugin_fail(err, DCP_EIO, "create a temporary for %s: %s", path, strerror(errno));
   int bad = (alen && write_all(fd, a, alen)) || (blen && write_all(fd, b, blen));
   int saved = errno;
   if (close(fd) != 0 && !bad) {
@@ -92,8 +93,8 @@ int dcpi_cc_write_file(const char *path, const void *a, size_t alen, const void 
   if (!bad && rename(tmp, path) == 0) return DCP_OK; /* replaces a link, not its target */
   if (!bad) saved = errno;
   unlink(tmp);
-  return dcpi_cc_fail(err, saved == ENOSPC ? DCP_ENOSPC : DCP_EIO, "write %s: %s", path,
-                      strerror(saved));
+  return dcp_plugin_fail(err, saved == ENOSPC ? DCP_ENOSPC : DCP_EIO, "write %s: %s", path,
+                         strerror(saved));
 }
 
 int dcpi_cc_open_file(const char *path, int *fd, uint64_t *size, dcp_plugin_err *err) {
@@ -102,13 +103,13 @@ int dcpi_cc_open_file(const char *path, int *fd, uint64_t *size, dcp_plugin_err 
   if (f < 0) {
     if (errno == ENOENT) return DCPI_CC_ABSENT;
     if (errno == ELOOP || errno == ENXIO) return DCPI_CC_ODD; /* a link; a fifo, a socket */
-    return dcpi_cc_fail(err, DCP_EIO, "open %s: %s", path, strerror(errno));
+    return dcp_plugin_fail(err, DCP_EIO, "open %s: %s", path, strerror(errno));
   }
   struct stat st;
   if (fstat(f, &st) != 0) {
     int e = errno;
     close(f);
-    return dcpi_cc_fail(err, DCP_EIO, "stat %s: %s", path, strerror(e));
+    return dcp_plugin_fail(err, DCP_EIO, "stat %s: %s", path, strerror(e));
   }
   if (!S_ISREG(st.st_mode)) {
     close(f);
@@ -132,7 +133,7 @@ int dcpi_cc_read_small(const char *path, void *buf, size_t cap, size_t *len,
     if (r < 0) {
       int e = errno;
       close(fd);
-      return dcpi_cc_fail(err, DCP_EIO, "read %s: %s", path, strerror(e));
+      return dcp_plugin_fail(err, DCP_EIO, "read %s: %s", path, strerror(e));
     }
     if (r == 0) break;
     got += (size_t)r;
@@ -147,7 +148,7 @@ int dcpi_cc_read_small(const char *path, void *buf, size_t cap, size_t *len,
 
 int dcpi_cc_create_empty(const char *path, dcp_plugin_err *err) {
   int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return dcpi_cc_fail(err, DCP_EIO, "create %s: %s", path, strerror(errno));
+  if (fd < 0) return dcp_plugin_fail(err, DCP_EIO, "create %s: %s", path, strerror(errno));
   close(fd);
   return DCP_OK;
 }

@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "cc_codec.h"
-#include "cc_err.h"
 #include "cc_file.h"
+#include "dcp_plugin.h"
 
 #define POLL_MIN_NS 50000LL    /* 50 us */
 #define POLL_MAX_NS 20000000LL /* 20 ms */
@@ -45,7 +45,8 @@ static int poll_pause(const dcpi_cc_hs *h, int64_t *backoff, int progress) {
 static int hs_path(const dcpi_cc_hs *h, char *buf, int32_t r, dcp_plugin_err *err) {
   int n = r >= 0 ? snprintf(buf, PATH_MAX, "%s/%shello.%d", h->dir, h->prefix, (int)r)
                  : snprintf(buf, PATH_MAX, "%s/%ssession", h->dir, h->prefix);
-  if (n < 0 || n >= PATH_MAX) return dcpi_cc_fail(err, DCP_EINVAL, "path too long in %s", h->dir);
+  if (n < 0 || n >= PATH_MAX)
+    return dcp_plugin_fail(err, DCP_EINVAL, "path too long in %s", h->dir);
   return DCP_OK;
 }
 
@@ -56,8 +57,8 @@ int dcpi_cc_hs_init(dcpi_cc_hs *h, dcp_plugin_err *err) {
   h->buf = NULL;
   h->buf_len = dcpi_cc_session_record(h->world);
   if (!h->buf_len || h->rank < 0 || h->rank >= h->world)
-    return dcpi_cc_fail(err, DCP_EINVAL, "rank %d / world %d out of range", (int)h->rank,
-                        (int)h->world);
+    return dcp_plugin_fail(err, DCP_EINVAL, "rank %d / world %d out of range", (int)h->rank,
+                           (int)h->world);
   int rc = hs_path(h, path, h->world - 1, err);
   if (!rc) rc = hs_path(h, path, -1, err);
   if (rc || h->rank != 0) return rc;
@@ -66,7 +67,7 @@ int dcpi_cc_hs_init(dcpi_cc_hs *h, dcp_plugin_err *err) {
   h->buf = malloc(h->buf_len);
   if (h->nonces && h->buf) return DCP_OK;
   dcpi_cc_hs_free(h);
-  return dcpi_cc_fail(err, DCP_ENOMEM, "out of memory");
+  return dcp_plugin_fail(err, DCP_ENOMEM, "out of memory");
 }
 
 void dcpi_cc_hs_free(dcpi_cc_hs *h) {
@@ -92,7 +93,7 @@ static int read_record(const char *path, unsigned char *buf, size_t cap, size_t 
     if (r < 0) {
       int e = errno;
       close(fd);
-      return dcpi_cc_fail(err, DCP_EIO, "read %s: %s", path, strerror(e));
+      return dcp_plugin_fail(err, DCP_EIO, "read %s: %s", path, strerror(e));
     }
     if (r == 0) break;
     got += (size_t)r;
@@ -155,9 +156,10 @@ static int collect_timeout(const dcpi_cc_hs *h, const sighting *s, int32_t odd_r
     }
   }
   if (odd_rank > 0) hs_path(h, odd, odd_rank, NULL);
-  dcpi_cc_fail(err, DCP_ETIMEDOUT,
-               "timed out after %lld ms waiting for the hello of rank(s) %s%s (%zu missing) in %s",
-               (long long)h->timeout_ms, list, missing > shown ? ", ..." : "", missing, h->dir);
+  dcp_plugin_fail(
+      err, DCP_ETIMEDOUT,
+      "timed out after %lld ms waiting for the hello of rank(s) %s%s (%zu missing) in %s",
+      (long long)h->timeout_ms, list, missing > shown ? ", ..." : "", missing, h->dir);
   if (err) add_notes(h, err->msg, sizeof err->msg, s, "a hello file", odd_rank > 0 ? odd : NULL);
   return DCP_ETIMEDOUT;
 }
@@ -215,7 +217,7 @@ void dcpi_cc_hs_retire(const dcpi_cc_hs *h) {
 /* Rank r > 0: polls the session file until one echoes h->nonce. */
 static int await_session(dcpi_cc_hs *h, const char *spath, dcp_plugin_err *err) {
   unsigned char *rec = malloc(h->buf_len);
-  if (!rec) return dcpi_cc_fail(err, DCP_ENOMEM, "out of memory");
+  if (!rec) return dcp_plugin_fail(err, DCP_ENOMEM, "out of memory");
   int64_t backoff = POLL_MIN_NS;
   sighting s = {0, 0};
   int rc;
@@ -228,9 +230,9 @@ static int await_session(dcpi_cc_hs *h, const char *spath, dcp_plugin_err *err) 
                                   &s.other_world, err);
     if (rc < 0 || rc == DCPI_CC_OURS) break; /* DCPI_CC_OURS == DCPI_CC_PRESENT */
     if (poll_pause(h, &backoff, 0)) {
-      rc = dcpi_cc_fail(err, DCP_ETIMEDOUT,
-                        "timed out after %lld ms waiting for rank 0's session file %s",
-                        (long long)h->timeout_ms, spath);
+      rc = dcp_plugin_fail(err, DCP_ETIMEDOUT,
+                           "timed out after %lld ms waiting for rank 0's session file %s",
+                           (long long)h->timeout_ms, spath);
       if (err) add_notes(h, err->msg, sizeof err->msg, &s, "the session file", s.odd ? spath : NULL);
       break;
     }

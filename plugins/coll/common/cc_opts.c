@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cc_err.h"
+#include "dcp_plugin.h"
 
 static const char NAME_CHARS[] =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-";
@@ -41,14 +41,14 @@ static int set_value(const dcpi_cc_opt *o, const char *v, size_t vlen, const cha
     *(uint64_t *)o->out = (uint64_t)x;
     return DCP_OK;
   bad_size:
-    return dcpi_cc_fail(err, DCP_EINVAL, "%s: %s must be a decimal number in [%llu, %llu]", who,
-                        o->key, (unsigned long long)o->lo, (unsigned long long)o->hi);
+    return dcp_plugin_fail(err, DCP_EINVAL, "%s: %s must be a decimal number in [%llu, %llu]", who,
+                           o->key, (unsigned long long)o->lo, (unsigned long long)o->hi);
   }
   if (vlen == 0 || vlen > o->max)
-    return dcpi_cc_fail(err, DCP_EINVAL, "%s: %s= must be 1..%zu bytes", who, o->key, o->max);
+    return dcp_plugin_fail(err, DCP_EINVAL, "%s: %s= must be 1..%zu bytes", who, o->key, o->max);
   if (o->kind == DCPI_CC_OPT_NAME && strspn(v, NAME_CHARS) < vlen)
-    return dcpi_cc_fail(err, DCP_EINVAL, "%s: %s=\"%.*s\": want 1..%zu of [A-Za-z0-9_-]", who,
-                        o->key, (int)vlen, v, o->max);
+    return dcp_plugin_fail(err, DCP_EINVAL, "%s: %s=\"%.*s\": want 1..%zu of [A-Za-z0-9_-]", who,
+                           o->key, (int)vlen, v, o->max);
   memcpy(o->out, v, vlen);
   ((char *)o->out)[vlen] = '\0';
   return DCP_OK;
@@ -59,8 +59,8 @@ static int parse_item(const char *item, size_t ilen, const dcpi_cc_opt *known, s
                       const char *who, dcp_plugin_err *err) {
   const char *eq = memchr(item, '=', ilen);
   if (!eq)
-    return dcpi_cc_fail(err, DCP_EINVAL, "%s: option \"%.*s\" is not key=value", who, (int)ilen,
-                        item);
+    return dcp_plugin_fail(err, DCP_EINVAL, "%s: option \"%.*s\" is not key=value", who, (int)ilen,
+                           item);
   size_t klen = (size_t)(eq - item);
   for (size_t i = 0; i < n; i++) {
     if (strlen(known[i].key) != klen || memcmp(known[i].key, item, klen) != 0) continue;
@@ -70,8 +70,8 @@ static int parse_item(const char *item, size_t ilen, const dcpi_cc_opt *known, s
   }
   char list[200];
   known_list(known, n, list, sizeof list);
-  return dcpi_cc_fail(err, DCP_EINVAL, "%s: unknown option \"%.*s\" (known: %s)", who, (int)klen,
-                      item, list);
+  return dcp_plugin_fail(err, DCP_EINVAL, "%s: unknown option \"%.*s\" (known: %s)", who, (int)klen,
+                         item, list);
 }
 
 int dcpi_cc_parse_options(const char *opts, const dcpi_cc_opt *known, size_t n, const char *who,

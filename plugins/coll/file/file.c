@@ -84,7 +84,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "cc_err.h"
 #include "cc_file.h"
 #include "cc_handshake.h"
 #include "cc_opts.h"
@@ -209,10 +208,10 @@ static int make_path(const dcp_comm *c, char *buf, dcp_plugin_err *err, const ch
   int n = vsnprintf(name, sizeof name, fmt, ap);
   va_end(ap);
   if (n < 0 || (size_t)n >= sizeof name)
-    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: name too long");
+    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: name too long");
   n = snprintf(buf, PATH_MAX, "%s/%s", c->dir, name);
   if (n < 0 || n >= PATH_MAX)
-    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: path too long in %s", c->dir);
+    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: path too long in %s", c->dir);
   return DCP_OK;
 }
 
@@ -272,7 +271,7 @@ static int put_tracked(dcp_comm *c, const char *path, uint32_t op, const void *p
   rc = list_add(&c->written, path);
   if (rc) {
     unlink(path);
-    return dcpi_cc_fail(err, rc, "file coll: out of memory");
+    return dcp_plugin_fail(err, rc, "file coll: out of memory");
   }
   return DCP_OK;
 }
@@ -296,7 +295,7 @@ static int check_payload(int fd, const want *w, const dcpi_fx_trailer *t, dcp_pl
   int rc = dcpi_fx_accept(t, &e, err);
   if (rc != FILE_PRESENT || !w->dst) return rc;
   if (w->len && pread_all(fd, w->dst, w->len, 0))
-    return dcpi_cc_fail(err, DCP_EIO, "file coll: read %s: %s", w->path, strerror(errno));
+    return dcp_plugin_fail(err, DCP_EIO, "file coll: read %s: %s", w->path, strerror(errno));
   rc = dcpi_fx_verify(t, w->dst, &e, err);
   return rc ? rc : FILE_PRESENT;
 }
@@ -337,12 +336,11 @@ static int timeout_error(const dcp_comm *c, const want *w, size_t n, const char 
       shown++;
     }
   }
-  return dcpi_cc_fail(
+  return dcp_plugin_fail(
       err, DCP_ETIMEDOUT,
       "file coll: %s timed out after %lld ms waiting for rank(s) %s%s (%zu missing)%s%s%s", what,
-      (long long)c->timeout_ms, list, missing > shown ? ", ..." : "", missing,
-      odd ? "; " : "", odd ? odd : "", odd ? " is a symbolic link or not a regular file (ignored)"
-                                          : "");
+      (long long)c->timeout_ms, list, missing > shown ? ", ..." : "", missing, odd ? "; " : "",
+      odd ? odd : "", odd ? " is a symbolic link or not a regular file (ignored)" : "");
 }
 
 /* Polls the files of w[0..n) with exponential backoff until all are there,
@@ -392,7 +390,7 @@ static want *round_wants(dcp_comm *c, uint64_t k, uint32_t op, size_t extra,
   want *w = calloc(n, sizeof *w);
   char path[PATH_MAX];
   if (!w) {
-    dcpi_cc_fail(err, DCP_ENOMEM, "file coll: out of memory");
+    dcp_plugin_fail(err, DCP_ENOMEM, "file coll: out of memory");
     return NULL;
   }
   for (int32_t r = 0; r < c->size; r++) {
@@ -400,7 +398,7 @@ static want *round_wants(dcp_comm *c, uint64_t k, uint32_t op, size_t extra,
     w[r].op = op;
     w[r].done = (r == c->rank);
     if (round_path(c, path, k, r, err) || !(w[r].path = strdup(path))) {
-      if (!w[r].path) dcpi_cc_fail(err, DCP_ENOMEM, "file coll: out of memory");
+      if (!w[r].path) dcp_plugin_fail(err, DCP_ENOMEM, "file coll: out of memory");
       wants_free(w, n);
       return NULL;
     }
@@ -418,7 +416,7 @@ static want *round_wants(dcp_comm *c, uint64_t k, uint32_t op, size_t extra,
 static uint64_t round_enter(dcp_comm *c, dcp_plugin_err *err) {
   if (list_move(&c->earlier, &c->written)) {
     c->broken = 1;
-    dcpi_cc_fail(err, DCP_ENOMEM, "file coll: out of memory");
+    dcp_plugin_fail(err, DCP_ENOMEM, "file coll: out of memory");
     return 0;
   }
   return ++c->round;
@@ -437,10 +435,10 @@ static int round_leave(dcp_comm *c, int rc, want *w, size_t n) {
 
 /* Refuses calls on a broken communicator. */
 static int check_usable(const dcp_comm *c, dcp_plugin_err *err) {
-  if (!c) return dcpi_cc_fail(err, DCP_EINVAL, "file coll: NULL communicator");
+  if (!c) return dcp_plugin_fail(err, DCP_EINVAL, "file coll: NULL communicator");
   if (c->broken)
-    return dcpi_cc_fail(err, DCP_EPEER,
-                        "file coll: communicator unusable after an earlier failure");
+    return dcp_plugin_fail(err, DCP_EPEER,
+                           "file coll: communicator unusable after an earlier failure");
   return DCP_OK;
 }
 
@@ -487,17 +485,17 @@ static int f_barrier(dcp_comm *c, dcp_plugin_err *err) {
 
 /* Checks a root argument. */
 static int check_root(const dcp_comm *c, int32_t root, dcp_plugin_err *err) {
-  if (!c) return dcpi_cc_fail(err, DCP_EINVAL, "file coll: NULL communicator");
+  if (!c) return dcp_plugin_fail(err, DCP_EINVAL, "file coll: NULL communicator");
   if (root < 0 || root >= c->size)
-    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: root %d outside [0, %d)", (int)root,
-                        (int)c->size);
+    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: root %d outside [0, %d)", (int)root,
+                           (int)c->size);
   return DCP_OK;
 }
 
 /* Bcast: the root's file carries the payload, the others' are empty acks. */
 static int f_bcast(dcp_comm *c, void *buf, size_t len, int32_t root, dcp_plugin_err *err) {
   if (check_root(c, root, err)) return DCP_EINVAL;
-  if (!buf && len) return dcpi_cc_fail(err, DCP_EINVAL, "file coll: NULL buffer");
+  if (!buf && len) return dcp_plugin_fail(err, DCP_EINVAL, "file coll: NULL buffer");
   uint64_t k;
   int rc;
   want *w = round_start(c, OP_BCAST, 0, &k, &rc, err);
@@ -513,10 +511,10 @@ static int f_bcast(dcp_comm *c, void *buf, size_t len, int32_t root, dcp_plugin_
 /* Allgather: every file carries len bytes, read into recv at rank*len. */
 static int f_allgather(dcp_comm *c, const void *send, size_t len, void *recv,
                        dcp_plugin_err *err) {
-  if (!c) return dcpi_cc_fail(err, DCP_EINVAL, "file coll: NULL communicator");
-  if (len && (!send || !recv)) return dcpi_cc_fail(err, DCP_EINVAL, "file coll: NULL buffer");
+  if (!c) return dcp_plugin_fail(err, DCP_EINVAL, "file coll: NULL communicator");
+  if (len && (!send || !recv)) return dcp_plugin_fail(err, DCP_EINVAL, "file coll: NULL buffer");
   if (len && (size_t)c->size > SIZE_MAX / len)
-    return dcpi_cc_fail(err, DCP_EOVERFLOW, "file coll: size overflow");
+    return dcp_plugin_fail(err, DCP_EOVERFLOW, "file coll: size overflow");
   uint64_t k;
   int rc;
   want *w = round_start(c, OP_ALLGATHER, 0, &k, &rc, err);
@@ -535,14 +533,14 @@ static int f_allgather(dcp_comm *c, const void *send, size_t len, void *recv,
 static size_t *offsets_of(const size_t *lens, int32_t n, int *rc, dcp_plugin_err *err) {
   size_t *off = malloc(((size_t)n + 1) * sizeof *off);
   if (!off) {
-    *rc = dcpi_cc_fail(err, DCP_ENOMEM, "file coll: out of memory");
+    *rc = dcp_plugin_fail(err, DCP_ENOMEM, "file coll: out of memory");
     return NULL;
   }
   off[0] = 0;
   for (int32_t i = 0; i < n; i++) {
     if (lens[i] > SIZE_MAX - off[i]) {
       free(off);
-      *rc = dcpi_cc_fail(err, DCP_EOVERFLOW, "file coll: total length overflows");
+      *rc = dcp_plugin_fail(err, DCP_EOVERFLOW, "file coll: total length overflows");
       return NULL;
     }
     off[i + 1] = off[i] + lens[i];
@@ -556,9 +554,10 @@ static int f_gatherv(dcp_comm *c, const void *send, size_t len, void *recv, cons
   if (check_root(c, root, err)) return DCP_EINVAL;
   int at_root = c->rank == root;
   if ((len && !send) || (at_root && (!lens || (!recv && len))))
-    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: NULL buffer");
+    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: NULL buffer");
   if (at_root && lens[root] != len)
-    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: lens[root] %zu != len %zu", lens[root], len);
+    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: lens[root] %zu != len %zu", lens[root],
+                           len);
   int rc = DCP_OK;
   size_t *off = at_root ? offsets_of(lens, c->size, &rc, err) : NULL;
   if (rc) return rc;
@@ -602,15 +601,16 @@ static int f_scatterv(dcp_comm *c, const void *send, const size_t *lens, void *r
   if (check_root(c, root, err)) return DCP_EINVAL;
   int at_root = c->rank == root;
   if ((len && !recv) || (at_root && !lens))
-    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: NULL buffer");
+    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: NULL buffer");
   if (at_root && lens[root] != len)
-    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: lens[root] %zu != len %zu", lens[root], len);
+    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: lens[root] %zu != len %zu", lens[root],
+                           len);
   int rc = DCP_OK;
   size_t *off = at_root ? offsets_of(lens, c->size, &rc, err) : NULL;
   if (rc) return rc;
   if (at_root && off[c->size] && !send) {
     free(off);
-    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: NULL buffer");
+    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: NULL buffer");
   }
   uint64_t k;
   want *w = round_start(c, OP_SCATTERV, 1, &k, &rc, err);
@@ -625,7 +625,7 @@ static int f_scatterv(dcp_comm *c, const void *send, const size_t *lens, void *r
                    (unsigned long long)k, (int)root, (int)c->rank);
     *p = (want){.path = rc ? NULL : strdup(path), .from = root, .op = OP_SCATTERV,
                 .dst = len ? recv : (void *)w, .len = len};
-    if (!rc && !p->path) rc = dcpi_cc_fail(err, DCP_ENOMEM, "file coll: out of memory");
+    if (!rc && !p->path) rc = dcp_plugin_fail(err, DCP_ENOMEM, "file coll: out of memory");
   }
   free(off);
   if (!w) return rc;
@@ -636,15 +636,15 @@ static int f_scatterv(dcp_comm *c, const void *send, const size_t *lens, void *r
 /* Allreduce: every rank writes its values and reduces all files itself, in
  * rank order, so every rank gets the same result. */
 static int f_allreduce(dcp_comm *c, int64_t *vals, size_t n, uint32_t op, dcp_plugin_err *err) {
-  if (!c) return dcpi_cc_fail(err, DCP_EINVAL, "file coll: NULL communicator");
+  if (!c) return dcp_plugin_fail(err, DCP_EINVAL, "file coll: NULL communicator");
   if (op < DCP_REDUCE_MIN || op > DCP_REDUCE_SUM)
-    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: unknown reduce op %u", op);
-  if (n && !vals) return dcpi_cc_fail(err, DCP_EINVAL, "file coll: NULL buffer");
+    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: unknown reduce op %u", op);
+  if (n && !vals) return dcp_plugin_fail(err, DCP_EINVAL, "file coll: NULL buffer");
   if (n > SIZE_MAX / 8 / (size_t)c->size)
-    return dcpi_cc_fail(err, DCP_EOVERFLOW, "file coll: too many values");
+    return dcp_plugin_fail(err, DCP_EOVERFLOW, "file coll: too many values");
   size_t bytes = n * 8;
   unsigned char *all = malloc(bytes * (size_t)c->size + 1);
-  if (!all) return dcpi_cc_fail(err, DCP_ENOMEM, "file coll: out of memory");
+  if (!all) return dcp_plugin_fail(err, DCP_ENOMEM, "file coll: out of memory");
   unsigned char *mine = all + bytes * (size_t)c->rank;
   for (size_t i = 0; i < n; i++) {
     uint64_t u;
@@ -678,16 +678,16 @@ static int f_allreduce(dcp_comm *c, int64_t *vals, size_t n, uint32_t op, dcp_pl
 static int check_group(const dcp_comm *c, const int32_t *ranks, size_t n, int32_t root,
                        dcp_plugin_err *err) {
   int self = 0, has_root = 0;
-  if (!ranks || n == 0) return dcpi_cc_fail(err, DCP_EINVAL, "file coll: empty group");
+  if (!ranks || n == 0) return dcp_plugin_fail(err, DCP_EINVAL, "file coll: empty group");
   for (size_t i = 0; i < n; i++) {
     if (ranks[i] < 0 || ranks[i] >= c->size || (i && ranks[i] <= ranks[i - 1]))
-      return dcpi_cc_fail(err, DCP_EINVAL, "file coll: group ranks must ascend within [0, %d)",
-                          (int)c->size);
+      return dcp_plugin_fail(err, DCP_EINVAL, "file coll: group ranks must ascend within [0, %d)",
+                             (int)c->size);
     self |= ranks[i] == c->rank;
     has_root |= ranks[i] == root;
   }
   if (!self || !has_root)
-    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: group lacks this rank or root");
+    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: group lacks this rank or root");
   return DCP_OK;
 }
 
@@ -732,9 +732,9 @@ static int f_group_bcast(dcp_comm *c, const int32_t *ranks, size_t n, void *buf,
                          int32_t root, dcp_plugin_err *err) {
   if (check_usable(c, err)) return c ? DCP_EPEER : DCP_EINVAL;
   if (check_group(c, ranks, n, root, err)) return DCP_EINVAL;
-  if (!buf && len) return dcpi_cc_fail(err, DCP_EINVAL, "file coll: NULL buffer");
+  if (!buf && len) return dcp_plugin_fail(err, DCP_EINVAL, "file coll: NULL buffer");
   uint64_t key = group_key(ranks, n), seq = 0;
-  if (group_next(c, key, &seq)) return dcpi_cc_fail(err, DCP_ENOMEM, "file coll: out of memory");
+  if (group_next(c, key, &seq)) return dcp_plugin_fail(err, DCP_ENOMEM, "file coll: out of memory");
   char path[PATH_MAX];
   int rc = make_path(c, path, err, "%s.%016llx.g%016llx.%llu.%d", c->job,
                      (unsigned long long)c->session, (unsigned long long)key,
@@ -759,19 +759,19 @@ static int make_dirs(const char *path, dcp_plugin_err *err) {
   char buf[PATH_MAX];
   size_t n = strlen(path);
   if (n == 0 || n >= sizeof buf)
-    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: bad rendezvous path");
+    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: bad rendezvous path");
   memcpy(buf, path, n + 1);
   for (size_t i = 1; i <= n; i++) {
     if (buf[i] != '/' && buf[i] != '\0') continue;
     char keep = buf[i];
     buf[i] = '\0';
     if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-      return dcpi_cc_fail(err, DCP_EIO, "file coll: mkdir %s: %s", buf, strerror(errno));
+      return dcp_plugin_fail(err, DCP_EIO, "file coll: mkdir %s: %s", buf, strerror(errno));
     buf[i] = keep;
   }
   struct stat st;
   if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-    return dcpi_cc_fail(err, DCP_EIO, "file coll: %s is not a directory", path);
+    return dcp_plugin_fail(err, DCP_EIO, "file coll: %s is not a directory", path);
   return DCP_OK;
 }
 
@@ -788,22 +788,21 @@ static int parse_options(dcp_comm *c, const char *opts, dcp_plugin_err *err) {
 
 /* Validates cfg and fills rank, size, timeout, dir and options. */
 static int configure(dcp_comm *c, const dcp_coll_config *cfg, dcp_plugin_err *err) {
-  size_t need = offsetof(dcp_coll_config, timeout_ms) + sizeof cfg->timeout_ms;
-  if (cfg->struct_size < need) return dcpi_cc_fail(err, DCP_EINVAL, "file coll: config too small");
+  if (!DCP_HAS_FIELD(cfg, dcp_coll_config, timeout_ms))
+    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: config too small");
   if (cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
-    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: rank %d / world %d invalid", (int)cfg->rank,
-                        (int)cfg->world_size);
+    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: rank %d / world %d invalid", (int)cfg->rank,
+                           (int)cfg->world_size);
   if (cfg->timeout_ms <= 0 || cfg->timeout_ms > INT64_MAX / 1000000)
-    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: timeout_ms must be > 0");
+    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: timeout_ms must be > 0");
   if (!cfg->rendezvous || !cfg->rendezvous[0])
-    return dcpi_cc_fail(err, DCP_EINVAL, "file coll: no rendezvous directory");
+    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: no rendezvous directory");
   c->rank = cfg->rank;
   c->size = cfg->world_size;
   c->timeout_ms = cfg->timeout_ms;
   c->dir = strdup(cfg->rendezvous);
-  if (!c->dir) return dcpi_cc_fail(err, DCP_ENOMEM, "file coll: out of memory");
-  const char *opts = cfg->struct_size >= offsetof(dcp_coll_config, options) + sizeof cfg->options
-                         ? cfg->options : NULL;
+  if (!c->dir) return dcp_plugin_fail(err, DCP_ENOMEM, "file coll: out of memory");
+  const char *opts = DCP_HAS_FIELD(cfg, dcp_coll_config, options) ? cfg->options : NULL;
   return parse_options(c, opts, err);
 }
 
@@ -855,7 +854,7 @@ static int open_rank0(dcp_comm *c, int64_t deadline, dcp_plugin_err *err) {
   if (rc) return rc;
   c->session = h.session;
   rank0_open o = {&h, calloc((size_t)c->size, 1)};
-  rc = o.acked ? DCP_OK : dcpi_cc_fail(err, DCP_ENOMEM, "file coll: out of memory");
+  rc = o.acked ? DCP_OK : dcp_plugin_fail(err, DCP_ENOMEM, "file coll: out of memory");
   if (!rc) rc = prefixed(dcpi_cc_hs_collect(&h, err), err, OPEN_MSG);
   if (!rc) rc = prefixed(dcpi_cc_hs_publish(&h, err), err, OPEN_MSG);
   if (!rc) {
@@ -885,10 +884,10 @@ static void f_close(dcp_comm *c);
 /* Opens the communicator: validates cfg, creates the directory, runs the
  * session handshake (see the protocol at the top). */
 static int f_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *err) {
-  if (!cfg || !out) return dcpi_cc_fail(err, DCP_EINVAL, "file coll: NULL argument");
+  if (!cfg || !out) return dcp_plugin_fail(err, DCP_EINVAL, "file coll: NULL argument");
   *out = NULL;
   dcp_comm *c = calloc(1, sizeof *c);
-  if (!c) return dcpi_cc_fail(err, DCP_ENOMEM, "file coll: out of memory");
+  if (!c) return dcp_plugin_fail(err, DCP_ENOMEM, "file coll: out of memory");
   int rc = configure(c, cfg, err);
   if (!rc) rc = make_dirs(c->dir, err);
   if (!rc) {
@@ -988,7 +987,7 @@ static const dcp_coll_plugin file_plugin = {
 };
 
 /* The plugin's only exported symbol. */
-__attribute__((visibility("default"))) const void *dcp_plugin_entry(uint32_t kind);
+DCP_PLUGIN_EXPORT const void *dcp_plugin_entry(uint32_t kind);
 const void *dcp_plugin_entry(uint32_t kind) {
   return kind == DCP_PLUGIN_COLL ? &file_plugin : NULL;
 }

@@ -4,7 +4,7 @@
  * what a round expects and the allreduce decoding. Pure functions over
  * bytes that a peer wrote, kept apart from the file I/O so that a fuzz
  * target (tests/fuzz/fuzz_coll_file.c) can compile this file (with
- * cc_codec.c and cc_err.c) alone. Internal to the plugin (hidden
+ * cc_codec.c) alone. Internal to the plugin (hidden
  * symbols). */
 #ifndef DCP_COLL_FILE_FX_CODEC_H
 #define DCP_COLL_FILE_FX_CODEC_H

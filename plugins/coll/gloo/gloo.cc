@@ -94,15 +94,12 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
-#include "cc_err.h"
 #include "cc_file.h"
 #include "cc_handshake.h"
 #include "cc_opts.h"
 #include "dcp_plugin.h"
 
-#define GLOO_EXPORT __attribute__((visibility("default")))
-
-extern "C" GLOO_EXPORT const void *dcp_plugin_entry(uint32_t kind);
+extern "C" DCP_PLUGIN_EXPORT const void *dcp_plugin_entry(uint32_t kind);
 
 namespace {
 
@@ -426,8 +423,8 @@ class NoSigpipe {
 template <typename F>
 int guarded(dcp_comm *c, dcp_plugin_err *err, const char *op, F &&fn) {
   if (c->broken)
-    return dcpi_cc_fail(err, DCP_EPEER, "%s: communicator broken by an earlier failure: %s", op,
-                   c->why.c_str());
+    return dcp_plugin_fail(err, DCP_EPEER, "%s: communicator broken by an earlier failure: %s", op,
+                           c->why.c_str());
   NoSigpipe no_sigpipe;
   int code = DCP_OK;
   std::string msg;
@@ -447,13 +444,13 @@ int guarded(dcp_comm *c, dcp_plugin_err *err, const char *op, F &&fn) {
   }
   c->broken = true;
   c->why = std::string(op) + ": " + msg;
-  return dcpi_cc_fail(err, code, "%s: %s", op, msg.c_str());
+  return dcp_plugin_fail(err, code, "%s: %s", op, msg.c_str());
 }
 
 // Argument checks before any traffic: a failure here does not break c.
-#define ARGCHECK(cond, ...)                                  \
-  do {                                                       \
-    if (!(cond)) return dcpi_cc_fail(err, DCP_EINVAL, __VA_ARGS__); \
+#define ARGCHECK(cond, ...)                                            \
+  do {                                                                 \
+    if (!(cond)) return dcp_plugin_fail(err, DCP_EINVAL, __VA_ARGS__); \
   } while (0)
 
 uint64_t slot_of(uint64_t op, uint64_t key) {
@@ -528,26 +525,25 @@ void wait_data(In &m, const Deadline &d, const char *op) {
 // ---------------------------------------------------------------------------
 
 int g_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *err) {
-  if (!out) return dcpi_cc_fail(err, DCP_EINVAL, "open: out is NULL");
+  if (!out) return dcp_plugin_fail(err, DCP_EINVAL, "open: out is NULL");
   *out = nullptr;
-  if (!cfg || cfg->struct_size < offsetof(dcp_coll_config, timeout_ms) + sizeof cfg->timeout_ms)
-    return dcpi_cc_fail(err, DCP_EINVAL, "open: config too small or NULL");
+  if (!cfg || !DCP_HAS_FIELD(cfg, dcp_coll_config, timeout_ms))
+    return dcp_plugin_fail(err, DCP_EINVAL, "open: config too small or NULL");
   if (cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
-    return dcpi_cc_fail(err, DCP_EINVAL, "open: rank %d of world %d is out of range", (int)cfg->rank,
-                   (int)cfg->world_size);
+    return dcp_plugin_fail(err, DCP_EINVAL, "open: rank %d of world %d is out of range",
+                           (int)cfg->rank, (int)cfg->world_size);
   if (cfg->timeout_ms <= 0 || cfg->timeout_ms > INT64_MAX / 1000000)
-    return dcpi_cc_fail(err, DCP_EINVAL, "open: timeout_ms must be > 0 (got %lld)",
-                   (long long)cfg->timeout_ms);
+    return dcp_plugin_fail(err, DCP_EINVAL, "open: timeout_ms must be > 0 (got %lld)",
+                           (long long)cfg->timeout_ms);
   if (!cfg->rendezvous || !*cfg->rendezvous)
-    return dcpi_cc_fail(err, DCP_EINVAL, "open: the gloo collective needs a rendezvous directory");
-  const char *opts =
-      cfg->struct_size >= offsetof(dcp_coll_config, options) + sizeof cfg->options ? cfg->options
-                                                                                  : nullptr;
+    return dcp_plugin_fail(err, DCP_EINVAL,
+                           "open: the gloo collective needs a rendezvous directory");
+  const char *opts = DCP_HAS_FIELD(cfg, dcp_coll_config, options) ? cfg->options : nullptr;
   dcp_comm *c = nullptr;
   try {
     c = new dcp_comm;
   } catch (...) {
-    return dcpi_cc_fail(err, DCP_ENOMEM, "open: out of memory");
+    return dcp_plugin_fail(err, DCP_ENOMEM, "open: out of memory");
   }
   c->rank = cfg->rank;
   c->size = cfg->world_size;

@@ -63,13 +63,11 @@
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "cc_err.h"
 #include "cc_opts.h"
 #include "dcp_plugin.h"
 
@@ -119,7 +117,7 @@ static int mpi_fail(dcp_plugin_err *err, const char *what, int mrc) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   if (MPI_Error_string(mrc, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "code %d", mrc);
-  return dcpi_cc_fail(err, DCP_EIO, "mpi coll: %s: %s", what, text);
+  return dcp_plugin_fail(err, DCP_EIO, "mpi coll: %s: %s", what, text);
 }
 
 /* Monotonic clock in nanoseconds. */
@@ -160,7 +158,7 @@ static batch *batch_new(size_t cap, dcp_plugin_err *err) {
   batch *b = cap > (SIZE_MAX - sizeof *b) / sizeof(MPI_Request)
                  ? NULL : malloc(sizeof *b + cap * sizeof(MPI_Request));
   if (!b) {
-    dcpi_cc_fail(err, DCP_ENOMEM, "mpi coll: out of memory");
+    dcp_plugin_fail(err, DCP_ENOMEM, "mpi coll: out of memory");
     return NULL;
   }
   b->next = NULL;
@@ -177,7 +175,8 @@ static unsigned char *bounce_get(dcp_comm *c, size_t n, dcp_plugin_err *err) {
   free(c->bounce);
   c->bounce = malloc(n ? n : 1);
   c->bounce_cap = c->bounce ? n : 0;
-  if (!c->bounce) dcpi_cc_fail(err, DCP_ENOMEM, "mpi coll: out of memory (%zu-byte bounce buffer)", n);
+  if (!c->bounce)
+    dcp_plugin_fail(err, DCP_ENOMEM, "mpi coll: out of memory (%zu-byte bounce buffer)", n);
   return c->bounce;
 }
 
@@ -215,9 +214,10 @@ static int round_wait(dcp_comm *c, batch **bp, int mrc, int64_t deadline, const 
     int64_t left = deadline - now_ns();
     if (left <= 0) {
       rc = broke(c,
-                 dcpi_cc_fail(err, DCP_ETIMEDOUT,
-                      "mpi coll: %s timed out after %lld ms (a peer did not join); the "
-                      "communicator is unusable from now on", what, (long long)c->timeout_ms),
+                 dcp_plugin_fail(err, DCP_ETIMEDOUT,
+                                 "mpi coll: %s timed out after %lld ms (a peer did not join); the "
+                                 "communicator is unusable from now on",
+                                 what, (long long)c->timeout_ms),
                  err);
       break;
     }
@@ -236,10 +236,11 @@ static int64_t deadline_of(const dcp_comm *c) {
 
 /* Refuses calls on a NULL or broken communicator. */
 static int check_usable(const dcp_comm *c, dcp_plugin_err *err) {
-  if (!c) return dcpi_cc_fail(err, DCP_EINVAL, "mpi coll: NULL communicator");
+  if (!c) return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: NULL communicator");
   if (c->broken)
-    return dcpi_cc_fail(err, DCP_EPEER, "mpi coll: communicator unusable after an earlier failure (%s)",
-                c->why[0] ? c->why : "timeout or error");
+    return dcp_plugin_fail(err, DCP_EPEER,
+                           "mpi coll: communicator unusable after an earlier failure (%s)",
+                           c->why[0] ? c->why : "timeout or error");
   return DCP_OK;
 }
 
@@ -290,8 +291,9 @@ static int m_barrier(dcp_comm *c, dcp_plugin_err *err) {
 static int m_bcast(dcp_comm *c, void *buf, size_t len, int32_t root, dcp_plugin_err *err) {
   int rc = check_usable(c, err);
   if (rc) return rc;
-  if (root < 0 || root >= c->size) return dcpi_cc_fail(err, DCP_EINVAL, "mpi coll: bad root %d", (int)root);
-  if (!buf && len) return dcpi_cc_fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
+  if (root < 0 || root >= c->size)
+    return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: bad root %d", (int)root);
+  if (!buf && len) return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
   if (len == 0) return DCP_OK;
   size_t step = min_sz(len, c->bounce_max), p = piece_of(c);
   batch *b = batch_new(pieces(step, p), err);
@@ -322,9 +324,9 @@ static int m_allgather(dcp_comm *c, const void *send, size_t len, void *recv,
                        dcp_plugin_err *err) {
   int rc = check_usable(c, err);
   if (rc) return rc;
-  if (len && (!send || !recv)) return dcpi_cc_fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
+  if (len && (!send || !recv)) return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
   if (len > (size_t)PTRDIFF_MAX / (size_t)c->size)
-    return dcpi_cc_fail(err, DCP_EOVERFLOW, "mpi coll: allgather size overflows");
+    return dcp_plugin_fail(err, DCP_EOVERFLOW, "mpi coll: allgather size overflows");
   if (len == 0) return DCP_OK;
   size_t w = (size_t)c->size, k = min_sz(min_sz(len, c->max_msg), c->bounce_max / w);
   k = k ? k : 1; /* a world larger than the bounce size: one byte per rank */
@@ -446,11 +448,12 @@ static int root_exchange(dcp_comm *c, int is_send, unsigned char *buf, const siz
                          unsigned char *own, int tag, const char *what, dcp_plugin_err *err) {
   size_t off = 0;
   for (int i = 0; i < c->size; i++) {
-    if (lens[i] > SIZE_MAX - off) return dcpi_cc_fail(err, DCP_EOVERFLOW, "mpi coll: lengths overflow");
+    if (lens[i] > SIZE_MAX - off)
+      return dcp_plugin_fail(err, DCP_EOVERFLOW, "mpi coll: lengths overflow");
     off += lens[i];
   }
   stream *s = malloc((size_t)c->size * sizeof *s);
-  if (!s) return dcpi_cc_fail(err, DCP_ENOMEM, "mpi coll: out of memory");
+  if (!s) return dcp_plugin_fail(err, DCP_ENOMEM, "mpi coll: out of memory");
   size_t ns = 0;
   off = 0;
   for (int i = 0; i < c->size; off += lens[i++]) {
@@ -481,12 +484,13 @@ static int m_gatherv(dcp_comm *c, const void *send, size_t len, void *recv, cons
                      int32_t root, dcp_plugin_err *err) {
   int rc = check_usable(c, err);
   if (rc) return rc;
-  if (root < 0 || root >= c->size) return dcpi_cc_fail(err, DCP_EINVAL, "mpi coll: bad root %d", (int)root);
-  if (len && !send) return dcpi_cc_fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
+  if (root < 0 || root >= c->size)
+    return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: bad root %d", (int)root);
+  if (len && !send) return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
   unsigned char *mine = (unsigned char *)(uintptr_t)send; /* only ever read */
   if (c->rank != root) return leaf_exchange(c, 1, mine, len, root, TAG_GATHERV, "gatherv", err);
   if (!lens || lens[root] != len || (!recv && len))
-    return dcpi_cc_fail(err, DCP_EINVAL, "mpi coll: gatherv lens/recv invalid at root");
+    return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: gatherv lens/recv invalid at root");
   return root_exchange(c, 0, recv, lens, mine, TAG_GATHERV, "gatherv", err);
 }
 
@@ -495,13 +499,15 @@ static int m_scatterv(dcp_comm *c, const void *send, const size_t *lens, void *r
                       int32_t root, dcp_plugin_err *err) {
   int rc = check_usable(c, err);
   if (rc) return rc;
-  if (root < 0 || root >= c->size) return dcpi_cc_fail(err, DCP_EINVAL, "mpi coll: bad root %d", (int)root);
-  if (len && !recv) return dcpi_cc_fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
+  if (root < 0 || root >= c->size)
+    return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: bad root %d", (int)root);
+  if (len && !recv) return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
   if (c->rank != root) return leaf_exchange(c, 0, recv, len, root, TAG_SCATTERV, "scatterv", err);
-  if (!lens || lens[root] != len) return dcpi_cc_fail(err, DCP_EINVAL, "mpi coll: scatterv lens invalid");
+  if (!lens || lens[root] != len)
+    return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: scatterv lens invalid");
   size_t total = 0;
   for (int i = 0; i < c->size; i++) total += lens[i] > SIZE_MAX - total ? SIZE_MAX : lens[i];
-  if (total && !send) return dcpi_cc_fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
+  if (total && !send) return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
   unsigned char *all = (unsigned char *)(uintptr_t)send; /* only ever read */
   return root_exchange(c, 1, all, lens, recv, TAG_SCATTERV, "scatterv", err);
 }
@@ -513,8 +519,8 @@ static int m_allreduce(dcp_comm *c, int64_t *vals, size_t n, uint32_t op, dcp_pl
   if (rc) return rc;
   MPI_Op mop = op == DCP_REDUCE_MIN ? MPI_MIN : op == DCP_REDUCE_MAX ? MPI_MAX : MPI_SUM;
   if (op < DCP_REDUCE_MIN || op > DCP_REDUCE_SUM)
-    return dcpi_cc_fail(err, DCP_EINVAL, "mpi coll: unknown reduce op %u", op);
-  if (n && !vals) return dcpi_cc_fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
+    return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: unknown reduce op %u", op);
+  if (n && !vals) return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
   if (n == 0) return DCP_OK;
   size_t per = piece_of(c) / 8 ? piece_of(c) / 8 : 1, step = min_sz(n, per);
   batch *b = batch_new(1, err);
@@ -577,16 +583,18 @@ static int group_relay(dcp_comm *c, unsigned char *buf, size_t len, int parent,
  * and finds this rank's and root's positions in it. */
 static int group_check(const dcp_comm *c, const int32_t *ranks, size_t n, int32_t root,
                        size_t *self, size_t *sub_root, dcp_plugin_err *err) {
-  if (!ranks || n == 0 || n > (size_t)c->size) return dcpi_cc_fail(err, DCP_EINVAL, "mpi coll: bad group");
+  if (!ranks || n == 0 || n > (size_t)c->size)
+    return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: bad group");
   *self = *sub_root = n;
   for (size_t i = 0; i < n; i++) {
     if (ranks[i] < 0 || ranks[i] >= c->size || (i && ranks[i] <= ranks[i - 1]))
-      return dcpi_cc_fail(err, DCP_EINVAL, "mpi coll: group ranks must ascend within [0, %d)", c->size);
+      return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: group ranks must ascend within [0, %d)",
+                             c->size);
     if (ranks[i] == c->rank) *self = i;
     if (ranks[i] == root) *sub_root = i;
   }
   if (*self == n || *sub_root == n)
-    return dcpi_cc_fail(err, DCP_EINVAL, "mpi coll: group lacks this rank or root");
+    return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: group lacks this rank or root");
   return DCP_OK;
 }
 
@@ -600,7 +608,7 @@ static int m_group_bcast(dcp_comm *c, const int32_t *ranks, size_t n, void *buf,
   if (rc) return rc;
   size_t self = 0, sub_root = 0;
   if ((rc = group_check(c, ranks, n, root, &self, &sub_root, err))) return rc;
-  if (!buf && len) return dcpi_cc_fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
+  if (!buf && len) return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
   if (n == 1 || len == 0) return DCP_OK;
   size_t rel = (self + n - sub_root) % n;
   int parent = rel ? ranks[((rel & (rel - 1)) + sub_root) % n] : -1;
@@ -641,7 +649,7 @@ static int ensure_mpi(dcp_comm *c, dcp_plugin_err *err) {
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
   if (fin) {
-    rc = dcpi_cc_fail(err, DCP_EIO, "mpi coll: MPI is already finalised");
+    rc = dcp_plugin_fail(err, DCP_EIO, "mpi coll: MPI is already finalised");
   } else if (!init) {
     int provided = 0;
     int mrc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
@@ -661,10 +669,11 @@ static int ensure_mpi(dcp_comm *c, dcp_plugin_err *err) {
 /* Duplicates the base communicator. cfg->rank and world_size are ignored:
  * MPI knows them, and callers leave the context's defaults there. */
 static int attach(dcp_comm *c, const dcp_coll_config *cfg, dcp_plugin_err *err) {
-  int has_native = cfg->struct_size >= offsetof(dcp_coll_config, native) + sizeof cfg->native;
+  int has_native = DCP_HAS_FIELD(cfg, dcp_coll_config, native);
   MPI_Comm base = has_native && cfg->native ? *(MPI_Comm *)cfg->native : MPI_COMM_WORLD;
   int rank = 0, size = 0;
-  if (base == MPI_COMM_NULL) return dcpi_cc_fail(err, DCP_EINVAL, "mpi coll: native is MPI_COMM_NULL");
+  if (base == MPI_COMM_NULL)
+    return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: native is MPI_COMM_NULL");
   MPI_Comm_rank(base, &rank);
   MPI_Comm_size(base, &size);
   c->rank = rank;
@@ -688,17 +697,17 @@ static void m_close(dcp_comm *c);
 
 /* Opens the communicator (collective over the base communicator). */
 static int m_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *err) {
-  if (!cfg || !out) return dcpi_cc_fail(err, DCP_EINVAL, "mpi coll: NULL argument");
+  if (!cfg || !out) return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: NULL argument");
   *out = NULL;
-  size_t need = offsetof(dcp_coll_config, timeout_ms) + sizeof cfg->timeout_ms;
-  if (cfg->struct_size < need) return dcpi_cc_fail(err, DCP_EINVAL, "mpi coll: config too small");
+  if (!DCP_HAS_FIELD(cfg, dcp_coll_config, timeout_ms))
+    return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: config too small");
   if (cfg->timeout_ms <= 0 || cfg->timeout_ms > INT64_MAX / 1000000)
-    return dcpi_cc_fail(err, DCP_EINVAL, "mpi coll: timeout_ms must be > 0");
+    return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: timeout_ms must be > 0");
   dcp_comm *c = calloc(1, sizeof *c);
-  if (!c) return dcpi_cc_fail(err, DCP_ENOMEM, "mpi coll: out of memory");
+  if (!c) return dcp_plugin_fail(err, DCP_ENOMEM, "mpi coll: out of memory");
   c->comm = MPI_COMM_NULL;
   c->timeout_ms = cfg->timeout_ms;
-  int has_opts = cfg->struct_size >= offsetof(dcp_coll_config, options) + sizeof cfg->options;
+  int has_opts = DCP_HAS_FIELD(cfg, dcp_coll_config, options);
   int rc = parse_options(c, has_opts ? cfg->options : NULL, err);
   if (!rc) rc = ensure_mpi(c, err);
   if (!rc) rc = attach(c, cfg, err);
@@ -799,7 +808,7 @@ static const dcp_coll_plugin mpi_plugin = {
 };
 
 /* The plugin's only exported symbol. */
-__attribute__((visibility("default"))) const void *dcp_plugin_entry(uint32_t kind);
+DCP_PLUGIN_EXPORT const void *dcp_plugin_entry(uint32_t kind);
 const void *dcp_plugin_entry(uint32_t kind) {
   return kind == DCP_PLUGIN_COLL ? &mpi_plugin : NULL;
 }

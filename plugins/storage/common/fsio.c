@@ -9,7 +9,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,15 +18,8 @@
 
 /* ---- messages and names -------------------------------------------------- */
 
-/* Format the reason into err (when given) and hand back the code. */
-int fsio_fail(dcp_plugin_err *err, int code, const char *fmt, ...) {
-  if (!err) return code;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-  va_end(ap);
-  return code;
-}
+/* Messages: dcp_plugin_fail (dcp_plugin.h) formats a reason into err and
+ * returns the code; fsio_fail_errno below adds the path and errno text. */
 
 /* The brief's mapping: a full device or quota is ENOSPC (the runtime may
  * react to it), a missing entry is ENOTFOUND, everything else is EIO. */
@@ -53,7 +45,7 @@ int fsio_fail_errno(const fsio_core *c, dcp_plugin_err *err, int e, const char *
     c->ops->path_of(c, name, path, sizeof path);
   else
     snprintf(path, sizeof path, "%s", c->root ? c->root : "(root)");
-  return fsio_fail(err, fsio_errno_status(e), "%s %s: %s", op, path, strerror(e));
+  return dcp_plugin_fail(err, fsio_errno_status(e), "%s %s: %s", op, path, strerror(e));
 }
 
 /* Only the library's own alphabet: no '/', no NUL tricks, no dot names, so
@@ -76,12 +68,12 @@ int fsio_name_ok(const char *name) {
  * printable and short, since it may be anything. */
 int fsio_check_name(const char *name, dcp_plugin_err *err) {
   if (fsio_name_ok(name)) return DCP_OK;
-  if (!name) return fsio_fail(err, DCP_ENAME, "invalid file name: NULL");
+  if (!name) return dcp_plugin_fail(err, DCP_ENAME, "invalid file name: NULL");
   size_t n = strnlen(name, FSIO_NAME_MAX + 1);
-  return fsio_fail(err, DCP_ENAME,
-                   "invalid file name (%zu%s bytes; allowed: 1..255 of [A-Za-z0-9._-], "
-                   "not \".\" or \"..\")",
-                   n, n > FSIO_NAME_MAX ? "+" : "");
+  return dcp_plugin_fail(err, DCP_ENAME,
+                         "invalid file name (%zu%s bytes; allowed: 1..255 of [A-Za-z0-9._-], "
+                         "not \".\" or \"..\")",
+                         n, n > FSIO_NAME_MAX ? "+" : "");
 }
 
 /* See fsio.h. */
@@ -206,26 +198,22 @@ static int parse_options(fsio_core *c, const char *opts, dcp_plugin_err *err) {
     size_t n = strcspn(p, ",");
     const char *eq = memchr(p, '=', n);
     if (!eq || eq == p)
-      return fsio_fail(err, DCP_EINVAL, "storage option '%.*s' is not key=value", (int)n, p);
+      return dcp_plugin_fail(err, DCP_EINVAL, "storage option '%.*s' is not key=value", (int)n, p);
     size_t kn = (size_t)(eq - p);
     int r = apply_option(c, p, kn, eq + 1, n - kn - 1);
     if (r < 0)
-      return fsio_fail(err, DCP_EINVAL,
-                       "unknown storage option '%.*s' (known: direct, buffer_mib, retries, "
-                       "inject)",
-                       (int)kn, p);
+      return dcp_plugin_fail(err, DCP_EINVAL,
+                             "unknown storage option '%.*s' (known: direct, buffer_mib, retries, "
+                             "inject)",
+                             (int)kn, p);
     if (r == 0)
-      return fsio_fail(err, DCP_EINVAL, "bad value in storage option '%.*s'", (int)n, p);
+      return dcp_plugin_fail(err, DCP_EINVAL, "bad value in storage option '%.*s'", (int)n, p);
     if (p[n] == '\0') return DCP_OK;
     p += n + 1;
   }
 }
 
 /* ---- backend lifetime ------------------------------------------------------ */
-
-/* The configuration fields we read must lie within the caller's struct. */
-#define CFG_HAS(cfg, field) \
-  ((cfg)->struct_size >= offsetof(dcp_storage_config, field) + sizeof((cfg)->field))
 
 /* Create root (one level) when asked; an existing one is fine. */
 /* Sync the directory holding path (its parent), so that a new entry in it
@@ -236,7 +224,7 @@ static int sync_parent(fsio_core *c, const char *path, dcp_plugin_err *err) {
   while (n > 1 && path[n - 1] == '/') n--;       /* trailing slashes */
   while (n > 0 && path[n - 1] != '/') n--;       /* the last component */
   char *parent = n ? strndup(path, n) : strdup(".");
-  if (!parent) return fsio_fail(err, DCP_ENOMEM, "out of memory");
+  if (!parent) return dcp_plugin_fail(err, DCP_ENOMEM, "out of memory");
   int fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   int e = fd < 0 || fsync(fd) != 0 ? errno : 0;
   if (fd >= 0) close(fd);
@@ -263,7 +251,7 @@ static int open_root(fsio_core *c, const char *root, dcp_plugin_err *err) {
   } while (e && fsio_retry(c, e, &attempt));
   if (!e) return DCP_OK;
   if (e == ENOENT)
-    return fsio_fail(err, DCP_ENOTFOUND, "checkpoint directory %s does not exist", root);
+    return dcp_plugin_fail(err, DCP_ENOTFOUND, "checkpoint directory %s does not exist", root);
   return fsio_fail_errno(c, err, e, "open directory", NULL);
 }
 
@@ -273,15 +261,16 @@ int fsio_core_open(fsio_core *c, const fsio_ops *ops, const dcp_storage_config *
   c->ops = ops;
   c->rootfd = -1;
   c->root = NULL;
-  if (!cfg || !CFG_HAS(cfg, flags) || !cfg->root || !*cfg->root)
-    return fsio_fail(err, DCP_EINVAL, "storage config: NULL, too small or without root");
+  if (!cfg || !DCP_HAS_FIELD(cfg, dcp_storage_config, flags) || !cfg->root || !*cfg->root)
+    return dcp_plugin_fail(err, DCP_EINVAL, "storage config: NULL, too small or without root");
   c->policy = *pol;
   c->direct = direct_default || (cfg->flags & DCP_STORAGE_DIRECT) != 0;
   c->stage_size = FSIO_STAGE_DEFAULT;
-  int rc = parse_options(c, CFG_HAS(cfg, options) ? cfg->options : NULL, err);
+  const char *opts = DCP_HAS_FIELD(cfg, dcp_storage_config, options) ? cfg->options : NULL;
+  int rc = parse_options(c, opts, err);
   if (rc) return rc;
   c->root = strdup(cfg->root);
-  if (!c->root) return fsio_fail(err, DCP_ENOMEM, "out of memory");
+  if (!c->root) return dcp_plugin_fail(err, DCP_ENOMEM, "out of memory");
   if (cfg->flags & DCP_STORAGE_CREATE) rc = make_root(c, cfg->root, err);
   if (!rc) rc = open_root(c, cfg->root, err);
   if (rc) fsio_core_close(c);
@@ -292,10 +281,10 @@ int fsio_core_open(fsio_core *c, const fsio_ops *ops, const dcp_storage_config *
 int fsio_backend_open(size_t size, void (*init)(dcp_storage *st), const fsio_ops *ops,
                       const dcp_storage_config *cfg, const fsio_policy *pol,
                       int direct_default, dcp_storage **out, dcp_plugin_err *err) {
-  if (!out) return fsio_fail(err, DCP_EINVAL, "open: NULL out");
+  if (!out) return dcp_plugin_fail(err, DCP_EINVAL, "open: NULL out");
   *out = NULL;
   dcp_storage *st = calloc(1, size);
-  if (!st) return fsio_fail(err, DCP_ENOMEM, "out of memory");
+  if (!st) return dcp_plugin_fail(err, DCP_ENOMEM, "out of memory");
   if (init) init(st);
   int rc = fsio_core_open(fsio_core_of(st), ops, cfg, pol, direct_default, err);
   if (rc) {
@@ -328,8 +317,8 @@ int fsio_fsync_dir(fsio_core *c, int dirfd, const char *path, dcp_plugin_err *er
     if (!e) e = fsync(dirfd) ? errno : 0;
   } while (e && fsio_retry(c, e, &attempt));
   if (!e) return DCP_OK;
-  return fsio_fail(err, fsio_errno_status(e), "fsync directory %s: %s", path ? path : c->root,
-                   strerror(e));
+  return dcp_plugin_fail(err, fsio_errno_status(e), "fsync directory %s: %s", path ? path : c->root,
+                         strerror(e));
 }
 
 /* Regular files only: a symlink, directory or fifo planted in the

@@ -28,8 +28,6 @@
 
 #include "dcp_plugin.h"
 
-#define FSIO_EXPORT __attribute__((visibility("default")))
-
 #define FSIO_ALIGN 4096u       /* O_DIRECT alignment of offsets, lengths, buffers */
 #define FSIO_NAME_MAX 255u     /* longest valid name */
 #define FSIO_PATH_MAX 4352u    /* display paths in messages (root + subdir + name) */
@@ -115,10 +113,10 @@ int fsio_diag_file_is_direct(const dcp_storage_file *f);
 
 /* The module's one exported symbol, for a table TABLE: the storage table,
  * or the diagnostics table for FSIO_DIAG_KIND. */
-#define FSIO_ENTRY(TABLE)                                          \
-  FSIO_EXPORT const void *dcp_plugin_entry(uint32_t kind);         \
-  FSIO_EXPORT const void *dcp_plugin_entry(uint32_t kind) {        \
-    if (kind == DCP_PLUGIN_STORAGE) return &(TABLE);               \
+#define FSIO_ENTRY(TABLE)                                                  \
+  DCP_PLUGIN_EXPORT const void *dcp_plugin_entry(uint32_t kind);           \
+  DCP_PLUGIN_EXPORT const void *dcp_plugin_entry(uint32_t kind) {          \
+    if (kind == DCP_PLUGIN_STORAGE) return &(TABLE);                       \
     return kind == FSIO_DIAG_KIND ? (const void *)&fsio_diag_table : NULL; \
   }
 
@@ -148,9 +146,6 @@ int fsio_check_name(const char *name, dcp_plugin_err *err);
  * Used to say so when an O_NOFOLLOW open fails on one. */
 int fsio_is_symlink_at(int dirfd, const char *name);
 
-/* Write a message into err and return code. */
-int fsio_fail(dcp_plugin_err *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 /* The status for errno e: DCP_ENOSPC, DCP_ENOTFOUND or DCP_EIO. */
 int fsio_errno_status(int e);
 /* Fail with the status of e and "OP PATH: strerror" for name (NULL: root). */

@@ -57,7 +57,7 @@ static int check_regular(fsio_core *c, int fd, const char *name, dcp_plugin_err 
     char path[FSIO_PATH_MAX];
     c->ops->path_of(c, name, path, sizeof path);
     close(fd);
-    return fsio_fail(err, DCP_EIO, "open %s: not a regular file", path);
+    return dcp_plugin_fail(err, DCP_EIO, "open %s: not a regular file", path);
   }
   int fl = e ? -1 : fcntl(fd, F_GETFL);
   if (!e && (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0)) e = errno;
@@ -71,9 +71,10 @@ static int check_regular(fsio_core *c, int fd, const char *name, dcp_plugin_err 
 static int symlink_error(fsio_core *c, const char *name, dcp_plugin_err *err) {
   char path[FSIO_PATH_MAX];
   c->ops->path_of(c, name, path, sizeof path);
-  return fsio_fail(err, DCP_EIO,
-                   "open %s: is a symbolic link; libdcp never follows links inside a "
-                   "checkpoint directory (the directory itself may be one)", path);
+  return dcp_plugin_fail(err, DCP_EIO,
+                         "open %s: is a symbolic link; libdcp never follows links inside a "
+                         "checkpoint directory (the directory itself may be one)",
+                         path);
 }
 
 /* See fsio.h. O_NOFOLLOW: a symlink planted in the checkpoint directory is
@@ -283,7 +284,7 @@ static int file_new(fsio_core *c, const char *name, uint32_t mode, int fd, int d
     free(stage);
     free(f);
     close(fd);
-    return fsio_fail(err, DCP_ENOMEM, "out of memory opening %s", name);
+    return dcp_plugin_fail(err, DCP_ENOMEM, "out of memory opening %s", name);
   }
   f->c = c;
   f->mode = mode;
@@ -321,8 +322,8 @@ static int open_for_write(fsio_core *c, int dirfd, const char *name, int *direct
     if (attempt > 0) {
       char path[FSIO_PATH_MAX];
       c->ops->path_of(c, name, path, sizeof path);
-      return fsio_fail(err, DCP_EIO, "open %s: has other hard links again after unlinking it",
-                       path);
+      return dcp_plugin_fail(err, DCP_EIO, "open %s: has other hard links again after unlinking it",
+                             path);
     }
     if (unlinkat(dirfd, name, 0) != 0) return fsio_fail_errno(c, err, errno, "unlink", name);
   }
@@ -352,10 +353,10 @@ static int open_excl(fsio_core *c, int dirfd, const char *name, int *fd, dcp_plu
     if (e == EEXIST) {
       char path[FSIO_PATH_MAX];
       c->ops->path_of(c, name, path, sizeof path);
-      return fsio_fail(err, DCP_EEXIST, "create %s exclusively: %s", path,
-                       fsio_is_symlink_at(dirfd, name)
-                           ? "the name exists as a symbolic link (not followed)"
-                           : strerror(e));
+      return dcp_plugin_fail(err, DCP_EEXIST, "create %s exclusively: %s", path,
+                             fsio_is_symlink_at(dirfd, name)
+                                 ? "the name exists as a symbolic link (not followed)"
+                                 : strerror(e));
     }
     if (!fsio_retry(c, e, &attempt)) return fsio_fail_errno(c, err, e, "create", name);
   }
@@ -367,14 +368,14 @@ static int open_excl(fsio_core *c, int dirfd, const char *name, int *fd, dcp_plu
 int fsio_file_open(dcp_storage *st, const char *name, uint32_t mode, dcp_storage_file **out,
                    dcp_plugin_err *err) {
   fsio_core *c = fsio_core_of(st);
-  if (!out) return fsio_fail(err, DCP_EINVAL, "file_open: NULL out");
+  if (!out) return dcp_plugin_fail(err, DCP_EINVAL, "file_open: NULL out");
   *out = NULL;
   int rc = fsio_check_name(name, err);
   if (rc) return rc;
   int excl = mode == (DCP_FILE_WRITE | DCP_FILE_EXCL);
   if (excl) mode = DCP_FILE_WRITE;
   else if (mode != DCP_FILE_READ && mode != DCP_FILE_WRITE)
-    return fsio_fail(err, DCP_EINVAL, "file_open: bad mode %u", (unsigned)mode);
+    return dcp_plugin_fail(err, DCP_EINVAL, "file_open: bad mode %u", (unsigned)mode);
   int dirfd, fd, direct = excl ? 0 : c->direct;
   rc = c->ops->dir_of(c, name, mode == DCP_FILE_WRITE, &dirfd, err);
   if (!rc && excl) rc = open_excl(c, dirfd, name, &fd, err);
@@ -391,9 +392,9 @@ int fsio_file_open(dcp_storage *st, const char *name, uint32_t mode, dcp_storage
  * so every later write, sync and the close report that failure again. */
 int fsio_file_write(dcp_storage_file *f, const void *buf, size_t len, dcp_plugin_err *err) {
   if (!f || f->mode != DCP_FILE_WRITE || (len && !buf))
-    return fsio_fail(err, DCP_EINVAL, "file_write: not a file open for writing, or NULL buf");
+    return dcp_plugin_fail(err, DCP_EINVAL, "file_write: not a file open for writing, or NULL buf");
   if (f->failed)
-    return fsio_fail(err, f->failed, "write %s: an earlier write failed", f->name);
+    return dcp_plugin_fail(err, f->failed, "write %s: an earlier write failed", f->name);
   int rc = f->stage ? stage_put(f, buf, len, err) : write_at(f, buf, len, f->off, err);
   if (rc) return f->failed = rc;
   if (!f->stage) f->off += len;
@@ -410,8 +411,8 @@ static int eof_error(dcp_storage_file *f, size_t len, uint64_t off, dcp_plugin_e
   pthread_rwlock_unlock(&f->lock);
   char path[FSIO_PATH_MAX];
   f->c->ops->path_of(f->c, f->name, path, sizeof path);
-  return fsio_fail(err, DCP_ECORRUPT, "file %s ends at %lld, wanted %zu bytes at offset %llu",
-                   path, ok ? (long long)sb.st_size : -1LL, len, (unsigned long long)off);
+  return dcp_plugin_fail(err, DCP_ECORRUPT, "file %s ends at %lld, wanted %zu bytes at offset %llu",
+                         path, ok ? (long long)sb.st_size : -1LL, len, (unsigned long long)off);
 }
 
 /* Read straight into buf: buffered I/O, or O_DIRECT with everything aligned. */
@@ -448,7 +449,7 @@ static int read_bounced(dcp_storage_file *f, void *buf, size_t len, uint64_t off
   if (span > f->c->stage_size) span = f->c->stage_size;
   void *bb;
   if (posix_memalign(&bb, FSIO_ALIGN, span) != 0)
-    return fsio_fail(err, DCP_ENOMEM, "out of memory reading %s", f->name);
+    return dcp_plugin_fail(err, DCP_ENOMEM, "out of memory reading %s", f->name);
   size_t done = 0;
   int rc = DCP_OK;
   while (!rc && done < len) rc = bounce_round(f, bb, span, buf, len, off, &done, err);
@@ -460,7 +461,7 @@ static int read_bounced(dcp_storage_file *f, void *buf, size_t len, uint64_t off
 int fsio_file_read(dcp_storage_file *f, void *buf, size_t len, uint64_t offset,
                    dcp_plugin_err *err) {
   if (!f || f->mode != DCP_FILE_READ || (len && !buf))
-    return fsio_fail(err, DCP_EINVAL, "file_read: not a file open for reading, or NULL buf");
+    return dcp_plugin_fail(err, DCP_EINVAL, "file_read: not a file open for reading, or NULL buf");
   if (offset > (uint64_t)INT64_MAX || len > (uint64_t)INT64_MAX - offset)
     return eof_error(f, len, offset, err);
   int rc = DCP_OK;
@@ -478,10 +479,11 @@ int fsio_file_read(dcp_storage_file *f, void *buf, size_t len, uint64_t offset,
 /* See dcp_plugin.h. The staged bytes are written first (the tail through
  * the page cache), so after this everything appended so far is durable. */
 int fsio_file_sync(dcp_storage_file *f, dcp_plugin_err *err) {
-  if (!f) return fsio_fail(err, DCP_EINVAL, "file_sync: NULL file");
+  if (!f) return dcp_plugin_fail(err, DCP_EINVAL, "file_sync: NULL file");
   int rc = DCP_OK;
   if (f->mode == DCP_FILE_WRITE) {
-    if (f->failed) return fsio_fail(err, f->failed, "sync %s: an earlier write failed", f->name);
+    if (f->failed)
+      return dcp_plugin_fail(err, f->failed, "sync %s: an earlier write failed", f->name);
     if (f->stage) rc = stage_drain(f, 0, err);
     if (!rc) rc = sync_fd(f, err);
     if (rc) return f->failed = rc;
@@ -497,7 +499,8 @@ int fsio_file_close(dcp_storage_file *f, dcp_plugin_err *err) {
   if (!f) return DCP_OK;
   int rc = DCP_OK;
   if (f->mode == DCP_FILE_WRITE && f->failed)
-    rc = fsio_fail(err, f->failed, "close %s: an earlier write failed; file incomplete", f->name);
+    rc = dcp_plugin_fail(err, f->failed, "close %s: an earlier write failed; file incomplete",
+                         f->name);
   else if (f->mode == DCP_FILE_WRITE && f->stage)
     rc = stage_drain(f, 1, err);
   if (close(f->fd) != 0 && errno != EINTR && !rc)

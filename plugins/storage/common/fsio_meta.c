@@ -25,9 +25,11 @@ static int stat_at(fsio_core *c, int dirfd, const char *name, struct stat *sb,
   char path[FSIO_PATH_MAX];
   c->ops->path_of(c, name, path, sizeof path);
   if (S_ISLNK(sb->st_mode))
-    return fsio_fail(err, DCP_EIO, "stat %s: is a symbolic link; libdcp never follows links "
-                     "inside a checkpoint directory", path);
-  return fsio_fail(err, DCP_EIO, "stat %s: not a regular file", path);
+    return dcp_plugin_fail(err, DCP_EIO,
+                           "stat %s: is a symbolic link; libdcp never follows links "
+                           "inside a checkpoint directory",
+                           path);
+  return dcp_plugin_fail(err, DCP_EIO, "stat %s: not a regular file", path);
 }
 
 /* stat through a fresh open: on NFS an open revalidates the attributes
@@ -47,7 +49,7 @@ int fsio_file_size(dcp_storage *st, const char *name, uint64_t *size, dcp_plugin
   fsio_core *c = fsio_core_of(st);
   int rc = fsio_check_name(name, err);
   if (rc) return rc;
-  if (!size) return fsio_fail(err, DCP_EINVAL, "file_size: NULL size");
+  if (!size) return dcp_plugin_fail(err, DCP_EINVAL, "file_size: NULL size");
   int dirfd;
   struct stat sb;
   rc = c->ops->dir_of(c, name, 0, &dirfd, err);
@@ -88,7 +90,7 @@ int fsio_rename(dcp_storage *st, const char *from, const char *to, dcp_plugin_er
     char pf[FSIO_PATH_MAX], pt[FSIO_PATH_MAX];
     c->ops->path_of(c, from, pf, sizeof pf);
     c->ops->path_of(c, to, pt, sizeof pt);
-    return fsio_fail(err, fsio_errno_status(e), "rename %s to %s: %s", pf, pt, strerror(e));
+    return dcp_plugin_fail(err, fsio_errno_status(e), "rename %s to %s: %s", pf, pt, strerror(e));
   }
   if (c->ops->touch) c->ops->touch(c, from), c->ops->touch(c, to);
   fsio_count(&c->stats.meta_ops, 1);

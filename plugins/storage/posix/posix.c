@@ -62,7 +62,7 @@ static int posix_sync_dir(dcp_storage *st, dcp_plugin_err *err) {
 /* See dcp_plugin.h: the regular files of root with valid names. */
 static int posix_list(dcp_storage *st, int (*fn)(void *arg, const char *name), void *arg,
                       dcp_plugin_err *err) {
-  if (!fn) return fsio_fail(err, DCP_EINVAL, "list: NULL callback");
+  if (!fn) return dcp_plugin_fail(err, DCP_EINVAL, "list: NULL callback");
   int rc = fsio_list_dir(&st->core, st->core.rootfd, NULL, NULL, fn, arg, err);
   if (rc >= 0) fsio_count(&st->core.stats.meta_ops, 1);
   return rc;

@@ -63,9 +63,11 @@ static void sfs_subname(unsigned b, char out[8]) { snprintf(out, 8, "d%03u", b);
 static int sfs_fail_sub(fsio_core *c, dcp_plugin_err *err, int e, const char *op,
                         const char *sub) {
   if (fsio_is_symlink_at(c->rootfd, sub))
-    return fsio_fail(err, DCP_EIO, "%s %s/%s: is a symbolic link; libdcp never follows links "
-                     "inside a checkpoint directory", op, c->root, sub);
-  return fsio_fail(err, fsio_errno_status(e), "%s %s/%s: %s", op, c->root, sub, strerror(e));
+    return dcp_plugin_fail(err, DCP_EIO,
+                           "%s %s/%s: is a symbolic link; libdcp never follows links "
+                           "inside a checkpoint directory",
+                           op, c->root, sub);
+  return dcp_plugin_fail(err, fsio_errno_status(e), "%s %s/%s: %s", op, c->root, sub, strerror(e));
 }
 
 /* mkdir the subdirectory; another rank winning the race is fine. */
@@ -121,7 +123,7 @@ static int sfs_dir_of(fsio_core *c, const char *name, int create, int *dirfd,
   if (rc || *dirfd >= 0) return rc;
   char path[FSIO_PATH_MAX];
   c->ops->path_of(c, name, path, sizeof path);
-  return fsio_fail(err, DCP_ENOTFOUND, "%s: %s", path, strerror(ENOENT));
+  return dcp_plugin_fail(err, DCP_ENOTFOUND, "%s: %s", path, strerror(ENOENT));
 }
 
 /* fsio_ops.touch: remember the subdirectory for the next sync_dir. */
@@ -193,7 +195,7 @@ static int sfs_in_bucket(const char *name, void *actx) {
 static int sfs_list(dcp_storage *st, int (*fn)(void *arg, const char *name), void *arg,
                     dcp_plugin_err *err) {
   fsio_core *c = &st->core;
-  if (!fn) return fsio_fail(err, DCP_EINVAL, "list: NULL callback");
+  if (!fn) return dcp_plugin_fail(err, DCP_EINVAL, "list: NULL callback");
   for (unsigned b = 0; b < SFS_FANOUT; b++) {
     int fd, rc = sfs_sub_fd(c, b, 0, &fd, err);
     if (!rc && fd >= 0) rc = fsio_list_dir(c, fd, sfs_in_bucket, &b, fn, arg, err);
