@@ -116,7 +116,8 @@ typedef struct dcp_ctx_config {
   /* -- since 0.3 -- */
   int64_t lease_ms;            /* how long the directory lease of a save
                                   outlives a holder that stopped renewing it
-                                  (crashed, killed, stalled); 0: 30000.
+                                  (stalled, or crashed on another host);
+                                  50..86400000, 0: 30000.
                                   docs/reliability.md */
 } dcp_ctx_config;
 
@@ -135,7 +136,7 @@ DCP_API void dcp_ctx_config_init(dcp_ctx_config *cfg);
  * (DCP_EINVAL: a load needs the collective).
  * A world_size above 1 that a collective contradicts is DCP_EINVAL.
  * Errors: DCP_EINVAL (cfg->struct_size too small, world_size < 1, rank out of
- * [0, world_size), timeout_ms <= 0),
+ * [0, world_size), timeout_ms <= 0, lease_ms outside 50..86400000 and not 0),
  * DCP_EPLUGIN (a plugin not found or refused), the collective's open errors
  * (DCP_ETIMEDOUT, DCP_EIO, ...), DCP_ENOMEM. On error *out is NULL and
  * dcp_ctx_create_error() says why. */

@@ -38,7 +38,7 @@ static void effective_config(const dcp_ctx_config *in, dcp_ctx_config *out) {
   memcpy(out, in, n);
   out->struct_size = sizeof *out;
   if (!DCPI_CFG_HAS(in, timeout_ms)) out->timeout_ms = DCPI_DEFAULT_TIMEOUT_MS;
-  if (!DCPI_CFG_HAS(in, lease_ms) || out->lease_ms == 0) out->lease_ms = DCPI_DEFAULT_LEASE_MS;
+  if (!DCPI_CFG_HAS(in, lease_ms)) out->lease_ms = 0;
 }
 
 static dcp_status open_coll(dcp_ctx *ctx, const dcp_ctx_config *cfg, dcpi_err *err) {
@@ -101,9 +101,11 @@ static dcp_status setup(dcp_ctx *ctx, const dcp_ctx_config *cfg, dcpi_err *err) 
     return dcpi_fail(err, DCP_EINVAL, "timeout_ms must be > 0, not %lld",
                      (long long)cfg->timeout_ms);
   ctx->timeout_ms = cfg->timeout_ms;
-  if (cfg->lease_ms < 0)
-    return dcpi_fail(err, DCP_EINVAL, "lease_ms must be >= 0, not %lld", (long long)cfg->lease_ms);
-  ctx->lease_ms = cfg->lease_ms;
+  if (cfg->lease_ms && (cfg->lease_ms < DCPI_LEASE_MS_MIN || cfg->lease_ms > DCPI_LEASE_MS_MAX))
+    return dcpi_fail(err, DCP_EINVAL, "lease_ms %lld is outside %d..%d (or 0 for %d)",
+                     (long long)cfg->lease_ms, DCPI_LEASE_MS_MIN, DCPI_LEASE_MS_MAX,
+                     DCPI_DEFAULT_LEASE_MS);
+  ctx->lease_ms = cfg->lease_ms ? cfg->lease_ms : DCPI_DEFAULT_LEASE_MS; /* 0: the default */
   if (cfg->plugin_path && !(ctx->plugin_path = strdup(cfg->plugin_path)))
     return dcpi_fail(err, DCP_ENOMEM, "out of memory");
   dcp_status rc = open_coll(ctx, cfg, err);

@@ -14,6 +14,8 @@
 
 #define DCPI_DEFAULT_TIMEOUT_MS 300000
 #define DCPI_DEFAULT_LEASE_MS 30000
+#define DCPI_LEASE_MS_MIN 50                  /* what a lease may last */
+#define DCPI_LEASE_MS_MAX (24 * 3600 * 1000)
 
 /* The head of a state a higher layer attaches to a context (its first
  * member): all the core knows of it. release frees the whole state; the

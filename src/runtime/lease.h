@@ -56,9 +56,9 @@
 #include "base/err.h"
 #include "runtime/rt.h"
 
-#define DCPI_LEASE_TTL_DEFAULT_MS 30000        /* ttl_ms 0 means this */
-#define DCPI_LEASE_TTL_MIN_MS 50
-#define DCPI_LEASE_TTL_MAX_MS (24 * 3600 * 1000)
+#define DCPI_LEASE_TTL_DEFAULT_MS DCPI_DEFAULT_LEASE_MS /* ttl_ms 0 means this */
+#define DCPI_LEASE_TTL_MIN_MS DCPI_LEASE_MS_MIN
+#define DCPI_LEASE_TTL_MAX_MS DCPI_LEASE_MS_MAX
 #define DCPI_LEASE_GRACE_MAX_MS 2000           /* grace = min(this, ttl/2) */
 #define DCPI_LEASE_RECORD_MAX 512              /* bytes of a record file */
 

@@ -46,13 +46,14 @@ static dcp_status effective_options(const dcp_load_options *in, dcp_load_options
   return DCP_OK;
 }
 
-/* Read .metadata on this rank; a missing one means "not committed". */
-/* Read .metadata on this rank; without one, merge the per-rank metadata
- * of a save made with no collective; with neither, "not committed". */
+/* Read .metadata on this rank; without one, merge the parts of a save made
+ * with no collective; with neither, "not committed". A part that vanished
+ * under the merge (a newer save completed) leaves rt->data_file_gone set. */
 static dcp_status read_metadata(dcpi_rt *rt, uint8_t **data, size_t *len) {
   dcpi_err probe;
   dcp_status s = dcpi_rt_read_file(rt, DCPI_METADATA_NAME, data, len, &probe);
   if (s == DCP_ENOTFOUND) s = dcpi_merge_rank_metadata(rt, data, len, &probe);
+  if (s == DCP_ENOTFOUND && rt->data_file_gone) return dcpi_fail(&rt->err, s, "%s", probe.msg);
   if (s == DCP_ENOTFOUND)
     return dcpi_fail(&rt->err, DCP_EINCOMPLETE,
                      "%s has no committed %s: the checkpoint is incomplete or absent", rt->path,
@@ -87,7 +88,12 @@ static dcp_status fetch_metadata(dcpi_rt *rt, const dcp_load_options *o, dcp_met
   bool everyone = o->flags & DCP_LOAD_METADATA_PER_RANK;
   dcp_status s = dcpi_rt_open_storage(rt, 0);
   if (!s && (everyone || rt->ctx->rank == 0)) s = read_metadata(rt, &data, &len);
-  if ((s = dcpi_rt_agree(rt, s))) goto out;
+  if ((s = dcpi_rt_agree(rt, s))) {
+    int64_t gone = rt->data_file_gone; /* a part went under a rank's merge */
+    if (s == DCP_ENOTFOUND && !dcpi_rt_allreduce(rt, &gone, 1, DCP_REDUCE_MAX))
+      *replaced = gone > 0;
+    goto out;
+  }
   if (everyone) {
     bool same = false;
     if ((s = agree_same(rt, data, len, &same))) goto out;

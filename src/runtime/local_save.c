@@ -167,6 +167,12 @@ static dcp_status build_and_write(part_job *j, dcpi_err *err) {
   char tmp[DCPI_NAME_MAX + 8];
   snprintf(tmp, sizeof tmp, "%s.tmp", j->part);
   if (!s) s = dcpi_lease_check(j->lease, err);
+  uint64_t size;
+  dcpi_err probe;
+  if (!s && dcpi_rt_file_size(rt, DCPI_METADATA_NAME, &size, &probe) == DCP_OK)
+    s = dcpi_fail(err, DCP_ESTALE,
+                  "a coordinated checkpoint was committed at %s while rank %d's part was "
+                  "written; the part is not committed", rt->path, (int)st->rank);
   if (!s) s = dcpi_rt_write_file_atomic(rt, j->part, tmp, enc, len, err);
   rt->ctx->stats.commit_s = dcpi_now() - t0;
   free(enc);

@@ -378,6 +378,8 @@ static dcp_status merge_parts(dcpi_rt *rt, const dcpi_part_save *sv, uint8_t **d
     dcpi_name_part(name, pt->rank, pt->world, pt->seq, pt->tag);
     dcp_meta *m = NULL;
     s = read_named(rt, name, &m, err);
+    if (s == DCP_ENOTFOUND) /* removed since the listing: a newer save completed */
+      rt->data_file_gone = 1;
     if (!s) s = check_part(rt, m, pt, name, err);
     dcp_save_identity id;
     if (!s && k == 0 && dcp_meta_identity(m, &id) == DCP_OK) /* the merged view is rank 0's save */

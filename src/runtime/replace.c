@@ -13,13 +13,17 @@ typedef struct listing {
   char **names;
   size_t n, cap;
   bool parts;
+  uint64_t parts_hash; /* sum of the part names' hashes: any listing order */
 } listing;
 
 static int collect(void *arg, const char *name) {
   listing *l = arg;
   dcpi_file_kind k = dcpi_name_parse(name, NULL);
   if (k == DCPI_FILE_OTHER) return 0;
-  if (k == DCPI_FILE_PART || k == DCPI_FILE_LEGACY_PART) l->parts = true;
+  if (k == DCPI_FILE_PART || k == DCPI_FILE_LEGACY_PART) {
+    l->parts = true;
+    l->parts_hash += XXH3_64bits(name, strlen(name));
+  }
   if (l->n == l->cap) {
     size_t cap = l->cap ? l->cap * 2 : 16;
     char **p = realloc(l->names, cap * sizeof *p);
@@ -40,7 +44,17 @@ static uint64_t head_hash(const uint8_t *data, size_t len) {
 
 bool dcpi_base_same(const dcpi_base *a, const dcpi_base *b) {
   return a->committed == b->committed && a->len == b->len && a->head == b->head &&
-         a->rank_seq == b->rank_seq;
+         a->parts_hash == b->parts_hash && a->rank_seq == b->rank_seq;
+}
+
+/* The directory's parts: whether there are any, and their names' hash. */
+static dcp_status list_parts(dcpi_rt *rt, dcpi_base *out, dcpi_err *err) {
+  listing l = {0};
+  dcp_status s = dcpi_rt_list(rt, collect, &l, err);
+  out->parts = l.parts;
+  out->parts_hash = l.parts_hash;
+  listing_free(&l);
+  return s;
 }
 
 dcp_status dcpi_base_read(dcpi_rt *rt, dcpi_base *out, dcpi_err *err) {
@@ -64,11 +78,7 @@ dcp_status dcpi_base_read(dcpi_rt *rt, dcpi_base *out, dcpi_err *err) {
   } else if (s != DCP_ENOTFOUND) {
     return dcpi_fail(err, s, "%s", probe.msg);
   }
-  listing l = {0};
-  s = dcpi_rt_list(rt, collect, &l, err);
-  out->parts = l.parts;
-  listing_free(&l);
-  return s;
+  return list_parts(rt, out, err);
 }
 
 dcp_status dcpi_base_peek(dcpi_rt *rt, int32_t rank, dcpi_base *out, dcpi_err *err) {
@@ -89,11 +99,11 @@ dcp_status dcpi_base_peek(dcpi_rt *rt, int32_t rank, dcpi_base *out, dcpi_err *e
   } else if (s != DCP_ENOTFOUND) {
     return dcpi_fail(err, s, "%s", probe.msg);
   }
+  if ((s = list_parts(rt, out, err))) return s;
   if (rank < 0) return DCP_OK;
   dcpi_parts p;
   if ((s = dcpi_parts_scan(rt, &p, err))) return s;
   out->rank_seq = dcpi_parts_max_seq(&p, rank);
-  out->parts = p.nsaves > 0 || p.legacy;
   dcpi_parts_free(&p);
   return DCP_OK;
 }
@@ -103,6 +113,10 @@ dcp_status dcpi_base_unchanged(dcpi_rt *rt, const dcpi_base *b, dcpi_err *err) {
   dcp_status s = dcpi_base_read(rt, &now, err);
   if (s) return s;
   if (dcpi_base_same(&now, b)) return DCP_OK;
+  if (now.committed == b->committed && now.len == b->len && now.head == b->head)
+    return dcpi_fail(err, DCP_ESTALE,
+                     "a save without a collective committed parts at %s while this save ran; "
+                     "this save is not committed", rt->path);
   if (!now.committed)
     return dcpi_fail(err, DCP_ESTALE,
                      "the checkpoint at %s was removed while this save ran (by another save "

@@ -31,6 +31,9 @@ typedef struct dcpi_base {
   uint64_t generation; /* its identity's generation; 0 when it has none (or
                           unknown: a peek) */
   bool parts;          /* parts of an uncoordinated save are there */
+  uint64_t parts_hash; /* of the names of every part (any order): an
+                          uncoordinated rank committing during a coordinated
+                          save changes the base */
   uint64_t rank_seq;   /* an uncoordinated rank's newest part's seq (0: none) */
 } dcpi_base;
 
@@ -38,8 +41,8 @@ typedef struct dcpi_base {
  * its generation, and a listing). Errors: storage errors. */
 dcp_status dcpi_base_read(dcpi_rt *rt, dcpi_base *out, dcpi_err *err);
 
-/* Only the fingerprint (committed, len, head): a stat and one small read.
- * With rank >= 0, also that rank's newest part (a listing). */
+/* Only the fingerprint (committed, len, head, parts_hash): a stat, one
+ * small read and a listing; with rank >= 0, also that rank's newest part. */
 dcp_status dcpi_base_peek(dcpi_rt *rt, int32_t rank, dcpi_base *out, dcpi_err *err);
 
 /* Whether two bases are the same checkpoint (fingerprints equal). */

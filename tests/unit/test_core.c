@@ -65,6 +65,14 @@ static void test_ctx_config(void **state) {
   cfg.rank = 0;
   assert_int_equal(dcp_ctx_create(&cfg, &ctx), DCP_EINVAL);
   assert_non_null(strstr(dcp_ctx_create_error(), "timeout_ms"));
+  cfg.timeout_ms = 1000;
+  int64_t bad_leases[] = {-1, 49, 24LL * 3600 * 1000 + 1};
+  for (int i = 0; i < 3; i++) { /* 0 is the default; outside 50 ms .. a day is refused */
+    cfg.lease_ms = bad_leases[i];
+    assert_int_equal(dcp_ctx_create(&cfg, &ctx), DCP_EINVAL);
+    assert_non_null(strstr(dcp_ctx_create_error(), "lease_ms"));
+  }
+  cfg.lease_ms = 0;
   /* a caller built against the 0.1 config (rank and world only) */
   cfg.struct_size = offsetof(dcp_ctx_config, world_size) + sizeof cfg.world_size;
   assert_int_equal(dcp_ctx_create(&cfg, &ctx), DCP_OK);

@@ -398,6 +398,34 @@ static void test_killed_holder(void **state) {
   fx_close(&fx);
 }
 
+/* A record of this very process that no lease of it holds (a release whose
+ * removal failed, e.g. under an I/O error) is a leftover: taken at once,
+ * long before its expiry. One it does hold stays busy. */
+static void test_own_leftover(void **state) {
+  (void)state;
+  fixture fx;
+  fx_open(&fx, "posix", NULL);
+  dcpi_rt rt;
+  rt_open(&fx, &rt);
+  dcpi_lease *l = NULL, *again = NULL;
+  dcpi_err e;
+  assert_int_equal(dcpi_lease_acquire(&rt, ".lock", 5000, &l, &e), DCP_OK);
+  dcpi_lease_record r;
+  assert_true(read_record(fx.lock, &r));
+  assert_int_equal(dcpi_lease_acquire(&rt, ".lock", 5000, &again, &e), DCP_EBUSY);
+  dcpi_lease_release(l);
+  r.nonce[0] ^= 0x5a; /* not an acquisition this process holds */
+  r.expires_ms = dcpi_lease_wall_ms() + 60000;
+  write_record(fx.lock, &r);
+  int64_t t0 = dcpi_lease_wall_ms();
+  assert_int_equal(dcpi_lease_acquire(&rt, ".lock", 5000, &l, &e), DCP_OK);
+  assert_true(dcpi_lease_wall_ms() - t0 < 5000);
+  assert_int_equal(dcpi_lease_check(l, &e), DCP_OK);
+  dcpi_lease_release(l);
+  dcpi_rt_end(&rt);
+  fx_close(&fx);
+}
+
 /* A dead holder this process cannot see (its record names another host,
  * or no boot id): its lease is taken once the record's expiry + grace has
  * passed, and not before (every earlier attempt is EBUSY). */
@@ -776,6 +804,7 @@ int main(void) {
       cmocka_unit_test(test_release_removes_sharedfs),
       cmocka_unit_test(test_killed_holder),
       cmocka_unit_test(test_dead_holder_elsewhere),
+      cmocka_unit_test(test_own_leftover),
       cmocka_unit_test(test_empty_and_garbage),
       cmocka_unit_test(test_stopped_holder_taken_over),
       cmocka_unit_test(test_stopped_holder_alone),

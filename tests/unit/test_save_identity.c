@@ -368,6 +368,24 @@ static void test_base_changed(void **state) {
   dcpi_rt_end(&rt);
 }
 
+/* A coordinated save's base covers the uncoordinated parts too: parts
+ * committed while it ran change it (so the commit, which would remove
+ * them, is refused). */
+static void test_base_sees_parts(void **state) {
+  fixture *f = *state;
+  assert_int_equal(mkdir(f->ckpt, 0777), 0);
+  dcpi_rt rt;
+  dcpi_rt_begin(&rt, f->ctx, f->ckpt);
+  assert_int_equal(dcpi_rt_open_storage(&rt, 0), DCP_OK);
+  dcpi_base base;
+  assert_int_equal(dcpi_base_read(&rt, &base, &rt.err), DCP_OK);
+  assert_false(base.committed || base.parts);
+  save_world(f, 2, 1, 7); /* rank 0 of an uncoordinated world commits its part */
+  assert_int_equal(dcpi_base_unchanged(&rt, &base, &rt.err), DCP_ESTALE);
+  assert_non_null(strstr(rt.err.msg, "without a collective"));
+  dcpi_rt_end(&rt);
+}
+
 /* Bytes appended to a data file fail dcp_verify (the save recorded its
  * length); a cut one too. Leftover temporaries of earlier saves (0.2 names
  * included) are removed by the next save. */
@@ -646,6 +664,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_replicas_disagree, setup, teardown),
       cmocka_unit_test_setup_teardown(test_identity_and_files, setup, teardown),
       cmocka_unit_test_setup_teardown(test_base_changed, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_base_sees_parts, setup, teardown),
       cmocka_unit_test_setup_teardown(test_file_lengths_and_leftovers, setup, teardown),
       cmocka_unit_test_setup_teardown(test_killed_overwrite, setup, teardown),
       cmocka_unit_test_setup_teardown(test_concurrent_savers, setup, teardown),
