@@ -4,7 +4,7 @@
  * ranks over the file collective with zstd blocks (raw and compressed
  * blocks, several chunks per rank, flat shards, replicated and per-rank
  * bytes items, one .metadata), one by 2 ranks with no collective (raw
- * blocks, <rank>.metadata per rank). Then every trial damages one byte
+ * blocks, one part per rank). Then every trial damages one byte
  * position of one of their files, data or metadata — a single flipped bit,
  * or the file cut short there — and checks that
  *   - dcp_load of the whole state (and, when a PER_RANK bytes item is hit,

@@ -16,7 +16,7 @@
  *          one trial in three also loads prev with a failing operation
  *
  * One trial in four overwrites instead: the faulted save goes over prev
- * itself (DCP_SAVE_OVERWRITE, which un-commits prev before writing), and
+ * itself (DCP_SAVE_OVERWRITE, which keeps prev until the new commit), and
  * prev must then load as the old generation, the new one, or be refused —
  * never a mix of the two.
  */

@@ -285,7 +285,7 @@ static void test_symlink_sharedfs(void **state) {
 /* ---- worlds ------------------------------------------------------------ */
 
 /* A detached rank of a world (no collective): saves with coordination
- * "none" (its own <rank>.metadata). */
+ * "none" (its own part of the checkpoint). */
 static dcp_ctx *detached(hk_fixture *f, int32_t rank, int32_t world) {
   dcp_ctx_config cfg;
   dcp_ctx_config_init(&cfg);
