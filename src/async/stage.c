@@ -6,6 +6,7 @@
 
 #include "async/async_int.h"
 #include "runtime/files.h"
+#include "runtime/options.h"
 #include "runtime/plan_cache.h"
 #include "runtime/replace.h"
 #include "model/state.h"
@@ -146,10 +147,12 @@ static dcp_status take_base(dcpi_async_writer *w, const char *path, dcpi_wp_job 
   return s;
 }
 
-static void describe_options(const dcp_save_options *in, dcpi_wp_job *j) {
+/* The job's options: the caller's, checked and completed the way dcp_save
+ * does it, so a bad one is refused here, before anything is staged. */
+static dcp_status describe_options(const dcp_save_options *in, dcpi_wp_job *j, dcpi_err *err) {
   dcp_save_options o;
-  dcp_save_options_init(&o);
-  if (in) memcpy(&o, in, in->struct_size < sizeof o ? in->struct_size : sizeof o);
+  dcp_status s = dcpi_save_options_effective(in, &o, err);
+  if (s) return s;
   j->flags = o.flags;
   j->block_size = o.block_size;
   j->zstd_level = o.zstd_level;
@@ -158,6 +161,7 @@ static void describe_options(const dcp_save_options *in, dcpi_wp_job *j) {
   j->nkv = o.nkv;
   j->kv_keys = (char **)o.kv_keys;
   j->kv_values = (char **)o.kv_values;
+  return DCP_OK;
 }
 
 static void job_release(dcpi_wp_job *j) {
@@ -175,16 +179,13 @@ static dcp_status prepare_job(dcpi_async_writer *w, dcp_state *st, const char *p
   j->chunks = calloc(st->nchunks + 1, sizeof *j->chunks);
   j->bytes = calloc(st->nbytes + 1, sizeof *j->bytes);
   if (!j->tensors || !j->chunks || !j->bytes) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
-  if (opts && opts->struct_size < offsetof(dcp_save_options, flags) + sizeof opts->flags)
-    return dcpi_fail(err, DCP_EINVAL, "save options: struct_size %u too small", opts->struct_size);
-  describe_options(opts, j);
-  if (j->nkv && (!j->kv_keys || !j->kv_values))
-    return dcpi_fail(err, DCP_EINVAL, "save options: nkv %zu with NULL arrays", j->nkv);
+  dcp_status s = describe_options(opts, j, err);
+  if (s) return s;
   describe_tensors(st, j);
   /* the base first: its look at the directory may load the storage
    * plugin, which the coordination then names (a writer keeps its context,
    * and its plan cache, while that stays the same) */
-  dcp_status s = take_base(w, path, j, err);
+  s = take_base(w, path, j, err);
   if (!s) s = describe_coord(w, &j->coord, err);
   if (!s) s = name_uncoordinated_save(w, j, err);
   if (!s) s = place_items(st, j, &total, err);

@@ -14,37 +14,8 @@
 #include "planner/load_plan.h"
 #include "runtime/load_int.h"
 #include "runtime/local_save.h"
+#include "runtime/options.h"
 #include "runtime/rt.h"
-
-void dcp_load_options_init(dcp_load_options *o) {
-  if (!o) return;
-  memset(o, 0, sizeof *o);
-  o->struct_size = sizeof *o;
-  o->read_dedup = DCP_READ_DEDUP_AUTO;
-  o->reader_policy = DCP_POLICY_BALANCED;
-  o->max_inflight_bytes = DCPI_LOAD_DEFAULT_INFLIGHT;
-}
-
-static dcp_status effective_options(const dcp_load_options *in, dcp_load_options *out,
-                                    dcpi_err *err) {
-  dcp_load_options_init(out);
-  if (in) {
-    if (in->struct_size < offsetof(dcp_load_options, flags) + sizeof in->flags)
-      return dcpi_fail(err, DCP_EINVAL, "load options: struct_size %u too small", in->struct_size);
-    memcpy(out, in, in->struct_size < sizeof *out ? in->struct_size : sizeof *out);
-    out->struct_size = sizeof *out;
-  }
-  if (out->flags & ~(uint32_t)(DCP_LOAD_METADATA_PER_RANK | DCP_LOAD_NO_PIPELINE))
-    return dcpi_fail(err, DCP_EINVAL, "load options: unknown flags 0x%x", out->flags);
-  if ((unsigned)out->read_dedup > DCP_READ_DEDUP_ON)
-    return dcpi_fail(err, DCP_EINVAL, "load options: unknown read_dedup %u",
-                     (unsigned)out->read_dedup);
-  if ((unsigned)out->reader_policy > DCP_POLICY_LOWEST_RANK)
-    return dcpi_fail(err, DCP_EINVAL, "load options: unknown reader_policy %u",
-                     (unsigned)out->reader_policy);
-  if (!out->max_inflight_bytes) out->max_inflight_bytes = DCPI_LOAD_DEFAULT_INFLIGHT;
-  return DCP_OK;
-}
 
 /* Read .metadata on this rank; without one, merge the parts of a save made
  * with no collective; with neither, "not committed". A part that vanished
@@ -308,7 +279,7 @@ dcp_status dcp_load(dcp_ctx *ctx, dcp_state *st, const char *path,
   else if (!path || !*path)
     s = dcpi_fail(&rt.err, DCP_EINVAL, "load: empty checkpoint path");
   else
-    s = effective_options(opts, &o, &rt.err);
+    s = dcpi_load_options_effective(opts, &o, &rt.err);
   if (s) {
     dcpi_rt_agree(&rt, s);
     return dcpi_rt_end(&rt);

@@ -27,41 +27,11 @@
 #include "runtime/files.h"
 #include "runtime/lease.h"
 #include "runtime/local_save.h"
+#include "runtime/options.h"
 #include "runtime/plan_cache.h"
 #include "runtime/replace.h"
 #include "runtime/rt.h"
 #include "runtime/save.h"
-
-void dcp_save_options_init(dcp_save_options *o) {
-  if (!o) return;
-  memset(o, 0, sizeof *o);
-  o->struct_size = sizeof *o;
-  o->block_size = DCPI_DEFAULT_BLOCK_SIZE;
-  o->zstd_level = 3;
-  o->policy = DCP_POLICY_BALANCED;
-}
-
-/* The caller's options with every field it lacks at its default. */
-static dcp_status effective_options(const dcp_save_options *in, dcp_save_options *out,
-                                    dcpi_err *err) {
-  dcp_save_options_init(out);
-  if (in) {
-    if (in->struct_size < offsetof(dcp_save_options, flags) + sizeof in->flags)
-      return dcpi_fail(err, DCP_EINVAL, "save options: struct_size %u too small", in->struct_size);
-    memcpy(out, in, in->struct_size < sizeof *out ? in->struct_size : sizeof *out);
-    out->struct_size = sizeof *out;
-  }
-  if (out->flags & ~(uint32_t)(DCP_SAVE_OVERWRITE | DCP_SAVE_COMPRESS | DCP_SAVE_IN_PLACE))
-    return dcpi_fail(err, DCP_EINVAL, "save options: unknown flags 0x%x", out->flags);
-  if (out->block_size < 4096 || out->block_size > (1u << 30))
-    return dcpi_fail(err, DCP_EINVAL, "save options: block_size %u not in [4 KiB, 1 GiB]",
-                     out->block_size);
-  if (out->policy != DCP_POLICY_BALANCED && out->policy != DCP_POLICY_LOWEST_RANK)
-    return dcpi_fail(err, DCP_EINVAL, "save options: unknown policy %d", (int)out->policy);
-  if (out->nkv && (!out->kv_keys || !out->kv_values))
-    return dcpi_fail(err, DCP_EINVAL, "save options: nkv %zu with NULL arrays", out->nkv);
-  return DCP_OK;
-}
 
 typedef struct save_job {
   dcpi_rt *rt;
@@ -441,7 +411,7 @@ dcp_status dcpi_save_over(dcp_ctx *ctx, dcp_state *st, const char *path,
   else if (!path || !*path)
     s = dcpi_fail(&rt.err, DCP_EINVAL, "save: empty checkpoint path");
   else
-    s = effective_options(opts, &j.opts, &rt.err);
+    s = dcpi_save_options_effective(opts, &j.opts, &rt.err);
   if (!ctx->comm) {
     /* a detached rank: the "none" coordination, <rank>.metadata */
     if (!s) dcpi_local_save(&rt, st, &j.opts, expected);

@@ -205,6 +205,20 @@ static int mode_basic(const args *a) {
   CHECK(dcpi_async_pool_growths(ctx) == 0, "pool grew");
   CHECK(dcpi_async_spawns(ctx) == 1 && dcpi_async_saves(ctx) == 2, "spawns %llu saves %llu",
         (unsigned long long)dcpi_async_spawns(ctx), (unsigned long long)dcpi_async_saves(ctx));
+  { /* bad options are refused before anything is staged or sent */
+    dcp_state *bad = model_state(ctx, &m);
+    dcp_save_options o;
+    dcp_save_options_init(&o);
+    o.block_size = 100;
+    dcp_async *hb = NULL;
+    int copies = g_copies;
+    CHECK(dcp_async_save(ctx, bad, p2, &o, &hb) == DCP_EINVAL && !hb,
+          "a block_size of 100 was not refused by dcp_async_save");
+    CHECK(strstr(dcp_ctx_last_error(ctx), "block_size"), "no block_size in '%s'",
+          dcp_ctx_last_error(ctx));
+    CHECK(g_copies == copies && dcpi_async_saves(ctx) == 2, "the refused save staged or ran");
+    dcp_state_free(bad);
+  }
   if (!coordinated) { /* a rank's wait covers its own part only */
     wait_rank_metadata(p1, world);
     wait_rank_metadata(p2, world);

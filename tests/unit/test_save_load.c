@@ -238,6 +238,28 @@ static void test_coalesced_reads(void **state) {
 /* A second save of the same geometry reuses the global plan (no gather or
  * scatter of plans) but writes the current data; a change of shape or of
  * options misses. */
+/* 0 means the default in save options: block_size 0 saves in 4 MiB blocks. */
+static void test_zero_means_default(void **state) {
+  fixture *f = *state;
+  static float w[ROWS * COLS];
+  static uint16_t b[33];
+  static uint64_t step;
+  dcp_state *st = make_saved_state(f, w, b, &step);
+  dcp_save_options o;
+  dcp_save_options_init(&o);
+  o.block_size = 0, o.zstd_level = 0;
+  assert_int_equal(dcp_save(f->ctx, st, f->ckpt, &o), DCP_OK);
+  dcp_state_free(st);
+  dcp_meta *m;
+  size_t ti;
+  dcp_chunk_info ci;
+  assert_int_equal(dcp_meta_open(f->ctx, f->ckpt, &m), DCP_OK);
+  assert_int_equal(dcp_meta_find_tensor(m, "w", &ti), DCP_OK);
+  assert_int_equal(dcp_meta_chunk(m, ti, 0, &ci), DCP_OK);
+  assert_int_equal(ci.ref.block_size, 4u << 20);
+  dcp_meta_free(m);
+}
+
 static void test_plan_cache(void **state) {
   fixture *f = *state;
   static float w[ROWS * COLS];
@@ -588,6 +610,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_uncoordinated, setup, teardown),
       cmocka_unit_test_setup_teardown(test_commit_rules, setup, teardown),
       cmocka_unit_test_setup_teardown(test_corrupt_block, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_zero_means_default, setup, teardown),
       cmocka_unit_test_setup_teardown(test_mismatches, setup, teardown),
       cmocka_unit_test_setup_teardown(test_meta_open, setup, teardown),
       cmocka_unit_test_setup_teardown(test_default_storage, setup, teardown),
