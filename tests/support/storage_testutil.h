@@ -38,6 +38,14 @@ void stu_tmpdir(const char *base, char *out, size_t n);
 void stu_path(char *out, size_t n, const char *dir, const char *leaf);
 /* rm -rf (no symlinks followed). */
 void stu_rmrf(const char *path);
+
+/* DCP_FILE_EXCL: a new name is created, an existing one (EXCL or plain) and
+ * a symlink at the name (live or dangling; placed where locate says) are
+ * DCP_EEXIST with contents and targets untouched; only WRITE | EXCL is
+ * valid; never O_DIRECT. */
+void stu_case_excl(const stu_plugin *sp, stu_locate_fn locate, const char *options);
+/* Six processes racing to create forty names: exactly one creator each. */
+void stu_case_excl_race(const stu_plugin *sp, const char *options);
 /* A sorted, newline-joined recursive listing of dir (relative paths, with
  * type and size), for "nothing changed here" checks. Caller frees. */
 char *stu_snapshot(const char *dir);
