@@ -101,7 +101,9 @@ typedef struct dcp_ctx_config {
                            collective that knows it (mpi), that one wins */
   int32_t world_size;   /* number of ranks (default 1); likewise, but a
                            value above 1 that the collective contradicts
-                           is an error (DCP_EINVAL) */
+                           is an error (DCP_EINVAL). The one field where 0
+                           is refused, not defaulted: a forgotten world
+                           size must not become a silent world of one */
   /* -- since 0.2 -- */
   const char *storage;         /* storage plugin name (default "posix") */
   const char *storage_options; /* its "key=value,..." options, or NULL */
@@ -110,7 +112,8 @@ typedef struct dcp_ctx_config {
   const char *coll_options;    /* its options, or NULL */
   void *coll_native;           /* backend handle (an MPI_Comm*), or NULL */
   const char *rendezvous;      /* shared directory of the file collective */
-  int64_t timeout_ms;          /* deadline of every wait (default 300000) */
+  int64_t timeout_ms;          /* deadline of every wait (0: the default,
+                                  300000) */
   const char *plugin_path;     /* colon-separated directories searched for
                                   plugins before DCP_PLUGIN_PATH, or NULL */
   /* -- since 0.3 -- */
@@ -136,7 +139,7 @@ DCP_API void dcp_ctx_config_init(dcp_ctx_config *cfg);
  * (DCP_EINVAL: a load needs the collective).
  * A world_size above 1 that a collective contradicts is DCP_EINVAL.
  * Errors: DCP_EINVAL (cfg->struct_size too small, world_size < 1, rank out of
- * [0, world_size), timeout_ms <= 0, lease_ms outside 50..86400000 and not 0),
+ * [0, world_size), timeout_ms < 0, lease_ms outside 50..86400000 and not 0),
  * DCP_EPLUGIN (a plugin not found or refused), the collective's open errors
  * (DCP_ETIMEDOUT, DCP_EIO, ...), DCP_ENOMEM. On error *out is NULL and
  * dcp_ctx_create_error() says why. */

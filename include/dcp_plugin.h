@@ -179,8 +179,8 @@ typedef struct dcp_storage_config {
 
 /* I/O counters of a backend since it was opened, filled by the plugin's
  * get_stats into the core's struct.
- * Frozen: never grows; a later version adds a new struct (filled by a new
- * get_stats2 appended to the table; docs/plugins.md, "Storage contract"). */
+ * Frozen: never grows. Its size-carrying successor is dcp_io_stats2, filled
+ * by the optional get_stats2 (docs/plugins.md, "Storage contract"). */
 typedef struct dcp_io_stats {
   uint64_t bytes_written, write_ops;
   uint64_t bytes_read, read_ops;
@@ -188,6 +188,19 @@ typedef struct dcp_io_stats {
   uint64_t meta_ops;  /* opens, renames, removes, sizes, listings */
   uint64_t retries;   /* operations retried after a transient error */
 } dcp_io_stats;
+
+/* -- since libdcp 0.3 (ABI 1, appended) -- */
+/* The counters again, carrying their size so that they can grow: the core
+ * sets struct_size to the size it was built with, and get_stats2 fills the
+ * fields that DCP_HAS_FIELD(out, dcp_io_stats2, field) says are there and
+ * no byte past struct_size. Grows by appending fields. */
+typedef struct dcp_io_stats2 {
+  uint32_t struct_size; /* set by the core, never by the plugin */
+  uint32_t reserved;    /* 0 */
+  uint64_t bytes_written, write_ops;
+  uint64_t bytes_read, read_ops;
+  uint64_t sync_ops, meta_ops, retries; /* as in dcp_io_stats */
+} dcp_io_stats2;
 
 typedef struct dcp_storage_plugin {
   uint32_t abi_version; /* DCP_PLUGIN_ABI_VERSION */
@@ -236,6 +249,11 @@ typedef struct dcp_storage_plugin {
               dcp_plugin_err *err);
   /* The backend's counters. */
   void (*get_stats)(const dcp_storage *st, dcp_io_stats *out);
+
+  /* -- since libdcp 0.3 (ABI 1, appended; optional, NULL or absent: the
+   * core uses get_stats) -- */
+  /* The backend's counters into a size-carrying struct (see dcp_io_stats2). */
+  void (*get_stats2)(const dcp_storage *st, dcp_io_stats2 *out);
 } dcp_storage_plugin;
 
 /* ------------------------------------------------------------------------ */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/sized.h"
 #include "base/strmap.h"
 #include "convert/cv.h"
 #include "runtime/files.h"
@@ -257,7 +258,7 @@ dcp_status dcp_verify(dcp_ctx *ctx, const char *ckpt, dcp_verify_report *out) {
   verify_job j = {.ctx = ctx, .pr = {.ctx = ctx}};
   dcpi_err_clear(&j.first);
   dcp_status s;
-  if (out && out->struct_size < offsetof(dcp_verify_report, problems))
+  if (out && !DCPI_HAS_FIELD(out, dcp_verify_report, bytes))
     s = dcpi_fail(&j.first, DCP_EINVAL, "verify: report struct_size %u too small",
                   out->struct_size);
   else if (!ckpt || !*ckpt)
@@ -267,11 +268,7 @@ dcp_status dcp_verify(dcp_ctx *ctx, const char *ckpt, dcp_verify_report *out) {
   j.rep.first_status = s;
   snprintf(j.rep.first_problem, sizeof j.rep.first_problem, "%s", s ? j.first.msg : "");
   if (s && !j.rep.problems) j.rep.problems = 1;
-  if (out) {
-    size_t n = out->struct_size < sizeof j.rep ? out->struct_size : sizeof j.rep;
-    j.rep.struct_size = out->struct_size;
-    memcpy(out, &j.rep, n);
-  }
+  if (out) dcpi_sized_fill(out, &j.rep, sizeof j.rep);
   dcpi_block_reader_free(j.br);
   dcpi_cv_close(&j.rt);
   dcp_meta_free(j.m);

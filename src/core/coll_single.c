@@ -9,7 +9,6 @@
  * agree), so code tested on one rank does not pass by accident. */
 #include <stdlib.h>
 #include <string.h>
-#include <stdio.h>
 
 #include "core/plugin.h"
 
@@ -19,28 +18,20 @@ struct dcp_comm {
   int32_t rank;
 };
 
-/* Write a reason into err and return code. */
-static int fail(dcp_plugin_err *err, int code, const char *msg) {
-  if (err) snprintf(err->msg, sizeof err->msg, "%s", msg);
-  return code;
-}
-
-/* Whether cfg (of cfg->struct_size bytes) has `field`. */
-#define HAS(cfg, field) \
-  ((cfg)->struct_size >= offsetof(dcp_coll_config, field) + sizeof((cfg)->field))
-
 /* Open the world of one. Errors: DCP_EINVAL (NULL arguments; a config that
  * asks for a rank other than 0 or a world larger than one — world_size 0
  * means "not given"), DCP_ENOMEM. */
 static int single_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *err) {
-  if (!cfg || !out) return fail(err, DCP_EINVAL, "NULL config or output");
+  if (!cfg || !out) return dcp_plugin_fail(err, DCP_EINVAL, "NULL config or output");
   *out = NULL;
-  if (HAS(cfg, world_size) && cfg->world_size > 1)
-    return fail(err, DCP_EINVAL, "the single collective serves a world of one rank; "
-                                 "use \"mpi\" or \"file\" for more");
-  if (HAS(cfg, rank) && cfg->rank != 0) return fail(err, DCP_EINVAL, "rank must be 0");
+  if (DCP_HAS_FIELD(cfg, dcp_coll_config, world_size) && cfg->world_size > 1)
+    return dcp_plugin_fail(err, DCP_EINVAL,
+                           "the single collective serves a world of one rank; "
+                           "use \"mpi\" or \"file\" for more");
+  if (DCP_HAS_FIELD(cfg, dcp_coll_config, rank) && cfg->rank != 0)
+    return dcp_plugin_fail(err, DCP_EINVAL, "rank must be 0");
   dcp_comm *c = calloc(1, sizeof *c);
-  if (!c) return fail(err, DCP_ENOMEM, "out of memory");
+  if (!c) return dcp_plugin_fail(err, DCP_ENOMEM, "out of memory");
   *out = c;
   return DCP_OK;
 }
@@ -55,20 +46,20 @@ static int32_t single_size(const dcp_comm *c) { return c ? 1 : -1; }
 
 /* Nobody to wait for. */
 static int single_barrier(dcp_comm *c, dcp_plugin_err *err) {
-  return c ? DCP_OK : fail(err, DCP_EINVAL, "NULL communicator");
+  return c ? DCP_OK : dcp_plugin_fail(err, DCP_EINVAL, "NULL communicator");
 }
 
 /* Common checks: a communicator and root 0. */
 static int check_root(const dcp_comm *c, int32_t root, dcp_plugin_err *err) {
-  if (!c) return fail(err, DCP_EINVAL, "NULL communicator");
-  if (root != 0) return fail(err, DCP_EINVAL, "root must be rank 0 in a world of one");
+  if (!c) return dcp_plugin_fail(err, DCP_EINVAL, "NULL communicator");
+  if (root != 0) return dcp_plugin_fail(err, DCP_EINVAL, "root must be rank 0 in a world of one");
   return DCP_OK;
 }
 
 /* Copy len bytes (memmove: callers may pass the same buffer for both). */
 static int copy(void *dst, const void *src, size_t len, dcp_plugin_err *err) {
   if (len == 0) return DCP_OK;
-  if (!dst || !src) return fail(err, DCP_EINVAL, "NULL buffer");
+  if (!dst || !src) return dcp_plugin_fail(err, DCP_EINVAL, "NULL buffer");
   if (dst != src) memmove(dst, src, len);
   return DCP_OK;
 }
@@ -92,7 +83,7 @@ static int single_gatherv(dcp_comm *c, const void *send, size_t len, void *recv,
                           const size_t *lens, int32_t root, dcp_plugin_err *err) {
   int rc = check_root(c, root, err);
   if (rc) return rc;
-  if (!lens || lens[0] != len) return fail(err, DCP_EINVAL, "lens[0] differs from len");
+  if (!lens || lens[0] != len) return dcp_plugin_fail(err, DCP_EINVAL, "lens[0] differs from len");
   return copy(recv, send, len, err);
 }
 
@@ -101,7 +92,7 @@ static int single_scatterv(dcp_comm *c, const void *send, const size_t *lens, vo
                            size_t len, int32_t root, dcp_plugin_err *err) {
   int rc = check_root(c, root, err);
   if (rc) return rc;
-  if (!lens || lens[0] != len) return fail(err, DCP_EINVAL, "lens[0] differs from len");
+  if (!lens || lens[0] != len) return dcp_plugin_fail(err, DCP_EINVAL, "lens[0] differs from len");
   return copy(recv, send, len, err);
 }
 
@@ -111,8 +102,8 @@ static int single_allreduce_i64(dcp_comm *c, int64_t *vals, size_t n, uint32_t o
   int rc = check_root(c, 0, err);
   if (rc) return rc;
   if (op != DCP_REDUCE_MIN && op != DCP_REDUCE_MAX && op != DCP_REDUCE_SUM)
-    return fail(err, DCP_EINVAL, "unknown reduction");
-  if (n && !vals) return fail(err, DCP_EINVAL, "NULL values");
+    return dcp_plugin_fail(err, DCP_EINVAL, "unknown reduction");
+  if (n && !vals) return dcp_plugin_fail(err, DCP_EINVAL, "NULL values");
   return DCP_OK;
 }
 
@@ -122,7 +113,7 @@ static int single_group_bcast(dcp_comm *c, const int32_t *ranks, size_t n, void 
   int rc = check_root(c, root, err);
   if (rc) return rc;
   if (n != 1 || !ranks || ranks[0] != 0)
-    return fail(err, DCP_EINVAL, "the only group in a world of one is {0}");
+    return dcp_plugin_fail(err, DCP_EINVAL, "the only group in a world of one is {0}");
   return single_bcast(c, buf, len, root, err);
 }
 

@@ -8,18 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/sized.h"
 #include "core/plugin.h"
 #include "model/state.h"
 
 /* dcpi_ctx_report (base/err.c) writes the last error through a dcp_ctx
  * pointer it cannot see into: the slot must head the struct. */
 _Static_assert(offsetof(struct dcp_ctx, last) == 0, "dcp_ctx must begin with its dcpi_err");
-
-/* Whether a caller's config (of cfg->struct_size bytes) has `field`: a
- * caller compiled against an older, shorter dcp_ctx_config leaves the
- * fields it does not know at their defaults. */
-#define DCPI_CFG_HAS(cfg, field) \
-  ((cfg)->struct_size >= offsetof(dcp_ctx_config, field) + sizeof((cfg)->field))
 
 void dcp_ctx_config_init(dcp_ctx_config *cfg) {
   if (!cfg) return;
@@ -30,15 +25,18 @@ void dcp_ctx_config_init(dcp_ctx_config *cfg) {
   cfg->timeout_ms = DCPI_DEFAULT_TIMEOUT_MS;
 }
 
-/* The caller's config with every field it lacks set to the default. */
-static void effective_config(const dcp_ctx_config *in, dcp_ctx_config *out) {
+/* The caller's config with every field it lacks, or leaves 0, at its
+ * default (a caller compiled against an older, shorter dcp_ctx_config keeps
+ * the defaults of the fields it does not know). world_size is the one
+ * field where 0 is refused rather than defaulted (setup): a job that forgot
+ * to set it must not become a silent world of one. False when in is too
+ * short to hold rank and world_size. */
+static bool effective_config(const dcp_ctx_config *in, dcp_ctx_config *out) {
   dcp_ctx_config_init(out);
-  if (!in) return;
-  size_t n = in->struct_size < sizeof *out ? in->struct_size : sizeof *out;
-  memcpy(out, in, n);
-  out->struct_size = sizeof *out;
-  if (!DCPI_CFG_HAS(in, timeout_ms)) out->timeout_ms = DCPI_DEFAULT_TIMEOUT_MS;
-  if (!DCPI_CFG_HAS(in, lease_ms)) out->lease_ms = 0;
+  if (!dcpi_sized_merge(out, sizeof *out, in, DCPI_SIZE_THROUGH(dcp_ctx_config, world_size)))
+    return false;
+  if (!out->timeout_ms) out->timeout_ms = DCPI_DEFAULT_TIMEOUT_MS;
+  return true; /* lease_ms: 0 is the default, resolved by the lease layer */
 }
 
 static dcp_status open_coll(dcp_ctx *ctx, const dcp_ctx_config *cfg, dcpi_err *err) {
@@ -97,8 +95,8 @@ static dcp_status setup(dcp_ctx *ctx, const dcp_ctx_config *cfg, dcpi_err *err) 
   if (cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
     return dcpi_fail(err, DCP_EINVAL, "rank %d is not in a world of %d", cfg->rank,
                      cfg->world_size);
-  if (cfg->timeout_ms <= 0)
-    return dcpi_fail(err, DCP_EINVAL, "timeout_ms must be > 0, not %lld",
+  if (cfg->timeout_ms <= 0) /* 0 became the default in effective_config */
+    return dcpi_fail(err, DCP_EINVAL, "timeout_ms must be >= 0 (0: the default), not %lld",
                      (long long)cfg->timeout_ms);
   ctx->timeout_ms = cfg->timeout_ms;
   if (cfg->lease_ms && (cfg->lease_ms < DCPI_LEASE_MS_MIN || cfg->lease_ms > DCPI_LEASE_MS_MAX))
@@ -120,10 +118,8 @@ const char *dcp_ctx_create_error(void) { return create_error; }
 dcp_status dcp_ctx_create(const dcp_ctx_config *cfg, dcp_ctx **out) {
   if (!out) return DCP_EINVAL;
   *out = NULL;
-  if (cfg && cfg->struct_size < offsetof(dcp_ctx_config, world_size) + sizeof cfg->world_size)
-    return DCP_EINVAL;
   dcp_ctx_config eff;
-  effective_config(cfg, &eff);
+  if (!effective_config(cfg, &eff)) return DCP_EINVAL;
   dcp_ctx *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return DCP_ENOMEM;
   for (int i = 0; i < DCPI_CTX_NSLOTS; i++) atomic_init(&ctx->ext[i], NULL);
@@ -165,12 +161,8 @@ const char *dcp_ctx_last_error(const dcp_ctx *ctx) { return ctx ? ctx->last.msg 
 dcp_status dcp_ctx_last_status(const dcp_ctx *ctx) { return ctx ? ctx->last.code : DCP_EINVAL; }
 
 dcp_status dcp_ctx_stats(const dcp_ctx *ctx, dcp_stats *out) {
-  if (!ctx || !out || out->struct_size < sizeof(uint32_t)) return DCP_EINVAL;
-  size_t n = out->struct_size < sizeof *out ? out->struct_size : sizeof *out;
-  uint32_t size = out->struct_size;
-  memcpy(out, &ctx->stats, n);
-  out->struct_size = size;
-  return DCP_OK;
+  if (!ctx || !out) return DCP_EINVAL;
+  return dcpi_sized_fill(out, &ctx->stats, sizeof ctx->stats) ? DCP_OK : DCP_EINVAL;
 }
 
 dcpi_ctx_ext *dcpi_ctx_ext_get(dcp_ctx *ctx, dcpi_ctx_slot slot) {

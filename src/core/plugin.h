@@ -61,6 +61,11 @@ dcp_status dcpi_plugin_status(int rc, const dcp_plugin_err *perr, const char *pl
 /* Whether name is a valid plugin name: [a-z0-9_]{1,DCPI_PLUGIN_NAME_MAX}. */
 int dcpi_plugin_name_ok(const char *name);
 
+/* The counters of an open backend st of table t into *out: through
+ * get_stats2 when the table has it (size-carrying), else get_stats
+ * (plugin_stats.c). */
+void dcpi_storage_stats(const dcp_storage_plugin *t, const dcp_storage *st, dcp_io_stats *out);
+
 /* The built-in "single" collective: a world of one (coll_single.c). */
 const dcp_coll_plugin *dcpi_coll_single(void);
 

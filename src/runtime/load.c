@@ -8,6 +8,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "core/plugin.h"
 #include "metadata/view.h"
 #include "model/box.h"
 #include "model/state.h"
@@ -197,7 +198,7 @@ static dcp_status read_bytes_items(dcpi_block_reader *br, dcp_meta *m, const dcp
 /* Storage bytes read so far on this operation. */
 static uint64_t storage_bytes_read(dcpi_rt *rt) {
   dcp_io_stats io;
-  rt->ctx->storage->get_stats(rt->st, &io);
+  dcpi_storage_stats(rt->ctx->storage, rt->st, &io);
   return io.bytes_read;
 }
 

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "base/sized.h"
 #include "runtime/load_int.h"
 #include "runtime/rt.h"
 
@@ -20,12 +21,8 @@ void dcp_save_options_init(dcp_save_options *o) {
 dcp_status dcpi_save_options_effective(const dcp_save_options *in, dcp_save_options *out,
                                        dcpi_err *err) {
   dcp_save_options_init(out);
-  if (in) {
-    if (in->struct_size < offsetof(dcp_save_options, flags) + sizeof in->flags)
-      return dcpi_fail(err, DCP_EINVAL, "save options: struct_size %u too small", in->struct_size);
-    memcpy(out, in, in->struct_size < sizeof *out ? in->struct_size : sizeof *out);
-    out->struct_size = sizeof *out;
-  }
+  if (!dcpi_sized_merge(out, sizeof *out, in, DCPI_SIZE_THROUGH(dcp_save_options, flags)))
+    return dcpi_fail(err, DCP_EINVAL, "save options: struct_size %u too small", in->struct_size);
   if (out->flags & ~(uint32_t)(DCP_SAVE_OVERWRITE | DCP_SAVE_COMPRESS | DCP_SAVE_IN_PLACE))
     return dcpi_fail(err, DCP_EINVAL, "save options: unknown flags 0x%x", out->flags);
   if (!out->block_size) out->block_size = DCPI_DEFAULT_BLOCK_SIZE; /* 0: the default */
@@ -52,12 +49,8 @@ void dcp_load_options_init(dcp_load_options *o) {
 dcp_status dcpi_load_options_effective(const dcp_load_options *in, dcp_load_options *out,
                                        dcpi_err *err) {
   dcp_load_options_init(out);
-  if (in) {
-    if (in->struct_size < offsetof(dcp_load_options, flags) + sizeof in->flags)
-      return dcpi_fail(err, DCP_EINVAL, "load options: struct_size %u too small", in->struct_size);
-    memcpy(out, in, in->struct_size < sizeof *out ? in->struct_size : sizeof *out);
-    out->struct_size = sizeof *out;
-  }
+  if (!dcpi_sized_merge(out, sizeof *out, in, DCPI_SIZE_THROUGH(dcp_load_options, flags)))
+    return dcpi_fail(err, DCP_EINVAL, "load options: struct_size %u too small", in->struct_size);
   if (out->flags & ~(uint32_t)(DCP_LOAD_METADATA_PER_RANK | DCP_LOAD_NO_PIPELINE))
     return dcpi_fail(err, DCP_EINVAL, "load options: unknown flags 0x%x", out->flags);
   if ((unsigned)out->read_dedup > DCP_READ_DEDUP_ON)

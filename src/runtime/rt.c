@@ -30,7 +30,7 @@ dcp_status dcpi_rt_end(dcpi_rt *rt) {
   dcp_stats *s = &rt->ctx->stats;
   if (rt->st) {
     dcp_io_stats io;
-    rt->ctx->storage->get_stats(rt->st, &io);
+    dcpi_storage_stats(rt->ctx->storage, rt->st, &io);
     s->bytes_written = io.bytes_written - rt->io0.bytes_written;
     s->write_ops = io.write_ops - rt->io0.write_ops;
     s->bytes_read = io.bytes_read - rt->io0.bytes_read;

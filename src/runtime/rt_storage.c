@@ -38,7 +38,7 @@ dcp_status dcpi_rt_open_storage(dcpi_rt *rt, uint32_t flags) {
     rt->st = NULL;
     return done(rt, rc, &perr, "open", "", &rt->err);
   }
-  rt->ctx->storage->get_stats(rt->st, &rt->io0);
+  dcpi_storage_stats(rt->ctx->storage, rt->st, &rt->io0);
   return DCP_OK;
 }
 

@@ -30,6 +30,29 @@ dcp_io_stats stu_stats(const stu_plugin *sp, const dcp_storage *st) {
   dcp_io_stats s;
   memset(&s, 0xff, sizeof s); /* every field must be written */
   sp->p->get_stats(st, &s);
+  if (DCP_HAS_FIELD(sp->p, dcp_storage_plugin, get_stats2) && sp->p->get_stats2) {
+    /* The size-carrying counters agree with the frozen ones ... */
+    dcp_io_stats2 s2;
+    memset(&s2, 0xff, sizeof s2);
+    s2.struct_size = sizeof s2;
+    sp->p->get_stats2(st, &s2);
+    assert_int_equal(s2.struct_size, sizeof s2);
+    assert_int_equal(s2.bytes_written, s.bytes_written);
+    assert_int_equal(s2.write_ops, s.write_ops);
+    assert_int_equal(s2.bytes_read, s.bytes_read);
+    assert_int_equal(s2.read_ops, s.read_ops);
+    assert_int_equal(s2.sync_ops, s.sync_ops);
+    assert_int_equal(s2.meta_ops, s.meta_ops);
+    assert_int_equal(s2.retries, s.retries);
+    /* ... and a caller built with a shorter struct gets no byte past it. */
+    memset(&s2, 0xab, sizeof s2);
+    s2.struct_size = (uint32_t)offsetof(dcp_io_stats2, write_ops);
+    sp->p->get_stats2(st, &s2);
+    assert_int_equal(s2.bytes_written, s.bytes_written);
+    const unsigned char *tail = (const unsigned char *)&s2 + offsetof(dcp_io_stats2, write_ops);
+    for (size_t i = 0; i < sizeof s2 - offsetof(dcp_io_stats2, write_ops); i++)
+      assert_int_equal(tail[i], 0xab);
+  }
   return s;
 }
 

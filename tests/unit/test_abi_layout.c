@@ -165,7 +165,17 @@
   F(dcp_io_stats, sync_ops, 32, 8)         \
   F(dcp_io_stats, meta_ops, 40, 8)         \
   F(dcp_io_stats, retries, 48, 8)          \
-  S(dcp_storage_plugin, 128, 8)            \
+  S(dcp_io_stats2, 64, 8)                  \
+  F(dcp_io_stats2, struct_size, 0, 4)      \
+  F(dcp_io_stats2, reserved, 4, 4)         \
+  F(dcp_io_stats2, bytes_written, 8, 8)    \
+  F(dcp_io_stats2, write_ops, 16, 8)       \
+  F(dcp_io_stats2, bytes_read, 24, 8)      \
+  F(dcp_io_stats2, read_ops, 32, 8)        \
+  F(dcp_io_stats2, sync_ops, 40, 8)        \
+  F(dcp_io_stats2, meta_ops, 48, 8)        \
+  F(dcp_io_stats2, retries, 56, 8)         \
+  S(dcp_storage_plugin, 136, 8)            \
   F(dcp_storage_plugin, abi_version, 0, 4) \
   F(dcp_storage_plugin, struct_size, 4, 4) \
   F(dcp_storage_plugin, name, 8, 8)        \
@@ -183,6 +193,7 @@
   F(dcp_storage_plugin, sync_dir, 104, 8)  \
   F(dcp_storage_plugin, list, 112, 8)      \
   F(dcp_storage_plugin, get_stats, 120, 8) \
+  F(dcp_storage_plugin, get_stats2, 128, 8) \
   S(dcp_coll_config, 48, 8)                \
   F(dcp_coll_config, struct_size, 0, 4)    \
   F(dcp_coll_config, rank, 4, 4)           \
@@ -341,6 +352,8 @@
                                   dcp_plugin_err *)))                                              \
   T("dcp_storage_plugin.get_stats",                                                                \
     HAS_TYPE(ST_FN(get_stats), void (*)(const dcp_storage *, dcp_io_stats *)))                     \
+  T("dcp_storage_plugin.get_stats2",                                                               \
+    HAS_TYPE(ST_FN(get_stats2), void (*)(const dcp_storage *, dcp_io_stats2 *)))                   \
   T("dcp_coll_plugin.open",                                                                        \
     HAS_TYPE(CO_FN(open), int (*)(const dcp_coll_config *, dcp_comm **, dcp_plugin_err *)))        \
   T("dcp_coll_plugin.close", HAS_TYPE(CO_FN(close), void (*)(dcp_comm *)))                         \

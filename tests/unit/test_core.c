@@ -60,9 +60,12 @@ static void test_ctx_config(void **state) {
   assert_non_null(strstr(dcp_ctx_last_error(ctx), "collective"));
   dcp_state_free(st);
   dcp_ctx_free(ctx);
-  cfg.timeout_ms = 0;
+  cfg.timeout_ms = 0; /* 0 means the default */
   cfg.world_size = 1;
   cfg.rank = 0;
+  assert_int_equal(dcp_ctx_create(&cfg, &ctx), DCP_OK);
+  dcp_ctx_free(ctx);
+  cfg.timeout_ms = -1;
   assert_int_equal(dcp_ctx_create(&cfg, &ctx), DCP_EINVAL);
   assert_non_null(strstr(dcp_ctx_create_error(), "timeout_ms"));
   cfg.timeout_ms = 1000;

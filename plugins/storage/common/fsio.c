@@ -370,17 +370,29 @@ int fsio_list_dir(fsio_core *c, int dirfd, int (*accept)(const char *name, void 
 
 /* ---- counters and diagnostics --------------------------------------------- */
 
-/* Snapshot of the counters (each one atomic; the set is not one snapshot). */
-void fsio_get_stats(const dcp_storage *st, dcp_io_stats *out) {
+/* Snapshot of the counters into the fields out's struct_size has (each one
+ * atomic; the set is not one snapshot). */
+void fsio_get_stats2(const dcp_storage *st, dcp_io_stats2 *out) {
   const fsio_core *c = (const fsio_core *)(const void *)st;
   fsio_stats *s = (fsio_stats *)&c->stats; /* atomic_load takes non-const in C11 */
-  out->bytes_written = atomic_load(&s->bytes_written);
-  out->write_ops = atomic_load(&s->write_ops);
-  out->bytes_read = atomic_load(&s->bytes_read);
-  out->read_ops = atomic_load(&s->read_ops);
-  out->sync_ops = atomic_load(&s->sync_ops);
-  out->meta_ops = atomic_load(&s->meta_ops);
-  out->retries = atomic_load(&s->retries);
+#define FSIO_STAT(f) \
+  if (DCP_HAS_FIELD(out, dcp_io_stats2, f)) out->f = atomic_load(&s->f)
+  FSIO_STAT(bytes_written);
+  FSIO_STAT(write_ops);
+  FSIO_STAT(bytes_read);
+  FSIO_STAT(read_ops);
+  FSIO_STAT(sync_ops);
+  FSIO_STAT(meta_ops);
+  FSIO_STAT(retries);
+#undef FSIO_STAT
+}
+
+/* The frozen version-1 counters, from the same snapshot code. */
+void fsio_get_stats(const dcp_storage *st, dcp_io_stats *out) {
+  dcp_io_stats2 s2 = {.struct_size = sizeof s2};
+  fsio_get_stats2(st, &s2);
+  *out = (dcp_io_stats){s2.bytes_written, s2.write_ops, s2.bytes_read, s2.read_ops,
+                        s2.sync_ops,      s2.meta_ops,  s2.retries};
 }
 
 /* How often O_DIRECT was refused and buffered I/O used instead. */

@@ -108,7 +108,7 @@ int fsio_diag_file_is_direct(const dcp_storage_file *f);
     .file_read = fsio_file_read, .file_sync = fsio_file_sync,                        \
     .file_close = fsio_file_close, .file_size = fsio_file_size,                      \
     .rename = fsio_rename, .remove = fsio_remove, .sync_dir = SYNC_DIR, .list = LIST, \
-    .get_stats = fsio_get_stats                                                      \
+    .get_stats = fsio_get_stats, .get_stats2 = fsio_get_stats2                       \
   }
 
 /* The module's one exported symbol, for a table TABLE: the storage table,
@@ -183,6 +183,7 @@ int fsio_file_size(dcp_storage *st, const char *name, uint64_t *size, dcp_plugin
 int fsio_rename(dcp_storage *st, const char *from, const char *to, dcp_plugin_err *err);
 int fsio_remove(dcp_storage *st, const char *name, dcp_plugin_err *err);
 void fsio_get_stats(const dcp_storage *st, dcp_io_stats *out);
+void fsio_get_stats2(const dcp_storage *st, dcp_io_stats2 *out);
 
 /* Open name under dirfd with flags (O_NOFOLLOW, O_CLOEXEC and O_DIRECT when
  * *direct are added), retrying transients and falling back from O_DIRECT
