@@ -1,5 +1,7 @@
 """Start a job of N rank processes (/usr/bin/python3 script, RANK and
-WORLD_SIZE in the environment), wait for it, or kill it whole: the ranks
+WORLD_SIZE in the environment; with torchrun=True every variable torchrun
+sets: MASTER_ADDR, MASTER_PORT, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
+TORCHELASTIC_RUN_ID, ...), wait for it, or kill it whole: the ranks
 and the dcp-writer processes they spawned, all with SIGKILL, as a
 scheduler killing a job would. The test process makes itself a child
 subreaper, so writers orphaned by the kill are reparented to it and reaped
@@ -9,6 +11,7 @@ job starts."""
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -40,18 +43,51 @@ def children_of(pids):
     return out
 
 
+def free_port():
+    """A TCP port nothing listens on now (with the next one free too, for
+    a store beside torch's)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port + 1))
+            return port
+        except OSError:
+            continue
+    raise OSError("no free pair of ports")
+
+
+def torchrun_env(rank, world, port, run_id):
+    """The variables torch.distributed.run gives rank `rank` of a one-host
+    job (torch 1.13's launcher itself fails on Python 3.11 in Debian)."""
+    return {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(world), "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1",
+            "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(world), "ROLE_NAME": "default",
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+            "TORCHELASTIC_RUN_ID": run_id, "TORCHELASTIC_RESTART_COUNT": "0",
+            "TORCHELASTIC_MAX_RESTARTS": "0", "OMP_NUM_THREADS": "1"}
+
+
 class Job:
     """N ranks of `script args`, each logging to workdir/log.<rank>."""
 
-    def __init__(self, script, world, args, workdir, env=None):
+    def __init__(self, script, world, args, workdir, env=None, torchrun=False):
         self.script, self.world, self.args, self.workdir = script, world, args, workdir
         self.env = dict(os.environ, **(env or {}))
+        self.torchrun = torchrun
         self.procs = []
 
     def start(self):
         os.makedirs(self.workdir, exist_ok=True)
+        port = free_port() if self.torchrun else None
         for r in range(self.world):
-            env = dict(self.env, RANK=str(r), WORLD_SIZE=str(self.world))
+            if self.torchrun:
+                env = dict(self.env, **torchrun_env(r, self.world, port,
+                                                    "job-%d-%d" % (os.getpid(), port)))
+            else:
+                env = dict(self.env, RANK=str(r), WORLD_SIZE=str(self.world))
             log = open(os.path.join(self.workdir, "log.%d" % r), "w")
             self.procs.append(subprocess.Popen([sys.executable, self.script] + self.args,
                                                env=env, stdout=log, stderr=subprocess.STDOUT))

@@ -4,6 +4,7 @@
 #include "pydcp.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 
 dcpi_py_ctx *dcpi_py_ctx_usable(PyObject *obj) {
   if (!PyObject_TypeCheck(obj, &dcpi_py_ctx_type)) {
@@ -31,6 +32,26 @@ static int opt_str(PyObject *o, const char **out) {
   return 0;
 }
 
+/* A plain Context() (no world_size=) inside a job whose environment says
+ * WORLD_SIZE > 1 would save as "rank 0 of 1" from every process into one
+ * path: refused, naming the two ways out. Returns -1 with the error set. */
+static int refuse_silent_world(PyObject *kwargs) {
+  if (kwargs && PyDict_GetItemString(kwargs, "world_size")) return 0;
+  const char *env = getenv("WORLD_SIZE");
+  if (!env || !*env) return 0;
+  char *end = NULL;
+  long world = strtol(env, &end, 10);
+  if (*end || world <= 1) return 0;
+  dcpi_py_raisef(DCP_EINVAL,
+                 "Context(): the environment says WORLD_SIZE=%ld, and a context without "
+                 "world_size= would be rank 0 of 1 in every process; use "
+                 "dcp.Context.from_env() (ranks from torchrun's RANK/WORLD_SIZE or the "
+                 "torch.distributed process group), or pass rank= and world_size= "
+                 "(world_size=1 for a deliberately local context)",
+                 world);
+  return -1;
+}
+
 static int ctx_init(PyObject *self, PyObject *args, PyObject *kwargs) {
   static char *kw[] = {"rank",          "world_size",      "coll",       "coll_options",
                        "rendezvous",    "storage",         "storage_options",
@@ -48,6 +69,7 @@ static int ctx_init(PyObject *self, PyObject *args, PyObject *kwargs) {
                                    &o[1], &o[2], &o[3], &o[4], &timeout_ms, &plugin_path,
                                    &lease_ms))
     return -1;
+  if (refuse_silent_world(kwargs)) return -1;
   dcp_ctx_config cfg;
   dcp_ctx_config_init(&cfg);
   cfg.rank = rank;
@@ -248,6 +270,25 @@ static PyObject *ctx_get_closed(PyObject *self, void *closure) {
   return PyBool_FromLong(((dcpi_py_ctx *)self)->ctx == NULL);
 }
 
+/* Context.from_env(**options): implemented in Python (dcp/_env.py), where
+ * torch.distributed and the launcher's variables are at hand. */
+static PyObject *ctx_from_env(PyObject *cls, PyObject *args, PyObject *kwargs) {
+  if (PyTuple_GET_SIZE(args)) {
+    PyErr_SetString(PyExc_TypeError, "Context.from_env() takes keyword arguments only");
+    return NULL;
+  }
+  PyObject *mod = PyImport_ImportModule("dcp._env");
+  if (!mod) return NULL;
+  PyObject *fn = PyObject_GetAttrString(mod, "from_env");
+  Py_DECREF(mod);
+  if (!fn) return NULL;
+  PyObject *cargs = PyTuple_Pack(1, cls);
+  PyObject *r = cargs ? PyObject_Call(fn, cargs, kwargs) : NULL;
+  Py_XDECREF(cargs);
+  Py_DECREF(fn);
+  return r;
+}
+
 #define METH(name, fn, flags, doc) {name, (PyCFunction)(void (*)(void))(fn), flags, doc}
 static PyMethodDef ctx_methods[] = {
     METH("close", ctx_close, METH_NOARGS,
@@ -267,6 +308,11 @@ static PyMethodDef ctx_methods[] = {
     METH("set_progress", ctx_set_progress, METH_O,
          "set_progress(fn or None): call fn(done, total) (bytes) during safetensors "
          "import/export and verify on this context."),
+    METH("from_env", ctx_from_env, METH_VARARGS | METH_KEYWORDS | METH_CLASS,
+         "Context.from_env(**options): the context of this process in a torchrun "
+         "(or torch.distributed) job: rank and world size from RANK/WORLD_SIZE or the "
+         "initialised process group, the gloo collective with its rendezvous, and the "
+         "async writers' coordination. See dcp._env.from_env."),
     METH("async_shutdown", ctx_async_shutdown, METH_NOARGS,
          "Wait for a pending async save and stop the writer process."),
     {NULL, NULL, 0, NULL}};

@@ -1,0 +1,826 @@
+"""dcp.torch: torch.distributed.checkpoint's API, written by libdcp.
+
+A drop-in for a trainer that calls ``torch.distributed.checkpoint``::
+
+    import dcp.torch as dcp_torch                 # was: import torch.distributed.checkpoint as dcp
+    dcp_torch.save(state_dict, checkpoint_id=path)
+    dcp_torch.load(state_dict, checkpoint_id=path)          # in place
+    fut = dcp_torch.async_save(state_dict, checkpoint_id=path)
+
+The state_dict follows torch DCP's rules:
+
+* top-level values with ``state_dict()`` / ``load_state_dict()`` (modules,
+  optimizers, schedulers, your own objects: the :class:`Stateful`
+  protocol) are replaced by their state_dict on save and get
+  ``load_state_dict`` called after a load;
+* nested dicts are flattened with dotted keys (``"optim.state.fc.weight.
+  exp_avg"``), lists too when they hold tensors or containers (their index
+  is the key part), exactly as torch DCP's ``flatten_state_dict``;
+* tensors (any dtype libdcp has, complex128 stored as its real view,
+  non-contiguous ones, CUDA ones staged through pinned host memory,
+  ``ShardedTensor`` shards and ``DTensor`` local shards as chunks of the
+  global tensor) are libdcp tensors; a load fills them in place and
+  reshards across world sizes;
+* every other value is a bytes item of tagged JSON (see ``dcp._json``):
+  loading runs no code from the checkpoint. What tagged JSON cannot hold is
+  refused naming its key, unless ``allow_pickle=True`` (and the load then
+  needs ``allow_pickle=True`` too).
+
+The context is ``dcp.Context.from_env()`` (torchrun's variables or the
+initialised process group), made once per process, unless ``ctx=`` names
+one. :func:`get_state_dict` / :func:`set_state_dict` give model and
+optimizer state with optimizer state keyed by parameter fqn.
+"""
+
+import concurrent.futures
+import os
+import sys
+
+import torch
+
+from . import _dcp, _env, _json, _torch_compat
+
+__all__ = ["save", "load", "async_save", "AsyncSaveFuture", "Stateful", "StateDictOptions",
+           "get_state_dict", "set_state_dict", "get_model_state_dict",
+           "get_optimizer_state_dict", "set_model_state_dict", "set_optimizer_state_dict",
+           "flatten_state_dict", "default_context", "import_torch_dcp", "export_torch_dcp",
+           "torch_dtype", "dcp_dtype"]
+
+_INDEX_KEY = "dcp.torch"  # the checkpoint's kv entry describing the torch side
+
+
+def _dtype_table():
+    pairs = [("float32", _dcp.F32), ("float64", _dcp.F64), ("float16", _dcp.F16),
+             ("bfloat16", _dcp.BF16), ("int8", _dcp.I8), ("uint8", _dcp.U8),
+             ("int16", _dcp.I16), ("int32", _dcp.I32), ("int64", _dcp.I64),
+             ("bool", _dcp.BOOL), ("complex64", _dcp.C64), ("uint16", _dcp.U16),
+             ("uint32", _dcp.U32), ("uint64", _dcp.U64), ("float8_e4m3fn", _dcp.F8_E4M3),
+             ("float8_e5m2", _dcp.F8_E5M2), ("float8_e8m0fnu", _dcp.F8_E8M0)]
+    return {getattr(torch, n): code for n, code in pairs if hasattr(torch, n)}
+
+
+_TO_DCP = _dtype_table()
+_FROM_DCP = {v: k for k, v in _TO_DCP.items()}
+# complex dtypes libdcp has no code for: stored as their real view (a last
+# dimension of 2), the checkpoint's index remembers the torch dtype
+_AS_REAL = {torch.complex128: torch.float64}
+if hasattr(torch, "complex32"):
+    _AS_REAL[torch.complex32] = torch.float16
+
+
+def dcp_dtype(dtype):
+    """The libdcp dtype code of a torch dtype (InvalidError when none)."""
+    code = _TO_DCP.get(dtype)
+    if code is None:
+        raise _dcp.InvalidError("no libdcp dtype for %s" % dtype)
+    return code
+
+
+def torch_dtype(code):
+    """The torch dtype of a libdcp dtype code."""
+    try:
+        return _FROM_DCP[code]
+    except KeyError:
+        raise _dcp.InvalidError("no torch dtype for libdcp dtype %s (in this torch)"
+                                % _dcp.dtype_name(code)) from None
+
+
+try:
+    from typing import Protocol, runtime_checkable
+
+    @runtime_checkable
+    class Stateful(Protocol):
+        """What save/load treat as an object with state: state_dict() and
+        load_state_dict(state_dict) (modules, optimizers, schedulers, ...)."""
+
+        def state_dict(self): ...
+
+        def load_state_dict(self, state_dict): ...
+except ImportError:  # pragma: no cover
+    Stateful = object
+
+
+def _is_stateful(v):
+    return (not isinstance(v, (dict, list, tuple)) and not torch.is_tensor(v)
+            and callable(getattr(v, "state_dict", None))
+            and callable(getattr(v, "load_state_dict", None)))
+
+
+# ------------------------------------------------------------ flattening --
+
+
+def _sharded_tensor_type():
+    st = sys.modules.get("torch.distributed._shard.sharded_tensor")
+    return getattr(st, "ShardedTensor", None) if st is not None else None
+
+
+def _dtensor_type():
+    for name in ("torch.distributed.tensor", "torch.distributed._tensor"):
+        mod = sys.modules.get(name)
+        if mod is not None and hasattr(mod, "DTensor"):
+            return mod.DTensor
+    return None
+
+
+def _is_tensor_like(v):
+    if torch.is_tensor(v):
+        return True
+    st = _sharded_tensor_type()
+    return st is not None and isinstance(v, st)
+
+
+def _terminal(v):
+    """torch DCP's rule: a dict is never terminal; a list is terminal unless
+    it holds a tensor or a non-terminal container; anything else is."""
+    if isinstance(v, dict):
+        return False
+    if not isinstance(v, list):
+        return True
+    for e in v:
+        if _is_tensor_like(e) or (isinstance(e, (dict, list)) and not _terminal(e)):
+            return False
+    return True
+
+
+class _Leaf:
+    """One flattened value: its key, its path, and where it sits (for a
+    load, which writes non-tensor values back)."""
+    __slots__ = ("key", "path", "parent", "slot", "value")
+
+    def __init__(self, path, parent, slot, value):
+        self.key = ".".join(str(p) for p in path)
+        self.path, self.parent, self.slot, self.value = path, parent, slot, value
+
+
+def _walk(path, parent, slot, value, out):
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _walk(path + (k if isinstance(k, (str, int)) else str(k),), value, k, v, out)
+    elif _terminal(value):
+        out.append(_Leaf(path, parent, slot, value))
+    else:
+        for i, v in enumerate(value):
+            _walk(path + (i,), value, i, v, out)
+
+
+def _leaves(state_dict):
+    out = []
+    for k, v in state_dict.items():
+        _walk((str(k),), state_dict, k, v, out)
+    seen = set()
+    for leaf in out:
+        if leaf.key in seen:
+            raise _dcp.InvalidError("state_dict: two values flatten to the key '%s'" % leaf.key)
+        seen.add(leaf.key)
+    return out
+
+
+def flatten_state_dict(state_dict):
+    """{dotted key: value} as torch DCP flattens (Stateful values are not
+    expanded here: see save)."""
+    return {leaf.key: leaf.value for leaf in _leaves(state_dict)}
+
+
+def _expand(state_dict, for_load=False):
+    """state_dict with top-level Stateful objects replaced by their
+    state_dict(), and {key: object} of those. For a load, an optimizer
+    with no state yet gets it created first, so that its state_dict names
+    the tensors to fill."""
+    out, objs = {}, {}
+    for k, v in state_dict.items():
+        if for_load and isinstance(v, torch.optim.Optimizer):
+            _init_optim_state(v)
+        if _is_stateful(v):
+            objs[k] = v
+            out[k] = v.state_dict()
+        else:
+            out[k] = v
+    return out, objs
+
+
+# --------------------------------------------------------------- context --
+
+_default = None
+
+
+def default_context():
+    """The process's context for calls without ctx=: dcp.Context.from_env(),
+    made at the first use (closed at exit)."""
+    global _default
+    if _default is None or _default.closed:
+        _default = _dcp.Context.from_env()
+    return _default
+
+
+def _ctx_of(ctx, process_group, storage_writer=None, planner=None):
+    if storage_writer is not None or planner is not None:
+        raise _dcp.InvalidError("storage_writer= / storage_reader= / planner= are torch DCP's "
+                                "extension points; libdcp writes and plans itself: pass "
+                                "checkpoint_id= (and ctx= for a custom context)")
+    if process_group is not None:
+        dist = sys.modules.get("torch.distributed")
+        if dist is None or process_group is not dist.group.WORLD and \
+                dist.get_world_size(process_group) != dist.get_world_size():
+            raise _dcp.InvalidError("process_group=: only the default group is supported; "
+                                    "pass ctx= a dcp.Context of the ranks that save")
+    return ctx if ctx is not None else default_context()
+
+
+def _path_of(checkpoint_id):
+    if checkpoint_id is None:
+        raise _dcp.InvalidError("checkpoint_id= is required (the checkpoint's directory)")
+    return os.fspath(checkpoint_id)
+
+
+# ---------------------------------------------------------------- saving --
+
+
+def _host(t, pinned):
+    """A CPU copy of CUDA tensor t, made on a side stream into pinned host
+    memory (when pinned), waited on before returning."""
+    stream = torch.cuda.Stream(device=t.device)
+    stream.wait_stream(torch.cuda.current_stream(t.device))
+    with torch.cuda.stream(stream):
+        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=pinned)
+        host.copy_(t, non_blocking=True)
+    stream.synchronize()
+    return host
+
+
+_NUMPY_DTYPES = {torch.float16, torch.float32, torch.float64, torch.int8, torch.uint8,
+                 torch.int16, torch.int32, torch.int64, torch.bool, torch.complex64}
+_SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _buffer(t, key):
+    """(numpy view of a C-contiguous CPU tensor, libdcp dtype, keep-alive),
+    staging CUDA tensors, copying non-contiguous ones and viewing complex
+    dtypes without a code as real."""
+    t = t.detach()
+    if t.device.type == "cuda":
+        t = _host(t, pinned=True)
+    elif t.device.type != "cpu":
+        raise _dcp.InvalidError("'%s': a tensor on %s (CPU and CUDA are supported)"
+                                % (key, t.device))
+    if t.dtype in _AS_REAL:
+        t = torch.view_as_real(t.contiguous())
+    if not t.is_contiguous():
+        t = t.contiguous()
+    code = _TO_DCP.get(t.dtype)
+    if code is None:
+        raise _dcp.InvalidError("'%s': no libdcp dtype for %s" % (key, t.dtype))
+    view = t
+    if t.dtype not in _NUMPY_DTYPES:  # bfloat16, float8, ...: the same bytes as integers
+        view = t.view(_SAME_SIZE_INT[t.element_size()])
+    return view.numpy(), code, t
+
+
+def _local_chunks(value, key):
+    """[(tensor, offset)] of this rank and the global shape of a tensor-like
+    value: a plain tensor is one whole chunk."""
+    st_type = _sharded_tensor_type()
+    if st_type is not None and isinstance(value, st_type):
+        chunks = [(s.tensor, tuple(s.metadata.shard_offsets)) for s in value.local_shards()]
+        return chunks, tuple(value.size()), value.dtype
+    dt_type = _dtensor_type()
+    if dt_type is not None and isinstance(value, dt_type):
+        return _dtensor_chunks(value, key)
+    return [(value, (0,) * value.dim())], tuple(value.shape), value.dtype
+
+
+def _dtensor_chunks(value, key):
+    try:
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+    except ImportError:
+        from torch.distributed._tensor._utils import compute_local_shape_and_global_offset
+    if any(p.is_partial() for p in value.placements):
+        raise _dcp.InvalidError("'%s': a DTensor with a Partial placement has no values to "
+                                "save (reduce it first)" % key)
+    _, offset = compute_local_shape_and_global_offset(value.shape, value.device_mesh,
+                                                      value.placements)
+    return [(value.to_local(), tuple(offset))], tuple(value.shape), value.dtype
+
+
+def _encode(key, value, allow_pickle):
+    try:
+        return _json.dumps(value, allow_pickle)
+    except TypeError as e:
+        raise _dcp.InvalidError("'%s': %s; pass allow_pickle=True to save it pickled (the load "
+                                "must opt in too)" % (key, e)) from None
+
+
+def _build_save(ctx, state_dict, allow_pickle):
+    """(State, keep-alive list, kv index) of a state_dict."""
+    expanded, _ = _expand(state_dict)
+    st = _dcp.State(ctx)
+    keep, as_real = [], {}
+    for leaf in _leaves(expanded):
+        key, v = leaf.key, leaf.value
+        if _is_tensor_like(v) or (_dtensor_type() and isinstance(v, _dtensor_type())):
+            chunks, shape, dtype = _local_chunks(v, key)
+            if dtype in _AS_REAL:
+                as_real[key] = str(dtype).replace("torch.", "")
+                shape = shape + (2,)
+            code = dcp_dtype(_AS_REAL.get(dtype, dtype)) if dtype in _AS_REAL \
+                else _TO_DCP.get(dtype)
+            if code is None:
+                raise _dcp.InvalidError("'%s': no libdcp dtype for %s" % (key, dtype))
+            st.add_tensor(key, code, shape)
+            for t, offset in chunks:
+                buf, _, alive = _buffer(t, key)
+                keep.append(alive)
+                off = offset + (0,) if dtype in _AS_REAL else offset
+                st.add_chunk(key, off, tuple(buf.shape), buf)
+        else:
+            st.add_bytes(key, _encode(key, v, allow_pickle))
+    index = {"version": 1, "as_real": as_real}
+    return st, keep, index
+
+
+def _save_options(options, index):
+    kv = dict(options.pop("kv", None) or {})
+    kv.setdefault("framework", "torch " + torch.__version__)
+    kv[_INDEX_KEY] = _json.dumps(index).decode()
+    options["kv"] = kv
+    options.setdefault("overwrite", True)
+    return options
+
+
+def save(state_dict, *, checkpoint_id=None, storage_writer=None, planner=None,
+         process_group=None, ctx=None, allow_pickle=False, **options):
+    """Save state_dict to the directory checkpoint_id (collective over the
+    context's ranks). Like torch DCP, an existing checkpoint there is
+    replaced (atomically: overwrite=False refuses instead). Other options
+    as dcp.save (compress, kv, block_size, ...)."""
+    ctx = _ctx_of(ctx, process_group, storage_writer, planner)
+    st, keep, index = _build_save(ctx, state_dict, allow_pickle)
+    _dcp.save(ctx, st, _path_of(checkpoint_id), **_save_options(options, index))
+    del keep
+
+
+class _Persisted:
+    """The persisted completion of an async save, future-like; done() never
+    blocks (no thread waits on the handle, so the context stays usable)."""
+
+    def __init__(self, handle):
+        self._h = handle
+        self._error = None
+        self._finished = False
+
+    def done(self):
+        return self._finished or self._h.done()
+
+    def _finish(self, timeout):
+        if self._finished:
+            return
+        try:
+            self._h.wait(timeout)
+        except _dcp.TimedOutError:
+            if timeout is not None:
+                raise concurrent.futures.TimeoutError(
+                    "the save to %s is still persisting" % self._h.path) from None
+            raise
+        except _dcp.Error as e:
+            self._error = e
+        self._finished = True
+
+    def result(self, timeout=None):
+        self._finish(timeout)
+        if self._error is not None:
+            raise self._error
+        return None
+
+    def exception(self, timeout=None):
+        self._finish(timeout)
+        return self._error
+
+    def cancel(self):
+        return False
+
+    def cancelled(self):
+        return False
+
+    def running(self):
+        return not self.done()
+
+
+class AsyncSaveFuture(_Persisted):
+    """What :func:`async_save` returns once the state is staged: a future
+    of the persisted checkpoint (result() / done() / exception(), like the
+    concurrent.futures.Future torch's async_save returns), with
+    ``staging_completion`` (already done: the tensors may change) and
+    ``upload_completion`` (this future), and :meth:`abort`."""
+
+    def __init__(self, handle):
+        super().__init__(handle)
+        staged = concurrent.futures.Future()
+        staged.set_result(None)
+        self.staging_completion = staged
+        self.upload_completion = self
+
+    @property
+    def path(self):
+        return self._h.path
+
+    def wait(self, timeout=None):
+        """result(timeout) under the name dcp.SaveFuture uses."""
+        return self.result(timeout)
+
+    def abort(self):
+        """Give up on the save (nothing is committed)."""
+        self._h.abort()
+
+
+def async_save(state_dict, *, checkpoint_id=None, storage_writer=None, planner=None,
+               process_group=None, ctx=None, allow_pickle=False, **options):
+    """Start saving state_dict and return an :class:`AsyncSaveFuture` once
+    it is staged (copied): training may change every tensor from then on.
+    The context from from_env() has the writers' coordination set; a
+    context of your own with world_size > 1 needs ctx.set_async_coordination."""
+    ctx = _ctx_of(ctx, process_group, storage_writer, planner)
+    st, keep, index = _build_save(ctx, state_dict, allow_pickle)
+    handle = _dcp.async_save(ctx, st, _path_of(checkpoint_id), **_save_options(options, index))
+    del keep, st
+    return AsyncSaveFuture(handle)
+
+
+# --------------------------------------------------------------- loading --
+
+
+def _key_mapper(key_map, key_prefix):
+    if key_map is not None and key_prefix:
+        raise _dcp.InvalidError("load: pass key_map= or key_prefix=, not both")
+    if key_prefix:
+        return lambda k: key_prefix + k
+    if key_map is None:
+        return lambda k: k
+    if callable(key_map):
+        return key_map
+    if isinstance(key_map, dict):
+        return lambda k: key_map.get(k, k)
+    raise _dcp.InvalidError("load: key_map= is a dict or a function of the key")
+
+
+class _TensorDest:
+    """One tensor to load: where libdcp writes, and what to copy afterwards."""
+
+    def __init__(self, leaf, name, saved, index, cast):
+        self.leaf, self.name, self.copies = leaf, name, []
+        value, key = leaf.value, leaf.key
+        chunks, shape, dtype = _local_chunks(value, key)
+        saved_shape = tuple(saved["shape"])
+        as_real = index.get("as_real", {}).get(name)
+        saved_torch = getattr(torch, as_real) if as_real else torch_dtype(saved["dtype"])
+        if as_real:
+            saved_shape = saved_shape[:-1]
+        if saved_shape != shape:
+            raise _dcp.MismatchError("'%s': the checkpoint's '%s' has shape %s, the state_dict's "
+                                     "tensor %s" % (key, name, list(saved_shape), list(shape)))
+        if saved_torch != dtype and not cast:
+            raise _dcp.MismatchError("'%s': the checkpoint holds %s, the state_dict's tensor is "
+                                     "%s: pass cast=True to convert on load"
+                                     % (key, str(saved_torch).replace("torch.", ""),
+                                        str(dtype).replace("torch.", "")))
+        self.code, self.shape = saved["dtype"], tuple(saved["shape"])
+        self.parts = []  # (numpy buffer, offset)
+        for t, offset in chunks:
+            if t.device.type == "cpu" and t.dtype == saved_torch and t.is_contiguous():
+                dest = t.detach()
+            else:
+                pin = t.device.type == "cuda"
+                dest = torch.empty(t.shape, dtype=saved_torch, pin_memory=pin)
+                self.copies.append((t, dest))
+            if as_real:
+                dest = torch.view_as_real(dest)
+                offset = tuple(offset) + (0,)
+            buf, _, _ = _buffer(dest, key)
+            self.parts.append((buf, tuple(offset)))
+
+    def add_to(self, st):
+        st.add_tensor(self.name, self.code, self.shape)
+        for buf, offset in self.parts:
+            st.add_chunk(self.name, offset, tuple(buf.shape), buf)
+
+    def finish(self):
+        with torch.no_grad():
+            for t, dest in self.copies:
+                t.copy_(dest.to(t.device, non_blocking=False))
+
+
+def _set_leaf(leaf, value):
+    leaf.parent[leaf.slot] = value
+
+
+def load(state_dict, *, checkpoint_id=None, storage_reader=None, planner=None,
+         process_group=None, ctx=None, allow_pickle=False, cast=False, strict=True,
+         key_map=None, key_prefix=None, **options):
+    """Load checkpoint_id into state_dict in place (collective): tensors are
+    filled (resharded as needed), other values replaced, Stateful objects
+    get load_state_dict. cast=True converts dtypes (an fp32 checkpoint into
+    a bf16 model); strict=False skips keys the checkpoint lacks; key_prefix
+    / key_map map the state_dict's flattened keys to the checkpoint's (a
+    safetensors import: key_prefix="model."). allow_pickle=True lets values
+    saved with allow_pickle=True be unpickled. Options as dcp.load."""
+    ctx = _ctx_of(ctx, process_group, storage_reader, planner)
+    path = _path_of(checkpoint_id)
+    mapper = _key_mapper(key_map, key_prefix)
+    expanded, objs = _expand(state_dict, for_load=True)
+    meta = _dcp.meta_open(ctx, path)
+    try:
+        saved = {t["fqn"]: t for t in meta.tensors()}
+        lengths = {}
+        for b in meta.bytes_items():
+            if b["rank"] in (-1, ctx.rank):
+                lengths.setdefault(b["key"], b["length"])
+        raw_index = meta.kv().get(_INDEX_KEY)
+    finally:
+        del meta
+    index = _json.loads(raw_index.encode()) if raw_index else {}
+    st = _dcp.State(ctx)
+    tensors, objects = [], []
+    for leaf in _leaves(expanded):
+        name = mapper(leaf.key)
+        if _is_tensor_like(leaf.value) or (_dtensor_type() and
+                                           isinstance(leaf.value, _dtensor_type())):
+            if name not in saved:
+                if strict:
+                    raise _dcp.NotFoundError("'%s' is not in the checkpoint%s" % (
+                        leaf.key, "" if name == leaf.key else " (as '%s')" % name))
+                continue
+            d = _TensorDest(leaf, name, saved[name], index, cast)
+            d.add_to(st)
+            tensors.append(d)
+        else:
+            if name not in lengths:
+                if strict:
+                    raise _dcp.NotFoundError("'%s' is not in the checkpoint%s" % (
+                        leaf.key, "" if name == leaf.key else " (as '%s')" % name))
+                continue
+            buf = bytearray(lengths[name])
+            st.add_bytes(name, buf)
+            objects.append((leaf, buf))
+    _dcp.load(ctx, st, path, **options)
+    del st
+    for d in tensors:
+        d.finish()
+    for leaf, buf in objects:
+        try:
+            value = _json.loads(buf, allow_pickle)
+        except _json.PickleRefused:
+            raise _dcp.InvalidError("'%s' was saved pickled (allow_pickle=True): pass "
+                                    "allow_pickle=True to load it (unpickling runs code from "
+                                    "the checkpoint)" % leaf.key) from None
+        try:
+            value = _json.resolve(value, leaf.value, leaf.key)
+        except ValueError as e:
+            raise _dcp.MismatchError(str(e)) from None
+        _set_leaf(leaf, value)
+    for k, obj in objs.items():
+        obj.load_state_dict(expanded[k])
+    for k, v in expanded.items():
+        if k not in objs:
+            state_dict[k] = v
+
+
+# ----------------------------------------- model and optimizer state dicts --
+
+
+class StateDictOptions:
+    """Options of get_state_dict / set_state_dict (torch's names):
+    full_state_dict (gather FSDP shards into whole tensors), cpu_offload,
+    strict (set_*: every key must match), ignore_frozen_params."""
+
+    def __init__(self, full_state_dict=False, cpu_offload=False, strict=True,
+                 ignore_frozen_params=False):
+        self.full_state_dict, self.cpu_offload = full_state_dict, cpu_offload
+        self.strict, self.ignore_frozen_params = strict, ignore_frozen_params
+
+
+def _unwrap(model):
+    while isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
+        model = model.module
+    return model
+
+
+def _is_fsdp(model):
+    mod = sys.modules.get("torch.distributed.fsdp")
+    return mod is not None and isinstance(model, mod.FullyShardedDataParallel)
+
+
+def _clean_fqn(name):
+    for part in ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod."):
+        name = name.replace(part, "")
+    return name
+
+
+def _param_names(model):
+    """{id(param): fqn} with wrapper prefixes removed."""
+    return {id(p): _clean_fqn(n) for n, p in _unwrap(model).named_parameters()}
+
+
+def get_model_state_dict(model, *, options=None):
+    """The model's state_dict with clean fqns (no DDP "module." prefix); an
+    FSDP model's is its SHARDED_STATE_DICT (ShardedTensors), or the full one
+    with options.full_state_dict."""
+    opts = options or StateDictOptions()
+    m = _unwrap(model)
+    if _is_fsdp(m):
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType
+        kind = StateDictType.FULL_STATE_DICT if opts.full_state_dict \
+            else StateDictType.SHARDED_STATE_DICT
+        with FSDP.state_dict_type(m, kind):
+            sd = m.state_dict()
+    else:
+        sd = m.state_dict()
+    out = {_clean_fqn(k): v for k, v in sd.items()}
+    if opts.ignore_frozen_params:
+        frozen = {_clean_fqn(n) for n, p in m.named_parameters() if not p.requires_grad}
+        out = {k: v for k, v in out.items() if k not in frozen}
+    if opts.cpu_offload:
+        out = {k: v.cpu() if torch.is_tensor(v) else v for k, v in out.items()}
+    return out
+
+
+def _init_optim_state(optim):
+    """Create an empty optimizer's state (a step with zero gradients and a
+    learning rate of 0), so that a load can fill its tensors in place; the
+    parameters do not change and their gradients are put back."""
+    if optim.state:
+        return
+    params = [p for g in optim.param_groups for p in g["params"] if p.requires_grad]
+    grads = [p.grad for p in params]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    lrs = [g["lr"] for g in optim.param_groups]
+    for g in optim.param_groups:
+        g["lr"] = 0.0 if not torch.is_tensor(g["lr"]) else torch.zeros_like(g["lr"])
+    try:
+        optim.step()
+    finally:
+        for g, lr in zip(optim.param_groups, lrs):
+            g["lr"] = lr
+        for p, g in zip(params, grads):
+            p.grad = g
+
+
+def _optimizers(optimizers):
+    if optimizers is None:
+        return []
+    if isinstance(optimizers, torch.optim.Optimizer):
+        return [optimizers]
+    return list(optimizers)
+
+
+def get_optimizer_state_dict(model, optimizers, *, options=None):
+    """The optimizers' state as one dict, keyed by parameter fqn:
+    {"state": {fqn: {exp_avg: ..., step: ...}}, "param_groups": [{...,
+    "params": [fqn, ...]}]} (the groups of every optimizer, in order). An
+    optimizer with no state yet gets it created first (see
+    _init_optim_state), so a load fills it in place."""
+    names = _param_names(model)
+    state, groups = {}, []
+    for opt in _optimizers(optimizers):
+        _init_optim_state(opt)
+        sd = opt.state_dict()
+        params = [p for g in opt.param_groups for p in g["params"]]
+        fqns = [names.get(id(p)) for p in params]
+        if None in fqns:
+            raise _dcp.InvalidError("get_optimizer_state_dict: an optimizer parameter is not a "
+                                    "parameter of the model")
+        for idx, st in sd["state"].items():
+            state[fqns[idx]] = st
+        for g in sd["param_groups"]:
+            g2 = dict(g)
+            g2["params"] = [fqns[i] for i in g["params"]]
+            groups.append(g2)
+    return {"state": state, "param_groups": groups}
+
+
+def get_state_dict(model, optimizers, *, options=None):
+    """(model state_dict, optimizer state_dict): get_model_state_dict and
+    get_optimizer_state_dict."""
+    return (get_model_state_dict(model, options=options),
+            get_optimizer_state_dict(model, optimizers, options=options))
+
+
+def set_model_state_dict(model, model_state_dict, *, options=None):
+    """Load a state_dict from get_model_state_dict (after dcp.torch.load
+    filled it) into the model; returns load_state_dict's result."""
+    opts = options or StateDictOptions()
+    m = _unwrap(model)
+    if _is_fsdp(m):
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType
+        kind = StateDictType.FULL_STATE_DICT if opts.full_state_dict \
+            else StateDictType.SHARDED_STATE_DICT
+        with FSDP.state_dict_type(m, kind):
+            return m.load_state_dict(model_state_dict, strict=opts.strict)
+    return m.load_state_dict(model_state_dict, strict=opts.strict)
+
+
+def set_optimizer_state_dict(model, optimizers, optim_state_dict, *, options=None):
+    """Load an optimizer state_dict keyed by fqn into the optimizers (each
+    takes the state and groups of its own parameters)."""
+    names = _param_names(model)
+    groups = list(optim_state_dict["param_groups"])
+    state = optim_state_dict["state"]
+    for opt in _optimizers(optimizers):
+        params = [p for g in opt.param_groups for p in g["params"]]
+        fqns = [names.get(id(p)) for p in params]
+        index = {f: i for i, f in enumerate(fqns)}
+        mine = groups[:len(opt.param_groups)]
+        groups = groups[len(opt.param_groups):]
+        if [list(g["params"]) for g in mine] != \
+                [[names.get(id(p)) for p in g["params"]] for g in opt.param_groups]:
+            raise _dcp.MismatchError("set_optimizer_state_dict: the optimizer's parameter groups "
+                                     "differ from the state_dict's")
+        sd_groups = []
+        for g in mine:
+            g2 = dict(g)
+            g2["params"] = [index[f] for f in g["params"]]
+            sd_groups.append(g2)
+        sd_state = {index[f]: st for f, st in state.items() if f in index}
+        opt.load_state_dict({"state": sd_state, "param_groups": sd_groups})
+    if groups:
+        raise _dcp.MismatchError("set_optimizer_state_dict: the state_dict has %d parameter "
+                                 "groups more than the optimizers" % len(groups))
+
+
+def set_state_dict(model, optimizers, *, model_state_dict, optim_state_dict, options=None):
+    """set_model_state_dict and set_optimizer_state_dict."""
+    r = set_model_state_dict(model, model_state_dict, options=options)
+    set_optimizer_state_dict(model, optimizers, optim_state_dict, options=options)
+    return r
+
+
+# ---------------------------------------------------------------- interop --
+
+
+def _torch_dcp():
+    return _torch_compat.torch_checkpoint_module()
+
+
+def import_torch_dcp(src, dst, *, ctx=None, allow_pickle=False, **options):
+    """Convert the checkpoint torch's own distributed checkpoint wrote at src
+    (read through torch's FileSystemReader) into a libdcp checkpoint at dst,
+    on this process alone. torch stores non-tensor values pickled: a source
+    with any needs allow_pickle=True (they are stored as tagged JSON where
+    possible)."""
+    tcp = _torch_dcp()
+    reader = tcp.FileSystemReader(os.fspath(src))
+    md = reader.read_metadata()
+    sd = {}
+    for fqn, m in md.state_dict_metadata.items():
+        if hasattr(m, "size"):
+            sd[fqn] = torch.empty(tuple(m.size), dtype=m.properties.dtype)
+        else:
+            if not allow_pickle:
+                raise _dcp.InvalidError("import_torch_dcp: '%s' is a pickled object in torch's "
+                                        "checkpoint: pass allow_pickle=True to unpickle it" % fqn)
+            sd[fqn] = None
+    _torch_load_local(tcp, sd, reader)
+    own = ctx if ctx is not None else _dcp.Context(world_size=1)
+    try:
+        save(sd, checkpoint_id=dst, ctx=own, allow_pickle=allow_pickle, **options)
+    finally:
+        if ctx is None:
+            own.close()
+
+
+def _torch_load_local(tcp, sd, reader):
+    if hasattr(tcp, "load") and "no_dist" not in getattr(tcp.load, "__code__").co_varnames:
+        tcp.load(sd, storage_reader=reader)  # torch >= 2.2: no process group means local
+    else:
+        tcp.load_state_dict(sd, reader, no_dist=True)
+
+
+def export_torch_dcp(src, dst, *, ctx=None, allow_pickle=False):
+    """Write the libdcp checkpoint at src as a torch distributed checkpoint
+    at dst (torch's FileSystemWriter, this process alone): every tensor
+    whole, every other value as torch stores it (pickled by torch)."""
+    tcp = _torch_dcp()
+    own = ctx if ctx is not None else _dcp.Context(world_size=1)
+    try:
+        meta = _dcp.meta_open(own, os.fspath(src))
+        raw_index = meta.kv().get(_INDEX_KEY)
+        index = _json.loads(raw_index.encode()) if raw_index else {}
+        sd = {}
+        for t in meta.tensors():
+            name = t["fqn"]
+            as_real = index.get("as_real", {}).get(name)
+            shape = tuple(t["shape"])
+            if as_real:
+                sd[name] = torch.empty(shape[:-1], dtype=getattr(torch, as_real))
+            else:
+                sd[name] = torch.empty(shape, dtype=torch_dtype(t["dtype"]))
+        for b in meta.bytes_items():
+            sd.setdefault(b["key"], None)
+        del meta
+        load(sd, checkpoint_id=src, ctx=own, allow_pickle=allow_pickle)
+    finally:
+        if ctx is None:
+            own.close()
+    writer = tcp.FileSystemWriter(os.fspath(dst))
+    if hasattr(tcp, "save") and "no_dist" not in tcp.save.__code__.co_varnames:
+        tcp.save(sd, storage_writer=writer)
+    else:
+        tcp.save_state_dict(sd, writer, no_dist=True)
