@@ -3,14 +3,16 @@
  * the file and gloo collectives read from hello and session files that a
  * peer — or anyone who can write into the rendezvous directory — left.
  * Input: one byte choosing the reading rank's view (bits 0-2: world - 1,
- * bits 3-5: rank, bit 6: the file is a session, else a hello), then the
+ * bits 3-5: rank, bit 6: the file is a session, else a hello; bit 7: the
+ * bytes are a message of the TCP store instead, cc_store.c), then the
  * file's bytes.
  * Properties: a decoder returns one of its outcomes; an accepted hello has
  * the record's size and a nonzero nonce, and is what encoding that nonce
  * makes; an accepted session has the record's size and echoes the nonce
  * it was given; a world size is reported only for a record that was not
  * accepted; and records made by the encoders are always accepted back by
- * every rank they name. */
+ * every rank they name. A store message that decodes encodes back to
+ * exactly its payload, its pointers inside it. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +74,28 @@ out:
   free(nonces);
 }
 
+/* Checks the store message decoder on rec (len bytes). */
+static void check_store(const unsigned char *rec, size_t len) {
+  dcp_plugin_err err = {{0}};
+  dcpi_cc_smsg m;
+  int rc = dcpi_cc_smsg_decode(rec, len, "fuzz", &m, &err);
+  if (rc != DCPI_CC_OURS && rc != DCPI_CC_NOT_OURS && rc != DCP_ECORRUPT) __builtin_trap();
+  if (rc != DCPI_CC_OURS) return;
+  const unsigned char *ptrs[3] = {m.job, m.key, m.data};
+  size_t lens[3] = {m.job_len, m.key_len, m.data_len};
+  for (int i = 0; i < 3; i++)
+    if (ptrs[i] && (ptrs[i] < rec || lens[i] > len || ptrs[i] + lens[i] > rec + len))
+      __builtin_trap();
+  size_t n = dcpi_cc_smsg_encode(NULL, &m);
+  if (n != len) __builtin_trap();
+  unsigned char *again = malloc(n);
+  if (!again) return;
+  /* the payload (the trailer's reserved word is not looked at) */
+  if (dcpi_cc_smsg_encode(again, &m) != n || memcmp(again, rec, n - DCPI_CC_TRAILER_SIZE) != 0)
+    __builtin_trap();
+  free(again);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
   int32_t world = 1 + (data[0] & 7), rank = (int32_t)((data[0] >> 3) & 7) % world;
@@ -80,7 +104,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   unsigned char *rec = malloc(len ? len : 1);
   if (!rec) return 0;
   memcpy(rec, data + 1, len);
-  if (data[0] & 0x40) check_session(rec, len, world, rank);
+  if (data[0] & 0x80) check_store(rec, len);
+  else if (data[0] & 0x40) check_session(rec, len, world, rank);
   else check_hello(rec, len, world);
   free(rec);
   return 0;

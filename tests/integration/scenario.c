@@ -5,6 +5,7 @@
  *
  *   scenario --coll mpi|file --dir CKPT --mode save|load|both
  *            [--save-tp N] [--load-tp N] [--compress] [--lowest] [--rendezvous DIR]
+ *            [--coll-options OPTS]
  *            [--expect-exists] [--overwrite] [--storage posix|sharedfs]
  *            [--meta-per-rank] [--no-bytes] [--save-twice] [--no-flat]
  *            [--dedup auto|on|off] [--no-pipeline] [--max-inflight N] [--reader-lowest]
@@ -315,7 +316,7 @@ static uint64_t data_bytes_on_disk(const char *dir, int *committed) {
 }
 
 typedef struct args {
-  const char *coll, *dir, *mode, *rendezvous, *storage, *dedup;
+  const char *coll, *dir, *mode, *rendezvous, *storage, *dedup, *coll_options;
   int save_tp, load_tp, compress, lowest, expect_exists, overwrite, meta_per_rank, no_bytes,
       save_twice;
   int no_pipeline, reader_lowest, check_reads, expect_path, corrupt, dedup_mismatch;
@@ -354,6 +355,7 @@ static args parse(int argc, char **argv) {
     else if (!strcmp(k, "--dir")) a.dir = v, i++;
     else if (!strcmp(k, "--mode")) a.mode = v, i++;
     else if (!strcmp(k, "--rendezvous")) a.rendezvous = v, i++;
+    else if (!strcmp(k, "--coll-options")) a.coll_options = v, i++;
     else if (!strcmp(k, "--storage")) a.storage = v, i++;
     else if (!strcmp(k, "--save-tp")) a.save_tp = atoi(v), i++;
     else if (!strcmp(k, "--load-tp")) a.load_tp = atoi(v), i++;
@@ -647,6 +649,7 @@ static dcp_ctx *open_ctx(const args *a) {
   dcp_ctx_config cfg;
   dcp_ctx_config_init(&cfg);
   cfg.coll = a->coll;
+  cfg.coll_options = a->coll_options;
   cfg.storage = a->storage;
   cfg.timeout_ms = a->timeout_ms;
   if (a->fault) { /* the same collective, behind the fault-injecting table */

@@ -128,3 +128,135 @@ int dcpi_cc_session_decode(const unsigned char *rec, size_t len, int32_t world, 
   *session = dcpi_cc_get64(rec);
   return DCPI_CC_OURS;
 }
+
+/* ---- the TCP store's messages ------------------------------------------- */
+
+static const char JOB_CHARS[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-";
+
+static int job_ok(const unsigned char *job, size_t len) {
+  if (len < 1 || len > DCPI_CC_JOB_MAX) return 0;
+  for (size_t i = 0; i < len; i++)
+    if (!job[i] || !memchr(JOB_CHARS, job[i], sizeof JOB_CHARS - 1)) return 0;
+  return 1;
+}
+
+/* The payload's size for m, 0 when out of range. */
+static size_t smsg_payload(const dcpi_cc_smsg *m) {
+  size_t n;
+  switch (m->op) {
+    case DCPI_CC_OP_S_HELLO:
+      if (!job_ok(m->job, m->job_len)) return 0;
+      return 20 + m->job_len;
+    case DCPI_CC_OP_S_WELCOME:
+      return 24;
+    case DCPI_CC_OP_S_REFUSE:
+      return m->data_len <= DCPI_CC_TEXT_MAX ? 4 + m->data_len : 0;
+    case DCPI_CC_OP_S_SET:
+    case DCPI_CC_OP_S_GET:
+      if (m->key_len < 1 || m->key_len > DCPI_CC_KEY_MAX) return 0;
+      n = 12 + m->key_len;
+      if (m->op == DCPI_CC_OP_S_GET) return n;
+      return m->data_len <= DCPI_CC_FRAME_MAX - DCPI_CC_TRAILER_SIZE - n ? n + m->data_len : 0;
+    case DCPI_CC_OP_S_VALUE:
+      return m->data_len <= DCPI_CC_FRAME_MAX - DCPI_CC_TRAILER_SIZE - 4 ? 4 + m->data_len : 0;
+    default:
+      return 0;
+  }
+}
+
+size_t dcpi_cc_smsg_encode(unsigned char *out, const dcpi_cc_smsg *m) {
+  size_t plen = smsg_payload(m);
+  if (!plen) return 0;
+  if (!out) return plen + DCPI_CC_TRAILER_SIZE;
+  unsigned char *p = out;
+  switch (m->op) {
+    case DCPI_CC_OP_S_HELLO:
+      dcpi_cc_put64(p, m->nonce);
+      dcpi_cc_put32(p + 8, m->world);
+      dcpi_cc_put32(p + 12, m->rank);
+      dcpi_cc_put32(p + 16, (uint32_t)m->job_len);
+      memcpy(p + 20, m->job, m->job_len);
+      break;
+    case DCPI_CC_OP_S_WELCOME:
+      dcpi_cc_put64(p, m->session);
+      dcpi_cc_put32(p + 8, m->world);
+      dcpi_cc_put32(p + 12, m->rank);
+      dcpi_cc_put64(p + 16, m->nonce);
+      break;
+    case DCPI_CC_OP_S_REFUSE:
+      dcpi_cc_put32(p, m->reason);
+      if (m->data_len) memcpy(p + 4, m->data, m->data_len);
+      break;
+    case DCPI_CC_OP_S_SET:
+    case DCPI_CC_OP_S_GET:
+      dcpi_cc_put64(p, m->session);
+      dcpi_cc_put32(p + 8, (uint32_t)m->key_len);
+      memcpy(p + 12, m->key, m->key_len);
+      if (m->op == DCPI_CC_OP_S_SET && m->data_len) memcpy(p + 12 + m->key_len, m->data, m->data_len);
+      break;
+    default: /* DCPI_CC_OP_S_VALUE */
+      dcpi_cc_put32(p, m->present);
+      if (m->data_len) memcpy(p + 4, m->data, m->data_len);
+      break;
+  }
+  dcpi_cc_trailer_make(out + plen, m->op, out, plen);
+  return plen + DCPI_CC_TRAILER_SIZE;
+}
+
+int dcpi_cc_smsg_decode(const unsigned char *rec, size_t len, const char *who, dcpi_cc_smsg *m,
+                        dcp_plugin_err *err) {
+  dcpi_cc_trailer t;
+  const unsigned char *tr = len >= DCPI_CC_TRAILER_SIZE ? rec + len - DCPI_CC_TRAILER_SIZE : NULL;
+  int rc = dcpi_cc_trailer_parse(tr, len, who, &t, err);
+  if (rc != 1) return rc < 0 ? rc : DCPI_CC_NOT_OURS;
+  if (t.op < DCPI_CC_OP_S_HELLO || t.op > DCPI_CC_OP_S_VALUE) return DCPI_CC_NOT_OURS;
+  if ((rc = verify(rec, &t, who, err))) return rc;
+  size_t plen = (size_t)t.plen;
+  memset(m, 0, sizeof *m);
+  m->op = t.op;
+  switch (t.op) {
+    case DCPI_CC_OP_S_HELLO:
+      if (plen < 20) return DCPI_CC_NOT_OURS;
+      m->nonce = dcpi_cc_get64(rec);
+      m->world = dcpi_cc_get32(rec + 8);
+      m->rank = dcpi_cc_get32(rec + 12);
+      m->job_len = dcpi_cc_get32(rec + 16);
+      m->job = rec + 20;
+      if (m->job_len != plen - 20 || !job_ok(m->job, m->job_len) || m->nonce == 0)
+        return DCPI_CC_NOT_OURS;
+      break;
+    case DCPI_CC_OP_S_WELCOME:
+      if (plen != 24) return DCPI_CC_NOT_OURS;
+      m->session = dcpi_cc_get64(rec);
+      m->world = dcpi_cc_get32(rec + 8);
+      m->rank = dcpi_cc_get32(rec + 12);
+      m->nonce = dcpi_cc_get64(rec + 16);
+      break;
+    case DCPI_CC_OP_S_REFUSE:
+      if (plen < 4 || plen - 4 > DCPI_CC_TEXT_MAX) return DCPI_CC_NOT_OURS;
+      m->reason = dcpi_cc_get32(rec);
+      m->data = rec + 4;
+      m->data_len = plen - 4;
+      break;
+    case DCPI_CC_OP_S_SET:
+    case DCPI_CC_OP_S_GET:
+      if (plen < 12) return DCPI_CC_NOT_OURS;
+      m->session = dcpi_cc_get64(rec);
+      m->key_len = dcpi_cc_get32(rec + 8);
+      m->key = rec + 12;
+      if (m->key_len < 1 || m->key_len > DCPI_CC_KEY_MAX || m->key_len > plen - 12)
+        return DCPI_CC_NOT_OURS;
+      m->data = rec + 12 + m->key_len;
+      m->data_len = plen - 12 - m->key_len;
+      if (t.op == DCPI_CC_OP_S_GET && m->data_len) return DCPI_CC_NOT_OURS;
+      break;
+    default: /* DCPI_CC_OP_S_VALUE */
+      if (plen < 4) return DCPI_CC_NOT_OURS;
+      m->present = dcpi_cc_get32(rec);
+      if (m->present > 1) return DCPI_CC_NOT_OURS;
+      m->data = rec + 4;
+      m->data_len = plen - 4;
+      break;
+  }
+  return DCPI_CC_OURS;
+}

@@ -96,6 +96,63 @@ int dcpi_cc_session_decode(const unsigned char *rec, size_t len, int32_t world, 
                            uint64_t nonce, const char *path, uint64_t *session,
                            uint32_t *other_world, dcp_plugin_err *err);
 
+
+/* ---- the TCP store's messages (cc_store.h) -------------------------------
+ * On the wire every message is a frame: u32 length of the record that
+ * follows, then a record (payload + trailer) as above, of op:
+ *   3 hello   {u64 nonce, u32 world, u32 rank, u32 job length, job}
+ *   4 welcome {u64 session, u32 world, u32 rank, u64 the hello's nonce}
+ *   5 refuse  {u32 reason, text}: the store will not serve this peer
+ *   6 set     {u64 session, u32 key length, key, value}
+ *   7 get     {u64 session, u32 key length, key}
+ *   8 value   {u32 present, value}: the answer to set (present 1, no
+ *             value) and get (present 0: not set yet)
+ * A hello's job is 1..DCPI_CC_JOB_MAX of [A-Za-z0-9_-]; keys are
+ * 1..DCPI_CC_KEY_MAX bytes; a record is at most DCPI_CC_FRAME_MAX bytes. */
+#define DCPI_CC_OP_S_HELLO 3u
+#define DCPI_CC_OP_S_WELCOME 4u
+#define DCPI_CC_OP_S_REFUSE 5u
+#define DCPI_CC_OP_S_SET 6u
+#define DCPI_CC_OP_S_GET 7u
+#define DCPI_CC_OP_S_VALUE 8u
+#define DCPI_CC_JOB_MAX 64
+#define DCPI_CC_KEY_MAX 1024
+#define DCPI_CC_TEXT_MAX 400
+#define DCPI_CC_FRAME_MAX (64u << 20)
+
+/* Why a store refused a peer. */
+enum {
+  DCPI_CC_REFUSE_JOB = 1,     /* another job or world size */
+  DCPI_CC_REFUSE_RANK = 2,    /* a rank out of range */
+  DCPI_CC_REFUSE_FORMED = 3,  /* the session has formed: no newcomers */
+  DCPI_CC_REFUSE_SESSION = 4, /* a request naming another session, or too early */
+  DCPI_CC_REFUSE_REPLACED = 5 /* a newer hello of the same rank replaced this one */
+};
+
+/* One store message, decoded or to encode. Pointers point into the record
+ * (decoded) or at the caller's bytes (to encode). */
+typedef struct dcpi_cc_smsg {
+  uint32_t op;
+  uint64_t nonce, session; /* hello, welcome; welcome, set, get */
+  uint32_t world, rank;    /* hello, welcome */
+  uint32_t reason;         /* refuse */
+  uint32_t present;        /* value */
+  const unsigned char *job, *key, *data; /* hello; set, get; refuse text, set and value bytes */
+  size_t job_len, key_len, data_len;
+} dcpi_cc_smsg;
+
+/* The record's size for m (0 when a field is out of range: a job or key
+ * too long, text over DCPI_CC_TEXT_MAX, a record over DCPI_CC_FRAME_MAX,
+ * an unknown op); with out non-NULL (room for that size) writes it. */
+size_t dcpi_cc_smsg_encode(unsigned char *out, const dcpi_cc_smsg *m);
+
+/* Decodes a record of len bytes: DCPI_CC_OURS with *m set (pointers into
+ * rec), DCPI_CC_NOT_OURS (no valid trailer, an op that is not a store
+ * message, or a payload whose fields do not add up: a stranger's bytes),
+ * or DCP_ECORRUPT (a checksum mismatch) with a message naming who. */
+int dcpi_cc_smsg_decode(const unsigned char *rec, size_t len, const char *who, dcpi_cc_smsg *m,
+                        dcp_plugin_err *err);
+
 #ifdef __cplusplus
 }
 #endif

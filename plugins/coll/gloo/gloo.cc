@@ -8,8 +8,20 @@
  * communicator is broken: later calls return DCP_EPEER at once.
  *
  * Options ("key=value,..."): job=NAME (default "dcp", [A-Za-z0-9_-]{1,64}),
- * host=ADDR (the address this rank listens on, default 127.0.0.1) or
- * iface=NAME (a network interface; host and iface are exclusive).
+ * store=HOST:PORT (rendezvous over TCP instead of a directory, below),
+ * host=ADDR (the address this rank listens on) or iface=NAME (a network
+ * interface; host and iface are exclusive). Without either, a rank listens
+ * on the address of its interface that routes toward the store's host
+ * (with store=), or on 127.0.0.1 (a directory: one host).
+ *
+ * Rendezvous over TCP (store=HOST:PORT, common/cc_store.h): rank 0 serves
+ * a key-value store at HOST:PORT for the length of open, the others connect
+ * with retries until the deadline; its hello/welcome handshake (a nonce per
+ * rank, a fresh session id, the job name and world size checked) does what
+ * the directory's handshake does, and gloo's full-mesh connect goes through
+ * that store (TcpStore below). No directory is used (cfg->rendezvous is
+ * ignored). After the gloo barrier rank 0 stops serving and closes the
+ * port.
  *
  * Rendezvous (in cfg->rendezvous, created when missing). Gloo's rendezvous
  * store must never see the keys of an earlier (possibly crashed) run of the
@@ -97,6 +109,7 @@
 #include "cc_file.h"
 #include "cc_handshake.h"
 #include "cc_opts.h"
+#include "cc_store.h"
 #include "dcp_plugin.h"
 
 extern "C" DCP_PLUGIN_EXPORT const void *dcp_plugin_entry(uint32_t kind);
@@ -270,6 +283,67 @@ class DirStore : public gloo::rendezvous::Store {
   int64_t timeout_ms_;
 };
 
+// The key-value store gloo's connectFullMesh rendezvous through with
+// store=HOST:PORT: common/cc_store.h, polled until the open's deadline.
+class TcpStore : public gloo::rendezvous::Store {
+ public:
+  TcpStore(dcpi_cc_store *s, const Deadline &d, int64_t timeout_ms)
+      : s_(s), d_(d), timeout_ms_(timeout_ms) {}
+
+  void set(const std::string &key, const std::vector<char> &data) override {
+    dcp_plugin_err e;
+    if (int rc = dcpi_cc_store_set(s_, key.data(), key.size(), data.data(), data.size(), &e))
+      fail(rc, "%s", e.msg);
+  }
+
+  std::vector<char> get(const std::string &key) override {
+    for (;;) {
+      unsigned char *v = nullptr;
+      size_t n = 0;
+      if (lookup(key, &v, &n)) {
+        std::vector<char> out(v, v + n);
+        free(v);
+        return out;
+      }
+      pause(key);
+    }
+  }
+
+  void wait(const std::vector<std::string> &keys) override { wait(keys, ms(timeout_ms_)); }
+
+  // Polls until every key exists, until the open's deadline (see DirStore).
+  void wait(const std::vector<std::string> &keys, const ms &) override {
+    for (const auto &k : keys) {
+      for (;;) {
+        unsigned char *v = nullptr;
+        size_t n = 0;
+        bool there = lookup(k, &v, &n);
+        free(v);
+        if (there) break;
+        pause(k);
+      }
+    }
+  }
+
+ private:
+  bool lookup(const std::string &key, unsigned char **v, size_t *n) {
+    dcp_plugin_err e;
+    int rc = dcpi_cc_store_get(s_, key.data(), key.size(), v, n, &e);
+    if (rc < 0) fail(rc, "%s", e.msg);
+    return rc == 1;
+  }
+  void pause(const std::string &key) {
+    if (d_.passed())
+      fail(DCP_ETIMEDOUT, "timed out after %lld ms waiting for the address of rank(s) %s",
+           (long long)timeout_ms_, key.c_str());
+    std::this_thread::sleep_for(ms(2));
+  }
+
+  dcpi_cc_store *s_;
+  const Deadline &d_;
+  int64_t timeout_ms_;
+};
+
 // "a, b, c" for at most 8 ranks.
 std::string rank_list(const std::vector<int> &v) {
   std::string s;
@@ -283,7 +357,7 @@ std::string rank_list(const std::vector<int> &v) {
 struct dcp_comm {
   int32_t rank = 0, size = 0;
   int64_t timeout_ms = 0;
-  std::string dir, job = "dcp", host, iface;
+  std::string dir, job = "dcp", host, iface, store;
   std::shared_ptr<gloo::transport::Device> dev;
   std::shared_ptr<gloo::Context> ctx;
   bool broken = false;
@@ -376,10 +450,12 @@ uint64_t handshake_member(dcp_comm *c, Handshake &hs) {
 // Parses the options (common/cc_opts.h): job=NAME, host=ADDR, iface=NAME.
 void parse_options(dcp_comm *c, const char *opts) {
   char job[kJobMax + 1] = "dcp", host[kHostMax + 1] = "", iface[kHostMax + 1] = "";
+  char store[kHostMax + 8] = "";
   const dcpi_cc_opt known[] = {
       {"job", DCPI_CC_OPT_NAME, kJobMax, 0, 0, job, nullptr},
       {"host", DCPI_CC_OPT_TEXT, kHostMax, 0, 0, host, nullptr},
       {"iface", DCPI_CC_OPT_TEXT, kHostMax, 0, 0, iface, nullptr},
+      {"store", DCPI_CC_OPT_TEXT, kHostMax + 7, 0, 0, store, nullptr},
   };
   dcp_plugin_err e;
   if (dcpi_cc_parse_options(opts, known, sizeof known / sizeof *known, "gloo", &e))
@@ -387,6 +463,7 @@ void parse_options(dcp_comm *c, const char *opts) {
   c->job = job;
   c->host = host;
   c->iface = iface;
+  c->store = store;
   if (!c->host.empty() && !c->iface.empty()) fail(DCP_EINVAL, "host= and iface= are exclusive");
 }
 
@@ -524,6 +601,62 @@ void wait_data(In &m, const Deadline &d, const char *op) {
 // The table's functions
 // ---------------------------------------------------------------------------
 
+// The address this rank listens on: host=, iface= (in attr), or the one
+// that routes toward the store's host.
+gloo::transport::tcp::attr listen_attr(const dcp_comm *c, const char *store_host, uint16_t port) {
+  gloo::transport::tcp::attr attr;
+  if (!c->iface.empty()) {
+    attr.iface = c->iface;
+  } else if (!c->host.empty()) {
+    attr.hostname = c->host;
+  } else if (store_host) {
+    char addr[64];
+    dcp_plugin_err e;
+    if (int rc = dcpi_cc_route_addr(store_host, port, addr, sizeof addr, &e)) fail(rc, "%s", e.msg);
+    attr.hostname = addr;
+  } else {
+    attr.hostname = "127.0.0.1";
+  }
+  return attr;
+}
+
+// Open with store=HOST:PORT: the session through the TCP store, then the
+// mesh, then a barrier before rank 0 stops serving.
+void open_tcp(dcp_comm *c) {
+  char host[DCPI_CC_HOST_MAX + 1];
+  uint16_t port = 0;
+  dcp_plugin_err e;
+  if (dcpi_cc_split_hostport(c->store.c_str(), host, &port, &e)) fail(DCP_EINVAL, "%s", e.msg);
+  Deadline d(c->timeout_ms);
+  gloo::transport::tcp::attr attr = listen_attr(c, host, port);
+  dcpi_cc_store_cfg sc{};
+  sc.host = host;
+  sc.port = port;
+  sc.job = c->job.c_str();
+  sc.rank = c->rank;
+  sc.world = c->size;
+  sc.deadline_ns = dcpi_cc_now_ns() + c->timeout_ms * 1000000LL;
+  sc.timeout_ms = c->timeout_ms;
+  dcpi_cc_store *st = nullptr;
+  if (int rc = dcpi_cc_store_open(&sc, &st, &e)) fail(rc, "%s", e.msg);
+  std::unique_ptr<dcpi_cc_store, void (*)(dcpi_cc_store *)> hold(st, dcpi_cc_store_close);
+  c->dev = gloo::transport::tcp::CreateDevice(attr);
+  auto ctx = std::make_shared<gloo::rendezvous::Context>(c->rank, c->size);
+  ctx->setTimeout(connect_timeout(d));
+  {
+    TcpStore store(st, d, c->timeout_ms);
+    ctx->connectFullMesh(store, c->dev);
+  }
+  if (c->rank != 0) hold.reset();  // done with the store; rank 0 serves until the barrier
+  ctx->setTimeout(ms(c->timeout_ms));
+  c->ctx = ctx;
+  if (c->size > 1) {
+    gloo::BarrierOptions b(c->ctx);
+    b.setTimeout(d.left("open: barrier"));
+    gloo::barrier(b);
+  }
+}
+
 int g_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *err) {
   if (!out) return dcp_plugin_fail(err, DCP_EINVAL, "open: out is NULL");
   *out = nullptr;
@@ -535,9 +668,6 @@ int g_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *err) {
   if (cfg->timeout_ms <= 0 || cfg->timeout_ms > INT64_MAX / 1000000)
     return dcp_plugin_fail(err, DCP_EINVAL, "open: timeout_ms must be > 0 (got %lld)",
                            (long long)cfg->timeout_ms);
-  if (!cfg->rendezvous || !*cfg->rendezvous)
-    return dcp_plugin_fail(err, DCP_EINVAL,
-                           "open: the gloo collective needs a rendezvous directory");
   const char *opts = DCP_HAS_FIELD(cfg, dcp_coll_config, options) ? cfg->options : nullptr;
   dcp_comm *c = nullptr;
   try {
@@ -549,8 +679,14 @@ int g_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *err) {
   c->size = cfg->world_size;
   c->timeout_ms = cfg->timeout_ms;
   int rc = guarded(c, err, "open", [&] {
-    c->dir = cfg->rendezvous;
     parse_options(c, opts);
+    if (!c->store.empty()) {
+      open_tcp(c);
+      return;
+    }
+    if (!cfg->rendezvous || !*cfg->rendezvous)
+      fail(DCP_EINVAL, "the gloo collective needs a rendezvous directory or store=HOST:PORT");
+    c->dir = cfg->rendezvous;
     Deadline d(c->timeout_ms);
     Handshake hs(c, dcpi_cc_now_ns() + c->timeout_ms * 1000000LL);
     if (int e = mkdirs(c->dir))
@@ -558,11 +694,7 @@ int g_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *err) {
     uint64_t s = c->rank == 0 ? handshake_root(c, hs, d) : handshake_member(c, hs);
     std::string sdir = session_dir(c, s);
     try {
-      gloo::transport::tcp::attr attr;
-      if (!c->iface.empty())
-        attr.iface = c->iface;
-      else
-        attr.hostname = c->host.empty() ? "127.0.0.1" : c->host;
+      gloo::transport::tcp::attr attr = listen_attr(c, nullptr, 0);
       c->dev = gloo::transport::tcp::CreateDevice(attr);
       auto ctx = std::make_shared<gloo::rendezvous::Context>(c->rank, c->size);
       ctx->setTimeout(connect_timeout(d));
