@@ -912,6 +912,58 @@ DCP_API void dcp_async_free(dcp_async *h);
  * out, dcp_async_abort first. */
 DCP_API void dcp_async_shutdown(dcp_ctx *ctx);
 
+/* ------------------------------------------------------------------------ */
+/* Async save: background staging, the fence, prepare (since 0.3)           */
+/* ------------------------------------------------------------------------ */
+
+/* How dcp_async_save stages. Values are stable. */
+typedef enum dcp_async_staging {
+  DCP_ASYNC_STAGE_BLOCKING = 0,  /* default: dcp_async_save returns once the
+                                    copy into the pool is done */
+  DCP_ASYNC_STAGE_BACKGROUND = 1 /* dcp_async_save returns before the copy:
+                                    a staging thread of the library copies
+                                    (through the copy callback, if set) and
+                                    hands the job to the writer;
+                                    dcp_async_fence waits for that */
+} dcp_async_staging;
+
+/* Stage later async saves of ctx in mode (waits first for a save still
+ * pending). With DCP_ASYNC_STAGE_BACKGROUND the caller must keep the state
+ * and every buffer it names alive and unchanged until dcp_async_fence (or
+ * dcp_async_wait or dcp_async_free, which imply it) returns for that save:
+ * call the fence before the step that mutates them (the optimizer step),
+ * after the compute that only reads them. A copy callback is then called
+ * on the staging thread (a framework's D2H copy must use a stream it may
+ * drive from another thread, e.g. a side stream).
+ * Errors: DCP_EINVAL (NULL ctx, unknown mode), DCP_ENOMEM. */
+DCP_API dcp_status dcp_async_set_staging(dcp_ctx *ctx, dcp_async_staging mode);
+
+/* Wait until h's save is staged: its bytes are in the pool and the job is
+ * in the writer's hands, so the state's buffers may change (and the state
+ * be freed). Blocks for the staging only, never for the writing; returns
+ * at once for a save staged in blocking mode. May be called more than
+ * once. dcp_async_wait (and dcp_async_test's done) imply it.
+ * Errors: DCP_EINVAL (NULL), or the staging's failure, message on the
+ * context: DCP_EPEER (the writer died during staging or could not be
+ * reached; dcp_async_wait returns it too, nothing is committed, and the
+ * next save starts a new writer), DCP_EIO. */
+DCP_API dcp_status dcp_async_fence(dcp_async *h);
+
+/* Make ctx ready for its first async save ahead of time, so that the save
+ * costs no more than the later ones: start the writer process, size the
+ * staging pool for st's chunks and bytes items (st may be NULL: no pool
+ * yet) and pre-fault it, and have the writer open its context — and so the
+ * writers' collective — while training goes on. Collective like a save:
+ * every rank calls it (the writers rendezvous; a writer whose peers never
+ * come fails its open at the context's timeout, and the first save tries
+ * again). Waits first for a save still pending. Call it after
+ * dcp_async_set_coordination; a later state that needs more grows the pool.
+ * Errors (on ctx): DCP_EINVAL (NULL ctx, st of another context, a
+ * multi-rank world without coordination), DCP_ENOTFOUND (no dcp-writer),
+ * DCP_ENOMEM (the pool), DCP_EIO, DCP_EPEER. A failure of the writer's
+ * own open is reported by the first save. */
+DCP_API dcp_status dcp_async_prepare(dcp_ctx *ctx, const dcp_state *st);
+
 #ifdef __cplusplus
 }
 #endif

@@ -14,9 +14,19 @@
 
 /* ---- the context's writer state ---------------------------------------- */
 
-/* Wait until nothing is staging or pending. Caller holds w->mu. */
-static void wait_idle_locked(dcpi_async_writer *w) {
-  while (w->pending || w->staging) pthread_cond_wait(&w->cv, &w->mu);
+/* Wait until nothing is staging or pending, then join the background
+ * staging thread that finished last (it only unlocks and returns after it
+ * cleared w->staging). Caller holds w->mu, which is released meanwhile. */
+void dcpi_async_wait_idle_locked(dcpi_async_writer *w) {
+  for (;;) {
+    while (w->pending || w->staging) pthread_cond_wait(&w->cv, &w->mu);
+    if (!w->stager_joinable) return;
+    pthread_t t = w->stager;
+    w->stager_joinable = 0;
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(t, NULL);
+    pthread_mutex_lock(&w->mu);
+  }
 }
 
 /* Wait for a pending save, stop the writer, free the pool and w: the
@@ -24,7 +34,7 @@ static void wait_idle_locked(dcpi_async_writer *w) {
 static void writer_release(dcpi_ctx_ext *ext) {
   dcpi_async_writer *w = (dcpi_async_writer *)ext;
   pthread_mutex_lock(&w->mu);
-  wait_idle_locked(w);
+  dcpi_async_wait_idle_locked(w);
   pthread_mutex_unlock(&w->mu);
   dcpi_writer_stop(w);
   dcpi_pool_free(&w->pool);
@@ -80,9 +90,27 @@ dcp_status dcp_async_set_copy(dcp_ctx *ctx, dcp_async_copy_fn fn, void *arg) {
   dcpi_async_writer *w = dcpi_async_writer_of(ctx);
   if (!w) return DCP_ENOMEM;
   pthread_mutex_lock(&w->mu);
-  wait_idle_locked(w);
+  dcpi_async_wait_idle_locked(w);
   w->copy = fn;
   w->copy_arg = fn ? arg : NULL;
+  pthread_mutex_unlock(&w->mu);
+  return DCP_OK;
+}
+
+dcp_status dcp_async_set_staging(dcp_ctx *ctx, dcp_async_staging mode) {
+  if (!ctx || (mode != DCP_ASYNC_STAGE_BLOCKING && mode != DCP_ASYNC_STAGE_BACKGROUND)) {
+    dcpi_err err;
+    dcpi_err_clear(&err);
+    dcpi_fail(&err, DCP_EINVAL, "dcp_async_set_staging: %s",
+              ctx ? "mode is neither DCP_ASYNC_STAGE_BLOCKING nor DCP_ASYNC_STAGE_BACKGROUND"
+                  : "NULL context");
+    return dcpi_ctx_report(ctx, &err);
+  }
+  dcpi_async_writer *w = dcpi_async_writer_of(ctx);
+  if (!w) return DCP_ENOMEM;
+  pthread_mutex_lock(&w->mu);
+  dcpi_async_wait_idle_locked(w);
+  w->background = mode == DCP_ASYNC_STAGE_BACKGROUND;
   pthread_mutex_unlock(&w->mu);
   return DCP_OK;
 }
@@ -99,7 +127,7 @@ dcp_status dcp_async_set_coordination(dcp_ctx *ctx, const char *coll, const char
   dcpi_async_writer *w = dcpi_async_writer_of(ctx);
   if (!w) return DCP_ENOMEM;
   pthread_mutex_lock(&w->mu);
-  wait_idle_locked(w);
+  dcpi_async_wait_idle_locked(w);
   int ok = dup_opt(&w->coll, coll) && dup_opt(&w->rendezvous, rendezvous) &&
            dup_opt(&w->coll_options, coll_options ? coll_options : "job=dcpwriter");
   pthread_mutex_unlock(&w->mu);
@@ -123,15 +151,32 @@ ACCESSOR(uint64_t, dcpi_async_pool_creations, w->pool.creations)
 ACCESSOR(uint64_t, dcpi_async_pool_growths, w->pool.growths)
 ACCESSOR(uint64_t, dcpi_async_spawns, w->spawns)
 ACCESSOR(uint64_t, dcpi_async_saves, w->saves)
+ACCESSOR(uint64_t, dcpi_async_prepares, w->prepares)
+ACCESSOR(uint64_t, dcpi_async_pool_size, (uint64_t)w->pool.size)
 
 /* ---- handles ---------------------------------------------------------- */
 
 dcp_status dcp_async_test(dcp_async *h, int *done) {
   if (!h || !done) return DCP_EINVAL;
   pthread_mutex_lock(&h->w->mu);
-  *done = h->done;
+  *done = h->done && h->staged;
   pthread_mutex_unlock(&h->w->mu);
   return DCP_OK;
+}
+
+dcp_status dcp_async_fence(dcp_async *h) {
+  if (!h) return DCP_EINVAL;
+  dcpi_async_writer *w = h->w;
+  dcpi_err err;
+  dcpi_err_clear(&err);
+  pthread_mutex_lock(&w->mu);
+  while (!h->staged) pthread_cond_wait(&w->cv, &w->mu);
+  if (h->stage_status) {
+    err.code = h->stage_status;
+    snprintf(err.msg, sizeof err.msg, "%s", h->msg);
+  }
+  pthread_mutex_unlock(&w->mu);
+  return err.code ? dcpi_ctx_report(w->ctx, &err) : DCP_OK;
 }
 
 /* The handle's outcome as the context's result and statistics. Caller
@@ -146,17 +191,18 @@ static dcp_status report_locked(dcp_async *h, dcpi_err *err) {
   return h->status;
 }
 
-/* Wait until h is done or the monotonic deadline passes (deadline_ns < 0:
- * no deadline). Caller holds w->mu. Returns whether h is done. */
+/* Wait until h is done (its outcome is in and its staging is over: a wait
+ * implies the fence) or the monotonic deadline passes (deadline_ns < 0: no
+ * deadline). Caller holds w->mu. Returns whether h is done. */
 static int wait_done_locked(dcp_async *h, int64_t deadline_ns) {
   struct timespec ts = {(time_t)(deadline_ns / 1000000000), (long)(deadline_ns % 1000000000)};
-  while (!h->done) {
+  while (!(h->done && h->staged)) {
     if (deadline_ns < 0)
       pthread_cond_wait(&h->w->cv, &h->w->mu);
     else if (pthread_cond_timedwait(&h->w->cv, &h->w->mu, &ts) == ETIMEDOUT)
       break;
   }
-  return h->done;
+  return h->done && h->staged;
 }
 
 static int64_t monotonic_ns(void) {
@@ -207,7 +253,7 @@ void dcp_async_free(dcp_async *h) {
   if (!h) return;
   dcpi_async_writer *w = h->w;
   pthread_mutex_lock(&w->mu);
-  while (!h->done) pthread_cond_wait(&w->cv, &w->mu);
+  while (!(h->done && h->staged)) pthread_cond_wait(&w->cv, &w->mu);
   pthread_mutex_unlock(&w->mu);
   free(h);
 }

@@ -22,20 +22,26 @@ typedef struct dcpi_async_writer {
   int join_started;
   int alive;        /* 0 once the join thread saw the stream end */
   int aborted;      /* dcp_async_abort killed the writer */
-  int staging;      /* a dcp_async_save is copying into the pool */
+  int staging;      /* a dcp_async_save (or its staging thread) or a
+                       dcp_async_prepare holds the pool */
+  int background;   /* dcp_async_set_staging: stage on a thread */
+  pthread_t stager; /* the last background staging thread */
+  int stager_joinable;
   dcpi_pool pool;
   dcp_async_copy_fn copy;
   void *copy_arg;
   char *coll, *coll_options, *rendezvous; /* writers' coordination */
   struct dcp_async *pending; /* submitted, no DONE yet */
   uint64_t seq;              /* last job submitted */
-  uint64_t spawns, saves;
+  uint64_t spawns, saves, prepares;
 } dcpi_async_writer;
 
 struct dcp_async {
   dcpi_async_writer *w;
   uint64_t seq;
-  int done;
+  int staged;              /* staging over: the caller's buffers are free */
+  dcp_status stage_status; /* DCP_OK: the job reached the writer */
+  int done;                /* the writer's outcome (or its death) is in */
   dcp_status status;
   char msg[DCPI_ERR_MSG_MAX];
   dcp_stats stats; /* the writer's, of this save (zero if it died) */
@@ -56,16 +62,23 @@ dcp_status dcpi_writer_start(dcpi_async_writer *w, dcpi_err *err);
  * tolerates SIGCHLD set to SIG_IGN). */
 void dcpi_writer_stop(dcpi_async_writer *w);
 
+/* Wait until nothing is staging or pending, then join a finished
+ * background staging thread. Caller holds w->mu (released meanwhile). */
+void dcpi_async_wait_idle_locked(dcpi_async_writer *w);
+
 /* The directory of the loaded libdcp (or of the program that embeds it)
  * into buf, "" when unknown. */
 void dcpi_lib_dir(char *buf, size_t cap);
 
 /* Test accessors: the writer's pid (0: none), pool memfds created, pool
- * growths, writer spawns, async saves submitted. */
+ * growths, writer spawns, async saves submitted, prepares made, the
+ * pool's size. */
 pid_t dcpi_async_writer_pid(dcp_ctx *ctx);
 uint64_t dcpi_async_pool_creations(dcp_ctx *ctx);
 uint64_t dcpi_async_pool_growths(dcp_ctx *ctx);
 uint64_t dcpi_async_spawns(dcp_ctx *ctx);
 uint64_t dcpi_async_saves(dcp_ctx *ctx);
+uint64_t dcpi_async_prepares(dcp_ctx *ctx);
+uint64_t dcpi_async_pool_size(dcp_ctx *ctx);
 
 #endif

@@ -1,10 +1,13 @@
-/* stage.c — dcp_async_save: stage the state into the pool, describe it as a
- * SAVE job and hand it to the writer process. */
+/* stage.c — dcp_async_save: describe the state as a SAVE job, stage it into
+ * the pool (here, or on a staging thread: background staging) and hand it
+ * to the writer process; dcp_async_prepare: the writer, the pool and the
+ * writers' collective ahead of the first save. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "async/async_int.h"
+#include "core/plugin.h"
 #include "runtime/files.h"
 #include "runtime/options.h"
 #include "runtime/plan_cache.h"
@@ -17,20 +20,20 @@
 static size_t align_up(size_t v) { return (v + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN; }
 
 /* Pool offsets of every chunk and bytes item (64-byte aligned, in order)
- * into job, and the bytes needed into *total. */
+ * into job (unless NULL), and the bytes needed into *total. */
 static dcp_status place_items(const dcp_state *st, dcpi_wp_job *j, size_t *total,
                               dcpi_err *err) {
   size_t off = 0;
   for (size_t i = 0; i < st->nchunks; i++) {
     const dcpi_chunk_item *c = &st->chunks[i];
-    j->chunks[i] = (dcpi_wp_chunk){c->tensor, c->box, off, (uint64_t)c->nbytes};
+    if (j) j->chunks[i] = (dcpi_wp_chunk){c->tensor, c->box, off, (uint64_t)c->nbytes};
     if ((uint64_t)c->nbytes > SIZE_MAX - STAGE_ALIGN - off)
       return dcpi_fail(err, DCP_EOVERFLOW, "async save: state too large to stage");
     off = align_up(off + (size_t)c->nbytes);
   }
   for (size_t i = 0; i < st->nbytes; i++) {
     const dcpi_bytes_item *b = &st->bytes[i];
-    j->bytes[i] = (dcpi_wp_bytes){b->key, (uint32_t)b->scope, off, b->len};
+    if (j) j->bytes[i] = (dcpi_wp_bytes){b->key, (uint32_t)b->scope, off, b->len};
     if (b->len > SIZE_MAX - STAGE_ALIGN - off)
       return dcpi_fail(err, DCP_EOVERFLOW, "async save: state too large to stage");
     off = align_up(off + b->len);
@@ -39,7 +42,9 @@ static dcp_status place_items(const dcp_state *st, dcpi_wp_job *j, size_t *total
   return DCP_OK;
 }
 
-/* Copy every item into the pool at the offsets of job. */
+/* Copy every item into the pool at the offsets of job (on the caller's
+ * thread, or the staging thread in background mode: the copy callback is
+ * called there). */
 static void copy_items(dcpi_async_writer *w, const dcp_state *st, const dcpi_wp_job *j) {
   uint8_t *base = w->pool.base;
   for (size_t i = 0; i < st->nchunks; i++) {
@@ -79,12 +84,25 @@ static char *writer_plugin_path(const dcp_ctx *ctx) {
   return p;
 }
 
+/* The context's storage plugin, looked up now if no save or load did yet
+ * (the coordination names it: it must be the same from the first job on,
+ * on every rank, or the writer would reopen its context). */
+static dcp_status ensure_storage(dcp_ctx *ctx, dcpi_err *err) {
+  if (ctx->storage) return DCP_OK;
+  const void *table;
+  dcp_status s = dcpi_plugin_find(DCP_PLUGIN_STORAGE, "posix", ctx->plugin_path, &table, err);
+  if (!s) ctx->storage = table;
+  return s;
+}
+
 static dcp_status describe_coord(dcpi_async_writer *w, dcpi_wp_coord *c, dcpi_err *err) {
-  const dcp_ctx *ctx = w->ctx;
+  dcp_ctx *ctx = w->ctx;
   if (!w->coll && ctx->world_size > 1)
     return dcpi_fail(err, DCP_EINVAL,
                      "async save on %d ranks: set the writers' coordination first "
                      "(dcp_async_set_coordination)", ctx->world_size);
+  dcp_status s = ensure_storage(ctx, err);
+  if (s) return s;
   c->coll = w->coll ? w->coll : "single";
   c->coll_options = w->coll_options;
   c->rendezvous = w->rendezvous;
@@ -169,7 +187,8 @@ static void job_release(dcpi_wp_job *j) {
   free(j->coord.plugin_path);
 }
 
-/* Describe st and ctx as a job, stage st into the pool. */
+/* Describe st and ctx as a job and make the pool large enough for it
+ * (the copy comes after: stage_run). */
 static dcp_status prepare_job(dcpi_async_writer *w, dcp_state *st, const char *path,
                               const dcp_save_options *opts, dcpi_wp_job *j, dcpi_err *err) {
   size_t total = 0;
@@ -192,36 +211,14 @@ static dcp_status prepare_job(dcpi_async_writer *w, dcp_state *st, const char *p
   if (!s) s = dcpi_pool_reserve(&w->pool, total, err);
   if (s) return s;
   j->pool_size = w->pool.size;
-  copy_items(w, st, j);
   return DCP_OK;
 }
 
-/* Encode and send job as handle h's; h is pending from before the send so
- * that a DONE, however fast, finds it. */
-static dcp_status submit(dcpi_async_writer *w, dcpi_wp_job *j, dcp_async *h, dcpi_err *err) {
-  uint8_t *payload;
-  size_t len;
-  dcp_status s = dcpi_wp_job_encode(j, &payload, &len);
-  if (s) return dcpi_fail(err, s, "async save: cannot encode the job");
-  pthread_mutex_lock(&w->mu);
-  w->pending = h;
-  pthread_mutex_unlock(&w->mu);
-  /* plans of sync saves the writer has not seen go first, so this save can
-   * reuse one (a small message; nothing is planned on this thread) */
-  s = dcpi_wp_send_plans(w->sock, dcpi_ctx_plan_cache(w->ctx), err);
-  if (!s) s = dcpi_wp_send(w->sock, DCPI_WP_SAVE, payload, len, w->pool.fd, err);
-  free(payload);
-  pthread_mutex_lock(&w->mu);
-  if (s && w->pending == h) w->pending = NULL;
-  pthread_mutex_unlock(&w->mu);
-  return s;
-}
-
-/* Claim the writer state for one save: wait for the previous one, then
- * restart a writer that is gone. */
+/* Claim the writer state for one save or prepare: wait for the previous
+ * save (and its staging thread), then restart a writer that is gone. */
 static dcp_status claim(dcpi_async_writer *w, dcpi_err *err) {
   pthread_mutex_lock(&w->mu);
-  while (w->pending || w->staging) pthread_cond_wait(&w->cv, &w->mu);
+  dcpi_async_wait_idle_locked(w);
   w->staging = 1;
   int alive = w->alive;
   pthread_mutex_unlock(&w->mu);
@@ -230,26 +227,108 @@ static dcp_status claim(dcpi_async_writer *w, dcpi_err *err) {
   return dcpi_writer_start(w, err);
 }
 
-static void unclaim(dcpi_async_writer *w, int submitted) {
+static void unclaim(dcpi_async_writer *w) {
   pthread_mutex_lock(&w->mu);
   w->staging = 0;
-  w->saves += submitted ? 1u : 0u;
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
 }
 
+/* One save's staging, owned by whoever runs it: the caller's thread
+ * (blocking staging) or the staging thread (background staging). */
+typedef struct stage_job {
+  dcpi_async_writer *w;
+  dcp_async *h;           /* pending since before the copy */
+  const dcp_state *st;    /* the caller's: read until staged */
+  dcpi_wp_job j;          /* the pool offsets of every item */
+  uint8_t *payload;       /* the encoded SAVE */
+  size_t len;
+} stage_job;
+
+static void stage_job_free(stage_job *sj) {
+  job_release(&sj->j);
+  free(sj->payload);
+  free(sj);
+}
+
+/* Copy the state into the pool and hand the job to the writer (plans of
+ * sync saves the writer has not seen go first, so that this save can reuse
+ * one). A writer that died meanwhile (the join thread finished h with
+ * DCP_EPEER) gets nothing. Then h is staged: its outcome is the staging's,
+ * and a failed staging finishes h too. Frees sj; returns the staging's
+ * status. */
+static dcp_status stage_run(stage_job *sj) {
+  dcpi_async_writer *w = sj->w;
+  dcp_async *h = sj->h;
+  dcpi_err err;
+  dcpi_err_clear(&err);
+  copy_items(w, sj->st, &sj->j);
+  pthread_mutex_lock(&w->mu);
+  int gone = h->done; /* only the writer's death finishes a job not yet sent */
+  pthread_mutex_unlock(&w->mu);
+  dcp_status s = gone ? DCP_EPEER : DCP_OK;
+  if (!s) s = dcpi_wp_send_plans(w->sock, dcpi_ctx_plan_cache(w->ctx), &err);
+  if (!s) s = dcpi_wp_send(w->sock, DCPI_WP_SAVE, sj->payload, sj->len, w->pool.fd, &err);
+  stage_job_free(sj);
+  pthread_mutex_lock(&w->mu);
+  if (s && !h->done) {
+    h->status = s;
+    snprintf(h->msg, sizeof h->msg, "async save: handing the job to the writer: %.400s", err.msg);
+    h->done = 1;
+  }
+  if (s && w->pending == h) w->pending = NULL;
+  h->stage_status = s ? h->status : DCP_OK;
+  h->staged = 1;
+  w->saves += s ? 0u : 1u;
+  w->staging = 0;
+  s = h->stage_status;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+  return s;
+}
+
+static void *stage_main(void *arg) {
+  stage_run(arg);
+  return NULL;
+}
+
+/* Start sj: on a staging thread in background mode (joined by the next
+ * claim or the release), else, or when no thread can be made, here.
+ * Returns the staging's status (background: DCP_OK, the fence tells). */
+static dcp_status stage_start(dcpi_async_writer *w, stage_job *sj) {
+  pthread_mutex_lock(&w->mu);
+  w->pending = sj->h; /* from before the copy: a writer dying meanwhile finishes h */
+  int started = w->background && pthread_create(&w->stager, NULL, stage_main, sj) == 0;
+  /* set under the lock the thread needs to finish, so no claim misses it */
+  if (started) w->stager_joinable = 1;
+  pthread_mutex_unlock(&w->mu);
+  return started ? DCP_OK : stage_run(sj);
+}
+
 static dcp_status async_save(dcpi_async_writer *w, dcp_state *st, const char *path,
                              const dcp_save_options *opts, dcp_async *h, dcpi_err *err) {
-  dcpi_wp_job j;
-  memset(&j, 0, sizeof j);
+  stage_job *sj = calloc(1, sizeof *sj);
+  if (!sj) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
   dcp_status s = claim(w, err);
-  if (!s) s = prepare_job(w, st, path, opts, &j, err);
+  if (!s) s = prepare_job(w, st, path, opts, &sj->j, err);
   if (!s) {
-    h->seq = j.seq = ++w->seq;
-    s = submit(w, &j, h, err);
+    h->seq = sj->j.seq = ++w->seq;
+    s = dcpi_wp_job_encode(&sj->j, &sj->payload, &sj->len);
+    if (s) dcpi_fail(err, s, "async save: cannot encode the job");
   }
-  job_release(&j);
-  unclaim(w, !s);
+  if (s) {
+    stage_job_free(sj);
+    unclaim(w);
+    return s;
+  }
+  sj->w = w, sj->h = h, sj->st = st;
+  s = stage_start(w, sj);
+  if (s) {
+    pthread_mutex_lock(&w->mu);
+    err->code = s;
+    snprintf(err->msg, sizeof err->msg, "%s", h->msg);
+    pthread_mutex_unlock(&w->mu);
+  }
   return s;
 }
 
@@ -272,4 +351,37 @@ dcp_status dcp_async_save(dcp_ctx *ctx, dcp_state *st, const char *path,
   }
   *out = h;
   return DCP_OK;
+}
+
+/* ---- prepare ------------------------------------------------------------ */
+
+dcp_status dcp_async_prepare(dcp_ctx *ctx, const dcp_state *st) {
+  dcpi_err err;
+  dcpi_err_clear(&err);
+  if (!ctx || (st && st->ctx != ctx))
+    return dcpi_fail(&err, DCP_EINVAL, "dcp_async_prepare: %s",
+                     ctx ? "the state belongs to another context" : "NULL context"),
+           dcpi_ctx_report(ctx, &err);
+  dcpi_async_writer *w = dcpi_async_writer_of(ctx);
+  if (!w) return dcpi_fail(&err, DCP_ENOMEM, "out of memory"), dcpi_ctx_report(ctx, &err);
+  dcpi_wp_coord coord;
+  memset(&coord, 0, sizeof coord);
+  size_t total = 0;
+  dcp_status s = claim(w, &err);
+  if (!s) s = describe_coord(w, &coord, &err);
+  if (!s && st) s = place_items(st, NULL, &total, &err);
+  if (!s && st) s = dcpi_pool_reserve(&w->pool, total, &err);
+  uint8_t *p = NULL;
+  size_t len = 0;
+  if (!s && (s = dcpi_wp_open_encode(&coord, &p, &len)))
+    dcpi_fail(&err, s, "async prepare: cannot encode the writer's configuration");
+  /* the writer opens its context (and so its collective) on its own */
+  if (!s) s = dcpi_wp_send(w->sock, DCPI_WP_OPEN, p, len, -1, &err);
+  free(p);
+  free(coord.plugin_path);
+  pthread_mutex_lock(&w->mu);
+  w->prepares += s ? 0u : 1u;
+  pthread_mutex_unlock(&w->mu);
+  unclaim(w);
+  return s ? dcpi_ctx_report(ctx, &err) : DCP_OK;
 }

@@ -310,6 +310,36 @@ dcp_status dcpi_wp_job_decode(const uint8_t *p, size_t len, dcpi_wp_job *j, dcpi
   return d.st;
 }
 
+/* ---- OPEN ------------------------------------------------------------- */
+
+dcp_status dcpi_wp_open_encode(const dcpi_wp_coord *c, uint8_t **out, size_t *len) {
+  dcpi_wbuf w = {0};
+  w_coord(&w, c);
+  if (w.status) {
+    dcp_status s = w.status;
+    dcpi_wbuf_free(&w);
+    return s;
+  }
+  *out = w.data;
+  *len = w.len;
+  return DCP_OK;
+}
+
+dcp_status dcpi_wp_open_decode(const uint8_t *p, size_t len, dcpi_wp_coord *c, dcpi_err *err) {
+  memset(c, 0, sizeof *c);
+  rd d = {{p, len, 0}, err, DCP_OK};
+  bool ok = r_coord(&d, c);
+  if (ok && dcpi_r_left(&d.r) != 0) ok = bad(&d, "trailing bytes after OPEN");
+  if (!ok && !d.st) bad(&d, "OPEN");
+  return d.st;
+}
+
+void dcpi_wp_coord_free(dcpi_wp_coord *c) {
+  free(c->coll), free(c->coll_options), free(c->rendezvous);
+  free(c->storage), free(c->storage_options), free(c->plugin_path);
+  memset(c, 0, sizeof *c);
+}
+
 void dcpi_wp_job_free(dcpi_wp_job *j) {
   if (!j) return;
   free(j->path);
@@ -319,9 +349,7 @@ void dcpi_wp_job_free(dcpi_wp_job *j) {
   }
   free(j->kv_keys);
   free(j->kv_values);
-  dcpi_wp_coord *c = &j->coord;
-  free(c->coll), free(c->coll_options), free(c->rendezvous);
-  free(c->storage), free(c->storage_options), free(c->plugin_path);
+  dcpi_wp_coord_free(&j->coord);
   for (size_t i = 0; i < j->ntensors; i++) {
     free(j->tensors[i].fqn);
     dcp_layout_free(j->tensors[i].layout);
@@ -424,7 +452,8 @@ dcp_status dcpi_wp_check_header(const uint8_t *hdr, uint16_t *type, uint64_t *le
                      DCPI_WP_VERSION);
   *type = (uint16_t)(hdr[6] | hdr[7] << 8);
   *len = dcpi_get_u64(hdr + 8);
-  if (*type != DCPI_WP_SAVE && *type != DCPI_WP_DONE && *type != DCPI_WP_PLAN)
+  if (*type != DCPI_WP_SAVE && *type != DCPI_WP_DONE && *type != DCPI_WP_PLAN &&
+      *type != DCPI_WP_OPEN)
     return dcpi_fail(err, DCP_ECORRUPT, "writer protocol: unknown message type %u", *type);
   if (*len > DCPI_WP_MAX_PAYLOAD)
     return dcpi_fail(err, DCP_ECORRUPT, "writer protocol: payload of %llu bytes",

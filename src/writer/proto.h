@@ -18,15 +18,18 @@
 #include "base/err.h"
 
 #define DCPI_WP_MAGIC 0x57504344u /* "DCPW" */
-#define DCPI_WP_VERSION 4u /* 2: DONE carries the save's statistics; 3: layouts, PLAN;
-                              4: the save's save_id and base, the context's lease_ms */
+#define DCPI_WP_VERSION 5u /* 2: DONE carries the save's statistics; 3: layouts, PLAN;
+                              4: the save's save_id and base, the context's lease_ms;
+                              5: OPEN */
 #define DCPI_WP_HEADER 24u
 #define DCPI_WP_MAX_PAYLOAD (1ull << 30) /* refuse frames above 1 GiB */
 
 /* SAVE: trainer → writer, one job. DONE: writer → trainer, its outcome.
  * PLAN: either way, one plan cache entry the other side has not seen; the
- * trainer sends its new ones before a SAVE, the writer before a DONE. */
-enum { DCPI_WP_SAVE = 1, DCPI_WP_DONE = 2, DCPI_WP_PLAN = 3 };
+ * trainer sends its new ones before a SAVE, the writer before a DONE.
+ * OPEN: trainer → writer (dcp_async_prepare), the coordination config:
+ * the writer opens its context now, ahead of the first SAVE; no reply. */
+enum { DCPI_WP_SAVE = 1, DCPI_WP_DONE = 2, DCPI_WP_PLAN = 3, DCPI_WP_OPEN = 4 };
 
 /* Coordination config of the writer's own context. */
 typedef struct dcpi_wp_coord {
@@ -89,6 +92,17 @@ dcp_status dcpi_wp_job_decode(const uint8_t *p, size_t len, dcpi_wp_job *job, dc
 
 /* Free what dcpi_wp_job_decode allocated. */
 void dcpi_wp_job_free(dcpi_wp_job *job);
+
+/* Encode an OPEN payload (the coordination config c) into a freshly
+ * allocated buffer. Errors: DCP_ENOMEM. */
+dcp_status dcpi_wp_open_encode(const dcpi_wp_coord *c, uint8_t **out, size_t *len);
+
+/* Decode an OPEN payload into *c (zeroed first; free with
+ * dcpi_wp_coord_free even on error). Errors: DCP_ECORRUPT, DCP_ENOMEM. */
+dcp_status dcpi_wp_open_decode(const uint8_t *p, size_t len, dcpi_wp_coord *c, dcpi_err *err);
+
+/* Free the strings of a decoded coordination config and zero it. */
+void dcpi_wp_coord_free(dcpi_wp_coord *c);
 
 /* Encode / decode a DONE payload: job seq, status, message, and the
  * writer's dcp_stats of the save (so dcp_async_wait can report them). */

@@ -110,6 +110,10 @@ static dcp_status ensure_ctx(dcpi_wsession *s, const dcpi_wp_coord *c, dcpi_err 
   return DCP_OK;
 }
 
+dcp_status dcpi_wsession_open(dcpi_wsession *s, const dcpi_wp_coord *c, dcpi_err *err) {
+  return ensure_ctx(s, c, err);
+}
+
 /* For each tensor, the index of its first chunk in the job (SIZE_MAX:
  * none): for a tensor with a layout, the chunk dcp_state_add_sharded added
  * with it. NULL when out of memory. */

@@ -32,6 +32,12 @@ dcp_status dcpi_wsession_share_plans(dcpi_wsession *s, int sock, dcpi_err *err);
 /* Free the context and the inbox (the end of the session). */
 void dcpi_wsession_end(dcpi_wsession *s);
 
+/* Open the session's context for the coordination config c now (an OPEN
+ * from dcp_async_prepare), so that the first SAVE finds it (and the
+ * writers' collective) ready; a context for the same config is kept.
+ * Errors: as dcp_ctx_create (the first SAVE then tries again). */
+dcp_status dcpi_wsession_open(dcpi_wsession *s, const dcpi_wp_coord *c, dcpi_err *err);
+
 /* Save job's state, whose data lies in the pool mapped at base, with
  * dcp_save on the session's context (created or re-created for job's
  * coordination config). The outcome into err (code DCP_OK on success). */

@@ -7,7 +7,8 @@
  * attached; for each it maps the pool read-only, builds a state whose
  * chunks point into the mapping and runs dcp_save through its own context
  * (its own collective: "single", "file", ...), then answers DONE with the
- * status and message. It exits when the trainer's end closes and no job is
+ * status and message. An OPEN (dcp_async_prepare) opens that context ahead
+ * of the first job. It exits when the trainer's end closes and no job is
  * pending, so a job received before the trainer died is still finished and
  * committed. Test hook: DCP_WRITER_DELAY_MS sleeps before each job. */
 #include <errno.h>
@@ -110,6 +111,15 @@ int main(int argc, char **argv) {
       fprintf(stderr, "dcp-writer: %s\n", err.msg);
       rc = 1;
       break;
+    }
+    if (!st && type == DCPI_WP_OPEN && pool_fd < 0) {
+      /* dcp_async_prepare: open the context (and the collective) now; a
+       * failure is left for the first SAVE to try again and report */
+      dcpi_wp_coord c;
+      if (!dcpi_wp_open_decode(p, len, &c, &err)) dcpi_wsession_open(&s, &c, &err);
+      dcpi_wp_coord_free(&c);
+      free(p);
+      continue;
     }
     if (st || type != DCPI_WP_SAVE) {
       fprintf(stderr, "dcp-writer: %s\n", st ? err.msg : "unexpected message");
