@@ -32,6 +32,7 @@ declare -A may=(
   [writer]="runtime core planner metadata model base"
   [async]="writer runtime core planner metadata model base"
   [convert]="runtime core planner metadata model base"
+  [manager]="async writer convert runtime core planner metadata model base"
 )
 
 # Upward edges kept on purpose: "file include" pairs, each explained in

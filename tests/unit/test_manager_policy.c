@@ -1,0 +1,249 @@
+/* test_manager_policy.c — the checkpoint manager's retention decision
+ * (src/manager/policy.h): the rules one by one, every combination of up
+ * to five steps in every state under a grid of policies checked against
+ * the rules stated independently, and bad input. Pure: no files. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "manager/policy.h"
+
+#define C DCP_STEP_COMMITTED
+#define P DCP_STEP_PENDING
+#define I DCP_STEP_INCOMPLETE
+#define X DCP_STEP_CORRUPT
+#define F DCP_STEP_FOREIGN
+
+static void decide(const dcpi_retention *p, const dcpi_step_entry *e, size_t n, dcpi_verdict *v,
+                   dcpi_decision_summary *sum) {
+  assert_int_equal(dcpi_retention_decide(p, e, n, v, sum), DCP_OK);
+}
+
+static void test_keep_last(void **state) {
+  (void)state;
+  dcpi_step_entry e[] = {{10, C, 1, 0}, {20, C, 1, 0}, {30, C, 1, 0}, {40, C, 1, 0}};
+  dcpi_retention p = {.keep_last = 2};
+  dcpi_verdict v[4];
+  dcpi_decision_summary sum;
+  decide(&p, e, 4, v, &sum);
+  assert_int_equal(v[0], DCPI_DELETE_OLD);
+  assert_int_equal(v[1], DCPI_DELETE_OLD);
+  assert_int_equal(v[2], DCPI_KEEP_LAST);
+  assert_int_equal(v[3], DCPI_KEEP_NEWEST);
+  assert_int_equal(sum.deleted, 2);
+  assert_int_equal(sum.anchor, 40);
+  assert_int_equal(sum.kept_bytes, 2);
+  p.keep_last = 0; /* keep everything */
+  decide(&p, e, 4, v, &sum);
+  assert_int_equal(sum.deleted, 0);
+}
+
+static void test_keep_every_and_pinned(void **state) {
+  (void)state;
+  dcpi_step_entry e[] = {{100, C, 1, 0}, {150, C, 1, 1}, {175, C, 1, 0}, {200, C, 1, 0},
+                         {250, C, 1, 0}, {300, C, 1, 0}};
+  dcpi_retention p = {.keep_last = 1, .keep_every = 100};
+  dcpi_verdict v[6];
+  decide(&p, e, 6, v, NULL);
+  assert_int_equal(v[0], DCPI_KEEP_EVERY);
+  assert_int_equal(v[1], DCPI_KEEP_PINNED);
+  assert_int_equal(v[2], DCPI_DELETE_OLD);
+  assert_int_equal(v[3], DCPI_KEEP_EVERY);
+  assert_int_equal(v[4], DCPI_DELETE_OLD);
+  assert_int_equal(v[5], DCPI_KEEP_NEWEST);
+}
+
+/* The newest committed step is kept whatever else: pending, corrupt and
+ * incomplete steps above it do not count as newer. */
+static void test_anchor_is_newest_committed(void **state) {
+  (void)state;
+  dcpi_step_entry e[] = {{1, C, 5, 0}, {2, C, 5, 0}, {3, X, 0, 0}, {4, I, 0, 0}, {5, P, 0, 0}};
+  dcpi_retention p = {.keep_last = 1, .max_bytes = 1};
+  dcpi_verdict v[5];
+  dcpi_decision_summary sum;
+  decide(&p, e, 5, v, &sum);
+  assert_int_equal(v[0], DCPI_DELETE_OLD);
+  assert_int_equal(v[1], DCPI_KEEP_NEWEST);
+  assert_int_equal(v[2], DCPI_KEEP_CORRUPT);
+  assert_int_equal(v[3], DCPI_DELETE_ABANDONED);
+  assert_int_equal(v[4], DCPI_KEEP_PENDING);
+  assert_int_equal(sum.anchor, 2);
+  assert_true(sum.over_budget); /* 5 bytes kept, budget 1: the anchor stays */
+  p.keep_incomplete = true;
+  decide(&p, e, 5, v, NULL);
+  assert_int_equal(v[3], DCPI_KEEP_INCOMPLETE);
+}
+
+static void test_no_committed_step(void **state) {
+  (void)state;
+  dcpi_step_entry e[] = {{1, I, 0, 0}, {2, F, 0, 0}, {3, P, 0, 0}};
+  dcpi_retention p = {.keep_last = 1};
+  dcpi_verdict v[3];
+  dcpi_decision_summary sum;
+  decide(&p, e, 3, v, &sum);
+  assert_int_equal(v[0], DCPI_DELETE_ABANDONED);
+  assert_int_equal(v[1], DCPI_KEEP_FOREIGN);
+  assert_int_equal(v[2], DCPI_KEEP_PENDING);
+  assert_int_equal(sum.anchor, -1);
+  decide(&p, NULL, 0, NULL, &sum);
+  assert_int_equal(sum.deleted, 0);
+}
+
+static void test_max_bytes_oldest_first(void **state) {
+  (void)state;
+  dcpi_step_entry e[] = {{1, C, 10, 0}, {2, C, 10, 0}, {3, C, 10, 1}, {4, C, 10, 0},
+                         {5, C, 10, 0}};
+  dcpi_retention p = {.max_bytes = 30};
+  dcpi_verdict v[5];
+  dcpi_decision_summary sum;
+  decide(&p, e, 5, v, &sum);
+  assert_int_equal(v[0], DCPI_DELETE_BYTES);
+  assert_int_equal(v[1], DCPI_DELETE_BYTES);
+  assert_int_equal(v[2], DCPI_KEEP_PINNED);
+  assert_int_equal(v[3], DCPI_KEEP_LAST);
+  assert_int_equal(v[4], DCPI_KEEP_NEWEST);
+  assert_int_equal(sum.kept_bytes, 30);
+  assert_false(sum.over_budget);
+  p.max_bytes = 15; /* only the pinned one and the anchor would remain: 20 */
+  decide(&p, e, 5, v, &sum);
+  assert_int_equal(v[3], DCPI_DELETE_BYTES);
+  assert_int_equal(sum.kept_bytes, 20);
+  assert_true(sum.over_budget);
+}
+
+static void test_bad_input(void **state) {
+  (void)state;
+  dcpi_retention p = {0};
+  dcpi_verdict v[2] = {DCPI_KEEP_LAST, DCPI_KEEP_LAST};
+  dcpi_step_entry dup[] = {{5, C, 0, 0}, {5, C, 0, 0}};
+  dcpi_step_entry down[] = {{6, C, 0, 0}, {5, C, 0, 0}};
+  dcpi_step_entry neg[] = {{-1, C, 0, 0}};
+  dcpi_step_entry badstate[] = {{1, (dcp_step_state)77, 0, 0}};
+  assert_int_equal(dcpi_retention_decide(&p, dup, 2, v, NULL), DCP_EINVAL);
+  assert_int_equal(dcpi_retention_decide(&p, down, 2, v, NULL), DCP_EINVAL);
+  assert_int_equal(dcpi_retention_decide(&p, neg, 1, v, NULL), DCP_EINVAL);
+  assert_int_equal(dcpi_retention_decide(&p, badstate, 1, v, NULL), DCP_EINVAL);
+  assert_int_equal(dcpi_retention_decide(NULL, dup, 0, v, NULL), DCP_EINVAL);
+  assert_int_equal(dcpi_retention_decide(&p, NULL, 1, v, NULL), DCP_EINVAL);
+  assert_int_equal(dcpi_retention_decide(&p, dup, 1, NULL, NULL), DCP_EINVAL);
+  assert_int_equal(v[0], DCPI_KEEP_LAST); /* untouched on error */
+  for (int k = 0; k <= DCPI_DELETE_ABANDONED; k++)
+    assert_string_not_equal(dcpi_verdict_name((dcpi_verdict)k), "unknown");
+}
+
+/* ---- every combination, against the rules stated independently --------- */
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t next(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+
+static void check_rules(const dcpi_retention *p, const dcpi_step_entry *e, size_t n,
+                        const dcpi_verdict *v, const dcpi_decision_summary *sum) {
+  int64_t anchor = -1;
+  for (size_t i = 0; i < n; i++)
+    if (e[i].state == C) anchor = e[i].step;
+  assert_int_equal(sum->anchor, anchor);
+  size_t deleted = 0;
+  uint64_t kept = 0;
+  bool any_last_left = false;
+  for (size_t i = 0; i < n; i++) {
+    bool del = dcpi_verdict_deletes(v[i]);
+    deleted += del;
+    /* only committed and incomplete steps can go, and never the anchor */
+    if (e[i].state != C && e[i].state != I) assert_false(del);
+    if (e[i].state == I) assert_int_equal(del, !p->keep_incomplete);
+    if (e[i].state != C) continue;
+    if (e[i].step == anchor) assert_int_equal(v[i], DCPI_KEEP_NEWEST);
+    if (e[i].pinned || (p->keep_every && e[i].step % (int64_t)p->keep_every == 0))
+      assert_false(del);
+    /* rank among committed steps, newest first */
+    uint32_t newer = 0;
+    for (size_t j = i + 1; j < n; j++) newer += e[j].state == C;
+    bool by_count = p->keep_last == 0 || newer < p->keep_last;
+    if (!by_count && !e[i].pinned && !(p->keep_every && e[i].step % (int64_t)p->keep_every == 0) &&
+        e[i].step != anchor)
+      assert_int_equal(v[i], DCPI_DELETE_OLD);
+    if (v[i] == DCPI_DELETE_BYTES) {
+      assert_true(p->max_bytes > 0);
+      assert_true(by_count);
+      /* oldest first: every older step kept only by count went too */
+      for (size_t j = 0; j < i; j++) assert_int_not_equal(v[j], DCPI_KEEP_LAST);
+    }
+    if (v[i] == DCPI_KEEP_LAST) any_last_left = true;
+    if (!del) kept += e[i].bytes;
+  }
+  assert_int_equal(sum->deleted, deleted);
+  assert_int_equal(sum->kept_bytes, kept);
+  if (p->max_bytes && kept > p->max_bytes) {
+    assert_true(sum->over_budget);
+    assert_false(any_last_left); /* nothing deletable by bytes is left */
+  } else {
+    assert_false(sum->over_budget);
+  }
+  if (!p->max_bytes)
+    for (size_t i = 0; i < n; i++) assert_int_not_equal(v[i], DCPI_DELETE_BYTES);
+}
+
+static void test_exhaustive(void **state) {
+  (void)state;
+  static const dcp_step_state states[] = {C, P, I, X, F};
+  static const uint32_t lasts[] = {0, 1, 2, 3};
+  static const uint64_t everies[] = {0, 2, 3};
+  static const uint64_t budgets[] = {0, 1, 25, 60};
+  uint64_t combos = 0;
+  for (size_t n = 0; n <= 5; n++) {
+    size_t total = 1;
+    for (size_t k = 0; k < n; k++) total *= 5;
+    for (size_t code = 0; code < total; code++) {
+      dcpi_step_entry e[6];
+      size_t c = code;
+      int64_t step = (int64_t)(next() % 3);
+      for (size_t k = 0; k < n; k++) {
+        e[k].state = states[c % 5];
+        c /= 5;
+        e[k].step = step;
+        step += 1 + (int64_t)(next() % 3);
+        e[k].bytes = next() % 20;
+        e[k].pinned = e[k].state == C && next() % 5 == 0;
+      }
+      for (size_t a = 0; a < 4; a++)
+        for (size_t b = 0; b < 3; b++)
+          for (size_t m = 0; m < 4; m++)
+            for (int inc = 0; inc < 2; inc++) {
+              dcpi_retention p = {.keep_last = lasts[a], .keep_every = everies[b],
+                                  .max_bytes = budgets[m], .keep_incomplete = inc};
+              dcpi_verdict v[6];
+              dcpi_decision_summary sum;
+              decide(&p, e, n, v, &sum);
+              check_rules(&p, e, n, v, &sum);
+              /* deterministic */
+              dcpi_verdict w[6];
+              decide(&p, e, n, w, NULL);
+              assert_memory_equal(v, w, n * sizeof *v);
+              combos++;
+            }
+    }
+  }
+  assert_true(combos > 350000);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_keep_last),
+      cmocka_unit_test(test_keep_every_and_pinned),
+      cmocka_unit_test(test_anchor_is_newest_committed),
+      cmocka_unit_test(test_no_committed_step),
+      cmocka_unit_test(test_max_bytes_oldest_first),
+      cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_exhaustive),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
