@@ -1,7 +1,12 @@
 """Single-process tests of dcp.pytorch: a training state (model, Adam,
 StepLR, RNG states, extras) saved and loaded back bit for bit, in place;
 bf16 and integer tensors; DDP unwrapping; strictness and mismatches;
-latest_checkpoint skipping an uncommitted save. Run: python3 this file."""
+latest_checkpoint skipping an uncommitted save; what a port of a real
+trainer needed (issue 14): a dict of models, a list of optimizers and of
+schedulers (OneCycleLR, CyclicLR), get_extra_state, tensors in extras,
+non-contiguous and complex128 tensors, an fp32 checkpoint loaded into a
+bf16 model with cast=True, a Hugging Face import loaded with
+model_prefix="". Run: python3 this file."""
 
 import os
 import random
@@ -163,6 +168,94 @@ class Adapter(unittest.TestCase):
             dt.load(self.ctx, self.path("c"), model=m2)
         with self.assertRaises(TypeError):  # not tagged JSON, and never pickled
             dt.flatten(model, extra={"o": object()})
+
+    def test_what_a_ported_trainer_needs(self):
+        class Extra(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(3, 3)
+                self.info = {"seen": 0}
+
+            def get_extra_state(self):
+                return self.info
+
+            def set_extra_state(self, st):
+                self.info = st
+
+            def forward(self, x):
+                return self.lin(x)
+
+        def build(seed):
+            torch.manual_seed(seed)
+            models = {"gen": torch.nn.Linear(4, 3), "disc": Extra()}
+            opts = [torch.optim.Adam(models["gen"].parameters(), lr=0.01),
+                    torch.optim.SGD(models["disc"].parameters(), lr=0.1, momentum=0.9)]
+            scheds = [torch.optim.lr_scheduler.OneCycleLR(opts[0], max_lr=0.05, total_steps=10),
+                      torch.optim.lr_scheduler.CyclicLR(opts[1], 0.01, 0.1, step_size_up=2)]
+            return models, opts, scheds
+
+        models, opts, scheds = build(0)
+        for step in range(3):
+            loss = models["disc"](models["gen"](torch.randn(2, 4))).sum()
+            for o in opts:
+                o.zero_grad()
+            loss.backward()
+            for o, sc in zip(opts, scheds):
+                o.step()
+                sc.step()
+            models["disc"].info["seen"] += 1
+        extra = {"step": 3, "ema": torch.arange(4.0), "pair": (torch.ones(2), 1)}
+        dt.save(self.ctx, self.path("c"), model=models, optimizer=opts, scheduler=scheds,
+                extra=extra, rng=False)
+        m2, o2, s2 = build(7)
+        got = dt.load(self.ctx, self.path("c"), model=m2, optimizer=o2, scheduler=s2, rng=False)
+        self.assertTrue(torch.equal(got["ema"], extra["ema"]))
+        self.assertTrue(torch.equal(got["pair"][0], torch.ones(2)))
+        self.assertEqual(m2["disc"].info, {"seen": 3})
+        for k in models:
+            for a, b in zip(models[k].state_dict().values(), m2[k].state_dict().values()):
+                if torch.is_tensor(a):
+                    self.assertTrue(torch.equal(a, b), k)
+        for a, b in zip(opts, o2):
+            self.assertSameState(state_bytes(torch.nn.Module(), a), state_bytes(torch.nn.Module(), b))
+            self.assertEqual(a.param_groups[0]["lr"], b.param_groups[0]["lr"])
+        self.assertEqual(s2[0].last_epoch, 3)
+        self.assertIs(s2[0].anneal_func.__self__, s2[0])  # its own function, by name
+        self.assertIs(s2[1]._scale_fn_ref().__self__, s2[1])
+
+        # non-contiguous and complex128 tensors, both ways
+        class Odd(torch.nn.Module):
+            def __init__(self, w, c):
+                super().__init__()
+                self.register_buffer("w", w)
+                self.register_buffer("c", c)
+
+        w = torch.arange(12.0).reshape(3, 4).t()
+        c = torch.arange(6, dtype=torch.float64).to(torch.complex128) * (1 + 2j)
+        dt.save(self.ctx, self.path("odd"), model=Odd(w, c), rng=False)
+        odd = Odd(torch.zeros(3, 4).t(), torch.zeros(6, dtype=torch.complex128))
+        dt.load(self.ctx, self.path("odd"), model=odd, rng=False)
+        self.assertTrue(torch.equal(odd.w, w))
+        self.assertFalse(odd.w.is_contiguous())  # filled through a copy, not replaced
+        self.assertTrue(torch.equal(odd.c, c))
+
+        # an fp32 checkpoint into a bf16 model
+        fp32 = torch.nn.Linear(4, 3)
+        dt.save(self.ctx, self.path("fp32"), model=fp32, rng=False)
+        bf16 = torch.nn.Linear(4, 3).to(torch.bfloat16)
+        with self.assertRaises(dcp.MismatchError) as cm:
+            dt.load(self.ctx, self.path("fp32"), model=bf16, rng=False)
+        self.assertIn("cast=True", str(cm.exception))
+        dt.load(self.ctx, self.path("fp32"), model=bf16, rng=False, cast=True)
+        self.assertTrue(torch.equal(bf16.weight, fp32.weight.detach().to(torch.bfloat16)))
+
+        # a Hugging Face safetensors import: its names are the model's fqns
+        hf = torch.nn.Sequential(torch.nn.Linear(4, 3))
+        dcp.save(self.ctx, {k: v.detach().numpy() for k, v in hf.state_dict().items()},
+                 self.path("hf"))
+        mine = torch.nn.Sequential(torch.nn.Linear(4, 3))
+        dt.load(self.ctx, self.path("hf"), model=mine, rng=False, model_prefix="")
+        self.assertTrue(torch.equal(mine[0].weight, hf[0].weight))
 
     def test_async_save_and_latest_checkpoint(self):
         model, opt, sched = make()

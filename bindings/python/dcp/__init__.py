@@ -25,6 +25,17 @@ __all__ = [n for n in dir(_dcp) if not n.startswith("_")] + [
     "Chunk", "Sharded", "Flat", "Bytes", "SaveFuture", "dtype_of", "build_state",
     "committed"]
 
+
+
+def _error_init(self, *args):
+    """dcp.Error raised from Python carries .message like the C layer's
+    (.status and .code come from the class)."""
+    Exception.__init__(self, *args)
+    self.message = str(args[0]) if args else ""
+
+
+Error.__init__ = _error_init
+
 # buffer-protocol format characters (struct module) -> dcp dtype
 _FORMATS = {"?": BOOL, "b": I8, "B": U8, "h": I16, "H": U16, "i": I32, "I": U32,
             "l": I64, "L": U64, "q": I64, "Q": U64, "e": F16, "f": F32, "d": F64, "Zf": C64}

@@ -1,16 +1,23 @@
 """PyTorch adapter: a training state as libdcp items and back.
 
-A training state is a model (a ``torch.nn.Module``, DDP-wrapped or not),
-an optimizer, an LR scheduler, the RNG states and a dict of user extras.
-:func:`flatten` turns it into items (see :func:`dcp.build_state`):
+A training state is a model (a ``torch.nn.Module``, DDP-wrapped or not, or
+a dict of them by name), an optimizer (or a list of them), an LR scheduler
+(or a list), the RNG states and a dict of user extras. :func:`flatten`
+turns it into items (see :func:`dcp.build_state`):
 
 ===========================  =============================================
-``model.<fqn>``              every tensor of the model's state_dict
+``model.<fqn>``              every tensor of the model's state_dict (a dict
+                             of models: ``model.<name>.<fqn>``); non-tensor
+                             entries (``get_extra_state``) are bytes items of
+                             tagged JSON; the prefix is ``model_prefix=``
 ``optim.state.<fqn>.<key>``  every tensor of the optimizer state (exp_avg,
-                             step, ...), named by its parameter's fqn
+                             step, ...), named by its parameter's fqn (a
+                             list of optimizers: ``optim.<i>.state...``)
 ``optim.meta``               bytes: param_groups (params as fqns) and the
                              non-tensor optimizer state, tagged JSON
 ``sched``                    bytes: the scheduler's state_dict, tagged JSON
+                             (functions in it, OneCycleLR's ``anneal_func``,
+                             by name; a list: ``sched.<i>``)
 ``rng.torch``, ``rng.numpy``, per-rank bytes: the CPU generator state,
 ``rng.python``               numpy's and Python's global RNG states
 ``extra``                    bytes: the user's dict, tagged JSON
@@ -30,7 +37,12 @@ has them (else into new ones handed to ``optimizer.load_state_dict``),
 restores the scheduler and RNG states, and returns the extras. A different
 world size or sharding at load time is fine (resharding happens in
 libdcp); per-rank RNG states then cannot be restored: pass ``rng=False``.
-JSON (not pickle) keeps a checkpoint from running code when loaded.
+JSON (not pickle) keeps a checkpoint from running code when loaded; the
+extras may hold tensors, tuples, numpy arrays (see ``dcp._json``).
+Non-contiguous tensors are saved from a contiguous copy and loaded through
+one; complex128 is stored as its float64 real view (a last dimension of 2);
+``cast=True`` on load converts dtypes (an fp32 checkpoint into a bf16
+model). ``dcp.torch`` is the torch.distributed.checkpoint-style API.
 """
 
 import os
@@ -50,6 +62,7 @@ _TO_DCP = {torch.float32: dcp.F32, torch.float64: dcp.F64, torch.float16: dcp.F1
            torch.int16: dcp.I16, torch.int32: dcp.I32, torch.int64: dcp.I64,
            torch.bool: dcp.BOOL, torch.complex64: dcp.C64}
 _FROM_DCP = {v: k for k, v in _TO_DCP.items()}
+_AS_REAL = {torch.complex128: torch.float64}  # no libdcp code: stored as the real view
 
 
 class Shard:
@@ -96,13 +109,55 @@ def buffer_of(t):
 
 
 def _item(t, spec):
-    """The dcp item of tensor t: whole, or the box spec says."""
+    """The dcp item of tensor t: whole, or the box spec says. A
+    non-contiguous t is copied (a save; a load goes through _LoadDest);
+    complex128 is its real view with a last dimension of 2."""
+    real = t.dtype in _AS_REAL
+    t = t.detach()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    if real:
+        t = torch.view_as_real(t)
     buf, code = buffer_of(t)
+    extra = (2,) if real else ()
     if spec is None:
-        return dcp.Chunk(buf, (0,) * t.dim(), tuple(t.shape), code)
-    if spec.layout is not None:
-        return dcp.Sharded(buf, spec.global_shape, spec.layout, code)
-    return dcp.Chunk(buf, spec.offset, spec.global_shape, code)
+        item = dcp.Chunk(buf, (0,) * t.dim(), tuple(t.shape), code)
+    elif spec.layout is not None:
+        if real:
+            raise dcp.InvalidError("a complex128 tensor sharded by a Layout: describe it "
+                                   "with Shard(offset=) instead")
+        item = dcp.Sharded(buf, spec.global_shape, spec.layout, code)
+    else:
+        item = dcp.Chunk(buf, spec.offset + (0,) * len(extra), spec.global_shape + extra, code)
+    item.tensor = torch.view_as_complex(t) if real else t
+    item.complex128 = real
+    return item
+
+
+def _models(model):
+    """[(fqn prefix, module)]: one model (DDP unwrapped) or a dict by name."""
+    if model is None:
+        return []
+    if isinstance(model, dict):
+        return [(str(k) + ".", _unwrap(m)) for k, m in model.items()]
+    return [("", _unwrap(model))]
+
+
+def _optimizers(optimizer):
+    """[(item prefix, optimizer)]: "optim." for one, "optim.<i>." for a list."""
+    if optimizer is None:
+        return []
+    if isinstance(optimizer, (list, tuple)):
+        return [("optim.%d." % i, o) for i, o in enumerate(optimizer)]
+    return [("optim.", optimizer)]
+
+
+def _schedulers(scheduler):
+    if scheduler is None:
+        return []
+    if isinstance(scheduler, (list, tuple)):
+        return [("sched.%d" % i, s) for i, s in enumerate(scheduler)]
+    return [("sched", scheduler)]
 
 
 def _unwrap(model):
@@ -115,12 +170,12 @@ def _unwrap(model):
 def _shards(model, extra):
     """Shard specs by fqn: the modules' own dcp_shards(), then extra's."""
     out = {}
-    if model is not None:
-        for mname, m in _unwrap(model).named_modules():
+    for prefix, top in _models(model):
+        for mname, m in top.named_modules():
             fn = getattr(m, "dcp_shards", None)
             if callable(fn):
                 for k, spec in fn().items():
-                    out[mname + "." + k if mname else k] = spec
+                    out[prefix + (mname + "." + k if mname else k)] = spec
     out.update(extra or {})
     return out
 
@@ -128,8 +183,8 @@ def _shards(model, extra):
 def _param_fqns(model, optimizer):
     """The fqn of each optimizer parameter, in state_dict index order."""
     names = {}
-    if model is not None:
-        names = {id(p): n for n, p in _unwrap(model).named_parameters()}
+    for prefix, m in _models(model):
+        names.update({id(p): prefix + n for n, p in m.named_parameters()})
     params = [p for g in optimizer.param_groups for p in g["params"]]
     return params, [names.get(id(p), "param%d" % i) for i, p in enumerate(params)]
 
@@ -150,7 +205,7 @@ def _optim_meta(optimizer, fqns):
     return sd, {"param_groups": groups, "other": other}
 
 
-def _optim_items(optimizer, model, shards, items):
+def _optim_items(optimizer, model, shards, items, prefix="optim."):
     params, fqns = _param_fqns(model, optimizer)
     sd, meta = _optim_meta(optimizer, fqns)
     for idx, st in sd["state"].items():
@@ -160,8 +215,8 @@ def _optim_items(optimizer, model, shards, items):
             if "." in key:
                 raise dcp.InvalidError("optimizer state key %r contains '.'" % key)
             spec = shards.get(fqns[idx]) if v.shape == params[idx].shape else None
-            items["optim.state.%s.%s" % (fqns[idx], key)] = _item(v, spec)
-    items["optim.meta"] = dcp.Bytes(_json.dumps(meta))
+            items["%sstate.%s.%s" % (prefix, fqns[idx], key)] = _item(v, spec)
+    items[prefix + "meta"] = dcp.Bytes(_json.dumps(meta))
 
 
 def _rng_items(items):
@@ -171,43 +226,69 @@ def _rng_items(items):
     items["rng.python"] = dcp.Bytes(_json.dumps(random.getstate()), per_rank)
 
 
-def flatten(model=None, optimizer=None, scheduler=None, rng=True, extra=None, shards=None):
+def _model_entries(model):
+    """[(fqn, value)] of the model state_dict(s): tensors and extra states."""
+    out = []
+    for prefix, m in _models(model):
+        out.extend((prefix + name, v) for name, v in m.state_dict().items())
+    return out
+
+
+def flatten(model=None, optimizer=None, scheduler=None, rng=True, extra=None, shards=None,
+            model_prefix="model."):
     """The items of a training state (see the module's docstring), ready for
-    dcp.save / dcp.async_save. The tensors' memory is referenced, not copied."""
+    dcp.save / dcp.async_save. The tensors' memory is referenced, not copied
+    (a non-contiguous tensor's is copied)."""
     specs = _shards(model, shards)
     items = {}
-    if model is not None:
-        for name, t in _unwrap(model).state_dict().items():
-            items["model." + name] = _item(t, specs.get(name))
-    if optimizer is not None:
-        _optim_items(optimizer, model, specs, items)
-    if scheduler is not None:
-        items["sched"] = dcp.Bytes(_json.dumps(scheduler.state_dict()))
+    for name, t in _model_entries(model):
+        if torch.is_tensor(t):
+            items[model_prefix + name] = _item(t, specs.get(name))
+        else:  # get_extra_state
+            items[model_prefix + name] = dcp.Bytes(_dumps(model_prefix + name, t))
+    for prefix, opt in _optimizers(optimizer):
+        _optim_items(opt, model, specs, items, prefix)
+    for key, sched in _schedulers(scheduler):
+        items[key] = dcp.Bytes(_dumps(key, sched.state_dict()))
     if rng:
         _rng_items(items)
     if extra is not None:
-        items["extra"] = dcp.Bytes(_json.dumps(extra))
+        items["extra"] = dcp.Bytes(_dumps("extra", extra))
     return items
 
 
+def _dumps(key, value):
+    try:
+        return _json.dumps(value)
+    except TypeError as e:
+        raise TypeError("%s: %s" % (key, e)) from None
+
+
 def save(ctx, path, *, model=None, optimizer=None, scheduler=None, rng=True, extra=None,
-         shards=None, **options):
+         shards=None, model_prefix="model.", **options):
     """Save a training state to path (collective; options as dcp.save)."""
-    dcp.save(ctx, flatten(model, optimizer, scheduler, rng, extra, shards), path,
-             **_with_kv(options))
+    items = flatten(model, optimizer, scheduler, rng, extra, shards, model_prefix)
+    dcp.save(ctx, items, path, **_with_kv(options, items))
 
 
 def async_save(ctx, path, *, model=None, optimizer=None, scheduler=None, rng=True, extra=None,
-               shards=None, **options):
+               shards=None, model_prefix="model.", **options):
     """Start an async save of a training state; returns a dcp.SaveFuture once
     staged (training may change every tensor from then on)."""
-    return dcp.async_save(ctx, flatten(model, optimizer, scheduler, rng, extra, shards), path,
-                          **_with_kv(options))
+    items = flatten(model, optimizer, scheduler, rng, extra, shards, model_prefix)
+    return dcp.async_save(ctx, items, path, **_with_kv(options, items))
 
 
-def _with_kv(options):
+_COMPLEX_KEY = "dcp.pytorch.complex128"  # kv: the items that are complex128 real views
+
+
+def _with_kv(options, items=None):
     kv = dict(options.pop("kv", None) or {})
     kv.setdefault("framework", "torch " + torch.__version__)
+    if items is not None:
+        names = sorted(n for n, it in items.items() if getattr(it, "complex128", False))
+        if names:
+            kv[_COMPLEX_KEY] = _json.dumps(names).decode()
     options["kv"] = kv
     return options
 
@@ -215,11 +296,21 @@ def _with_kv(options):
 # ---------------------------------------------------------------- loading --
 
 
-def _dest(saved, name, spec, existing, rank):
-    """(destination tensor, item) for the saved tensor `name`: existing when
-    it fits, else a new tensor of this rank's box."""
-    info = saved[name]
-    sharded = spec is not None and tuple(info["shape"]) == spec.global_shape
+def _saved_view(info, name, complex_names):
+    """(shape, torch dtype) of the saved tensor as torch sees it."""
+    shape = tuple(info["shape"])
+    if name in complex_names:
+        return shape[:-1], torch.complex128
+    return shape, torch_dtype(info["dtype"])
+
+
+def _dest(saved, name, spec, existing, rank, complex_names=(), cast=False):
+    """(destination tensor, item, fits, copy-back) for the saved tensor
+    `name`: existing when it fits, else a new tensor of this rank's box
+    (copied into existing afterwards when existing is given: a
+    non-contiguous tensor, or another dtype with cast)."""
+    saved_shape, dtype = _saved_view(saved[name], name, complex_names)
+    sharded = spec is not None and saved_shape == spec.global_shape
     if sharded and spec.layout is not None:
         shape = spec.local_shape(rank)
     elif sharded:
@@ -227,27 +318,38 @@ def _dest(saved, name, spec, existing, rank):
         if shape is None:
             raise dcp.InvalidError("'%s': an offset Shard needs an existing tensor" % name)
     else:
-        shape = tuple(info["shape"])
-    dtype = torch_dtype(info["dtype"])
+        shape = saved_shape
     fits = (existing is not None and tuple(existing.shape) == tuple(shape)
             and existing.dtype == dtype and existing.is_contiguous())
-    t = existing if fits else torch.empty(shape, dtype=dtype)
-    return t, _item(t, spec if sharded else None), fits
+    back = None
+    if fits:
+        t = existing
+    else:
+        t = torch.empty(shape, dtype=dtype)
+        if existing is not None and tuple(existing.shape) == tuple(shape):
+            if existing.dtype != dtype and not cast:
+                raise dcp.MismatchError("'%s': the checkpoint holds %s, the tensor is %s: pass "
+                                        "cast=True to convert on load"
+                                        % (name, str(dtype)[6:], str(existing.dtype)[6:]))
+            back = existing
+    return t, _item(t, spec if sharded else None), fits, back
 
 
 class _OptimLoad:
     """The optimizer part of a load: destinations, then apply."""
 
-    def __init__(self, optimizer, model, specs, saved, rank, items):
-        self.opt = optimizer
+    def __init__(self, optimizer, model, specs, saved, rank, items, prefix="optim.",
+                 complex_names=()):
+        self.opt, self.prefix = optimizer, prefix
         self.params, self.fqns = _param_fqns(model, optimizer)
         index = {f: i for i, f in enumerate(self.fqns)}
         self.loaded = {}  # param index -> {key: tensor}
         self.in_place = True
+        state_prefix = prefix + "state."
         for name in saved:
-            if not name.startswith("optim.state."):
+            if not name.startswith(state_prefix):
                 continue
-            fqn, key = name[len("optim.state."):].rsplit(".", 1)
+            fqn, key = name[len(state_prefix):].rsplit(".", 1)
             if fqn not in index:
                 raise dcp.NotFoundError("checkpoint has optimizer state for '%s', "
                                         "which the optimizer does not have" % fqn)
@@ -255,19 +357,20 @@ class _OptimLoad:
             p = self.params[i]
             existing = self.opt.state.get(p, {}).get(key)
             existing = existing if torch.is_tensor(existing) else None
-            t, items[name], fits = _dest(saved, name, specs.get(fqn), existing, rank)
+            t, items[name], fits, _ = _dest(saved, name, specs.get(fqn), existing, rank,
+                                            complex_names, cast=True)
             self.in_place &= fits
             self.loaded.setdefault(i, {})[key] = t
-        items["optim.meta"] = dcp.Bytes(None)
+        items[prefix + "meta"] = dcp.Bytes(None)
 
-    def apply(self, meta_bytes):
-        meta = _json.loads(meta_bytes)
+    def apply(self, loaded):
+        meta = _json.loads(loaded[self.prefix + "meta"])
         groups = meta["param_groups"]
         pos = {id(p): i for i, p in enumerate(self.params)}
         cur = [[self.fqns[pos[id(p)]] for p in g["params"]] for g in self.opt.param_groups]
         if [g["params"] for g in groups] != cur:
             raise dcp.MismatchError("the optimizer's parameter groups differ from the "
-                                    "checkpoint's")
+                                    "checkpoint's (%soptim.meta)" % self.prefix[:-len("optim.")])
         index = {f: i for i, f in enumerate(self.fqns)}
         for fqn, st in meta["other"].items():
             self.loaded.setdefault(index[fqn], {}).update(st)
@@ -303,24 +406,58 @@ def _apply_rng(loaded):
     random.setstate(_json.loads(loaded["rng.python"]))
 
 
+def _extra_state_modules(model):
+    """{fqn of an _extra_state entry: its module}."""
+    out = {}
+    for prefix, top in _models(model):
+        for mname, m in top.named_modules():
+            out[prefix + (mname + "." if mname else "") + "_extra_state"] = m
+    return out
+
+
 def load(ctx, path, *, model=None, optimizer=None, scheduler=None, rng=True, shards=None,
-         strict=True, **options):
+         strict=True, cast=False, model_prefix="model.", **options):
     """Load a training state from path into the given objects (collective;
-    options as dcp.load). The model's tensors are filled in place. With
-    strict=False, model tensors the checkpoint lacks are left as they are.
-    Returns the saved extras (None when none were saved)."""
+    options as dcp.load). The model's tensors are filled in place (through a
+    copy for non-contiguous ones, and with cast=True for another dtype).
+    With strict=False, model tensors the checkpoint lacks are left as they
+    are. model_prefix is the prefix of the model's items: "" for a Hugging
+    Face safetensors import (its names are the model's own fqns). Returns
+    the saved extras (None when none were saved)."""
     meta = dcp.meta_open(ctx, path)
     saved = {t["fqn"]: t for t in meta.tensors()}
     keys = {b["key"] for b in meta.bytes_items()}
+    raw = meta.kv().get(_COMPLEX_KEY)
+    complex_names = set(_json.loads(raw.encode())) if raw else set()
     specs = _shards(model, shards)
-    items = {}
-    if model is not None:
-        for name, t in _unwrap(model).state_dict().items():
-            if strict or "model." + name in saved:
-                items["model." + name] = _item(t, specs.get(name))
-    optim = _OptimLoad(optimizer, model, specs, saved, ctx.rank, items) if optimizer else None
-    if scheduler is not None:
-        items["sched"] = dcp.Bytes(None)
+    items, copies, extra_states = {}, [], []
+    for name, t in _model_entries(model):
+        key = model_prefix + name
+        if not torch.is_tensor(t):
+            if key in keys:
+                items[key] = dcp.Bytes(None)
+                extra_states.append((key, name))
+            elif strict:
+                raise dcp.NotFoundError("'%s' (extra state) is not in the checkpoint" % key)
+            continue
+        if key not in saved:
+            if strict:
+                raise dcp.NotFoundError("load: tensor '%s' is not in the checkpoint" % key)
+            continue
+        _, items[key], fits, back = _dest(saved, key, specs.get(name), t.detach(), ctx.rank,
+                                          complex_names, cast)
+        if back is not None:
+            copies.append((back, items[key]))
+        elif not fits:
+            got = _saved_view(saved[key], key, complex_names)
+            raise dcp.MismatchError("'%s': the checkpoint's tensor is %s %s, the model's %s %s"
+                                    % (key, list(got[0]), str(got[1])[6:], list(t.shape),
+                                       str(t.dtype)[6:]))
+    optims = [_OptimLoad(o, model, specs, saved, ctx.rank, items, prefix, complex_names)
+              for prefix, o in _optimizers(optimizer)]
+    scheds = _schedulers(scheduler)
+    for key, _ in scheds:
+        items[key] = dcp.Bytes(None)
     if rng:
         for k in ("rng.torch", "rng.numpy", "rng.python"):
             items[k] = dcp.Bytes(None, dcp.SCOPE_PER_RANK)
@@ -328,13 +465,26 @@ def load(ctx, path, *, model=None, optimizer=None, scheduler=None, rng=True, sha
         items["extra"] = dcp.Bytes(None)
     loaded = dcp.load(ctx, items, path, meta=meta, **options)
     del meta
-    if optim is not None:
-        optim.apply(loaded["optim.meta"])
-    if scheduler is not None:
-        scheduler.load_state_dict(_json.loads(loaded["sched"]))
+    with torch.no_grad():
+        for dest, item in copies:
+            dest.copy_(_tensor_of(item))
+    if extra_states:
+        mods = _extra_state_modules(model)
+        for key, name in extra_states:
+            mods[name].set_extra_state(_json.loads(loaded[key]))
+    for o in optims:
+        o.apply(loaded)
+    for key, sched in scheds:
+        saved_sd = _json.loads(loaded[key])
+        sched.load_state_dict(_json.resolve(saved_sd, sched.state_dict(), key))
     if rng:
         _apply_rng(loaded)
     return _json.loads(loaded["extra"]) if "extra" in loaded else None
+
+
+def _tensor_of(item):
+    """The torch tensor behind a Chunk/Sharded item made by _item."""
+    return item.tensor
 
 
 def latest_checkpoint(ctx, root, prefix="step-"):

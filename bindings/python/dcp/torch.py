@@ -364,25 +364,25 @@ class _Persisted:
 
     def __init__(self, handle):
         self._h = handle
+        self._path = handle.path
         self._error = None
-        self._finished = False
 
     def done(self):
-        return self._finished or self._h.done()
+        return self._h is None or self._h.done()
 
     def _finish(self, timeout):
-        if self._finished:
+        if self._h is None:
             return
         try:
             self._h.wait(timeout)
         except _dcp.TimedOutError:
             if timeout is not None:
                 raise concurrent.futures.TimeoutError(
-                    "the save to %s is still persisting" % self._h.path) from None
+                    "the save to %s is still persisting" % self._path) from None
             raise
         except _dcp.Error as e:
             self._error = e
-        self._finished = True
+        self._h = None  # finished: the context no longer counts this handle
 
     def result(self, timeout=None):
         self._finish(timeout)
@@ -420,15 +420,17 @@ class AsyncSaveFuture(_Persisted):
 
     @property
     def path(self):
-        return self._h.path
+        return self._path
 
     def wait(self, timeout=None):
         """result(timeout) under the name dcp.SaveFuture uses."""
         return self.result(timeout)
 
     def abort(self):
-        """Give up on the save (nothing is committed)."""
-        self._h.abort()
+        """Give up on the save if it is still persisting (nothing is
+        committed; result() then raises dcp.PeerError)."""
+        if self._h is not None:
+            self._h.abort()
 
 
 def async_save(state_dict, *, checkpoint_id=None, storage_writer=None, planner=None,

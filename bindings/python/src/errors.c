@@ -6,6 +6,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 typedef struct {
   dcp_status status;
@@ -37,6 +38,8 @@ static const error_kind kinds[] = {
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 
+static int set_attr(PyObject *exc, const char *name, PyObject *value);
+
 static PyObject *base_error;       /* dcp.Error */
 static PyObject *classes[NKINDS]; /* parallel to kinds */
 
@@ -55,6 +58,10 @@ int dcpi_py_errors_init(PyObject *module) {
              dcp_strerror(kinds[i].status));
     classes[i] = PyErr_NewExceptionWithDoc(qual, doc, base_error, NULL);
     if (!classes[i] || PyModule_AddObjectRef(module, kinds[i].klass, classes[i]) < 0) return -1;
+    /* class defaults, for errors raised by the Python layer (dcp.torch, ...) */
+    if (set_attr(classes[i], "status", PyLong_FromLong((long)kinds[i].status)) < 0 ||
+        set_attr(classes[i], "code", PyUnicode_FromString(kinds[i].code)) < 0)
+      return -1;
   }
   return 0;
 }
@@ -79,10 +86,63 @@ static int set_attr(PyObject *exc, const char *name, PyObject *value) {
   return rc;
 }
 
+/* The library's messages name its C API ("set DCP_SAVE_OVERWRITE",
+ * "dcp_async_set_coordination"); from Python they name what a Python
+ * caller passes or calls instead. Environment variables (DCP_WRITER,
+ * DCP_PLUGIN_PATH) are the same from both sides and stay. */
+static const struct {
+  const char *c, *py;
+} python_names[] = {
+    {"DCP_SAVE_OVERWRITE", "overwrite=True"},
+    {"DCP_SAVE_COMPRESS", "compress=True"},
+    {"DCP_LOAD_METADATA_PER_RANK", "flags=dcp.LOAD_METADATA_PER_RANK"},
+    {"DCP_LOAD_NO_PIPELINE", "flags=dcp.LOAD_NO_PIPELINE"},
+    {"DCP_MAX_NAME", "dcp.MAX_NAME"},
+    {"DCP_MAX_NDIM", "dcp.MAX_NDIM"},
+    {"dcp_async_set_coordination", "Context.set_async_coordination()"},
+    {"dcp_async_set_staging", "the async staging mode"},
+    {"dcp_async_abort", "abort()"},
+    {"dcp_async_save", "dcp.async_save()"},
+    {"dcp_async_test", "done()"},
+    {"dcp_async_wait", "wait()"},
+    {"dcp_meta_open_memory", "dcp.meta_open_memory()"},
+    {"dcp_layout_box", "Layout.box()"},
+};
+
+static int ident_char(char ch) {
+  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+         ch == '_';
+}
+
+/* msg with the C names of python_names replaced, into out (cap bytes). */
+static const char *pythonize(const char *msg, char *out, size_t cap) {
+  size_t o = 0;
+  for (const char *p = msg; *p && o + 1 < cap;) {
+    size_t len = 0;
+    const char *py = NULL;
+    if ((p == msg || !ident_char(p[-1])) && (!strncmp(p, "DCP_", 4) || !strncmp(p, "dcp_", 4))) {
+      while (ident_char(p[len])) len++;
+      for (size_t i = 0; i < sizeof python_names / sizeof python_names[0]; i++)
+        if (strlen(python_names[i].c) == len && !strncmp(p, python_names[i].c, len))
+          py = python_names[i].py;
+    }
+    if (py) {
+      for (; *py && o + 1 < cap; py++) out[o++] = *py;
+      p += len;
+    } else {
+      out[o++] = *p++;
+    }
+  }
+  out[o] = '\0';
+  return out;
+}
+
 PyObject *dcpi_py_raise(dcp_status status, const char *msg) {
   PyObject *klass;
   const error_kind *k = kind_of(status, &klass);
+  char translated[4096];
   if (!msg || !msg[0]) msg = dcp_strerror(status);
+  msg = pythonize(msg, translated, sizeof translated);
   PyObject *exc = PyObject_CallFunction(klass, "s", msg);
   if (!exc) return NULL;
   if (set_attr(exc, "status", PyLong_FromLong((long)status)) < 0 ||
@@ -101,7 +161,7 @@ PyObject *dcpi_py_raise_ctx(const dcp_ctx *ctx, dcp_status status) {
 }
 
 PyObject *dcpi_py_raisef(dcp_status status, const char *fmt, ...) {
-  char msg[1024];
+  char msg[2048];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
