@@ -1,9 +1,11 @@
 /*
  * dcp_plugin.h — the stable plugin ABI of libdcp (version 1).
  *
- * libdcp performs no I/O and no communication of its own: all file access
- * goes through a *storage* plugin and all cross-rank traffic through a
- * *collective* plugin. A plugin is a shared object that exports one entry
+ * Every access to a checkpoint's files goes through a *storage* plugin and
+ * all cross-rank traffic through a *collective* plugin; the core's own
+ * system calls are process plumbing only (the async writer's process,
+ * shared memory and pipe, and the host identity a directory lease records).
+ * A plugin is a shared object that exports one entry
  * symbol, DCP_PLUGIN_ENTRY_SYMBOL, returning a pointer to a const table:
  *
  *     const void *dcp_plugin_entry(uint32_t kind);

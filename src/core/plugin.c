@@ -1,7 +1,7 @@
 /* plugin.c — the plugin registry and the dlopen loader (see plugin.h).
  *
- * The registry is the library's one justified global: a plugin table is a
- * process-wide resource (a shared object is loaded once per process however
+ * The registry is process-wide state (one of the few: docs/layers.md lists
+ * them) because a plugin table is a process-wide resource (a shared object is loaded once per process however
  * many contexts use it), and dcp_plugin_register has no context to hang a
  * table on. It is a small array guarded by a mutex; entries are never
  * removed, and the objects they point into are never unloaded. */

@@ -679,7 +679,7 @@ int32_t dcp_meta_world_size(const dcp_meta *m) { return m ? m->world_size : 0; }
 size_t dcp_meta_tensor_count(const dcp_meta *m) { return m ? m->ntensors : 0; }
 size_t dcp_meta_bytes_count(const dcp_meta *m) { return m ? m->nbytes : 0; }
 size_t dcp_meta_file_count(const dcp_meta *m) { return m ? m->nfiles : 0; }
-size_t dcp_meta_mesh_count(const dcp_meta *m) { return m ? m->nmeshes : 0; }
+size_t dcpi_meta_mesh_count(const dcp_meta *m) { return m ? m->nmeshes : 0; }
 size_t dcp_meta_kv_count(const dcp_meta *m) { return m ? m->nkvs : 0; }
 
 dcp_status dcp_meta_tensor(const dcp_meta *m, size_t index, dcp_tensor_info *out) {
@@ -692,9 +692,13 @@ dcp_status dcp_meta_tensor(const dcp_meta *m, size_t index, dcp_tensor_info *out
   out->ndim = t->ndim;
   memcpy(out->shape, t->shape, sizeof out->shape);
   out->chunk_count = t->nchunks;
-  out->layout = t->mesh;
-  if (t->mesh >= 0) memcpy(out->tensor_map, t->tensor_map, sizeof out->tensor_map);
   return DCP_OK;
+}
+
+int32_t dcpi_meta_tensor_layout(const dcp_meta *m, size_t index, uint32_t *tensor_map) {
+  const dcpi_mv_tensor *t = &m->tensors[index];
+  if (t->mesh >= 0) memcpy(tensor_map, t->tensor_map, t->ndim * sizeof *tensor_map);
+  return t->mesh;
 }
 
 dcp_status dcp_meta_find_tensor(const dcp_meta *m, const char *fqn, size_t *index) {
@@ -749,7 +753,7 @@ dcp_status dcp_meta_identity(const dcp_meta *m, dcp_save_identity *out) {
   return DCP_OK;
 }
 
-dcp_status dcp_meta_mesh(const dcp_meta *m, size_t index, dcp_mesh_info *out) {
+dcp_status dcpi_meta_mesh(const dcp_meta *m, size_t index, dcpi_mesh_info *out) {
   if (!m || !out) return DCP_EINVAL;
   if (index >= m->nmeshes) return DCP_ENOTFOUND;
   out->ndim = m->meshes[index].ndim;

@@ -113,6 +113,20 @@ struct dcp_meta {
   size_t nkvs;
 };
 
+/* Save-time meshes. The format has carried them since version 1 and the
+ * codec writes and reads them (md_build.c, view_dec.c), but no save
+ * records a layout yet, so they are internal until one does: a mesh of
+ * the view, and the mesh index (or -1) and tensor_map of tensor `index`
+ * (tensor_map: ndim masks, written when the index is >= 0). */
+typedef struct dcpi_mesh_info {
+  uint32_t ndim;
+  const int64_t *shape; /* ndim extents */
+  const int32_t *ranks; /* prod(shape) ranks, row-major */
+} dcpi_mesh_info;
+size_t dcpi_meta_mesh_count(const dcp_meta *m);
+dcp_status dcpi_meta_mesh(const dcp_meta *m, size_t index, dcpi_mesh_info *out);
+int32_t dcpi_meta_tensor_layout(const dcp_meta *m, size_t index, uint32_t *tensor_map);
+
 /* A decoding cursor over one section (or chunk list) with a description of
  * what is being decoded, used to make every failure message precise. */
 typedef struct dcpi_dec {

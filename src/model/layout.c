@@ -206,9 +206,3 @@ dcp_status dcp_layout_replica_group(const dcp_layout *l, int32_t rank, int32_t *
   free(all);
   return DCP_OK;
 }
-
-bool dcpi_layout_same_mesh(const dcp_layout *a, const dcp_layout *b) {
-  if (a->mesh_ndim != b->mesh_ndim || a->nranks != b->nranks) return false;
-  if (memcmp(a->mesh_shape, b->mesh_shape, a->mesh_ndim * sizeof *a->mesh_shape)) return false;
-  return memcmp(a->ranks, b->ranks, (size_t)a->nranks * sizeof *a->ranks) == 0;
-}

@@ -37,7 +37,4 @@ int64_t dcpi_layout_position(const dcp_layout *l, int32_t rank);
 void dcpi_layout_box_at(const dcp_layout *l, const int64_t *global_shape, int64_t pos,
                         int64_t *offset, int64_t *size);
 
-/* true when both layouts use the same mesh (shape and ranks). */
-bool dcpi_layout_same_mesh(const dcp_layout *a, const dcp_layout *b);
-
 #endif

@@ -31,7 +31,6 @@ size_t dcpi_global_plan_item_count(const dcpi_global_plan *gp) { return gp->nite
 size_t dcpi_global_plan_bytes_count(const dcpi_global_plan *gp) { return gp->nbytes; }
 size_t dcpi_global_plan_holding_count(const dcpi_global_plan *gp) { return gp->nholdings; }
 int64_t dcpi_global_plan_tensor_bytes(const dcpi_global_plan *gp) { return gp->tensor_bytes; }
-int64_t dcpi_global_plan_bytes_bytes(const dcpi_global_plan *gp) { return gp->bytes_bytes; }
 
 dcp_status dcpi_global_plan_tensor(const dcpi_global_plan *gp, size_t i, dcpi_gp_tensor *out) {
   if (i >= gp->ntensors) return DCP_ENOTFOUND;

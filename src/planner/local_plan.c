@@ -368,7 +368,6 @@ dcp_status dcpi_local_plan_from_state(const dcp_state *st, const dcpi_save_opts 
 int32_t dcpi_local_plan_rank(const dcpi_local_plan *lp) { return lp->rank; }
 int32_t dcpi_local_plan_world_size(const dcpi_local_plan *lp) { return lp->world_size; }
 const dcpi_save_opts *dcpi_local_plan_opts(const dcpi_local_plan *lp) { return &lp->opts; }
-bool dcpi_local_plan_finished(const dcpi_local_plan *lp) { return lp->finished; }
 size_t dcpi_local_plan_tensor_count(const dcpi_local_plan *lp) { return lp->ntensors; }
 size_t dcpi_local_plan_chunk_count(const dcpi_local_plan *lp) { return lp->nchunks; }
 size_t dcpi_local_plan_bytes_count(const dcpi_local_plan *lp) { return lp->nbytes; }

@@ -105,7 +105,6 @@ dcp_status dcpi_local_plan_from_state(const dcp_state *st, const dcpi_save_opts 
 int32_t dcpi_local_plan_rank(const dcpi_local_plan *lp);
 int32_t dcpi_local_plan_world_size(const dcpi_local_plan *lp);
 const dcpi_save_opts *dcpi_local_plan_opts(const dcpi_local_plan *lp);
-bool dcpi_local_plan_finished(const dcpi_local_plan *lp);
 size_t dcpi_local_plan_tensor_count(const dcpi_local_plan *lp);
 size_t dcpi_local_plan_chunk_count(const dcpi_local_plan *lp);
 size_t dcpi_local_plan_bytes_count(const dcpi_local_plan *lp);
@@ -290,10 +289,8 @@ size_t dcpi_global_plan_rank_bytes(const dcpi_global_plan *gp, int32_t r,
 /* Bytes rank r writes (tensor items plus bytes items); 0 out of range. */
 int64_t dcpi_global_plan_rank_load(const dcpi_global_plan *gp, int32_t r);
 
-/* Sum of the write items' bytes (== sum of numel*dtype size over tensors)
- * and of the bytes items' lengths. */
+/* Sum of the write items' bytes (== sum of numel*dtype size over tensors). */
 int64_t dcpi_global_plan_tensor_bytes(const dcpi_global_plan *gp);
-int64_t dcpi_global_plan_bytes_bytes(const dcpi_global_plan *gp);
 
 /* Number of (rank, chunk) holdings behind the write items (the local
  * non-empty chunks of all plans). */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "dcp.h"
+#include "metadata/view.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -52,9 +53,9 @@ static uint64_t walk_tables(const dcp_meta *m) {
     if (dcp_meta_file(m, i, &name) != DCP_OK) __builtin_trap();
     acc += strlen(name);
   }
-  for (size_t i = 0; i < dcp_meta_mesh_count(m); i++) {
-    dcp_mesh_info mi;
-    if (dcp_meta_mesh(m, i, &mi) != DCP_OK) __builtin_trap();
+  for (size_t i = 0; i < dcpi_meta_mesh_count(m); i++) {
+    dcpi_mesh_info mi;
+    if (dcpi_meta_mesh(m, i, &mi) != DCP_OK) __builtin_trap();
     int64_t n = 1;
     for (uint32_t d = 0; d < mi.ndim; d++) n *= mi.shape[d];
     for (int64_t r = 0; r < n; r++) acc += (uint64_t)mi.ranks[r];

@@ -70,14 +70,12 @@
   F(dcp_storage_ref, block_count, 40, 8)          \
   F(dcp_storage_ref, block_checksums, 48, 8)      \
   F(dcp_storage_ref, block_stored_lengths, 56, 8) \
-  S(dcp_tensor_info, 224, 8)                      \
+  S(dcp_tensor_info, 152, 8)                      \
   F(dcp_tensor_info, fqn, 0, 8)                   \
   F(dcp_tensor_info, dtype, 8, 4)                 \
   F(dcp_tensor_info, ndim, 12, 4)                 \
   F(dcp_tensor_info, shape, 16, 128)              \
   F(dcp_tensor_info, chunk_count, 144, 8)         \
-  F(dcp_tensor_info, layout, 152, 4)              \
-  F(dcp_tensor_info, tensor_map, 156, 64)         \
   S(dcp_chunk_info, 328, 8)                       \
   F(dcp_chunk_info, box, 0, 264)                  \
   F(dcp_chunk_info, ref, 264, 64)                 \
@@ -86,10 +84,6 @@
   F(dcp_bytes_info, scope, 8, 4)                  \
   F(dcp_bytes_info, rank, 12, 4)                  \
   F(dcp_bytes_info, ref, 16, 64)                  \
-  S(dcp_mesh_info, 24, 8)                         \
-  F(dcp_mesh_info, ndim, 0, 4)                    \
-  F(dcp_mesh_info, shape, 8, 8)                   \
-  F(dcp_mesh_info, ranks, 16, 8)                  \
   S(dcp_save_identity, 32, 8)                     \
   F(dcp_save_identity, id, 0, 16)                 \
   F(dcp_save_identity, generation, 16, 8)         \

@@ -84,14 +84,6 @@ static void text_header(dcp_meta *m, const char *path) {
     dcp_meta_file(m, i, &n);
     printf("  [%zu] %s\n", i, n);
   }
-  printf("meshes       %zu\n", dcp_meta_mesh_count(m));
-  for (size_t i = 0; i < dcp_meta_mesh_count(m); i++) {
-    dcp_mesh_info mi;
-    dcp_meta_mesh(m, i, &mi);
-    printf("  [%zu] shape", i);
-    for (uint32_t d = 0; d < mi.ndim; d++) printf("%s%" PRId64, d ? "x" : " ", mi.shape[d]);
-    putchar('\n');
-  }
   printf("key/values   %zu\n", dcp_meta_kv_count(m));
   for (size_t i = 0; i < dcp_meta_kv_count(m); i++) {
     const char *k, *v;
@@ -108,7 +100,6 @@ static void text_tensors(dcp_meta *m) {
     printf("  %s  %s ", t.fqn, dcp_dtype_name(t.dtype));
     print_shape(&t);
     printf("  %" PRIu64 " chunks  %" PRIu64 " bytes", t.chunk_count, tensor_bytes(&t));
-    if (t.layout >= 0) printf("  layout mesh %d", (int)t.layout);
     putchar('\n');
   }
   if (dcp_meta_bytes_count(m)) printf("bytes items:\n");
@@ -149,25 +140,16 @@ static json_t *tensor_json(dcp_meta *m, size_t i) {
   json_object_set_new(o, "dtype", json_string(dcp_dtype_name(t.dtype)));
   json_object_set_new(o, "shape", shape);
   json_object_set_new(o, "bytes", json_integer((json_int_t)tensor_bytes(&t)));
-  json_object_set_new(o, "layout", t.layout >= 0 ? json_integer(t.layout) : json_null());
   json_object_set_new(o, "chunks", chunks);
   return o;
 }
 
 static json_t *inspect_json(dcp_meta *m) {
-  json_t *root = json_object(), *files = json_array(), *meshes = json_array(),
-         *kv = json_object(), *tensors = json_array(), *bytes = json_array();
+  json_t *root = json_object(), *files = json_array(), *kv = json_object(), *tensors = json_array(), *bytes = json_array();
   for (size_t i = 0; i < dcp_meta_file_count(m); i++) {
     const char *n;
     dcp_meta_file(m, i, &n);
     json_array_append_new(files, json_string(n));
-  }
-  for (size_t i = 0; i < dcp_meta_mesh_count(m); i++) {
-    dcp_mesh_info mi;
-    dcp_meta_mesh(m, i, &mi);
-    json_t *sh = json_array();
-    for (uint32_t d = 0; d < mi.ndim; d++) json_array_append_new(sh, json_integer(mi.shape[d]));
-    json_array_append_new(meshes, sh);
   }
   for (size_t i = 0; i < dcp_meta_kv_count(m); i++) {
     const char *k, *v;
@@ -189,7 +171,6 @@ static json_t *inspect_json(dcp_meta *m) {
   json_object_set_new(root, "format_version", json_integer(dcp_meta_format_version(m)));
   json_object_set_new(root, "world_size", json_integer(dcp_meta_world_size(m)));
   json_object_set_new(root, "files", files);
-  json_object_set_new(root, "meshes", meshes);
   json_object_set_new(root, "key_values", kv);
   json_object_set_new(root, "tensors", tensors);
   json_object_set_new(root, "bytes_items", bytes);
@@ -198,8 +179,8 @@ static json_t *inspect_json(dcp_meta *m) {
 
 static const char inspect_help[] =
     "usage: dcp inspect CKPT [--json]\n\n"
-    "Print a checkpoint's metadata: format, save-time world size and meshes, data\n"
-    "files, user key/values, tensors (dtype, shape, chunks, bytes, layout) and\n"
+    "Print a checkpoint's metadata: format, save-time world size, data\n"
+    "files, user key/values, tensors (dtype, shape, chunks, bytes) and\n"
     "bytes items. --json prints one JSON object with every chunk as well.\n"
     "exit status: 0 ok, 2 usage, 3 error\n";
 

@@ -1,6 +1,6 @@
 /* meta.c — dcp.Meta: a read-only view of a checkpoint's committed
  * .metadata (dcp_meta_open): tensors, chunks, bytes items (with their
- * lengths, which a load of an unknown bytes item needs), meshes, files, user
+ * lengths, which a load of an unknown bytes item needs), files, user
  * key/values, and whole-tensor reads. Opened by dcp._dcp.meta_open. */
 #include "pydcp.h"
 
@@ -41,12 +41,9 @@ static PyObject *dict_of(int n, ...) {
 }
 
 static PyObject *tensor_dict(const dcp_tensor_info *t) {
-  int64_t map[DCP_MAX_NDIM];
-  for (uint32_t i = 0; i < t->ndim; i++) map[i] = t->tensor_map[i];
-  return dict_of(6, "fqn", PyUnicode_FromString(t->fqn), "dtype", PyLong_FromLong(t->dtype),
+  return dict_of(4, "fqn", PyUnicode_FromString(t->fqn), "dtype", PyLong_FromLong(t->dtype),
                  "shape", dcpi_py_i64_tuple(t->shape, t->ndim), "chunk_count",
-                 PyLong_FromUnsignedLongLong(t->chunk_count), "layout", PyLong_FromLong(t->layout),
-                 "tensor_map", t->layout >= 0 ? dcpi_py_i64_tuple(map, t->ndim) : Py_NewRef(Py_None));
+                 PyLong_FromUnsignedLongLong(t->chunk_count));
 }
 
 static PyObject *meta_tensors(PyObject *self, PyObject *unused) {
@@ -149,30 +146,6 @@ static PyObject *meta_kv(PyObject *self, PyObject *unused) {
   return d;
 }
 
-static PyObject *meta_meshes(PyObject *self, PyObject *unused) {
-  (void)unused;
-  dcpi_py_meta *m = (dcpi_py_meta *)self;
-  PyObject *list = PyList_New(0);
-  for (size_t i = 0; list && i < dcp_meta_mesh_count(m->meta); i++) {
-    dcp_mesh_info mi;
-    dcp_status rc = dcp_meta_mesh(m->meta, i, &mi);
-    PyObject *d = NULL;
-    if (rc) {
-      dcpi_py_raise(rc, NULL);
-    } else {
-      int64_t positions = 1;
-      for (uint32_t k = 0; k < mi.ndim; k++) positions *= mi.shape[k];
-      PyObject *ranks = PyTuple_New((Py_ssize_t)positions);
-      for (int64_t k = 0; ranks && k < positions; k++)
-        PyTuple_SET_ITEM(ranks, (Py_ssize_t)k, PyLong_FromLong(mi.ranks[k]));
-      d = dict_of(2, "shape", dcpi_py_i64_tuple(mi.shape, mi.ndim), "ranks", ranks);
-    }
-    if (!d || PyList_Append(list, d) < 0) Py_CLEAR(list);
-    Py_XDECREF(d);
-  }
-  return list;
-}
-
 static PyObject *meta_files(PyObject *self, PyObject *unused) {
   (void)unused;
   dcpi_py_meta *m = (dcpi_py_meta *)self;
@@ -228,13 +201,12 @@ static PyObject *meta_get_path(PyObject *self, void *closure) {
 #define METH(name, fn, flags, doc) {name, (PyCFunction)(void (*)(void))(fn), flags, doc}
 static PyMethodDef meta_methods[] = {
     METH("tensors", meta_tensors, METH_NOARGS,
-         "List of dicts: fqn, dtype, shape, chunk_count, layout, tensor_map."),
+         "List of dicts: fqn, dtype, shape, chunk_count."),
     METH("tensor", meta_tensor, METH_O, "tensor(fqn or index) -> dict (NotFoundError if absent)."),
     METH("chunks", meta_chunks, METH_O, "chunks(fqn or index) -> list of (offset, size)."),
     METH("bytes_items", meta_bytes_items, METH_NOARGS,
          "List of dicts: key, scope, rank (-1 when replicated), length."),
     METH("kv", meta_kv, METH_NOARGS, "The user key/values as a dict of str."),
-    METH("meshes", meta_meshes, METH_NOARGS, "Save-time meshes: dicts of shape and ranks."),
     METH("files", meta_files, METH_NOARGS, "Data file names."),
     METH("read_tensor", meta_read_tensor, METH_VARARGS,
          "read_tensor(fqn or index, out): read the whole tensor into the writable buffer out."),
