@@ -904,6 +904,279 @@ DCP_API void dcp_async_free(dcp_async *h);
  * out, dcp_async_abort first. */
 DCP_API void dcp_async_shutdown(dcp_ctx *ctx);
 
+/* ------------------------------------------------------------------------ */
+/* Async save: background staging, the fence, prepare (since 0.3)           */
+/* ------------------------------------------------------------------------ */
+
+/* How dcp_async_save stages. Values are stable. */
+typedef enum dcp_async_staging {
+  DCP_ASYNC_STAGE_BLOCKING = 0,  /* default: dcp_async_save returns once the
+                                    copy into the pool is done */
+  DCP_ASYNC_STAGE_BACKGROUND = 1 /* dcp_async_save returns before the copy:
+                                    a staging thread of the library copies
+                                    (through the copy callback, if set) and
+                                    hands the job to the writer;
+                                    dcp_async_fence waits for that */
+} dcp_async_staging;
+
+/* Stage later async saves of ctx in mode (waits first for a save still
+ * pending). With DCP_ASYNC_STAGE_BACKGROUND the caller must keep the state
+ * and every buffer it names alive and unchanged until dcp_async_fence (or
+ * dcp_async_wait or dcp_async_free, which imply it) returns for that save:
+ * call the fence before the step that mutates them (the optimizer step),
+ * after the compute that only reads them. A copy callback is then called
+ * on the staging thread (a framework's D2H copy must use a stream it may
+ * drive from another thread, e.g. a side stream).
+ * Errors: DCP_EINVAL (NULL ctx, unknown mode), DCP_ENOMEM. */
+DCP_API dcp_status dcp_async_set_staging(dcp_ctx *ctx, dcp_async_staging mode);
+
+/* Wait until h's save is staged: its bytes are in the pool and the job is
+ * in the writer's hands, so the state's buffers may change (and the state
+ * be freed). Blocks for the staging only, never for the writing; returns
+ * at once for a save staged in blocking mode. May be called more than
+ * once. dcp_async_wait (and dcp_async_test's done) imply it.
+ * Errors: DCP_EINVAL (NULL), or the staging's failure, message on the
+ * context: DCP_EPEER (the writer died during staging or could not be
+ * reached; dcp_async_wait returns it too, nothing is committed, and the
+ * next save starts a new writer), DCP_EIO. */
+DCP_API dcp_status dcp_async_fence(dcp_async *h);
+
+/* Make ctx ready for its first async save ahead of time, so that the save
+ * costs no more than the later ones: start the writer process, size the
+ * staging pool for st's chunks and bytes items (st may be NULL: no pool
+ * yet) and pre-fault it, and have the writer open its context — and so the
+ * writers' collective — while training goes on. Collective like a save:
+ * every rank calls it (the writers rendezvous; a writer whose peers never
+ * come fails its open at the context's timeout, and the first save tries
+ * again). Waits first for a save still pending. Call it after
+ * dcp_async_set_coordination; a later state that needs more grows the pool.
+ * Errors (on ctx): DCP_EINVAL (NULL ctx, st of another context, a
+ * multi-rank world without coordination), DCP_ENOTFOUND (no dcp-writer),
+ * DCP_ENOMEM (the pool), DCP_EIO, DCP_EPEER. A failure of the writer's
+ * own open is reported by the first save. */
+DCP_API dcp_status dcp_async_prepare(dcp_ctx *ctx, const dcp_state *st);
+
+/* ------------------------------------------------------------------------ */
+/* Checkpoint manager: steps, retention, latest, resume                     */
+/* ------------------------------------------------------------------------ */
+
+/* A manager keeps a training run's checkpoints under one root directory:
+ * step N is the ordinary checkpoint ROOT/step-N (committed iff its
+ * .metadata is there and verifies), which records its step number in the
+ * user key/values ("dcp.step") beside the caller's; ROOT/latest names the
+ * newest durable step; a retention policy deletes old steps. The ordering
+ * rules — latest and retention move only once a step is durable (for an
+ * async save: at its completion, never at staging), a step is deleted by
+ * removing its commit marker first, the newest durable step is never
+ * deleted — and the tests that prove them are in docs/manager.md.
+ * Rank 0 decides and does the root's I/O (latest, deletions); the other
+ * ranks learn every outcome through the context's collective. The root is
+ * a directory of a POSIX file system (local or shared): step directories
+ * are listed and removed with POSIX calls, and everything inside a step
+ * goes through the context's storage plugin. */
+typedef struct dcp_manager dcp_manager;
+
+/* What a step directory holds. Values are stable. */
+typedef enum dcp_step_state {
+  DCP_STEP_COMMITTED = 0,  /* .metadata verifies and records this step */
+  DCP_STEP_PENDING = 1,    /* a save is writing it (this manager's async save
+                              not yet durable, or a live holder of its lease) */
+  DCP_STEP_INCOMPLETE = 2, /* no commit marker and nobody writing: a crashed
+                              save or a crashed deletion; never loaded */
+  DCP_STEP_CORRUPT = 3,    /* .metadata there but unreadable or failing its
+                              checksum; never loaded, never deleted */
+  DCP_STEP_FOREIGN = 4     /* not the manager's: a symbolic link, not a
+                              directory, or a checkpoint without (or with
+                              another) step record; never touched */
+} dcp_step_state;
+
+/* A short static name of a state ("committed", ...), "unknown" otherwise. */
+DCP_API const char *dcp_step_state_name(dcp_step_state s);
+
+/* Whether to keep `step` whatever the counts say (non-zero: keep). Called
+ * on rank 0 only, from the thread that called the manager. */
+typedef int (*dcp_manager_keep_fn)(void *arg, int64_t step);
+
+/* Where the manager's log lines go (a skipped step's reason, a deletion):
+ * one line, no newline. NULL: stderr, prefixed "dcp manager: ". */
+typedef void (*dcp_manager_log_fn)(void *arg, const char *line);
+
+#define DCP_MANAGER_READ_ONLY 1u       /* list, resume and load only: no lease
+                                          on the root, no save, no deletion */
+#define DCP_MANAGER_NO_AUTO_GC 2u      /* retention only on dcp_manager_gc,
+                                          never after a save */
+#define DCP_MANAGER_KEEP_INCOMPLETE 4u /* never delete incomplete directories */
+#define DCP_MANAGER_QUIET 8u           /* no log lines at all */
+
+typedef struct dcp_manager_options {
+  uint32_t struct_size;   /* sizeof(dcp_manager_options), set by init */
+  uint32_t flags;         /* DCP_MANAGER_* */
+  uint32_t keep_last;     /* newest committed steps kept (default 0: all) */
+  uint64_t keep_every;    /* also keep every step that is a multiple of it,
+                             for good (0: none) */
+  uint64_t max_bytes;     /* delete the oldest steps kept only by keep_last
+                             until the committed steps total at most this
+                             (0: no limit) */
+  const int64_t *keep_steps; /* steps always kept (copied), or NULL */
+  size_t nkeep_steps;
+  dcp_manager_keep_fn keep_fn; /* also keep the steps it says, or NULL */
+  void *keep_arg;
+  dcp_manager_log_fn log_fn;   /* or NULL (see above) */
+  void *log_arg;
+} dcp_manager_options;
+
+/* Fill opts with the defaults (keep everything, auto gc after saves). */
+DCP_API void dcp_manager_options_init(dcp_manager_options *opts);
+
+/* Open a manager over root (created, one level, when missing). Collective.
+ * Unless DCP_MANAGER_READ_ONLY, rank 0 takes the root's lease
+ * (ROOT/.dcp-manager.lock, the directory lease of docs/save-load.md with
+ * the context's lease_ms), held until dcp_manager_free: a second manager on
+ * the root, in this job or another, gets DCP_EBUSY naming the holder. The
+ * context needs a collective (a detached rank is DCP_EINVAL) and must
+ * outlive the manager. opts may be NULL.
+ * Errors: DCP_EINVAL (NULL, empty root, a root that is not a directory,
+ * bad options), DCP_EBUSY, storage errors, collective errors, DCP_ENOMEM;
+ * the message is on ctx and every rank returns the same code. */
+DCP_API dcp_status dcp_manager_open(dcp_ctx *ctx, const char *root,
+                                    const dcp_manager_options *opts, dcp_manager **out);
+
+/* Free a manager: wait for its pending async save (without moving latest or
+ * running retention: call dcp_manager_wait first for that), release the
+ * root's lease. Not collective. NULL is a no-op. */
+DCP_API void dcp_manager_free(dcp_manager *m);
+
+/* The directory of step `step` into buf (cap bytes): "ROOT/step-N".
+ * Errors: DCP_EINVAL (NULL, negative step, cap too small). */
+DCP_API dcp_status dcp_manager_step_path(const dcp_manager *m, int64_t step, char *buf,
+                                         size_t cap);
+
+/* Save st as step `step` (>= 0, and newer than every committed step), with
+ * opts' flags, block size and user key/values (the key "dcp.step" is the
+ * manager's: DCP_EINVAL), then — once the save returned DCP_OK on every
+ * rank, i.e. the step is durable — point ROOT/latest at it and run the
+ * retention policy (unless DCP_MANAGER_NO_AUTO_GC). Collective. Waits first
+ * for a pending async save of the manager (and finishes it). Returns the
+ * save's status; the retention's is in dcp_manager_gc_result.
+ * Errors: dcp_save's, DCP_EINVAL (READ_ONLY, a step not newer than the
+ * newest committed, the reserved key), DCP_EBUSY (the step's directory is
+ * being written by someone else). */
+DCP_API dcp_status dcp_manager_save(dcp_manager *m, int64_t step, dcp_state *st,
+                                    const dcp_save_options *opts);
+
+/* As dcp_manager_save, asynchronously (dcp_async_save): returns after
+ * staging; latest and retention move only when the save is durable, at
+ * dcp_manager_wait (or at the next save, which waits for it first).
+ * Errors: as dcp_async_save, and as dcp_manager_save's checks. */
+DCP_API dcp_status dcp_manager_save_async(dcp_manager *m, int64_t step, dcp_state *st,
+                                          const dcp_save_options *opts);
+
+/* Wait for the pending async save; when it succeeded on every rank, point
+ * latest at its step and run retention. Returns the save's outcome
+ * (DCP_OK when none is pending). Collective. timeout_ms < 0 waits without
+ * limit; DCP_ETIMEDOUT leaves the save pending (wait again, or
+ * dcp_manager_abort). */
+DCP_API dcp_status dcp_manager_wait(dcp_manager *m, int64_t timeout_ms);
+
+/* Give up on the pending async save (dcp_async_abort): its step stays
+ * uncommitted (incomplete, cleaned by a later retention). DCP_OK when none
+ * is pending or it had already finished well. Not collective. */
+DCP_API dcp_status dcp_manager_abort(dcp_manager *m);
+
+/* The step of the pending async save, or -1 when none is pending. */
+DCP_API int64_t dcp_manager_pending_step(const dcp_manager *m);
+
+/* One step directory, filled by dcp_manager_list.
+ * Frozen: never grows; a later version adds a new struct. */
+typedef struct dcp_step_info {
+  int64_t step;
+  dcp_step_state state;
+  uint64_t bytes;     /* total size of its files (0 unless committed) */
+  int32_t keep;       /* 1: the policy keeps it now, 0: it would delete it */
+  char note[160];     /* why it has this state or verdict ("" or a reason) */
+} dcp_step_info;
+
+/* List the step directories of the root, ascending by step, with their
+ * states and what the retention policy would do with each: *count gets
+ * their number and out[0..min(cap, *count)) the first of them (cap 0, out
+ * NULL: count only). On this rank alone (not collective).
+ * Errors: DCP_EINVAL (NULL m or count, NULL out with cap > 0), DCP_EIO (the
+ * root cannot be read), DCP_ENOMEM. */
+DCP_API dcp_status dcp_manager_list(dcp_manager *m, dcp_step_info *out, size_t cap,
+                                    size_t *count);
+
+#define DCP_RESUME_VERIFY 1u /* dcp_verify the chosen step (every block) and
+                                fall back to an older one when it fails */
+
+/* Auto-resume: the newest loadable step (committed and its metadata
+ * verifies; with DCP_RESUME_VERIFY also every block) into *step. Newer
+ * steps that are not loadable are skipped with a log line naming the reason.
+ * Collective: rank 0 decides and broadcasts. Errors: DCP_ENOTFOUND (no
+ * loadable step; *step is -1), DCP_EIO, collective errors. */
+DCP_API dcp_status dcp_manager_resume(dcp_manager *m, uint32_t flags, int64_t *step);
+
+/* dcp_load of step `step` into st (collective). Errors: dcp_load's,
+ * DCP_EINVAL (negative step). */
+DCP_API dcp_status dcp_manager_load(dcp_manager *m, int64_t step, dcp_state *st,
+                                    const dcp_load_options *opts);
+
+/* What a retention pass did. Grows (fields are appended): the caller's
+ * struct_size says how much of it the library writes. */
+typedef struct dcp_manager_gc_report {
+  uint32_t struct_size; /* sizeof(dcp_manager_gc_report), set by the caller */
+  dcp_status status;    /* DCP_OK, or the first failure (a step that could
+                           not be deleted; the others were still tried) */
+  uint64_t deleted;     /* step directories deleted (dry run: would be) */
+  uint64_t kept;        /* step directories kept */
+  uint64_t failed;      /* deletions that failed or were skipped (busy) */
+  uint64_t kept_bytes;  /* bytes of the committed steps kept */
+  int32_t over_budget;  /* 1: max_bytes could not be met without deleting a
+                           step the rules keep */
+  char message[DCP_VERIFY_MSG_MAX]; /* "" or the first failure */
+} dcp_manager_gc_report;
+
+#define DCP_GC_DRY_RUN 1u /* decide and report, delete nothing */
+
+/* Run the retention policy now (collective): rank 0 lists the root,
+ * decides, deletes (each step: its commit markers removed and the
+ * directory synced first, then its files, then the directory), and every
+ * rank gets the same report. out may be NULL. Returns out->status, or
+ * DCP_EINVAL (READ_ONLY without DCP_GC_DRY_RUN), collective errors. */
+DCP_API dcp_status dcp_manager_gc(dcp_manager *m, uint32_t flags, dcp_manager_gc_report *out);
+
+/* The report of the retention that ran after the last durable save (a
+ * zero report with status DCP_OK when none ran). Errors: DCP_EINVAL. */
+DCP_API dcp_status dcp_manager_gc_result(const dcp_manager *m, dcp_manager_gc_report *out);
+
+/* ---- preemption ("last words") ------------------------------------------ */
+
+/* Ask for a preemption save at the next step boundary: sets a flag only,
+ * so it is async-signal-safe (call it from a framework's own handler). */
+DCP_API void dcp_manager_request_save(dcp_manager *m);
+
+/* Install a handler for SIGTERM and SIGUSR1 that calls
+ * dcp_manager_request_save(m) and nothing else (the previous handlers are
+ * restored by dcp_manager_free). One manager per process may hold it.
+ * Errors: DCP_EINVAL (NULL), DCP_EBUSY (another manager holds it), DCP_EIO
+ * (sigaction failed). */
+DCP_API dcp_status dcp_manager_install_signal_handler(dcp_manager *m);
+
+/* At a step boundary: do the ranks take a preemption save now? Collective:
+ * one all-reduce of every rank's flag within the context's timeout_ms; *out
+ * is 1 on every rank when any rank's flag was set (the flags are then
+ * cleared), else 0. A rank that does not join in time (dead, or stuck)
+ * makes the others return DCP_ETIMEDOUT or DCP_EPEER with *out 0: they skip
+ * the save rather than hang (docs/manager.md, "Preemption"). */
+DCP_API dcp_status dcp_manager_should_save(dcp_manager *m, int *out);
+
+/* The preemption save: an async save of step (dcp_manager_save_async),
+ * then a wait of at most grace_ms for it to be durable (latest and
+ * retention move then). DCP_ETIMEDOUT when the grace ran out: the save is
+ * aborted, its step stays uncommitted, the previous steps are untouched.
+ * Collective. */
+DCP_API dcp_status dcp_manager_save_now(dcp_manager *m, int64_t step, dcp_state *st,
+                                        const dcp_save_options *opts, int64_t grace_ms);
+
 #ifdef __cplusplus
 }
 #endif
