@@ -251,3 +251,9 @@ def committed(ctx, path):
     except (NotFoundError, IncompleteError, CorruptError):
         return False
     return True
+
+
+# the checkpoint manager (steps, latest, retention, resume): dcp/manager.py
+from .manager import CheckpointManager, StepInfo  # noqa: E402
+
+__all__ += ["CheckpointManager", "StepInfo"]

@@ -193,6 +193,8 @@ static const struct {
     {"MAX_NAME", DCP_MAX_NAME},
 };
 
+extern PyTypeObject dcpi_py_manager_type; /* manager.c */
+
 static int add_type(PyObject *m, PyTypeObject *t, const char *name) {
   if (PyType_Ready(t) < 0) return -1;
   return PyModule_AddObjectRef(m, name, (PyObject *)t);
@@ -211,7 +213,8 @@ PyMODINIT_FUNC PyInit__dcp(void) {
   int bad = dcpi_py_errors_init(m) || add_type(m, &dcpi_py_ctx_type, "Context") ||
             add_type(m, &dcpi_py_layout_type, "Layout") ||
             add_type(m, &dcpi_py_state_type, "State") || add_type(m, &dcpi_py_meta_type, "Meta") ||
-            add_type(m, &dcpi_py_async_type, "AsyncSave");
+            add_type(m, &dcpi_py_async_type, "AsyncSave") ||
+            add_type(m, &dcpi_py_manager_type, "Manager");
   for (size_t i = 0; !bad && i < sizeof constants / sizeof constants[0]; i++)
     bad = PyModule_AddIntConstant(m, constants[i].name, constants[i].value) < 0;
   if (bad) {
