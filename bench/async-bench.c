@@ -21,13 +21,30 @@
  *              returns. The first one also spawns the writer and creates the
  *              pool; each is waited for before the next, so the later ones
  *              measure staging alone (the writer is idle when they start);
- *   sync       R dcp_save of the same state into DIR/sync-ckpt.
+ *   sync       R dcp_save of the same state into DIR/sync-ckpt;
+ *   background R async saves with DCP_ASYNC_STAGE_BACKGROUND: dcp_async_save,
+ *              then "compute" (a sleep of --compute-ms, default 3x the
+ *              median memcpy: the next step's forward and backward, which
+ *              only read the buffers; a sleep, as on an accelerator the
+ *              host CPU is free meanwhile), then dcp_async_fence, then the
+ *              buffers change (the optimizer step). The trainer-visible
+ *              stop is the time in dcp_async_save plus the time in the
+ *              fence;
+ *   first      F (--first-reps, default 3) times: the writer stopped
+ *              (dcp_async_shutdown), then the first async save of the
+ *              context (writer spawn, pool creation, staging): blocking;
+ *   prepared   F times: the writer stopped, dcp_async_prepare, a pause
+ *              (compute), then the first async save: blocking.
+ * Ratios are against the median memcpy of the same run; rank 0 prints them
+ * also as "RATIO|key|median|min|max|n|target|what" lines (min and max over
+ * the repetitions) for tools/dev.sh bench.
  * Per-rank times go to rank 0 through small files DIR/rec.<rank>. A figure
  * "max over ranks" is, per repetition, the slowest rank; the median is over
  * the repetitions. Persisted and sync times are latest end - earliest start.
  */
 #include <dirent.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -62,19 +79,19 @@ static double now(void) {
 
 typedef struct opts {
   const char *coll, *wcoll, *rdv, *dir;
-  int mib, ntensors, reps;
+  int mib, ntensors, reps, first_reps, compute_ms;
 } opts;
 
 static void usage(void) {
   fprintf(stderr, "usage: async-bench [--coll mpi|file] [--writer-coll file|gloo] "
                   "[--rendezvous DIR]\n                   [--dir DIR] [--mib M] [--tensors N] "
-                  "[--reps R]\n");
+                  "[--reps R] [--first-reps F] [--compute-ms MS]\n");
   exit(2);
 }
 
 static opts parse(int argc, char **argv) {
   opts o = {.coll = "mpi", .wcoll = "file", .dir = "/var/tmp/dcp-async-bench", .mib = 256,
-            .ntensors = 8, .reps = 5};
+            .ntensors = 8, .reps = 5, .first_reps = 3, .compute_ms = -1};
   for (int i = 1; i < argc; i += 2) {
     if (i + 1 >= argc) usage();
     const char *k = argv[i], *v = argv[i + 1];
@@ -85,10 +102,20 @@ static opts parse(int argc, char **argv) {
     else if (!strcmp(k, "--mib")) o.mib = atoi(v);
     else if (!strcmp(k, "--tensors")) o.ntensors = atoi(v);
     else if (!strcmp(k, "--reps")) o.reps = atoi(v);
+    else if (!strcmp(k, "--first-reps")) o.first_reps = atoi(v);
+    else if (!strcmp(k, "--compute-ms")) o.compute_ms = atoi(v);
     else usage();
   }
-  if (o.mib < 1 || o.ntensors < 1 || o.reps < 2 || o.reps > MAXREP) usage();
+  if (o.mib < 1 || o.ntensors < 1 || o.reps < 2 || o.reps > MAXREP || o.first_reps < 1 ||
+      o.first_reps > MAXREP)
+    usage();
   return o;
+}
+
+static void pause_s(double s) {
+  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
 }
 
 static void check(dcp_ctx *ctx, dcp_status s, const char *what) {
@@ -132,6 +159,10 @@ typedef struct rec {
   double cp[MAXREP];                       /* memcpy s */
   double a0[MAXREP], a1[MAXREP], a2[MAXREP]; /* async: start, returned, persisted */
   double s0[MAXREP], s1[MAXREP];             /* sync save: start, end */
+  double bstop[MAXREP];                      /* background: in save + in fence */
+  double bsave[MAXREP], bfence[MAXREP];      /* its two parts */
+  double first[MAXREP], prepared[MAXREP];    /* first save blocking, without / with prepare */
+  double compute_s;                          /* the pause of the background phase */
 } rec;
 
 static double median(const double *v, int n) {
@@ -207,6 +238,66 @@ static void report(const opts *o, const rec *all, int world, uint64_t bytes) {
          per1, wper);
   printf("%-34s %10.3f s  (max %.3f s)\n", "sync dcp_save (median)", sy, wsy);
   printf("%-34s %10.1f x\n", "  sync save / steady blocking", sy / blk);
+}
+
+/* The slowest rank's value of repetition k of field v (an array in rec). */
+static double slowest(const rec *all, int world, size_t off, int k) {
+  double mx = 0;
+  for (int r = 0; r < world; r++) {
+    const double *v = (const double *)((const char *)&all[r] + off);
+    mx = v[k] > mx ? v[k] : mx;
+  }
+  return mx;
+}
+
+/* Median, min and max over n repetitions of the slowest rank's field / base. */
+static void spread(const rec *all, int world, size_t off, int n, double base, double out[3]) {
+  double v[MAXREP];
+  out[1] = 1e300, out[2] = 0;
+  for (int k = 0; k < n; k++) {
+    v[k] = slowest(all, world, off, k) / base;
+    out[1] = v[k] < out[1] ? v[k] : out[1];
+    out[2] = v[k] > out[2] ? v[k] : out[2];
+  }
+  out[0] = median(v, n);
+}
+
+static void ratio_line(const char *key, const double r[3], int n, const char *target,
+                       const char *what) {
+  printf("RATIO|%s|%.3f|%.3f|%.3f|%d|%s|%s\n", key, r[0], r[1], r[2], n, target, what);
+}
+
+static void report_more(const opts *o, const rec *all, int world) {
+  int R = o->reps, F = o->first_reps;
+  double w, cp = med_fig(all, world, F_MEMCPY, 0, R, &w);
+  double bs[3], sv[3], fe[3], fi[3], pr[3], st[3];
+  spread(all, world, offsetof(rec, bstop), R, cp, bs);
+  spread(all, world, offsetof(rec, bsave), R, cp, sv);
+  spread(all, world, offsetof(rec, bfence), R, cp, fe);
+  spread(all, world, offsetof(rec, first), F, cp, fi);
+  spread(all, world, offsetof(rec, prepared), F, cp, pr);
+  double v[MAXREP];
+  st[1] = 1e300, st[2] = 0;
+  for (int k = 1; k < R; k++) {
+    v[k - 1] = fig(all, world, F_BLOCK, k) / cp;
+    st[1] = v[k - 1] < st[1] ? v[k - 1] : st[1];
+    st[2] = v[k - 1] > st[2] ? v[k - 1] : st[2];
+  }
+  st[0] = median(v, R - 1);
+  printf("\nbackground staging (compute %.3f s between save and fence), ratios to memcpy "
+         "(median, min-max over %d repetitions, slowest rank):\n", all[0].compute_s, R);
+  printf("%-34s %10.3f    (%.3f-%.3f; in save %.3f, in fence %.3f)\n",
+         "  trainer-visible stop / memcpy", bs[0], bs[1], bs[2], sv[0], fe[0]);
+  printf("first async save blocking / memcpy (%d repetitions, writer stopped before each):\n", F);
+  printf("%-34s %10.3f    (%.3f-%.3f)\n", "  without prepare", fi[0], fi[1], fi[2]);
+  printf("%-34s %10.3f    (%.3f-%.3f)\n", "  after dcp_async_prepare", pr[0], pr[1], pr[2]);
+  printf("\n");
+  ratio_line("async.steady", st, R - 1, "<= 1.0", "steady async blocking / memcpy");
+  ratio_line("async.background", bs, R, "<= 0.1",
+             "trainer-visible stop, background staging / memcpy");
+  ratio_line("async.first", fi, F, "-", "first async save blocking / memcpy, no prepare");
+  ratio_line("async.first_prepared", pr, F, "<= 1.2",
+             "first async save blocking / memcpy, after prepare");
 }
 
 int main(int argc, char **argv) {
@@ -309,6 +400,47 @@ int main(int argc, char **argv) {
     me->s1[k] = now();
   }
 
+  /* background staging: save, compute (reads only), fence, optimizer step */
+  double cp_med = median(me->cp, o.reps);
+  me->compute_s = o.compute_ms >= 0 ? o.compute_ms / 1000.0 : 3 * cp_med;
+  check(ctx, dcp_async_set_staging(ctx, DCP_ASYNC_STAGE_BACKGROUND), "set_staging");
+  for (int k = 0; k < o.reps; k++) {
+    barrier(ctx);
+    dcp_async *h;
+    double t0 = now();
+    check(ctx, dcp_async_save(ctx, st, apath, &so, &h), "dcp_async_save (background)");
+    double t1 = now();
+    pause_s(me->compute_s);
+    double t2 = now();
+    check(ctx, dcp_async_fence(h), "dcp_async_fence");
+    double t3 = now();
+    src[0][0] ^= 1; /* the optimizer step */
+    check(ctx, dcp_async_wait(h), "dcp_async_wait (background)");
+    dcp_async_free(h);
+    me->bsave[k] = t1 - t0, me->bfence[k] = t3 - t2, me->bstop[k] = me->bsave[k] + me->bfence[k];
+  }
+  check(ctx, dcp_async_set_staging(ctx, DCP_ASYNC_STAGE_BLOCKING), "set_staging");
+
+  /* the first save of a context, with and without prepare */
+  for (int k = 0; k < 2 * o.first_reps; k++) {
+    int prep = k >= o.first_reps;
+    dcp_async_shutdown(ctx); /* the next save (or prepare) starts afresh */
+    if (world > 1) check(ctx, dcp_async_set_coordination(ctx, o.wcoll, rdv, NULL), "coordination");
+    barrier(ctx);
+    if (prep) {
+      check(ctx, dcp_async_prepare(ctx, st), "dcp_async_prepare");
+      pause_s(1.0); /* training goes on; the writers open their collective */
+      barrier(ctx);
+    }
+    dcp_async *h;
+    double t0 = now();
+    check(ctx, dcp_async_save(ctx, st, apath, &so, &h), "dcp_async_save (first)");
+    double t1 = now();
+    check(ctx, dcp_async_wait(h), "dcp_async_wait (first)");
+    dcp_async_free(h);
+    (prep ? me->prepared : me->first)[k % o.first_reps] = t1 - t0;
+  }
+
   char rp[4300];
   snprintf(rp, sizeof rp, "%s/rec.%d", o.dir, rank);
   FILE *f = fopen(rp, "wb");
@@ -325,6 +457,7 @@ int main(int argc, char **argv) {
       unlink(rp);
     }
     report(&o, all, world, total);
+    report_more(&o, all, world);
     free(all);
   }
   barrier(ctx); /* rank 0 has read every record before the others clean up */

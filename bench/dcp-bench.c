@@ -564,6 +564,14 @@ static void print_stats(const char *what, const record *all, int32_t world, int 
   }
 }
 
+/* "RATIO|key|median|min|max|n|target|what": one figure over n repetitions. */
+static void ratio_line(const char *key, const double *v, int n, const char *target,
+                       const char *what) {
+  double lo = v[0], hi = v[0];
+  for (int k = 1; k < n; k++) lo = v[k] < lo ? v[k] : lo, hi = v[k] > hi ? v[k] : hi;
+  printf("RATIO|%s|%.3f|%.3f|%.3f|%d|%s|%s\n", key, median(v, n), lo, hi, n, target, what);
+}
+
 static void report(const args *a, const model *m, int32_t world, int32_t tp, int32_t load_tp,
                    int reps, const record *all, int dropped) {
   double mb = (double)m->bytes;
@@ -588,6 +596,21 @@ static void report(const args *a, const model *m, int32_t world, int32_t tp, int
   printf("median of the per-repetition ratios (each against the baseline of its own repetition):"
          "\n  save %.2fx disk write   load %.2fx disk read   load same %.2fx disk read\n",
          median(ratio[0], reps), median(ratio[1], reps), median(ratio[2], reps));
+  double rd_ratio[MAXREP];
+  for (int k = 0; k < reps; k++) {
+    uint64_t rd = 0;
+    for (int32_t r = 0; r < world; r++) rd += all[r].st[k][PH_LOAD].bytes_read;
+    rd_ratio[k] = (double)rd / mb;
+  }
+  /* for tools/dev.sh bench: median, min and max over the repetitions */
+  ratio_line("disk.save", ratio[0], reps, ">= 0.95", "sync save / same-run disk write");
+  char what[160];
+  snprintf(what, sizeof what, "cold resharded load (TP %d -> %d) / disk read", (int)tp,
+           (int)load_tp);
+  ratio_line("disk.load_resharded", ratio[1], reps, ">= 0.90", what);
+  ratio_line("disk.load_same", ratio[2], reps, ">= 0.97", "cold same-layout load / disk read");
+  ratio_line("disk.load_bytes", rd_ratio, reps, "<= 1.05",
+             "bytes read from storage / bytes the resharded load needs");
   static const char *names[NPHASE] = {"disk write", "disk read", "save", "load", "load same"};
   double bw[NPHASE];
   int med[NPHASE];

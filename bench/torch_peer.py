@@ -270,6 +270,18 @@ def median(runs):
     return out
 
 
+def ratio_lines(t, d):
+    """For tools/dev.sh bench: torch time / libdcp time per repetition (each
+    against the same repetition's), as RATIO|key|median|min|max|n|target|what."""
+    for key, what in (("save", "save"), ("load", "load rows -> columns")):
+        v = sorted(tr[key] / dr[key] for tr, dr in zip(t, d))
+        n = len(v)
+        med = v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+        print("RATIO|peer.%s|%.3f|%.3f|%.3f|%d|>= 2|torch 1.13 DCP time / libdcp time, %s"
+              % (key, med, v[0], v[-1], n, what))
+    sys.stdout.flush()
+
+
 def rank_main(a):
     r = Rank(a)
     t, d = [], []
@@ -282,6 +294,7 @@ def rank_main(a):
             t.append(r.run_torch())
     if r.rank == 0:
         report(a, r, median(t), median(d))
+        ratio_lines(t, d)
     r.close()
 
 

@@ -8,6 +8,8 @@
 #   tools/dev.sh peer [...]    build, then save/load one state with torch 1.13's
 #                              distributed checkpoint and with libdcp (a table)
 #   tools/dev.sh test          build with -Werror, run the whole ctest suite
+#   tools/dev.sh bench [...]   build, run every benchmark small (about 5 minutes
+#                              on 2 cores), print one table of ratios
 #   tools/dev.sh asan          build with ASan+UBSan, run the whole ctest suite
 #   tools/dev.sh tsan          build with ThreadSanitizer, run the threaded tests
 #   tools/dev.sh valgrind      valgrind memcheck over every unit test
@@ -114,6 +116,13 @@ case "$cmd" in
     build build
     ctest --test-dir build --output-on-failure -j "$JOBS" "$@"
     ;;
+  bench)
+    # every benchmark, small, then one table of ratios (bench/report.sh);
+    # DCP_BENCH_BUILD picks another build directory than build/
+    deps
+    build "${DCP_BENCH_BUILD:-build}"
+    bench/report.sh "${DCP_BENCH_BUILD:-build}" "$@"
+    ;;
   asan)
     deps
     build build-asan -DDCP_SANITIZE=ON -DDCP_BUILD_BENCH=OFF
@@ -174,5 +183,5 @@ case "$cmd" in
     fi
     rm -rf "$prefix"
     ;;
-  *) echo "usage: tools/dev.sh demo|plansim|peer|test|asan|tsan|valgrind|fuzz [secs]|install-check|deps" >&2; exit 2 ;;
+  *) echo "usage: tools/dev.sh demo|plansim|peer|test|bench|asan|tsan|valgrind|fuzz [secs]|install-check|deps" >&2; exit 2 ;;
 esac
