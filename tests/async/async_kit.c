@@ -13,6 +13,8 @@ void ak_parse(int argc, char **argv, ak_args *a) {
     else if (!strcmp(argv[i], "--rendezvous")) a->rdv = argv[i + 1];
     else if (!strcmp(argv[i], "--writer-coll")) a->writer_coll = argv[i + 1];
     else if (!strcmp(argv[i], "--trainer-coll")) a->trainer_coll = argv[i + 1];
+    else if (!strcmp(argv[i], "--trainer-opts")) a->trainer_opts = argv[i + 1];
+    else if (!strcmp(argv[i], "--writer-opts")) a->writer_opts = argv[i + 1];
     else if (!strcmp(argv[i], "--timeout-ms")) a->timeout_ms = atol(argv[i + 1]);
     else if (!strcmp(argv[i], "--lease-ms")) a->lease_ms = atol(argv[i + 1]);
   }
@@ -32,8 +34,9 @@ dcp_ctx *ak_open_ctx(const ak_args *a) {
   const char *r = getenv("DCP_TEST_RANK"), *w = getenv("DCP_TEST_WORLD");
   if (a->trainer_coll && !strcmp(a->trainer_coll, "mpi")) {
     cfg.coll = "mpi";
-  } else if (a->rdv && r && w) {
-    cfg.coll = "file";
+  } else if ((a->rdv || a->trainer_opts) && r && w) {
+    cfg.coll = a->trainer_coll ? a->trainer_coll : "file";
+    cfg.coll_options = a->trainer_opts;
     cfg.rendezvous = a->rdv;
     cfg.rank = atoi(r);
     cfg.world_size = atoi(w);
@@ -46,7 +49,7 @@ dcp_ctx *ak_open_ctx(const ak_args *a) {
   }
   if (dcp_ctx_world_size(ctx) > 1 &&
       (s = dcp_async_set_coordination(ctx, a->writer_coll ? a->writer_coll : "file", a->rdv,
-                                      NULL))) {
+                                      a->writer_opts))) {
     fprintf(stderr, "rank %d: set coordination: %s\n", dcp_ctx_rank(ctx), dcp_strerror(s));
     exit(1);
   }

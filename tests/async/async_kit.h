@@ -9,13 +9,17 @@ typedef struct ak_args {
   const char *mode, *dir, *rdv;
   const char *writer_coll;  /* how the writers coordinate (default "file") */
   const char *trainer_coll; /* the trainer's own collective: "file" (forked
-                               ranks, the default) or "mpi" (under mpirun) */
+                               ranks, the default), "gloo" or "mpi" (under
+                               mpirun) */
+  const char *trainer_opts; /* its options (gloo: "store=HOST:PORT"), or NULL */
+  const char *writer_opts;  /* the writers' collective's options, or NULL */
   long timeout_ms;          /* deadline of every wait (default 60 s) */
   long lease_ms;            /* the directory lease's (default: the library's) */
 } ak_args;
 
-/* PROGRAM MODE --dir D [--rendezvous R] [--writer-coll C]
- * [--trainer-coll mpi] [--timeout-ms MS] [--lease-ms MS] into *a; exits 2
+/* PROGRAM MODE --dir D [--rendezvous R] [--writer-coll C] [--writer-opts O]
+ * [--trainer-coll file|gloo|mpi] [--trainer-opts O] [--timeout-ms MS]
+ * [--lease-ms MS] into *a; exits 2
  * without --dir.
  * Creates the directory D. */
 void ak_parse(int argc, char **argv, ak_args *a);

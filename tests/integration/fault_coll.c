@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dcp.h"
@@ -38,6 +39,13 @@ void fc_fire(fc_action action, const char *pid_file) {
   if (f) {
     fprintf(f, "%d\n", (int)getpid());
     fclose(f);
+  }
+  if (action == FC_PAUSE) {
+    char go[4200];
+    snprintf(go, sizeof go, "%s.go", pid_file);
+    fprintf(stderr, "fault coll: rank pauses until %s exists (pid %d)\n", go, (int)getpid());
+    while (access(go, F_OK) != 0) nanosleep(&(struct timespec){0, 5000000}, NULL);
+    return;
   }
   fprintf(stderr, "fault coll: rank stalls now (pid %d, SIGSTOP)\n", (int)getpid());
   for (;;) { /* even a SIGCONT does not make it go on */

@@ -10,8 +10,8 @@
  *            [--meta-per-rank] [--no-bytes] [--save-twice] [--no-flat]
  *            [--dedup auto|on|off] [--no-pipeline] [--max-inflight N] [--reader-lowest]
  *            [--check-reads] [--expect-path 0|1|2] [--corrupt] [--dedup-mismatch]
- *            [--timeout-ms MS] [--fault stall|exit --fault-rank R
- *             --fault-phase save|load [--fault-at start|OP[:N]]]
+ *            [--timeout-ms MS] [--fault stall|exit|pause --fault-rank R
+ *             --fault-phase save|load [--fault-at start|OP[:N]] [--dead-ranks R,R,...]]
  *
  * --no-bytes loads the tensors only (a checkpoint converted from
  * safetensors has no bytes items).
@@ -24,7 +24,12 @@
  * and waits (bounded) for the other survivors' files, so that under mpirun
  * no survivor's exit tears the job down before every survivor has reported.
  * The stalled rank writes its pid to <dir>.stalled; the harness
- * (tests/integration/nohang.sh, dcp_launch) kills it.
+ * (tests/integration/nohang.sh, dcp_launch) kills it. With "pause" the
+ * faulty rank writes <dir>.stalled and waits for <dir>.stalled.go, then
+ * goes on: the harness breaks the network meanwhile (tests/hosts), and the
+ * faulty rank is a survivor like the others. --dead-ranks names ranks the
+ * harness kills besides the faulty one (a whole host): no survivor waits
+ * for their reports.
  *
  * The model: a mesh [world/tp, tp] (DP x TP) and tensors of every kind of
  * sharding: TP on dim 0, TP on dim 1, replicated, DP and TP on two dims,
@@ -322,6 +327,7 @@ typedef struct args {
   int no_pipeline, reader_lowest, check_reads, expect_path, corrupt, dedup_mismatch;
   long long max_inflight, timeout_ms;
   const char *fault, *fault_phase, *fault_at; /* --fault: NULL when off */
+  const char *dead_ranks;                      /* --dead-ranks: "2,3", or NULL */
   int fault_rank;
 } args;
 
@@ -351,6 +357,7 @@ static args parse(int argc, char **argv) {
     else if (!strcmp(k, "--fault-rank")) a.fault_rank = atoi(v), i++;
     else if (!strcmp(k, "--fault-phase")) a.fault_phase = v, i++;
     else if (!strcmp(k, "--fault-at")) a.fault_at = v, i++;
+    else if (!strcmp(k, "--dead-ranks")) a.dead_ranks = v, i++;
     else if (!strcmp(k, "--coll")) a.coll = v, i++;
     else if (!strcmp(k, "--dir")) a.dir = v, i++;
     else if (!strcmp(k, "--mode")) a.mode = v, i++;
@@ -365,8 +372,8 @@ static args parse(int argc, char **argv) {
     }
   }
   if (!a.dir) exit(2);
-  if (a.fault && (strcmp(a.fault, "stall") && strcmp(a.fault, "exit")))
-    fprintf(stderr, "scenario: --fault stall|exit\n"), exit(2);
+  if (a.fault && (strcmp(a.fault, "stall") && strcmp(a.fault, "exit") && strcmp(a.fault, "pause")))
+    fprintf(stderr, "scenario: --fault stall|exit|pause\n"), exit(2);
   if (a.fault && (a.fault_rank < 0 || !a.fault_phase ||
                   (strcmp(a.fault_phase, "save") && strcmp(a.fault_phase, "load"))))
     fprintf(stderr, "scenario: --fault needs --fault-rank R and --fault-phase save|load\n"),
@@ -686,9 +693,14 @@ static int fault_in(const args *a, const char *phase) {
 static void fault_arm(const args *a) {
   char pid_file[4200], op[32] = "";
   int nth = 1;
-  fc_action action = !strcmp(a->fault, "stall") ? FC_STALL : FC_EXIT;
+  fc_action action = !strcmp(a->fault, "stall")   ? FC_STALL
+                     : !strcmp(a->fault, "pause") ? FC_PAUSE
+                                                  : FC_EXIT;
   snprintf(pid_file, sizeof pid_file, "%s.stalled", a->dir);
-  if (!strcmp(a->fault_at, "start")) fc_fire(action, pid_file);
+  if (!strcmp(a->fault_at, "start")) {
+    fc_fire(action, pid_file); /* only a pause returns */
+    return;
+  }
   const char *colon = strchr(a->fault_at, ':');
   size_t n = colon ? (size_t)(colon - a->fault_at) : strlen(a->fault_at);
   CHECK(n < sizeof op, "--fault-at %s", a->fault_at);
@@ -696,6 +708,18 @@ static void fault_arm(const args *a) {
   if (colon) nth = atoi(colon + 1);
   CHECK(fc_arm(action, op, nth, pid_file) == 0, "--fault-at %s: want start or OP[:N]",
         a->fault_at);
+}
+
+/* 1 when rank r is not a survivor (the faulty rank, unless it only
+ * paused, or one of --dead-ranks): nobody waits for its report. */
+static int not_waited_for(const args *a, int32_t r) {
+  if (r == a->fault_rank && strcmp(a->fault, "pause")) return 1;
+  for (const char *p = a->dead_ranks; p && *p;) {
+    if (atoi(p) == r) return 1;
+    p = strchr(p, ',');
+    p = p ? p + 1 : NULL;
+  }
+  return 0;
 }
 
 /* A survivor of the fault: its call failed with a peer error, within the
@@ -724,7 +748,7 @@ static void nohang_check(dcp_ctx *ctx, const args *a, const char *what, dcp_stat
   for (int32_t r = 0; r < world; r++) {
     struct stat sb;
     snprintf(path, sizeof path, "%s.nohang.%d", a->dir, r);
-    while (r != a->fault_rank && stat(path, &sb) != 0) {
+    while (!not_waited_for(a, r) && stat(path, &sb) != 0) {
       CHECK(now_s() - t0 <= limit, "rank %d never reported its failed %s", r, what);
       nanosleep(&(struct timespec){0, 10000000}, NULL);
     }
@@ -739,8 +763,8 @@ static void run_faulty(dcp_ctx *ctx, const args *a, const char *what,
   if (dcp_ctx_rank(ctx) == a->fault_rank) fault_arm(a);
   double t0 = now_s();
   dcp_status s = fn(ctx, st, a->dir, opts);
-  CHECK(dcp_ctx_rank(ctx) != a->fault_rank, "the fault at %s never fired (%s gave %s)",
-        a->fault_at, what, dcp_strerror(s));
+  CHECK(dcp_ctx_rank(ctx) != a->fault_rank || !strcmp(a->fault, "pause"),
+        "the fault at %s never fired (%s gave %s)", a->fault_at, what, dcp_strerror(s));
   nohang_check(ctx, a, what, s, now_s() - t0);
 }
 

@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# run.sh — the multi-host tests (ctest hosts.*): ranks on separate network
+# "hosts" (namespaces, tests/hosts/netns.sh) talking over TCP, with network
+# faults. One case per run:
+#
+#   run.sh CASE WORKDIR
+#
+#   gloo_matrix   save layout A (TP 2) on 2 hosts x 2 ranks; load layout B
+#                 on 4 hosts x 1 rank (TP 4, read dedup checked) and on
+#                 1 host x 3 ranks (TP 3). The gloo collective meets through
+#                 its TCP store at host 0 (store=ADDR:PORT) with no host=:
+#                 each rank must find the address that routes to host 0
+#                 (127.0.0.1 cannot reach another namespace).
+#   gloo_async    async saves on 2 hosts x 2 ranks, the trainer's context
+#                 and the writers each over gloo with their own store port
+#                 (MASTER_PORT+1 / +2, docs/deploy.md), loaded back.
+#   link_save     a committed checkpoint, then an overwrite on 2 x 2 during
+#                 which host 1's link goes down (rank 2 pauses inside the
+#                 save while the harness pulls the link, then goes on):
+#                 every rank fails with DCP_ETIMEDOUT/DCP_EPEER within its
+#                 deadline + 5 s (scenario.c's no-hang check), and the
+#                 checkpoint still loads exactly.
+#   link_load     the same during a load: every rank fails in time; with
+#                 the link back, the load succeeds.
+#   netem         delay (20 ms) and loss (3 %) on host 1 (tc netem): save
+#                 and load on 2 x 2 succeed, byte-exact (skipped where the
+#                 kernel has no sch_netem).
+#   slow_link     the same with both hosts' links limited to 20 Mbit/s
+#                 (tc tbf).
+#   host_kill     both ranks of host 1 SIGKILLed during an overwrite: the
+#                 ranks of host 0 fail in time, the checkpoint still loads
+#                 exactly on the remaining host.
+#   mpi_matrix    Open MPI launching into the namespaces (its rsh launcher
+#                 with tests/hosts/mpi_agent.sh, TCP between hosts): save
+#                 on 2 x 2, load on 4 x 1 and on 1 x 3.
+#
+# Environment (set by tests/hosts/CMakeLists.txt): DCP_SCENARIO, DCP_CLI,
+# DCP_ASYNC_TEST, DCP_WRITER, DCP_PLUGIN_PATH, MPIEXEC (optional).
+# Exit 77 (skipped) where namespaces cannot be created.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=netns.sh
+. "$here/netns.sh"
+case_name=$1 work=$2
+rm -rf "$work" && mkdir -p "$work"
+D=$work/ckpt
+PORT=29500 # each namespace has its own ports: the same number everywhere
+fail() { echo "hosts: $case_name: $*" >&2; exit 1; }
+scen() { echo "$DCP_SCENARIO --coll gloo --dir $D"; }
+store() { echo "store=$(host_addr "$1"):$((PORT + 1))"; }
+
+# A job of WORLD ranks spread as the list of hosts says (rank r on host
+# ${hosts[r]}), with the store at the first rank's host.
+run_job() { # run_job LIMIT "h0 h1 ..." args...
+  local limit=$1 hosts=($2) r
+  shift 2
+  local world=${#hosts[@]}
+  for ((r = 0; r < world; r++)); do
+    host_run "${hosts[$r]}" "$r" "$world" $(scen) --coll-options "$(store "${hosts[0]}")" "$@"
+  done
+  ranks_wait "$limit"
+}
+
+# Waits (10 s at most) for the faulty rank's pid file.
+await_pause() {
+  local n=0
+  while [ ! -s "$D.stalled" ]; do
+    n=$((n + 1))
+    [ $n -gt 200 ] && fail "the faulty rank never reached its fault"
+    sleep 0.05
+  done
+}
+
+FAULT="--timeout-ms 3000 --fault-rank 2"
+
+case $case_name in
+gloo_matrix)
+  hosts_up 4
+  run_job 60 "0 0 1 1" --mode save --save-tp 2 || fail "save on 2 hosts x 2 ranks"
+  run_job 60 "0 1 2 3" --mode load --load-tp 4 --check-reads --expect-path 2 ||
+    fail "load on 4 hosts x 1 rank"
+  run_job 60 "2 2 2" --mode load --load-tp 3 || fail "load on 1 host x 3 ranks"
+  "$DCP_CLI" verify "$D" --quiet || fail "dcp verify"
+  ;;
+gloo_async)
+  hosts_up 2
+  a0=$(host_addr 0)
+  for r in 0 1 2 3; do
+    host_run $((r / 2)) "$r" 4 "$DCP_ASYNC_TEST" basic --dir "$D" --trainer-coll gloo \
+      --trainer-opts "store=$a0:$((PORT + 1))" --writer-coll gloo \
+      --writer-opts "store=$a0:$((PORT + 2)),job=dcpwriter"
+  done
+  ranks_wait 120 || fail "async saves with gloo writers on 2 hosts x 2 ranks"
+  ;;
+link_save | link_load)
+  hosts_up 2
+  run_job 60 "0 0 1 1" --mode save --save-tp 2 || fail "the first save"
+  if [ "$case_name" = link_save ]; then
+    args=(--mode save --save-tp 4 --overwrite $FAULT --fault pause --fault-phase save
+          --fault-at allreduce:2)
+  else
+    args=(--mode load --load-tp 4 $FAULT --fault pause --fault-phase load --fault-at bcast:2)
+  fi
+  for r in 0 1 2 3; do
+    host_run $((r / 2)) "$r" 4 $(scen) --coll-options "$(store 0)" "${args[@]}"
+  done
+  await_pause
+  ip link set "$(host_link 1)" down
+  touch "$D.stalled.go"
+  ranks_wait 40 || fail "a rank did not fail in time with host 1's link down"
+  for r in 0 1 2 3; do grep -q '^error' "$D.nohang.$r" || fail "rank $r reported no error"; done
+  ip link set "$(host_link 1)" up
+  rm -f "$D".stalled* "$D".nohang.*
+  run_job 60 "0 0 1 1" --mode load --load-tp 2 || fail "the checkpoint does not load afterwards"
+  "$DCP_CLI" verify "$D" --quiet || fail "dcp verify"
+  ;;
+netem)
+  hosts_up 2
+  ip netns exec "$(host_ns 1)" tc qdisc add dev eth0 root netem delay 20ms loss 3% ||
+    hosts_skip "tc netem is not available (sch_netem)"
+  run_job 90 "0 0 1 1" --save-tp 2 --load-tp 4 || fail "save and load under delay and loss"
+  ;;
+slow_link)
+  hosts_up 2
+  for i in 0 1; do
+    ip netns exec "$(host_ns $i)" tc qdisc add dev eth0 root tbf rate 20mbit burst 32kbit \
+      latency 100ms || hosts_skip "tc tbf is not available (sch_tbf)"
+  done
+  run_job 90 "0 0 1 1" --save-tp 2 --load-tp 4 || fail "save and load over slow links"
+  ;;
+host_kill)
+  hosts_up 2
+  run_job 60 "0 0 1 1" --mode save --save-tp 2 || fail "the first save"
+  for r in 0 1 2 3; do
+    host_run $((r / 2)) "$r" 4 $(scen) --coll-options "$(store 0)" --mode save --save-tp 4 \
+      --overwrite $FAULT --fault stall --fault-phase save --fault-at gatherv:1 --dead-ranks 2,3
+  done
+  await_pause
+  for pid in $(ip netns pids "$(host_ns 1)"); do kill -9 "$pid"; done
+  ranks_wait 40 2 3 || fail "a rank of host 0 did not fail in time"
+  for r in 0 1; do grep -q '^error' "$D.nohang.$r" || fail "rank $r reported no error"; done
+  rm -f "$D".stalled* "$D".nohang.*
+  run_job 60 "0 0" --mode load --load-tp 2 || fail "the checkpoint does not load afterwards"
+  "$DCP_CLI" verify "$D" --quiet || fail "dcp verify"
+  ;;
+mpi_matrix)
+  [ -n "${MPIEXEC:-}" ] || hosts_skip "no mpiexec"
+  hosts_up 4
+  # the agent runs Open MPI's daemon for host "dcph-...-i" inside that namespace
+  mpi() { # mpi "HOST:SLOTS,..." NP args...
+    local H=$1 np=$2
+    shift 2
+    timeout -k 5 90 "$MPIEXEC" --allow-run-as-root --oversubscribe -np "$np" -H "$H" \
+      --mca plm_rsh_agent "$here/mpi_agent.sh" --mca plm_rsh_no_tree_spawn 1 \
+      --mca oob_tcp_if_include "198.18.$HOSTS_SUB.0/24" --mca btl self,tcp \
+      --mca btl_tcp_if_include "198.18.$HOSTS_SUB.0/24" --mca pml ob1 \
+      -x DCP_PLUGIN_PATH -x OMPI_MCA_mpi_yield_when_idle=1 \
+      "$DCP_SCENARIO" --coll mpi --dir "$D" "$@"
+  }
+  n0=$(host_ns 0) n1=$(host_ns 1) n2=$(host_ns 2) n3=$(host_ns 3)
+  mpi "$n0:2,$n1:2" 4 --mode save --save-tp 2 || fail "mpi: save on 2 hosts x 2 ranks"
+  mpi "$n0:1,$n1:1,$n2:1,$n3:1" 4 --mode load --load-tp 4 || fail "mpi: load on 4 hosts x 1 rank"
+  mpi "$n2:3" 3 --mode load --load-tp 3 || fail "mpi: load on 1 host x 3 ranks"
+  ;;
+*)
+  fail "unknown case"
+  ;;
+esac
+echo "hosts: $case_name: ok"
