@@ -44,19 +44,20 @@ def children_of(pids):
 
 
 def free_port():
-    """A TCP port nothing listens on now (with the next one free too, for
-    a store beside torch's)."""
+    """A TCP port nothing listens on now, with the next two free too (the
+    stores of libdcp's trainer and writer groups beside torch's)."""
     for _ in range(100):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", port + 1))
+            for k in (1, 2):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port + k))
             return port
         except OSError:
             continue
-    raise OSError("no free pair of ports")
+    raise OSError("no free run of three ports")
 
 
 def torchrun_env(rank, world, port, run_id):

@@ -2,11 +2,13 @@
 variable in the environment, torch.distributed over gloo):
 
 * a fully sharded run (ShardedTensor state, optimizer state by fqn) at 4
-  ranks async-saves at step 3 through dcp.Context.from_env() and goes on;
+  ranks async-saves at step 3 through dcp.Context.from_env() (gloo over
+  the TCP store at MASTER_ADDR, no shared directory) and goes on;
   a 2-rank job resumes from that checkpoint: its losses and final
   parameters equal the uninterrupted run's bit for bit;
-* from_env without a process group (the variables alone) saves and loads
-  a sharded tensor at 2 ranks; a plain dcp.Context() there is refused.
+* from_env without a process group (the variables alone), over the TCP
+  store and over the directory fallback, saves, async-saves and loads a
+  sharded tensor at 2 ranks; a plain dcp.Context() there is refused.
 Run: python3 this file."""
 
 import os
@@ -29,7 +31,7 @@ try:
     raise SystemExit("plain Context() accepted")
 except dcp.InvalidError as e:
     assert "WORLD_SIZE=2" in str(e) and "from_env" in str(e), e
-ctx = dcp.Context.from_env()
+ctx = dcp.Context.from_env(rendezvous=os.environ["RDV"])
 assert (ctx.rank, ctx.world_size) == (int(os.environ["RANK"]), 2)
 w = np.arange(8, dtype=np.float32)
 mine = dcp.Chunk(w[4 * ctx.rank:4 * ctx.rank + 4].copy(), (4 * ctx.rank,), (8,))
@@ -63,13 +65,17 @@ class Dist(unittest.TestCase):
                     self.assertTrue(torch.equal(t, got["params"][n]), "rank %d: %s" % (r, n))
 
     def test_from_env_without_process_group(self):
-        with tempfile.TemporaryDirectory(prefix="dcp-tenv-") as tmp:
-            script = os.path.join(tmp, "env_only.py")
-            with open(script, "w") as f:
-                f.write(ENV_ONLY)
-            job = launch.Job(script, 2, [], os.path.join(tmp, "w"), torchrun=True,
-                             env={"CKPT": os.path.join(tmp, "ckpt")}).start()
-            job.wait(120)
+        # the TCP store at MASTER_ADDR:MASTER_PORT+1 (+2 for the writers), and
+        # the directory fallback agreed from MASTER_ADDR/MASTER_PORT
+        for rdv in ("store", "dir"):
+            with tempfile.TemporaryDirectory(prefix="dcp-tenv-") as tmp:
+                script = os.path.join(tmp, "env_only.py")
+                with open(script, "w") as f:
+                    f.write(ENV_ONLY)
+                job = launch.Job(script, 2, [], os.path.join(tmp, "w"), torchrun=True,
+                                 env={"CKPT": os.path.join(tmp, "ckpt"), "RDV": rdv,
+                                      "TMPDIR": tmp}).start()  # the agreed directory
+                job.wait(120)
 
 
 if __name__ == "__main__":

@@ -7,19 +7,22 @@ called torch.distributed.init_process_group has its ranks there too.
 one is initialised (else from the variables), and for a world of more
 than one opens libdcp's gloo collective:
 
-* **rendezvous**: ``"dir"`` (today's default) meets in a directory: the
+* **rendezvous**: ``"store"`` (the default when MASTER_ADDR is set) meets
+  through the gloo plugin's TCP store that rank 0 serves at MASTER_ADDR
+  during open (``store=HOST:PORT``; port MASTER_PORT+1 for the trainers,
+  +2 for the async writers, or ``$DCP_STORE_PORT`` and the next one): no
+  shared directory, any number of hosts. ``"dir"`` (the fallback, and the
+  default without MASTER_ADDR) meets in a directory: the
   ``rendezvous_dir=`` argument, else ``$DCP_RENDEZVOUS``, else one that rank
   0 creates under the temporary directory and sends to the others through
   the process group (or, with no process group, a name every process
   derives from MASTER_ADDR, MASTER_PORT and TORCHELASTIC_RUN_ID). The last
   two only work on one host: a job over several hosts names a shared
-  directory. ``"store"`` meets through the gloo plugin's TCP store at
-  MASTER_ADDR (``store=HOST:PORT``, port MASTER_PORT+1 for the trainers,
-  +2 for the async writers, or ``$DCP_STORE_PORT`` and the next one), no
-  shared directory; it needs a gloo plugin with the store option.
+  directory.
 * **interface**: each rank listens on the address its host routes toward
-  MASTER_ADDR (``host=``), found with a connected UDP socket (nothing is
-  sent); 127.0.0.1 when MASTER_ADDR is this host or unset.
+  MASTER_ADDR: with a store the plugin finds it (a connected UDP socket,
+  nothing sent), with a directory this module does the same and passes
+  ``host=``; 127.0.0.1 when MASTER_ADDR is this host or unset.
 * **async saves**: the writers' coordination is set to the same gloo
   rendezvous, so :func:`dcp.async_save` works with no further call.
 """
@@ -32,8 +35,9 @@ import tempfile
 
 from . import _dcp
 
-# "dir" or "store": the rendezvous from_env uses when none is asked for.
-DEFAULT_RENDEZVOUS = "dir"
+# "store" or "dir": the rendezvous from_env uses when none is asked for
+# (a store needs MASTER_ADDR; without it from_env falls back to "dir").
+DEFAULT_RENDEZVOUS = "store"
 
 
 def _int_env(name, default=None):
@@ -134,7 +138,8 @@ def from_env(cls=None, *, rendezvous=None, rendezvous_dir=None, async_writers=Tr
              coll_options=None, **options):
     """The dcp.Context of this process (see the module's docstring).
 
-    rendezvous: "dir" or "store" (default DEFAULT_RENDEZVOUS);
+    rendezvous: "store" or "dir" (default: DEFAULT_RENDEZVOUS when
+    MASTER_ADDR is set and no directory is named, else "dir");
     rendezvous_dir: the directory for "dir" (shared by every host);
     async_writers: set the async writers' coordination (world > 1);
     coll_options: more gloo options (e.g. "iface=eth1" instead of the
@@ -148,22 +153,29 @@ def from_env(cls=None, *, rendezvous=None, rendezvous_dir=None, async_writers=Tr
     rank, world, _ = ranks()
     if world == 1:
         return cls(rank=0, world_size=1, **options)
-    mode = rendezvous or DEFAULT_RENDEZVOUS
+    master = os.environ.get("MASTER_ADDR")
+    if rendezvous:
+        mode = rendezvous
+    elif rendezvous_dir or os.environ.get("DCP_RENDEZVOUS") or not master:
+        mode = "dir"  # a directory named, or no store address to meet at
+    else:
+        mode = DEFAULT_RENDEZVOUS
     if mode not in ("dir", "store"):
         raise _dcp.InvalidError("Context.from_env(): rendezvous=%r: expected 'dir' or 'store'"
                                 % (mode,))
-    master = os.environ.get("MASTER_ADDR")
     extra = [o for o in (coll_options or "").split(",") if o]
-    if not any(o.startswith(("host=", "iface=")) for o in extra):
-        extra.append("host=" + route_address(master, _int_env("MASTER_PORT", 29500)))
+    chosen = any(o.startswith(("host=", "iface=")) for o in extra)
     if mode == "store":
         if not master:
             raise _dcp.InvalidError("Context.from_env(): rendezvous='store' needs MASTER_ADDR")
         base = _int_env("DCP_STORE_PORT") or _int_env("MASTER_PORT", 29500) + 1
-        trainer = ",".join(extra + ["store=%s:%d" % (master, base)])
-        writer = ",".join(extra + ["store=%s:%d" % (master, base + 1)])
+        host = "[%s]" % master if ":" in master and not master.startswith("[") else master
+        trainer = ",".join(extra + ["store=%s:%d" % (host, base)])
+        writer = ",".join(extra + ["store=%s:%d" % (host, base + 1), "job=dcpwriter"])
         rdv = None
     else:
+        if not chosen:
+            extra.append("host=" + route_address(master, _int_env("MASTER_PORT", 29500)))
         rdv = rendezvous_dir or os.environ.get("DCP_RENDEZVOUS")
         if not rdv:
             if _multi_host(world):
@@ -172,9 +184,10 @@ def from_env(cls=None, *, rendezvous=None, rendezvous_dir=None, async_writers=Tr
                     "WORLD_SIZE): pass rendezvous_dir= (or set DCP_RENDEZVOUS) to a directory "
                     "every host shares, or use rendezvous='store'")
             rdv = _agree_dir(rank, world)
-        trainer = writer = ",".join(extra)
+        trainer = ",".join(extra)
+        writer = ",".join(extra + ["job=dcpwriter"])
     ctx = cls(rank=rank, world_size=world, coll="gloo", rendezvous=rdv,
               coll_options=trainer or None, **options)
     if async_writers:
-        ctx.set_async_coordination("gloo", rdv, writer or None)
+        ctx.set_async_coordination("gloo", rdv, writer)
     return ctx
