@@ -92,11 +92,6 @@ hosts_up() {
     ip link set "$(host_link "$i")" master "$(hosts_bridge)"
     ip link set "$(host_link "$i")" up
   done
-  # every host sees every other one (the bridge may take a moment)
-  for ((i = 1; i < n; i++)); do
-    ip netns exec "$(host_ns "$i")" ping -c1 -W2 "$(host_addr 0)" >/dev/null 2>&1 ||
-      ip netns exec "$(host_ns "$i")" ping -c1 -W2 "$(host_addr 0)" >/dev/null 2>&1 || true
-  done
 }
 
 host_run() {
