@@ -263,7 +263,10 @@ dcp_status dcp_manager_list(dcp_manager *m, dcp_step_info *out, size_t cap, size
     for (size_t i = 0; i < n && i < cap; i++) {
       out[i] = (dcp_step_info){.step = v[i].step, .state = v[i].state, .bytes = v[i].bytes,
                                .keep = !dcpi_verdict_deletes(vd[i])};
-      join_note(out[i].note, sizeof out[i].note, v[i].note, dcpi_verdict_name(vd[i]));
+      const char *verdict = vd[i] == DCPI_KEEP_LAST && !m->opts.keep_last
+                                ? "kept (no count limit)"
+                                : dcpi_verdict_name(vd[i]);
+      join_note(out[i].note, sizeof out[i].note, v[i].note, verdict);
     }
   }
   free(vd);

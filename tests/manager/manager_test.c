@@ -313,6 +313,33 @@ static int mode_basic(const args *a) {
   return 0;
 }
 
+/* Steps 1..5 (keep everything), an abandoned step-6 and a symlinked
+ * step-7, for the `dcp steps` / `dcp gc` test (cli_steps.sh). */
+static int mode_populate(const args *a) {
+  dcp_ctx *ctx = mk_ctx(0, 1, NULL, 60000, 0);
+  mk_model md;
+  mk_model_init(&md, ctx);
+  char root[4096], path[4300];
+  snprintf(root, sizeof root, "%s/root", a->dir);
+  mkdir(a->dir, 0755);
+  dcp_manager *m;
+  dcp_manager_options o;
+  dcp_manager_options_init(&o);
+  o.flags = DCP_MANAGER_QUIET;
+  MK_CHECK(dcp_manager_open(ctx, root, &o, &m) == DCP_OK, "open");
+  for (int64_t step = 1; step <= 5; step++) save_ok(m, &md, step, step % 2);
+  MK_CHECK(dcp_manager_wait(m, -1) == DCP_OK, "wait");
+  dcp_manager_free(m);
+  snprintf(path, sizeof path, "%s/step-6", root);
+  mkdir(path, 0755);
+  snprintf(path, sizeof path, "%s/step-7", root);
+  MK_CHECK(symlink(a->dir, path) == 0, "symlink");
+  mk_model_free(&md);
+  dcp_async_shutdown(ctx);
+  dcp_ctx_free(ctx);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   args a = {0};
   for (int i = 2; i < argc; i++) {
@@ -325,6 +352,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (!strcmp(argv[1], "basic")) return mode_basic(&a);
+  if (!strcmp(argv[1], "populate")) return mode_populate(&a);
   fprintf(stderr, "manager_test: unknown mode %s\n", argv[1]);
   return 2;
 }

@@ -56,5 +56,7 @@ int cmd_verify(int argc, char **argv);
 int cmd_import(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
+int cmd_steps(int argc, char **argv); /* cmd_steps.c: a manager's root */
+int cmd_gc(int argc, char **argv);
 
 #endif

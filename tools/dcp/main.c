@@ -18,6 +18,8 @@ static const command commands[] = {
     {"import", cmd_import, "safetensors (file or index.json) into a checkpoint (--link)"},
     {"export", cmd_export, "a checkpoint to safetensors (--max-shard-size)"},
     {"diff", cmd_diff, "compare two checkpoints tensor by tensor"},
+    {"steps", cmd_steps, "the step directories of a checkpoint manager's root"},
+    {"gc", cmd_gc, "apply a retention policy to a manager's root (--keep-last)"},
 };
 
 static void usage(FILE *out) {
