@@ -1,9 +1,13 @@
-/* async.c — dcp.AsyncSave: the handle of a started async save. It exists
- * once the state is staged (the caller's buffers may change); done() polls
+/* async.c — dcp.AsyncSave: the handle of a started async save. In blocking
+ * staging (the default) it exists once the state is staged (the caller's
+ * buffers may change); with background staging (ctx.set_async_staging(True))
+ * fence() — or `with handle:` around the optimizer step — blocks until it
+ * is, and the handle keeps the state alive until then. done() polls
  * whether it has persisted (or failed) without blocking, wait() blocks with
  * the GIL released and raises the save's error. The outcome and message of
  * the first wait are kept, so a later wait gives the same answer even after
- * other calls overwrote the context's last error. */
+ * other calls overwrote the context's last error. Also the context's
+ * async_prepare() and set_async_staging(). */
 #include "pydcp.h"
 
 typedef struct {
@@ -11,6 +15,7 @@ typedef struct {
   dcpi_py_ctx *owner;
   dcp_async *h;
   PyObject *path;    /* str */
+  PyObject *state;   /* the dcp.State staged, held until staging is over */
   int waited;        /* status and message are the outcome */
   dcp_status status;
   PyObject *message; /* str, once waited */
@@ -25,6 +30,7 @@ static void async_dealloc(PyObject *self) {
     dcp_async_free(h);
     Py_END_ALLOW_THREADS
   }
+  Py_XDECREF(a->state); /* after dcp_async_free: staging is over */
   Py_XDECREF(a->path);
   Py_XDECREF(a->message);
   if (a->owner) {
@@ -34,7 +40,7 @@ static void async_dealloc(PyObject *self) {
   Py_TYPE(self)->tp_free(self);
 }
 
-PyObject *dcpi_py_async_new(dcpi_py_ctx *c, dcp_async *h, PyObject *path) {
+PyObject *dcpi_py_async_new(dcpi_py_ctx *c, dcp_async *h, PyObject *path, PyObject *state) {
   dcpi_py_async *a = PyObject_New(dcpi_py_async, &dcpi_py_async_type);
   if (!a) {
     dcp_async_free(h);
@@ -42,6 +48,7 @@ PyObject *dcpi_py_async_new(dcpi_py_ctx *c, dcp_async *h, PyObject *path) {
   }
   a->h = h;
   a->path = Py_NewRef(path);
+  a->state = Py_XNewRef(state);
   a->waited = 0;
   a->status = DCP_OK;
   a->message = NULL;
@@ -85,6 +92,7 @@ static PyObject *finish(dcpi_py_async *a, int64_t timeout_ms, int abort) {
     dcp_async_test(h, &done);
     if (!done) return dcpi_py_raise(rc, dcp_ctx_last_error(c->ctx)); /* still running */
   }
+  Py_CLEAR(a->state); /* a finished save's staging is over */
   if (!(a->message = PyUnicode_FromString(rc ? dcp_ctx_last_error(c->ctx) : ""))) return NULL;
   a->status = rc;
   a->waited = 1;
@@ -117,6 +125,33 @@ static PyObject *async_abort(PyObject *self, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
+/* dcp_async_fence with the GIL released; the state is let go after it
+ * (the staging is over, failed or not). Returns self, or raises the
+ * staging's error. */
+static PyObject *async_fence(PyObject *self, PyObject *unused) {
+  (void)unused;
+  dcpi_py_async *a = (dcpi_py_async *)self;
+  if (a->state) {
+    dcpi_py_ctx *c = dcpi_py_ctx_usable((PyObject *)a->owner);
+    if (!c) return NULL;
+    dcp_status rc;
+    dcp_async *h = a->h;
+    dcpi_py_ctx_enter(c);
+    Py_BEGIN_ALLOW_THREADS
+    rc = dcp_async_fence(h);
+    Py_END_ALLOW_THREADS
+    dcpi_py_ctx_leave(c);
+    Py_CLEAR(a->state);
+    if (rc) return dcpi_py_raise_ctx(c->ctx, rc);
+  }
+  return Py_NewRef(self);
+}
+
+static PyObject *async_exit(PyObject *self, PyObject *args) {
+  (void)self, (void)args;
+  Py_RETURN_FALSE; /* exceptions of the with-block propagate */
+}
+
 static PyObject *async_get_status(PyObject *self, void *closure) {
   (void)closure;
   dcpi_py_async *a = (dcpi_py_async *)self;
@@ -141,6 +176,14 @@ static PyMethodDef async_methods[] = {
          "Give up on a save still persisting: its writer process is killed and\n"
          "nothing is committed; wait() then raises dcp.PeerError. A no-op once the\n"
          "save has finished."),
+    METH("fence", async_fence, METH_NOARGS,
+         "Block until the save is staged (its bytes copied, the job with the writer):\n"
+         "the buffers may change from then on. Needed with background staging\n"
+         "(Context.set_async_staging(True)) before the optimizer step; wait() implies\n"
+         "it. Returns the handle; raises the staging's error (dcp.PeerError: the\n"
+         "writer died). `with handle: optimizer.step()` fences on entry."),
+    METH("__enter__", async_fence, METH_NOARGS, NULL),
+    METH("__exit__", async_exit, METH_VARARGS, NULL),
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef async_getset[] = {
@@ -158,3 +201,41 @@ PyTypeObject dcpi_py_async_type = {
     .tp_methods = async_methods,
     .tp_getset = async_getset,
 };
+
+/* ---- the context's async configuration --------------------------------- */
+
+PyObject *dcpi_py_ctx_async_prepare(PyObject *self, PyObject *args, PyObject *kw) {
+  static char *names[] = {"state", NULL};
+  PyObject *state_obj = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:async_prepare", names, &state_obj)) return NULL;
+  dcpi_py_ctx *c = dcpi_py_ctx_usable(self);
+  if (!c) return NULL;
+  dcpi_py_state *s = NULL;
+  if (state_obj != Py_None && !(s = dcpi_py_state_check(state_obj, c, 0))) return NULL;
+  dcp_state *st = s ? s->st : NULL;
+  dcp_status rc;
+  c->async_used = 1;
+  dcpi_py_ctx_enter(c);
+  Py_BEGIN_ALLOW_THREADS
+  rc = dcp_async_prepare(c->ctx, st);
+  Py_END_ALLOW_THREADS
+  dcpi_py_ctx_leave(c);
+  if (rc) return dcpi_py_raise_ctx(c->ctx, rc);
+  Py_RETURN_NONE;
+}
+
+PyObject *dcpi_py_ctx_set_async_staging(PyObject *self, PyObject *arg) {
+  int background = PyObject_IsTrue(arg);
+  if (background < 0) return NULL;
+  dcpi_py_ctx *c = dcpi_py_ctx_usable(self);
+  if (!c) return NULL;
+  dcp_status rc;
+  dcpi_py_ctx_enter(c);
+  Py_BEGIN_ALLOW_THREADS
+  rc = dcp_async_set_staging(c->ctx, background ? DCP_ASYNC_STAGE_BACKGROUND
+                                                : DCP_ASYNC_STAGE_BLOCKING);
+  Py_END_ALLOW_THREADS
+  dcpi_py_ctx_leave(c);
+  if (rc) return dcpi_py_raise_ctx(c->ctx, rc);
+  Py_RETURN_NONE;
+}

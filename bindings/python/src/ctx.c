@@ -315,6 +315,13 @@ static PyMethodDef ctx_methods[] = {
          "async writers' coordination. See dcp._env.from_env."),
     METH("async_shutdown", ctx_async_shutdown, METH_NOARGS,
          "Wait for a pending async save and stop the writer process."),
+    METH("async_prepare", dcpi_py_ctx_async_prepare, METH_VARARGS | METH_KEYWORDS,
+         "async_prepare(state=None): start the writer, size and pre-fault the staging "
+         "pool for state and open the writers' collective ahead of the first async "
+         "save (every rank calls it)."),
+    METH("set_async_staging", dcpi_py_ctx_set_async_staging, METH_O,
+         "set_async_staging(background): True: async_save returns before the copy and "
+         "the handle's fence() (or `with handle:`) waits for it; False: the default."),
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef ctx_getset[] = {

@@ -38,7 +38,8 @@ PyObject *dcpi_py_async_save(PyObject *module, PyObject *args, PyObject *kwargs)
   rc = dcp_async_save(c->ctx, a.state->st, PyBytes_AS_STRING(a.path_bytes), &a.opts, &h);
   Py_END_ALLOW_THREADS
   dcpi_py_ctx_leave(c);
-  PyObject *r = rc ? dcpi_py_raise_ctx(c->ctx, rc) : dcpi_py_async_new(c, h, a.path);
+  PyObject *r = rc ? dcpi_py_raise_ctx(c->ctx, rc)
+                  : dcpi_py_async_new(c, h, a.path, (PyObject *)a.state);
   dcpi_py_save_args_free(&a);
   return r;
 }

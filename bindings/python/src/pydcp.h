@@ -120,9 +120,15 @@ PyObject *dcpi_py_meta_open_memory(PyObject *module, PyObject *args);
 /* Async handles (async.c)                                                  */
 /* ------------------------------------------------------------------------ */
 
-/* Wrap a started async save: the handle takes h and holds a reference to c.
- * Returns a new reference, or NULL (then h has been freed). */
-PyObject *dcpi_py_async_new(dcpi_py_ctx *c, dcp_async *h, PyObject *path);
+/* Wrap a started async save: the handle takes h and holds a reference to c
+ * and, until its staging is over (fence, wait), to state (the dcp.State
+ * staged). Returns a new reference, or NULL (then h has been freed). */
+PyObject *dcpi_py_async_new(dcpi_py_ctx *c, dcp_async *h, PyObject *path, PyObject *state);
+
+/* Context.async_prepare(state=None) and Context.set_async_staging(background)
+ * (dcp_async_prepare, dcp_async_set_staging). */
+PyObject *dcpi_py_ctx_async_prepare(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *dcpi_py_ctx_set_async_staging(PyObject *self, PyObject *arg);
 
 /* ------------------------------------------------------------------------ */
 /* Converters (convert.c)                                                   */
