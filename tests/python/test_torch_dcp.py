@@ -5,7 +5,8 @@ saved and loaded bit for bit into fresh objects; get_state_dict /
 set_state_dict with optimizer state keyed by fqn; every dtype; non-
 contiguous tensors both ways; cast=True; tagged JSON values and the
 pickle opt-in on both sides; strictness; async_save's two completions;
-a safetensors import loaded with key_prefix / key_map; interop with the
+a safetensors import loaded with key_prefix / key_map; steps through a
+dcp.CheckpointManager (manager=, step=); interop with the
 installed torch's own distributed checkpoint; the refusal of a plain
 Context() under WORLD_SIZE>1; CUDA staging (skipped without a GPU).
 Run: python3 this file."""
@@ -310,6 +311,30 @@ class TorchDCP(unittest.TestCase):
         dt.load(dest, checkpoint_id=self.path("c"), ctx=self.ctx)
         self.assertTrue(torch.equal(dest["t"], torch.arange(6, dtype=torch.float32)))
         self.assertEqual(dest["step"], 1)
+
+    def test_with_a_checkpoint_manager(self):
+        if not hasattr(dcp, "CheckpointManager"):
+            self.skipTest("dcp.CheckpointManager is not in this build")
+        t = torch.zeros(4)
+        with dcp.CheckpointManager(self.ctx, self.path("run"), keep_last=2, quiet=True) as mgr:
+            self.assertIsNone(dt.load({"t": t}, manager=mgr))  # nothing to resume
+            for step in (1, 2):
+                t.fill_(step)
+                dt.save({"t": t, "step": step}, manager=mgr, step=step)
+            t.fill_(3)
+            fut = dt.async_save({"t": t, "step": 3}, manager=mgr, step=3)
+            t.fill_(-1)  # staged
+            fut.result()
+            self.assertTrue(fut.done())
+            self.assertEqual([s.step for s in mgr.steps() if s.state == "committed"], [2, 3])
+            dest = {"t": torch.zeros(4), "step": 0}
+            self.assertEqual(dt.load(dest, manager=mgr), 3)
+            self.assertTrue(torch.equal(dest["t"], torch.full((4,), 3.0)))
+            self.assertEqual(dest["step"], 3)
+            self.assertEqual(dt.load(dest, manager=mgr, step=2), 2)
+            self.assertEqual(dest["step"], 2)
+            with self.assertRaises(dcp.InvalidError):
+                dt.save({"t": t}, manager=mgr)  # no step=
 
     def write_safetensors(self, path, tensors):
         header, blobs, off = {}, [], 0

@@ -32,6 +32,7 @@ one. :func:`get_state_dict` / :func:`set_state_dict` give model and
 optimizer state with optimizer state keyed by parameter fqn.
 """
 
+import atexit
 import concurrent.futures
 import os
 import sys
@@ -205,11 +206,20 @@ _default = None
 
 def default_context():
     """The process's context for calls without ctx=: dcp.Context.from_env(),
-    made at the first use (closed at exit)."""
+    made at the first use (closed at exit, after a pending async save)."""
     global _default
     if _default is None or _default.closed:
         _default = _dcp.Context.from_env()
     return _default
+
+
+@atexit.register
+def _close_default():
+    if _default is not None and not _default.closed:
+        try:
+            _default.close()
+        except _dcp.Error:  # something still holds it: its deallocation closes it
+            pass
 
 
 def _ctx_of(ctx, process_group, storage_writer=None, planner=None):
@@ -346,12 +356,32 @@ def _save_options(options, index):
     return options
 
 
+def _manager_ctx(manager, ctx, checkpoint_id, step):
+    if checkpoint_id is not None:
+        raise _dcp.InvalidError("pass checkpoint_id= or manager= (with step=), not both")
+    if step is None:
+        raise _dcp.InvalidError("manager= needs step= (the step to save)")
+    if ctx is not None and ctx is not manager._ctx:
+        raise _dcp.InvalidError("ctx= differs from the manager's context")
+    return manager._ctx
+
+
 def save(state_dict, *, checkpoint_id=None, storage_writer=None, planner=None,
-         process_group=None, ctx=None, allow_pickle=False, **options):
+         process_group=None, ctx=None, allow_pickle=False, manager=None, step=None,
+         **options):
     """Save state_dict to the directory checkpoint_id (collective over the
     context's ranks). Like torch DCP, an existing checkpoint there is
-    replaced (atomically: overwrite=False refuses instead). Other options
-    as dcp.save (compress, kv, block_size, ...)."""
+    replaced (atomically: overwrite=False refuses instead). With
+    manager= (a dcp.CheckpointManager) and step= instead, it is that
+    step of the run (latest and retention move). Other options as dcp.save
+    (compress, kv, block_size, ...)."""
+    if manager is not None:
+        ctx = _manager_ctx(manager, ctx, checkpoint_id, step)
+        st, keep, index = _build_save(ctx, state_dict, allow_pickle)
+        opts = _save_options(options, index)
+        opts.pop("overwrite")
+        manager.save(step, st, **opts)
+        return
     ctx = _ctx_of(ctx, process_group, storage_writer, planner)
     st, keep, index = _build_save(ctx, state_dict, allow_pickle)
     _dcp.save(ctx, st, _path_of(checkpoint_id), **_save_options(options, index))
@@ -433,12 +463,54 @@ class AsyncSaveFuture(_Persisted):
             self._h.abort()
 
 
+class _ManagerSave(AsyncSaveFuture):
+    """The future of a manager's async save (the manager holds the handle)."""
+
+    def __init__(self, manager, step):
+        self._m, self._step, self._path = manager, step, manager.step_path(step)
+        self._error, self._h = None, True
+        staged = concurrent.futures.Future()
+        staged.set_result(None)
+        self.staging_completion, self.upload_completion = staged, self
+
+    def done(self):
+        return self._h is None or self._m.pending_step != self._step
+
+    def _finish(self, timeout):
+        if self._h is None:
+            return
+        try:
+            self._m.wait(timeout)
+        except _dcp.TimedOutError:
+            if timeout is not None:
+                raise concurrent.futures.TimeoutError(
+                    "step %d is still persisting" % self._step) from None
+            raise
+        except _dcp.Error as e:
+            self._error = e
+        self._h = None
+
+    def abort(self):
+        if self._h is not None:
+            self._m.abort()
+
+
 def async_save(state_dict, *, checkpoint_id=None, storage_writer=None, planner=None,
-               process_group=None, ctx=None, allow_pickle=False, **options):
+               process_group=None, ctx=None, allow_pickle=False, manager=None, step=None,
+               **options):
     """Start saving state_dict and return an :class:`AsyncSaveFuture` once
     it is staged (copied): training may change every tensor from then on.
     The context from from_env() has the writers' coordination set; a
-    context of your own with world_size > 1 needs ctx.set_async_coordination."""
+    context of your own with world_size > 1 needs ctx.set_async_coordination.
+    manager= and step= as :func:`save` (latest and retention move once the
+    future's result() returns)."""
+    if manager is not None:
+        ctx = _manager_ctx(manager, ctx, checkpoint_id, step)
+        st, keep, index = _build_save(ctx, state_dict, allow_pickle)
+        opts = _save_options(options, index)
+        opts.pop("overwrite")
+        manager.save_async(step, st, **opts)
+        return _ManagerSave(manager, step)
     ctx = _ctx_of(ctx, process_group, storage_writer, planner)
     st, keep, index = _build_save(ctx, state_dict, allow_pickle)
     handle = _dcp.async_save(ctx, st, _path_of(checkpoint_id), **_save_options(options, index))
@@ -515,17 +587,37 @@ def _set_leaf(leaf, value):
 
 def load(state_dict, *, checkpoint_id=None, storage_reader=None, planner=None,
          process_group=None, ctx=None, allow_pickle=False, cast=False, strict=True,
-         key_map=None, key_prefix=None, **options):
+         key_map=None, key_prefix=None, manager=None, step=None, **options):
     """Load checkpoint_id into state_dict in place (collective): tensors are
     filled (resharded as needed), other values replaced, Stateful objects
     get load_state_dict. cast=True converts dtypes (an fp32 checkpoint into
     a bf16 model); strict=False skips keys the checkpoint lacks; key_prefix
     / key_map map the state_dict's flattened keys to the checkpoint's (a
     safetensors import: key_prefix="model."). allow_pickle=True lets values
-    saved with allow_pickle=True be unpickled. Options as dcp.load."""
+    saved with allow_pickle=True be unpickled. With manager= (a
+    dcp.CheckpointManager): step= loads that step, no step the newest
+    loadable one (manager.resume()); returns the step loaded, or None when
+    the run has none (state_dict untouched). Options as dcp.load."""
+    if manager is not None:
+        if checkpoint_id is not None:
+            raise _dcp.InvalidError("pass checkpoint_id= or manager=, not both")
+        if ctx is not None and ctx is not manager._ctx:
+            raise _dcp.InvalidError("ctx= differs from the manager's context")
+        if step is None:
+            step = manager.resume()
+            if step is None:
+                return None
+        _load(state_dict, manager._ctx, manager.step_path(step), allow_pickle, cast, strict,
+              _key_mapper(key_map, key_prefix),
+              lambda st: manager.load(step, st, **options))
+        return step
     ctx = _ctx_of(ctx, process_group, storage_reader, planner)
-    path = _path_of(checkpoint_id)
-    mapper = _key_mapper(key_map, key_prefix)
+    _load(state_dict, ctx, _path_of(checkpoint_id), allow_pickle, cast, strict,
+          _key_mapper(key_map, key_prefix), None, **options)
+
+
+def _load(state_dict, ctx, path, allow_pickle, cast, strict, mapper, run, **options):
+    """load's body; run(state) performs the libdcp load when given."""
     expanded, objs = _expand(state_dict, for_load=True)
     meta = _dcp.meta_open(ctx, path)
     try:
@@ -561,7 +653,10 @@ def load(state_dict, *, checkpoint_id=None, storage_reader=None, planner=None,
             buf = bytearray(lengths[name])
             st.add_bytes(name, buf)
             objects.append((leaf, buf))
-    _dcp.load(ctx, st, path, **options)
+    if run is not None:
+        run(st)
+    else:
+        _dcp.load(ctx, st, path, **options)
     del st
     for d in tensors:
         d.finish()
