@@ -256,6 +256,11 @@ class Adapter(unittest.TestCase):
         mine = torch.nn.Sequential(torch.nn.Linear(4, 3))
         dt.load(self.ctx, self.path("hf"), model=mine, rng=False, model_prefix="")
         self.assertTrue(torch.equal(mine[0].weight, hf[0].weight))
+        mine2 = torch.nn.Sequential(torch.nn.Linear(4, 3))
+        dt.load(self.path("hf"), model=mine2, rng=False, model_prefix="")  # default context
+        self.assertTrue(torch.equal(mine2[0].weight, hf[0].weight))
+        with self.assertRaises(dcp.InvalidError):
+            dt.load("a", "b", model=mine2)
 
     def test_async_save_and_latest_checkpoint(self):
         model, opt, sched = make()
@@ -269,6 +274,8 @@ class Adapter(unittest.TestCase):
         os.mkdir(os.path.join(root, "step-9"))  # an uncommitted save
         os.mkdir(os.path.join(root, "other"))
         self.assertEqual(dt.latest_checkpoint(self.ctx, root), os.path.join(root, "step-3"))
+        # without a context: the process's dcp.Context.from_env() (rank 0 of 1 here)
+        self.assertEqual(dt.latest_checkpoint(root), os.path.join(root, "step-3"))
         self.assertIsNone(dt.latest_checkpoint(self.ctx, self.path("none")))
         m2, o2, s2 = make(seed=9)
         self.assertEqual(dt.load(self.ctx, os.path.join(root, "step-3"), model=m2,

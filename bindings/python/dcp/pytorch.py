@@ -264,17 +264,34 @@ def _dumps(key, value):
         raise TypeError("%s: %s" % (key, e)) from None
 
 
-def save(ctx, path, *, model=None, optimizer=None, scheduler=None, rng=True, extra=None,
+def _ctx_path(ctx, path):
+    """(ctx, path) of a call made as f(ctx, path, ...) or f(path, ...): without
+    a context, the process's dcp.Context.from_env() (see dcp.torch)."""
+    if isinstance(ctx, dcp.Context):
+        if path is None:
+            raise dcp.InvalidError("a path is needed after the context")
+        return ctx, path
+    if path is not None:
+        raise dcp.InvalidError("expected (ctx, path) or (path): the first argument is not a "
+                               "dcp.Context")
+    from . import torch as _dcp_torch
+    return _dcp_torch.default_context(), ctx
+
+
+def save(ctx, path=None, *, model=None, optimizer=None, scheduler=None, rng=True, extra=None,
          shards=None, model_prefix="model.", **options):
-    """Save a training state to path (collective; options as dcp.save)."""
+    """Save a training state to path (collective; options as dcp.save).
+    ctx may be left out: save(path, model=...) uses dcp.Context.from_env()."""
+    ctx, path = _ctx_path(ctx, path)
     items = flatten(model, optimizer, scheduler, rng, extra, shards, model_prefix)
     dcp.save(ctx, items, path, **_with_kv(options, items))
 
 
-def async_save(ctx, path, *, model=None, optimizer=None, scheduler=None, rng=True, extra=None,
+def async_save(ctx, path=None, *, model=None, optimizer=None, scheduler=None, rng=True, extra=None,
                shards=None, model_prefix="model.", **options):
     """Start an async save of a training state; returns a dcp.SaveFuture once
     staged (training may change every tensor from then on)."""
+    ctx, path = _ctx_path(ctx, path)
     items = flatten(model, optimizer, scheduler, rng, extra, shards, model_prefix)
     return dcp.async_save(ctx, items, path, **_with_kv(options, items))
 
@@ -415,7 +432,7 @@ def _extra_state_modules(model):
     return out
 
 
-def load(ctx, path, *, model=None, optimizer=None, scheduler=None, rng=True, shards=None,
+def load(ctx, path=None, *, model=None, optimizer=None, scheduler=None, rng=True, shards=None,
          strict=True, cast=False, model_prefix="model.", **options):
     """Load a training state from path into the given objects (collective;
     options as dcp.load). The model's tensors are filled in place (through a
@@ -424,6 +441,7 @@ def load(ctx, path, *, model=None, optimizer=None, scheduler=None, rng=True, sha
     are. model_prefix is the prefix of the model's items: "" for a Hugging
     Face safetensors import (its names are the model's own fqns). Returns
     the saved extras (None when none were saved)."""
+    ctx, path = _ctx_path(ctx, path)
     meta = dcp.meta_open(ctx, path)
     saved = {t["fqn"]: t for t in meta.tensors()}
     keys = {b["key"] for b in meta.bytes_items()}
@@ -487,10 +505,11 @@ def _tensor_of(item):
     return item.tensor
 
 
-def latest_checkpoint(ctx, root, prefix="step-"):
+def latest_checkpoint(ctx, root=None, prefix="step-"):
     """The committed checkpoint under root whose name (prefix + number) has
     the highest number, or None. Uncommitted ones (a save killed before its
-    atomic commit) are skipped."""
+    atomic commit) are skipped. ctx may be left out, as for save."""
+    ctx, root = _ctx_path(ctx, root)
     best = None
     for name in os.listdir(root) if os.path.isdir(root) else ():
         if not name.startswith(prefix) or not name[len(prefix):].isdigit():
