@@ -44,12 +44,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* A failed CHECK (rank_check.h, through coll_testkit.h) fails the job, or
+ * with MPI not initialised by us, the rank (fail_now). */
+static int g_rank = -1;
+#define CHECK_RANK g_rank
+#define CHECK_FAIL() fail_now()
 #include "coll_testkit.h"
 #include "dcp.h"
 #include "dcp_plugin.h"
-
-#undef CHECK
-#undef CHECK_RC
 
 #define LEN (MIB + 3)      /* one message, past the eager limits */
 #define TIMEOUT_MS 400
@@ -58,19 +60,6 @@
 #define NOPS 9
 
 static const dcp_coll_plugin *P;
-static int g_rank = -1;
-
-/* Fails the job (or, with MPI not initialised by us, the rank). */
-#define CHECK(cond)                                                                      \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      fprintf(stderr, "rank %d: %s:%d: check failed: %s\n", g_rank, __FILE__, __LINE__, \
-              #cond);                                                                    \
-      fflush(stderr);                                                                    \
-      fail_now();                                                                        \
-    }                                                                                    \
-  } while (0)
-
 static int g_abort_on_fail;
 
 /* Ends the job (late mode) or this rank (stall mode). */

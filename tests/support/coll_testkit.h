@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "dcp_plugin.h"
 
@@ -20,25 +21,22 @@ extern const dcp_coll_plugin *ctk_P;
 extern int ctk_rank;
 extern char ctk_dir[PATH_MAX];
 
-/* Fails the child scenario with a message naming rank and line. */
-#define CHECK(cond)                                                                     \
-  do {                                                                                  \
-    if (!(cond)) {                                                                      \
-      fprintf(stderr, "rank %d: %s:%d: check failed: %s\n", ctk_rank, __FILE__, __LINE__, \
-              #cond);                                                                   \
-      return 1;                                                                         \
-    }                                                                                   \
-  } while (0)
+/* A failed CHECK (rank_check.h) ends the forked child rank with exit
+ * status 1, which the parent's ctk_run reports. */
+#ifndef CHECK_RANK
+#define CHECK_RANK ctk_rank
+#endif
+#ifndef CHECK_FAIL
+#define CHECK_FAIL() _exit(1)
+#endif
+#include "rank_check.h"
+
 /* CHECK that a plugin call returned rc, printing its message otherwise
  * (needs a dcp_plugin_err named err in scope). */
-#define CHECK_RC(call, rc)                                                           \
-  do {                                                                               \
-    int got_ = (call);                                                               \
-    if (got_ != (rc)) {                                                              \
-      fprintf(stderr, "rank %d: %s:%d: %s = %d (%s), want %d\n", ctk_rank, __FILE__, \
-              __LINE__, #call, got_, err.msg, (int)(rc));                            \
-      return 1;                                                                      \
-    }                                                                                \
+#define CHECK_RC(call, rc)                                                        \
+  do {                                                                            \
+    int got_ = (call);                                                            \
+    CHECK(got_ == (rc), "%s = %d (%s), want %d", #call, got_, err.msg, (int)(rc)); \
   } while (0)
 
 #define MIB (1024u * 1024u)

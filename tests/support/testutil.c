@@ -1,5 +1,6 @@
 #include "testutil.h"
 
+#include <fnmatch.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
@@ -73,4 +74,30 @@ void tu_remove_tree(const char *dir) {
   char cmd[PATH_MAX + 16];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   assert_int_equal(system(cmd), 0);
+}
+
+/* See testutil.h. cmocka's own filter matches with * and ? only, like
+ * fnmatch without special cases, so counting matches here tells a typo
+ * (nothing would run, and the program would pass) from a real selection. */
+int tu_main(int argc, char **argv, const char *group, const struct CMUnitTest *tests, size_t n,
+            CMFixtureFunction setup, CMFixtureFunction teardown) {
+  const char *pattern = argc > 1 ? argv[1] : getenv("DCP_TEST_FILTER");
+  if (argc > 2 || (pattern && !strcmp(pattern, "--help"))) {
+    fprintf(stderr, "usage: %s [--list | PATTERN]\n", argv[0]);
+    return 2;
+  }
+  if (pattern && !strcmp(pattern, "--list")) {
+    for (size_t i = 0; i < n; i++) printf("%s\n", tests[i].name);
+    return 0;
+  }
+  if (pattern && *pattern) {
+    size_t hits = 0;
+    for (size_t i = 0; i < n; i++) hits += fnmatch(pattern, tests[i].name, 0) == 0;
+    if (!hits) {
+      fprintf(stderr, "%s: no test matches '%s' (--list shows them)\n", argv[0], pattern);
+      return 2;
+    }
+    cmocka_set_test_filter(pattern);
+  }
+  return _cmocka_run_group_tests(group, tests, n, setup, teardown);
 }

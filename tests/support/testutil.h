@@ -45,4 +45,19 @@ dcp_ctx *tu_scratch_ctx(const char *prefix, char *dir, size_t dir_cap, char *plu
 /* A fixture's end: rm -rf dir (the test fails if that fails). */
 void tu_remove_tree(const char *dir);
 
+/* The main of every cmocka test program, so that one test runs by name:
+ *
+ *   test_x                 every test of the group
+ *   test_x PATTERN         only the tests whose name matches PATTERN (a glob:
+ *                          * and ?, as cmocka's filter); no match is an error
+ *   test_x --list          the test names, one a line
+ *
+ * $DCP_TEST_FILTER is taken as PATTERN when no argument is given. Returns
+ * cmocka's result (the number of failed tests), or 2 on a usage error.
+ * Call it as TU_RUN(tests, setup, teardown) from main(argc, argv). */
+int tu_main(int argc, char **argv, const char *group, const struct CMUnitTest *tests, size_t n,
+            CMFixtureFunction setup, CMFixtureFunction teardown);
+#define TU_RUN(tests, setup, teardown) \
+  tu_main(argc, argv, #tests, tests, sizeof(tests) / sizeof((tests)[0]), setup, teardown)
+
 #endif

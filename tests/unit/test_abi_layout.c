@@ -34,6 +34,8 @@
 
 #include <cmocka.h>
 
+#include "testutil.h"
+
 #include "dcp.h"
 #include "dcp_plugin.h"
 
@@ -196,7 +198,7 @@
   F(dcp_coll_config, rendezvous, 24, 8)    \
   F(dcp_coll_config, timeout_ms, 32, 8)    \
   F(dcp_coll_config, options, 40, 8)       \
-  S(dcp_coll_plugin, 112, 8)               \
+  S(dcp_coll_plugin, 120, 8)               \
   F(dcp_coll_plugin, abi_version, 0, 4)    \
   F(dcp_coll_plugin, struct_size, 4, 4)    \
   F(dcp_coll_plugin, name, 8, 8)           \
@@ -211,7 +213,8 @@
   F(dcp_coll_plugin, gatherv, 80, 8)       \
   F(dcp_coll_plugin, scatterv, 88, 8)      \
   F(dcp_coll_plugin, allreduce_i64, 96, 8) \
-  F(dcp_coll_plugin, group_bcast, 104, 8)
+  F(dcp_coll_plugin, group_bcast, 104, 8)  \
+  F(dcp_coll_plugin, host_id, 112, 8)
 
 /* E(enum type, sizeof): the enums that are struct members or returned. */
 #define ENUM_SIZES(E)  \
@@ -370,7 +373,8 @@
                                            dcp_plugin_err *)))                                     \
   T("dcp_coll_plugin.group_bcast",                                                                 \
     HAS_TYPE(CO_FN(group_bcast), int (*)(dcp_comm *, const int32_t *, size_t, void *, size_t,      \
-                                         int32_t, dcp_plugin_err *)))
+                                         int32_t, dcp_plugin_err *)))                              \
+  T("dcp_coll_plugin.host_id", HAS_TYPE(CO_FN(host_id), uint64_t (*)(const dcp_comm *)))
 
 /* ---- at build time ------------------------------------------------------- */
 
@@ -504,12 +508,12 @@ static void test_fail_helper(void **state) {
   assert_int_equal(fail_with_prefix(NULL, DCP_EPEER, "gone"), DCP_EPEER);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_struct_layout),
       cmocka_unit_test(test_values_and_signatures),
       cmocka_unit_test(test_has_field),
       cmocka_unit_test(test_fail_helper),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

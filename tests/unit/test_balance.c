@@ -164,7 +164,7 @@ static void test_random(void **state) {
   }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_single_holders_and_ties),
       cmocka_unit_test(test_processing_order),
@@ -172,5 +172,5 @@ int main(void) {
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_random),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

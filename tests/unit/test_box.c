@@ -112,11 +112,11 @@ static void test_overflow_invalid(void **state) {
   assert_int_equal(n, 1 << DCP_MAX_NDIM);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random_intersect),
       cmocka_unit_test(test_scalar),
       cmocka_unit_test(test_overflow_invalid),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

@@ -163,12 +163,12 @@ static void test_errors(void **state) {
   free(hits);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random_sets),
       cmocka_unit_test(test_partitions),
       cmocka_unit_test(test_running_max),
       cmocka_unit_test(test_errors),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

@@ -600,7 +600,7 @@ static int setup(void **state) {
   return ctk_P ? 0 : -1;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_config_validation),
       cmocka_unit_test(test_single_rank_creates_dir),
@@ -620,5 +620,5 @@ int main(void) {
       cmocka_unit_test(test_link_never_read),
       cmocka_unit_test(test_fifo_never_blocks),
   };
-  return cmocka_run_group_tests(tests, setup, NULL);
+  return TU_RUN(tests, setup, NULL);
 }

@@ -674,7 +674,7 @@ static int setup(void **state) {
   return 0; /* NULL: every test skips */
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_config_validation),
       cmocka_unit_test(test_single_rank_creates_dir),
@@ -697,5 +697,5 @@ int main(void) {
       cmocka_unit_test(test_links_planted),
       cmocka_unit_test(test_link_never_read),
   };
-  return cmocka_run_group_tests(tests, setup, NULL);
+  return TU_RUN(tests, setup, NULL);
 }

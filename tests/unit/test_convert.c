@@ -832,7 +832,7 @@ static void test_hostile_sizes(void **state) {
   expect_linear("index of distinct files", t, base);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_roundtrip_all_dtypes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_large_tensor_chunks, setup, teardown),
@@ -848,5 +848,5 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_import_over_own_files, setup, teardown),
       cmocka_unit_test_setup_teardown(test_hostile_sizes, setup, teardown),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

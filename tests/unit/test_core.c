@@ -149,7 +149,7 @@ static void test_dtypes(void **state) {
   assert_int_equal(dcp_dtype_from_name(NULL), DCP_DTYPE_INVALID);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_version),
       cmocka_unit_test(test_strerror_names_every_code),
@@ -158,5 +158,5 @@ int main(void) {
       cmocka_unit_test(test_ctx_keeps_last_error),
       cmocka_unit_test(test_dtypes),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

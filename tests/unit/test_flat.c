@@ -106,11 +106,11 @@ static void test_errors(void **state) {
   assert_int_equal(dcp_flat_to_boxes(&scalar, 0, 1, out, 0, &n), DCP_EINVAL);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random),
       cmocka_unit_test(test_worst_case),
       cmocka_unit_test(test_errors),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

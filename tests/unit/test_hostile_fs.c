@@ -627,7 +627,7 @@ static void test_box_clash_coordinated(void **state) {
   run_clash(*state, CLASH_COVERAGE, DCP_EINCOMPLETE);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_symlink_on_save, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_replicas_differ_coordinated, hk_setup, hk_teardown),
@@ -646,5 +646,5 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_scope_clash_coordinated, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_box_clash_coordinated, hk_setup, hk_teardown),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

@@ -286,7 +286,7 @@ static void test_safetensors_geometry(void **state) {
                    DCP_OK);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_state_shapes, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_state_boxes, hk_setup, hk_teardown),
@@ -295,5 +295,5 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_load_geometry_mismatch, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_safetensors_geometry, hk_setup, hk_teardown),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

@@ -205,11 +205,11 @@ static void test_errors(void **state) {
   dcp_ctx_free(ctx);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random),
       cmocka_unit_test(test_uneven),
       cmocka_unit_test(test_errors),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

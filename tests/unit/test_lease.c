@@ -794,7 +794,7 @@ static void test_plugin_without_excl(void **state) {
   fx_close(&fx);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_record_format),
       cmocka_unit_test(test_bad_arguments),
@@ -812,5 +812,5 @@ int main(void) {
       cmocka_unit_test(test_symlink_not_followed),
       cmocka_unit_test(test_plugin_without_excl),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

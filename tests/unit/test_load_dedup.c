@@ -374,12 +374,12 @@ static void test_single_rank_options(void **state) {
   tu_remove_tree(dir);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_layout_equals_exchange),
       cmocka_unit_test(test_lanes_detect_disagreement),
       cmocka_unit_test(test_schedules_never_cross),
       cmocka_unit_test(test_single_rank_options),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

@@ -537,11 +537,11 @@ static void test_no_chunks_still_checked(void **state) {
   dcpi_load_plan_free(p);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random_reshard),  cmocka_unit_test(test_known_case),
       cmocka_unit_test(test_from_state),      cmocka_unit_test(test_errors),
       cmocka_unit_test(test_lookup_error),    cmocka_unit_test(test_no_chunks_still_checked),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

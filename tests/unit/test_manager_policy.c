@@ -10,6 +10,8 @@
 
 #include <cmocka.h>
 
+#include "testutil.h"
+
 #include "manager/policy.h"
 
 #define C DCP_STEP_COMMITTED
@@ -235,7 +237,7 @@ static void test_exhaustive(void **state) {
   assert_true(combos > 350000);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_keep_last),
       cmocka_unit_test(test_keep_every_and_pinned),
@@ -245,5 +247,5 @@ int main(void) {
       cmocka_unit_test(test_bad_input),
       cmocka_unit_test(test_exhaustive),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

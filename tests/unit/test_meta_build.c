@@ -212,12 +212,12 @@ static void test_bytes_and_kv_errors(void **state) {
   assert_int_equal(dcpi_md_create(NULL), DCP_EINVAL);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_file_and_mesh_errors),
       cmocka_unit_test(test_tensor_errors),
       cmocka_unit_test(test_chunk_errors),
       cmocka_unit_test(test_bytes_and_kv_errors),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

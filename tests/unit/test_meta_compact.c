@@ -63,9 +63,9 @@ static void test_compact_regular(void **state) {
   assert_true(bytes_per_chunk(1000, 80, 1) <= 32.0);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_compact_regular),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

@@ -443,7 +443,7 @@ static void test_crafted_header(void **state) {
   assert_int_equal(dcp_meta_open_memory(NULL, "x", 1, NULL), DCP_EINVAL);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_truncation),
       cmocka_unit_test(test_bit_flips),
@@ -452,5 +452,5 @@ int main(void) {
       cmocka_unit_test(test_crafted_hostile),
       cmocka_unit_test(test_crafted_header),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

@@ -225,12 +225,12 @@ static void test_empty(void **state) {
   dcp_meta_free(NULL);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_roundtrip_random),
       cmocka_unit_test(test_deterministic),
       cmocka_unit_test(test_find_tensor),
       cmocka_unit_test(test_empty),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

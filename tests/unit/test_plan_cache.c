@@ -193,7 +193,7 @@ static void test_entry_without_plans_has_no_global_plan(void **state) {
   dcpi_plan_cache_clear(&c);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_get_put_lru),
       cmocka_unit_test(test_borrowed_entry_survives_replacement),
@@ -202,5 +202,5 @@ int main(void) {
       cmocka_unit_test(test_serialised_roundtrip),
       cmocka_unit_test(test_entry_without_plans_has_no_global_plan),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

@@ -308,7 +308,7 @@ static void test_unfinished(void **state) {
   dcpi_local_plan_free(lp);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mutations_change_key),
       cmocka_unit_test(test_unambiguous_names),
@@ -316,5 +316,5 @@ int main(void) {
       cmocka_unit_test(test_decode_garbage),
       cmocka_unit_test(test_unfinished),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

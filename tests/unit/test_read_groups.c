@@ -316,10 +316,10 @@ static void test_errors(void **state) {
   dcpi_read_groups_free(NULL);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random), cmocka_unit_test(test_spreads_reads),
       cmocka_unit_test(test_layout_agrees), cmocka_unit_test(test_errors),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

@@ -655,7 +655,7 @@ static void test_per_rank_metadata_during_overwrites(void **state) {
          "seen, ranks always agreed\n", n, stale, distinct);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_rank_dies_before_its_turn, setup, teardown),
       cmocka_unit_test_setup_teardown(test_smaller_world, setup, teardown),
@@ -671,5 +671,5 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_loads_during_overwrites, setup, teardown),
       cmocka_unit_test_setup_teardown(test_per_rank_metadata_during_overwrites, setup, teardown),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

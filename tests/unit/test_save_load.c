@@ -600,7 +600,7 @@ static void test_plugin_not_found(void **state) {
   assert_non_null(strstr(dcp_ctx_create_error(), "dcp-coll-nosuchcoll.so"));
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_roundtrip_raw, setup, teardown),
       cmocka_unit_test_setup_teardown(test_roundtrip_zstd, setup, teardown),
@@ -616,5 +616,5 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_default_storage, setup, teardown),
       cmocka_unit_test_setup_teardown(test_plugin_not_found, setup, teardown),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

@@ -729,7 +729,7 @@ static void test_from_state(void **state) {
   dcp_ctx_free(ctx);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random_jobs),
       cmocka_unit_test(test_large_job),
@@ -739,5 +739,5 @@ int main(void) {
       cmocka_unit_test(test_split_limits),
       cmocka_unit_test(test_from_state),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

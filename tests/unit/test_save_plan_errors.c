@@ -332,7 +332,7 @@ static void test_local_errors(void **state) {
   dcpi_local_plan_free(lp);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dtype_mismatch),   cmocka_unit_test(test_shape_mismatch),
       cmocka_unit_test(test_tensor_vs_bytes),  cmocka_unit_test(test_bounds),
@@ -341,5 +341,5 @@ int main(void) {
       cmocka_unit_test(test_bytes_scope),      cmocka_unit_test(test_plan_set),
       cmocka_unit_test(test_local_errors),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

@@ -196,7 +196,7 @@ static void test_bytes(void **state) {
   assert_ptr_equal(f->st->bytes[0].data, blob);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_names, setup, teardown),
       cmocka_unit_test_setup_teardown(test_tensor_errors, setup, teardown),
@@ -205,5 +205,5 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_sharded, setup_rank5, teardown),
       cmocka_unit_test_setup_teardown(test_bytes, setup, teardown),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }

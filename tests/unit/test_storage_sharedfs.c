@@ -381,7 +381,7 @@ static void test_excl(void **state) {
   stu_case_excl_race(&sp, NULL);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_table),
       cmocka_unit_test(test_fanout_layout),
@@ -403,5 +403,5 @@ int main(void) {
       cmocka_unit_test(test_concurrent_reads),
       cmocka_unit_test(test_excl),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return TU_RUN(tests, setup, teardown);
 }

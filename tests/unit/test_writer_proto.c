@@ -210,7 +210,7 @@ static void test_socket_frames(void **state) {
   close(sv[1]);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_job_roundtrip),
       cmocka_unit_test(test_ranges_checked),
@@ -218,5 +218,5 @@ int main(void) {
       cmocka_unit_test(test_done_and_header),
       cmocka_unit_test(test_socket_frames),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }
