@@ -77,7 +77,7 @@ def ranks():
     if world < 1 or not 0 <= rank < world:
         raise _dcp.InvalidError("Context.from_env(): RANK=%d is not in 0..WORLD_SIZE-1 (%d)"
                                 % (rank, world - 1))
-    return rank, world, _int_env("LOCAL_RANK", rank if world == 1 else 0)
+    return rank, world, _int_env("LOCAL_RANK", 0)
 
 
 def _is_local(addr):

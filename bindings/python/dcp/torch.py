@@ -124,10 +124,12 @@ def _dtensor_type():
 
 
 def _is_tensor_like(v):
+    """A tensor, ShardedTensor or DTensor (the last two only when their
+    modules are loaded: nothing is imported to ask)."""
     if torch.is_tensor(v):
         return True
-    st = _sharded_tensor_type()
-    return st is not None and isinstance(v, st)
+    st, dt = _sharded_tensor_type(), _dtensor_type()
+    return (st is not None and isinstance(v, st)) or (dt is not None and isinstance(v, dt))
 
 
 def _terminal(v):
@@ -326,7 +328,7 @@ def _build_save(ctx, state_dict, allow_pickle):
     keep, as_real = [], {}
     for leaf in _leaves(expanded):
         key, v = leaf.key, leaf.value
-        if _is_tensor_like(v) or (_dtensor_type() and isinstance(v, _dtensor_type())):
+        if _is_tensor_like(v):
             chunks, shape, dtype = _local_chunks(v, key)
             if dtype in _AS_REAL:
                 as_real[key] = str(dtype).replace("torch.", "")
@@ -634,8 +636,7 @@ def _load(state_dict, ctx, path, allow_pickle, cast, strict, mapper, run, **opti
     tensors, objects = [], []
     for leaf in _leaves(expanded):
         name = mapper(leaf.key)
-        if _is_tensor_like(leaf.value) or (_dtensor_type() and
-                                           isinstance(leaf.value, _dtensor_type())):
+        if _is_tensor_like(leaf.value):
             if name not in saved:
                 if strict:
                     raise _dcp.NotFoundError("'%s' is not in the checkpoint%s" % (
