@@ -10,7 +10,8 @@
  *       keep_every 3, with a pause inside every deletion in half the trials
  *       (DCP_MANAGER_DELETE_DELAY_MS). The harness SIGKILLs every rank at a
  *       random moment — and in half the trials their async writers too;
- *       otherwise an orphaned writer may finish and commit on its own — and
+ *       otherwise an orphaned writer may finish and commit on its own
+ *       (every tenth trial, and the last, runs to its end instead) — and
  *       then checks, with a read-only manager: every committed step
  *       verifies and loads bit for bit, the newest loadable step is at
  *       least the newest step a trainer reported durable (so a durable step
@@ -297,6 +298,9 @@ static int mode_trials(const args *a) {
       if (len <= 0) break;
       have += (size_t)len;
     }
+    /* every tenth trial and the last run to their end, so that durable
+     * steps exist however slow the machine is */
+    if (t % 10 == 9 || t == a->trials - 1) kill_ms = 600000;
     double end = now_s() + kill_ms / 1000.0;
     int alive = a->world;
     int failed = 0;
