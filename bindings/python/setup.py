@@ -6,7 +6,8 @@ libdcp is looked for, first match wins:
                   two levels above this file
   DCP_PREFIX      an install prefix (include/dcp.h, lib*/libdcp.so)
   pkg-config dcp  an installed libdcp
-  ../../build*    an in-tree build next to this source tree
+  ../../build*    an in-tree build next to this source tree (not a
+                  sanitizer or fuzzing one)
 The extension's rpath points at the library directory found, so it loads
 that libdcp (which finds its plugins and dcp-writer next to itself).
 """
@@ -78,6 +79,8 @@ def find_libdcp():
     if found:
         return found
     for build in sorted(glob.glob(os.path.join(TREE, "build*"))):
+        if any(k in os.path.basename(build) for k in ("asan", "tsan", "fuzz", "san")):
+            continue  # an instrumented libdcp cannot load into a plain interpreter
         if _lib_dir(build) and os.path.exists(os.path.join(TREE, "include", "dcp.h")):
             return _from_build(build)
     _fail("not found")

@@ -40,6 +40,13 @@ dcp.async_save(ctx, {"w": mine}, path).wait()   # the writers' coordination is s
 out = np.zeros(8, np.float32)
 dcp.load(ctx, {"w": out}, path)
 assert (out == w).all(), out
+# a context without the writers' coordination: the error names the Python call
+bare = dcp.Context.from_env(rendezvous=os.environ["RDV"], async_writers=False)
+try:
+    dcp.async_save(bare, {"w": mine}, path + ".2")
+    raise SystemExit("async_save without coordination was accepted")
+except dcp.InvalidError as e:
+    assert "Context.set_async_coordination()" in str(e) and "dcp_async" not in str(e), e
 '''
 
 
