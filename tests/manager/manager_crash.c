@@ -197,6 +197,9 @@ static dcp_ctx *solo_ctx(void) { return mk_ctx(0, 1, NULL, 10000, 400); }
 
 /* After a trial: every committed step verifies and loads exactly; the
  * newest loadable is at least durable; latest names a committed step. */
+static int mid_delete; /* incomplete steps older than the newest committed: a
+                          deletion killed between its un-commit and its end */
+
 static int64_t check_root(const char *root, int64_t durable, int trial) {
   dcp_ctx *ctx = solo_ctx();
   mk_model md;
@@ -225,6 +228,7 @@ static int64_t check_root(const char *root, int64_t durable, int trial) {
              "trial %d: committed step %" PRId64 " does not load bit for bit", trial, v[i].step);
     newest = v[i].step;
   }
+  for (size_t i = 0; i < n; i++) mid_delete += v[i].state == DCP_STEP_INCOMPLETE && v[i].step < newest;
   int64_t step = -1;
   dcp_status s = dcp_manager_resume(m, DCP_RESUME_VERIFY, &step);
   MK_CHECK(s == DCP_OK || (s == DCP_ENOTFOUND && durable < 0), "trial %d: resume: %s", trial,
@@ -344,8 +348,9 @@ static int mode_trials(const args *a) {
     check_root(root, durable, t);
   }
   printf("manager crash trials: %d trials (world %d), %d killed (%d left their writers to "
-         "finish), %d ran to the end; newest durable step %" PRId64 "; %.1f s\n",
-         a->trials, a->world, kills, kept_writers, completed, durable, now_s() - t0);
+         "finish), %d ran to the end, %d sighting(s) of a deletion killed midway; newest durable step "
+         "%" PRId64 "; %.1f s\n",
+         a->trials, a->world, kills, kept_writers, completed, mid_delete, durable, now_s() - t0);
   MK_CHECK(durable >= 0, "no step was ever reported durable");
   return 0;
 }
