@@ -346,6 +346,14 @@ typedef struct dcp_coll_plugin {
    * unless caps has DCP_COLL_CAP_GROUPS. */
   int (*group_bcast)(dcp_comm *c, const int32_t *ranks, size_t n, void *buf, size_t len,
                      int32_t root, dcp_plugin_err *err);
+  /* -- since libdcp 0.3 (ABI 1, appended; optional, NULL or absent: the
+   * backend cannot tell hosts apart) -- */
+  /* A nonzero id of this rank's host: equal for ranks on one host (one
+   * network stack of one machine), different otherwise. Local and cheap
+   * (not collective), callable any time between open and close. Read dedup
+   * keeps a group's reader on the host of most of its members
+   * (docs/planner.md). dcp-coll-gloo provides it. */
+  uint64_t (*host_id)(const dcp_comm *c);
 } dcp_coll_plugin;
 
 /* ------------------------------------------------------------------------ */

@@ -170,26 +170,63 @@ static dcp_status form_groups(req *rq, size_t n, dcpi_read_groups *g, dcpi_err *
   return DCP_OK;
 }
 
+/* The members of grp on the hosts that hold the most of its members
+ * (ascending, into out: nmembers entries), and their number. O(n^2) in the
+ * members of one group, which are few next to the data they share. */
+static uint32_t host_candidates(const dcpi_read_group *grp, const uint64_t *host_of,
+                                int32_t *out) {
+  uint32_t n = grp->nmembers, best = 0, k = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t c = 0;
+    for (uint32_t j = 0; j < n; j++) c += host_of[grp->members[j]] == host_of[grp->members[i]];
+    if (c > best) best = c;
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t c = 0;
+    for (uint32_t j = 0; j < n; j++) c += host_of[grp->members[j]] == host_of[grp->members[i]];
+    if (c == best) out[k++] = grp->members[i];
+  }
+  return k;
+}
+
 /* One reader per group through the shared balancer (key = group id, the
- * canonical position, so ties break the same way everywhere). */
-static dcp_status choose_readers(dcpi_read_groups *g, dcpi_balance_policy policy,
-                                 dcpi_err *err) {
-  size_t ng = g->ngroups;
+ * canonical position, so ties break the same way everywhere), among the
+ * members of the groups' best hosts when host_of is given. Writes the
+ * readers and load only when it succeeds. */
+static dcp_status choose_readers(dcpi_read_groups *g, const uint64_t *host_of,
+                                 dcpi_balance_policy policy, dcpi_err *err) {
+  size_t ng = g->ngroups, nm = 0;
+  for (size_t i = 0; i < ng; i++) nm += g->groups[i].nmembers;
   dcpi_balance_item *items = malloc((ng ? ng : 1) * sizeof *items);
   int32_t *owner = malloc((ng ? ng : 1) * sizeof *owner);
-  g->load = calloc((size_t)g->world_size, sizeof *g->load);
+  int32_t *cand = host_of ? malloc((nm ? nm : 1) * sizeof *cand) : NULL;
+  int64_t *load = calloc((size_t)g->world_size, sizeof *load);
   dcp_status rc = DCP_OK;
-  if (!items || !owner || !g->load) {
+  if (!items || !owner || !load || (host_of && !cand)) {
     rc = dcpi_fail(err, DCP_ENOMEM, "read groups: out of memory");
   } else {
-    for (size_t i = 0; i < ng; i++)
-      items[i] = (dcpi_balance_item){g->groups[i].bytes, i, g->groups[i].nmembers,
-                                     g->groups[i].members};
-    rc = dcpi_balance(items, ng, g->world_size, policy, owner, g->load, err);
+    size_t at = 0;
+    for (size_t i = 0; i < ng; i++) {
+      const dcpi_read_group *grp = &g->groups[i];
+      items[i] = (dcpi_balance_item){grp->bytes, i, grp->nmembers, grp->members};
+      if (host_of) {
+        items[i].nholders = host_candidates(grp, host_of, cand + at);
+        items[i].holders = cand + at;
+        at += items[i].nholders;
+      }
+    }
+    rc = dcpi_balance(items, ng, g->world_size, policy, owner, load, err);
     for (size_t i = 0; i < ng && !rc; i++) g->groups[i].reader = owner[i];
+  }
+  if (!rc) {
+    free(g->load);
+    g->load = load;
+  } else {
+    free(load);
   }
   free(items);
   free(owner);
+  free(cand);
   return rc;
 }
 
@@ -252,7 +289,7 @@ dcp_status dcpi_read_groups_build(const dcpi_rank_requests *ranks, size_t nranks
         const dcpi_read_key *key = &ranks[i].keys[k];
         rq[p] = (req){ids[p], key->ndim, key->offset, key->size, key->bytes, ranks[i].rank};
       }
-    if (!(rc = form_groups(rq, n, g, err)) && !(rc = choose_readers(g, policy, err)) &&
+    if (!(rc = form_groups(rq, n, g, err)) && !(rc = choose_readers(g, NULL, policy, err)) &&
         index_ranks(g))
       rc = dcpi_fail(err, DCP_ENOMEM, "read groups: out of memory");
   }
@@ -262,6 +299,40 @@ dcp_status dcpi_read_groups_build(const dcpi_rank_requests *ranks, size_t nranks
     dcpi_read_groups_free(g);
   else
     *out = g;
+  return rc;
+}
+
+dcp_status dcpi_read_groups_prefer_hosts(dcpi_read_groups *g, const uint64_t *host_of,
+                                         dcpi_balance_policy policy, dcpi_err *err) {
+  if (!g || !host_of) return dcpi_fail(err, DCP_EINVAL, "read groups: NULL groups or hosts");
+  size_t ng = g->ngroups, ws = (size_t)g->world_size;
+  int32_t *old = malloc((ng ? ng : 1) * sizeof *old);
+  int64_t *old_load = malloc(ws * sizeof *old_load);
+  dcp_status rc = DCP_OK;
+  if (!old || !old_load) {
+    rc = dcpi_fail(err, DCP_ENOMEM, "read groups: out of memory");
+  } else {
+    for (size_t i = 0; i < ng; i++) old[i] = g->groups[i].reader;
+    memcpy(old_load, g->load, ws * sizeof *old_load);
+    rc = choose_readers(g, host_of, policy, err);
+  }
+  if (!rc) {
+    size_t *rf = g->read_first, *vf = g->recv_first;
+    uint32_t *rl = g->read_list, *vl = g->recv_list;
+    g->read_first = g->recv_first = NULL;
+    g->read_list = g->recv_list = NULL;
+    if (index_ranks(g)) { /* out of memory: g as it was */
+      free(g->read_first), free(g->recv_first), free(g->read_list), free(g->recv_list);
+      g->read_first = rf, g->recv_first = vf, g->read_list = rl, g->recv_list = vl;
+      for (size_t i = 0; i < ng; i++) g->groups[i].reader = old[i];
+      memcpy(g->load, old_load, ws * sizeof *old_load);
+      rc = dcpi_fail(err, DCP_ENOMEM, "read groups: out of memory");
+    } else {
+      free(rf), free(vf), free(rl), free(vl);
+    }
+  }
+  free(old);
+  free(old_load);
   return rc;
 }
 

@@ -8,7 +8,9 @@
  * each with its reader and its members ascending; the bytes each rank reads;
  * and per rank which groups it reads and which it receives. The reader is
  * chosen by dcpi_balance (LEAST_LOADED balances bytes read across ranks;
- * LOWEST_RANK is the article's behaviour). Pure; the output depends only on
+ * LOWEST_RANK is the article's behaviour); when the collective tells hosts
+ * apart, dcpi_read_groups_prefer_hosts then keeps it on the host of most
+ * of the group's members. Pure; the output depends only on
  * the set of (rank, key) pairs, never on arrival order. */
 #ifndef DCP_PLANNER_READ_GROUPS_H
 #define DCP_PLANNER_READ_GROUPS_H
@@ -73,6 +75,19 @@ typedef struct dcpi_read_groups {
 dcp_status dcpi_read_groups_build(const dcpi_rank_requests *ranks, size_t nranks,
                                   int32_t world_size, dcpi_balance_policy policy,
                                   dcpi_read_groups **out, dcpi_err *err);
+
+/* Re-chooses every group's reader of g (built by dcpi_read_groups_build)
+ * knowing each rank's host: host_of[r] (world_size entries) is an id of
+ * rank r's host. The reader is a member on a host that holds the most
+ * members of the group (the most receivers then get the data without
+ * leaving their host); among the members of every host tied for the most,
+ * the balancer chooses under policy as before. With every rank on one host,
+ * or one member per host, the result equals the host-blind one. Pure and
+ * deterministic (depends only on g's groups, host_of and policy); g's
+ * loads and per-rank lists are rebuilt. Errors: DCP_EINVAL (NULL), DCP_ENOMEM
+ * (g is then unchanged). */
+dcp_status dcpi_read_groups_prefer_hosts(dcpi_read_groups *g, const uint64_t *host_of,
+                                         dcpi_balance_policy policy, dcpi_err *err);
 
 void dcpi_read_groups_free(dcpi_read_groups *g);
 

@@ -6,7 +6,11 @@
  * one (each rank synthesizes every rank's requests for its own layout
  * tensors), checked by one small all-reduce; otherwise from one exchange of
  * the keys (two allgathers). Either way dcpi_read_groups_build forms the
- * groups and balances the readers, so both paths give the same answer. */
+ * groups and balances the readers, so both paths give the same answer.
+ * When the collective tells hosts apart (its table's host_id) and the
+ * ranks are on more than one host, one more allgather brings every rank's
+ * host id, and each group's reader is then chosen among the members on the
+ * host of most of its members (dcpi_read_groups_prefer_hosts). */
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -330,6 +334,30 @@ static dcp_status own_keys(const dcp_state *st, dcpi_load_key **keys, uint32_t *
   return DCP_OK;
 }
 
+/* Every rank's host id (one allgather) when the collective can tell hosts
+ * apart: *out (world entries, freed by the caller), or NULL when it cannot
+ * or every rank is on one host. Called by every rank at the same point
+ * (one plugin: the same table everywhere). */
+static dcp_status gather_hosts(dcpi_rt *rt, uint64_t **out) {
+  dcp_ctx *ctx = rt->ctx;
+  *out = NULL;
+  if (!DCP_HAS_FIELD(ctx->coll, dcp_coll_plugin, host_id) || !ctx->coll->host_id) return DCP_OK;
+  size_t world = (size_t)ctx->world_size;
+  uint64_t mine = ctx->coll->host_id(ctx->comm);
+  uint64_t *all = malloc(world * sizeof *all);
+  if (!all) /* the peers are left to their deadline in the allgather */
+    return dcpi_fail(&rt->err, DCP_ENOMEM, "read dedup: out of memory for %zu host ids", world);
+  dcp_status s = dcpi_rt_allgather(rt, &mine, sizeof mine, all);
+  size_t same = 1;
+  while (!s && same < world && all[same] == all[0]) same++;
+  if (s || same == world) {
+    free(all);
+    return s;
+  }
+  *out = all;
+  return DCP_OK;
+}
+
 /* The exchange path: every rank's keys through two allgathers (the counts,
  * then the lists padded to the longest), then the groups on every rank. */
 static dcp_status exchange_groups(dcpi_rt *rt, const dcpi_load_key *keys, size_t nkeys,
@@ -397,6 +425,7 @@ dcp_status dcpi_load_schedule(dcpi_rt *rt, const dcp_state *st, const dcp_load_o
   uint32_t *chunk_of = NULL;
   size_t nkeys = 0;
   dcpi_read_groups *g = NULL;
+  uint64_t *hosts = NULL;
   bool usable = false;
   int64_t v[L_COUNT] = {0};
   if (!s && local_on) s = own_keys(st, &keys, &chunk_of, &nkeys, &rt->err);
@@ -419,6 +448,7 @@ dcp_status dcpi_load_schedule(dcpi_rt *rt, const dcp_state *st, const dcp_load_o
     goto agree;
   }
   if (!local_on) goto agree; /* the same on every rank now */
+  if ((s = gather_hosts(rt, &hosts))) goto agree;
   bool agreed = !memcmp(v + L_A, v + L_B, 3 * sizeof *v);
   if (!v[L_NEED] && agreed) {
     sc->path = DCPI_DEDUP_LAYOUT;
@@ -428,6 +458,7 @@ dcp_status dcpi_load_schedule(dcpi_rt *rt, const dcp_state *st, const dcp_load_o
     sc->path = DCPI_DEDUP_EXCHANGE;
     if ((s = exchange_groups(rt, keys, nkeys, policy, &g))) goto agree;
   }
+  if (hosts && (s = dcpi_read_groups_prefer_hosts(g, hosts, policy, &rt->err))) goto agree;
   s = dcpi_load_sched_build(g, ctx->rank, keys, chunk_of, nkeys, st->nchunks, sc, &rt->err);
   if (!s) {
     sc->pack = malloc(sc->max_pack ? (size_t)sc->max_pack : 1);
@@ -441,6 +472,7 @@ agree:
 out:
   free(keys);
   free(chunk_of);
+  free(hosts);
   dcpi_read_groups_free(g);
   return s;
 }

@@ -7,7 +7,9 @@
 #
 #   gloo_matrix   save layout A (TP 2) on 2 hosts x 2 ranks; load layout B
 #                 on 4 hosts x 1 rank (TP 4, read dedup checked) and on
-#                 1 host x 3 ranks (TP 3). The gloo collective meets through
+#                 1 host x 3 ranks (TP 3), and on 3 ranks over 2 hosts (the
+#                 readers on the host of most of each group's members). The
+#                 gloo collective meets through
 #                 its TCP store at host 0 (store=ADDR:PORT) with no host=:
 #                 each rank must find the address that routes to host 0
 #                 (127.0.0.1 cannot reach another namespace).
@@ -80,6 +82,10 @@ gloo_matrix)
   run_job 60 "0 1 2 3" --mode load --load-tp 4 --check-reads --expect-path 2 ||
     fail "load on 4 hosts x 1 rank"
   run_job 60 "2 2 2" --mode load --load-tp 3 || fail "load on 1 host x 3 ranks"
+  # uneven hosts: read dedup keeps each group's reader on the host of most
+  # of its members (2 of 3 on host 0 for everything replicated)
+  run_job 60 "0 0 1" --mode load --load-tp 1 --expect-path 2 || fail "load on hosts 0, 0, 1"
+  run_job 60 "3 1 1" --mode load --load-tp 3 || fail "load on hosts 3, 1, 1"
   "$DCP_CLI" verify "$D" --quiet || fail "dcp verify"
   ;;
 gloo_async)
