@@ -312,12 +312,12 @@ static int setup(void **state) {
   return 0; /* NULL: every test skips */
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_store_bad_address),   cmocka_unit_test(test_store_ops),
       cmocka_unit_test(test_store_late),          cmocka_unit_test(test_store_missing_rank),
       cmocka_unit_test(test_store_port_in_use),   cmocka_unit_test(test_store_strangers),
       cmocka_unit_test(test_store_junk),          cmocka_unit_test(test_store_dead_hello),
   };
-  return cmocka_run_group_tests(tests, setup, NULL);
+  return TU_RUN(tests, setup, NULL);
 }

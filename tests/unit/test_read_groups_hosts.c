@@ -146,10 +146,10 @@ static void test_two_hosts(void **state) {
   dcpi_read_groups_free(g);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random),
       cmocka_unit_test(test_two_hosts),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }
