@@ -757,9 +757,9 @@ DCP_API dcp_status dcp_import_safetensors(dcp_ctx *ctx, const char *src, const c
  * of data each (a larger tensor gets a shard of its own), written as
  * model-00001-of-0000N.safetensors, plus model.safetensors.index.json
  * (metadata.total_size and weight_map). User key/values become
- * __metadata__ of every file. Each tensor is assembled from its chunks in a
- * buffer of that tensor's size (the largest tensor bounds memory, never the
- * model), checking every block checksum. Bytes items are not exported
+ * __metadata__ of every file. Each tensor is streamed from its chunks in
+ * 32 MiB windows (memory is bounded whatever the tensor's size), checking
+ * every block checksum. Bytes items are not exported
  * (safetensors has no place for them). Each file is written under a
  * temporary name and renamed into place. Single rank, not collective.
  * Errors: DCP_EINCOMPLETE (not committed, or a tensor not fully covered),
@@ -955,6 +955,57 @@ DCP_API dcp_status dcp_async_fence(dcp_async *h);
  * DCP_ENOMEM (the pool), DCP_EIO, DCP_EPEER. A failure of the writer's
  * own open is reported by the first save. */
 DCP_API dcp_status dcp_async_prepare(dcp_ctx *ctx, const dcp_state *st);
+
+/* ------------------------------------------------------------------------ */
+/* Progress by phase, and ranged tensor reads                               */
+/* ------------------------------------------------------------------------ */
+
+/* What a phase progress report counts. Each phase reports bytes done of a
+ * total known when the phase starts; done only grows and ends at total when
+ * the phase succeeds. Values are stable (appended, never renumbered). */
+typedef enum dcp_phase {
+  DCP_PHASE_SAVE_WRITE = 1, /* dcp_save: this rank's chunk and bytes-item
+                               bytes written to its data file */
+  DCP_PHASE_LOAD_READ = 2,  /* dcp_load: bytes of this rank's chunks read
+                               (for itself and for its dedup groups) */
+  DCP_PHASE_IMPORT = 3,     /* dcp_import_safetensors: tensor bytes read */
+  DCP_PHASE_EXPORT = 4,     /* dcp_export_safetensors: tensor bytes placed */
+  DCP_PHASE_VERIFY = 5      /* dcp_verify: raw bytes checked */
+} dcp_phase;
+
+/* The phase's name ("save", "load", "import", "export", "verify"), or
+ * "unknown". Static storage. */
+DCP_API const char *dcp_phase_name(dcp_phase phase);
+
+/* A phase progress callback: done of total bytes of phase. Called on the
+ * thread doing the work (for a load, possibly its reader thread, never two
+ * at once for one operation), after each chunk, item or window: often for
+ * small chunks, so keep it cheap and rate-limit any drawing. It must not call
+ * into the library with the context it reports on. */
+typedef void (*dcp_phase_progress_fn)(void *arg, dcp_phase phase, uint64_t done,
+                                      uint64_t total);
+
+/* Have dcp_save, dcp_load, dcp_import_safetensors, dcp_export_safetensors
+ * and dcp_verify on ctx report to fn(arg, ...), or stop (fn NULL). Each rank
+ * reports its own bytes; saves of a detached rank (no collective) and async
+ * saves (their writer process) report nothing. Independent of
+ * dcp_ctx_set_progress: both are called when both are set. NULL ctx is a
+ * no-op. Not thread-safe against a running operation on ctx. */
+DCP_API void dcp_ctx_set_phase_progress(dcp_ctx *ctx, dcp_phase_progress_fn fn, void *arg);
+
+/* Read bytes [offset, offset + len) of the row-major image of tensor number
+ * `tensor` of the view meta (opened on the checkpoint at ckpt) into buf,
+ * verifying every block read: only the blocks that hold those bytes are
+ * read, so a tensor of any size can be streamed through a small buffer
+ * (what `dcp diff` does). Coverage is checked on every call. Single rank,
+ * not collective.
+ * Errors: DCP_EINVAL (NULL, the range outside the tensor), DCP_ENOTFOUND
+ * (index out of range, a missing file), DCP_EINCOMPLETE (the chunks do not
+ * cover the tensor), DCP_ECORRUPT (a checksum; the message names file,
+ * block and fqn), DCP_EIO, DCP_ENOMEM. Message on ctx. */
+DCP_API dcp_status dcp_read_tensor_range(dcp_ctx *ctx, const char *ckpt, dcp_meta *meta,
+                                         size_t tensor, uint64_t offset, void *buf,
+                                         size_t len);
 
 /* ------------------------------------------------------------------------ */
 /* Checkpoint manager: steps, retention, latest, resume                     */

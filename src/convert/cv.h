@@ -12,6 +12,9 @@
 #include "runtime/rt.h"
 
 #define DCPI_CV_WINDOW (64u << 20) /* bytes read or copied at a time */
+/* The export's window of a tensor: with the block reader's own window over
+ * the blocks it touches, this keeps an export's memory near 100 MiB. */
+#define DCPI_CV_EXPORT_WINDOW (32u << 20)
 
 /* Open the context's storage plugin on directory dir (flags DCP_STORAGE_*)
  * into *rt, without touching the context's statistics. Errors in err. */
@@ -45,10 +48,13 @@ dcp_status dcpi_cv_resolve_source(const char *dir, const char *name, char **rdir
 dcp_status dcpi_cv_read_st_header(dcpi_rt *rt, const char *name, const char *shown,
                                   dcpi_st_header **out, dcpi_err *err);
 
-/* Progress of one operation: forwards to the context's callback. */
+/* Progress of one operation: forwards to the context's callbacks (the
+ * plain one and the phase one). phase 0 is DCP_PHASE_VERIFY (verify.c
+ * leaves it unset). */
 typedef struct dcpi_cv_progress {
   dcp_ctx *ctx;
   uint64_t done, total;
+  dcp_phase phase;
 } dcpi_cv_progress;
 
 void dcpi_cv_progress_add(dcpi_cv_progress *p, uint64_t n);
@@ -65,6 +71,18 @@ dcp_status dcpi_cv_check_coverage(dcp_meta *m, size_t ti, dcpi_err *err);
  * progress (may be NULL) counts the bytes read. */
 dcp_status dcpi_cv_read_tensor(dcpi_block_reader *br, dcp_meta *m, size_t ti, uint8_t *buf,
                                size_t len, dcpi_cv_progress *progress, dcpi_err *err);
+
+/* Bytes [offset, offset + len) of tensor ti's row-major image into buf,
+ * from the chunks that hold them, verifying every block read (whole blocks
+ * around the window are read and checked; nothing else). Coverage is the
+ * caller's to check first (dcpi_cv_check_coverage): a window of a tensor
+ * whose chunks leave a gap keeps whatever buf held there. Memory beyond buf
+ * is the block reader's window over the blocks touched, never the tensor.
+ * Errors: DCP_EINVAL (the window leaves the tensor), DCP_ECORRUPT, storage
+ * errors. */
+dcp_status dcpi_cv_read_window(dcpi_block_reader *br, dcp_meta *m, size_t ti, uint64_t offset,
+                               uint8_t *buf, size_t len, dcpi_cv_progress *progress,
+                               dcpi_err *err);
 
 /* Byte size of tensor ti of m into *bytes. Errors: DCP_EOVERFLOW. */
 dcp_status dcpi_cv_tensor_bytes(const dcp_meta *m, size_t ti, uint64_t *bytes, dcpi_err *err);

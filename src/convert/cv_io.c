@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "convert/cv.h"
+#include "core/progress.h"
 
 void dcp_ctx_set_progress(dcp_ctx *ctx, dcp_progress_fn fn, void *arg) {
   if (!ctx) return;
@@ -21,6 +22,7 @@ void dcpi_cv_progress_add(dcpi_cv_progress *p, uint64_t n) {
   if (!p) return;
   p->done += n;
   if (p->ctx && p->ctx->progress) p->ctx->progress(p->ctx->progress_arg, p->done, p->total);
+  dcpi_progress(p->ctx, p->phase ? p->phase : DCP_PHASE_VERIFY, p->done, p->total);
 }
 
 dcp_status dcpi_cv_open(dcpi_rt *rt, dcp_ctx *ctx, const char *dir, uint32_t flags,

@@ -1,6 +1,6 @@
 /* export.c — dcp_export_safetensors: a checkpoint to safetensors, one file
- * or shards of a maximum size with an index.json, one tensor in memory at a
- * time. */
+ * or shards of a maximum size with an index.json, streamed: a window of one
+ * tensor in memory at a time. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -98,18 +98,23 @@ static dcp_status shard_header(export_job *j, uint32_t k, uint8_t **hdr, size_t 
   return s;
 }
 
+/* Tensor t streamed into f window by window: memory holds one window
+ * (DCPI_CV_EXPORT_WINDOW at most), whatever the tensor's size. */
 static dcp_status write_tensor(export_job *j, dcp_storage_file *f, size_t t) {
-  if (j->bytes[t] > SIZE_MAX / 2)
-    return dcpi_fail(&j->err, DCP_ENOMEM, "tensor %zu is too large for memory", t);
-  size_t n = (size_t)j->bytes[t];
-  if (n > j->cap) {
-    uint8_t *p = realloc(j->buf, n);
-    if (!p) return dcpi_fail(&j->err, DCP_ENOMEM, "out of memory for a %zu-byte tensor", n);
-    j->buf = p, j->cap = n;
+  uint64_t total = j->bytes[t];
+  size_t win = total < DCPI_CV_EXPORT_WINDOW ? (size_t)total : DCPI_CV_EXPORT_WINDOW;
+  if (win > j->cap) {
+    uint8_t *p = realloc(j->buf, win);
+    if (!p) return dcpi_fail(&j->err, DCP_ENOMEM, "out of memory for a %zu-byte window", win);
+    j->buf = p, j->cap = win;
   }
-  dcp_status s = dcpi_cv_read_tensor(j->br, j->m, t, j->buf, n, &j->pr, &j->err);
-  /* an empty tensor has nothing to write (and j->buf may still be NULL) */
-  return s || !n ? s : dcpi_rt_file_write(&j->out, f, j->buf, n, &j->err);
+  dcp_status s = dcpi_cv_check_coverage(j->m, t, &j->err);
+  for (uint64_t at = 0; at < total && !s; at += win) {
+    size_t n = total - at < win ? (size_t)(total - at) : win;
+    s = dcpi_cv_read_window(j->br, j->m, t, at, j->buf, n, &j->pr, &j->err);
+    if (!s) s = dcpi_rt_file_write(&j->out, f, j->buf, n, &j->err);
+  }
+  return s;
 }
 
 static dcp_status write_shard(export_job *j, uint32_t k) {
@@ -183,7 +188,7 @@ static dcp_status run(export_job *j, const char *ckpt, const char *outdir, uint6
 dcp_status dcp_export_safetensors(dcp_ctx *ctx, const char *ckpt, const char *outdir,
                                   uint64_t max_shard_bytes) {
   if (!ctx) return DCP_EINVAL;
-  export_job j = {.ctx = ctx, .pr = {.ctx = ctx}};
+  export_job j = {.ctx = ctx, .pr = {.ctx = ctx, .phase = DCP_PHASE_EXPORT}};
   dcpi_err_clear(&j.err);
   dcp_status s;
   if (!ckpt || !*ckpt || !outdir || !*outdir)

@@ -295,7 +295,7 @@ static dcp_status copy_tensor(import_job *j, dcp_storage_file *f, const dcpi_st_
 
 static dcp_status link_tensor(import_job *j, dcp_storage_file *f, const source *src,
                               const dcpi_st_tensor *t, uint32_t tid) {
-  uint64_t len = t->end - t->begin, bs = DCPI_DEFAULT_BLOCK_SIZE, nb = (len + bs - 1) / bs;
+  uint64_t len = t->end - t->begin, bs = DCPI_SAVE_DEFAULT_BLOCK_SIZE, nb = (len + bs - 1) / bs;
   if (!len) return DCP_OK;
   uint64_t *cks = malloc(nb * sizeof *cks);
   if (!cks) return dcpi_fail(&j->err, DCP_ENOMEM, "out of memory for block checksums");
@@ -394,7 +394,7 @@ static dcp_status open_outputs(import_job *j) {
     return s;
   }
   s = dcpi_md_add_file(j->md, name, &j->data_file, &j->err);
-  return s ? s : dcpi_block_writer_open(&j->dst, name, DCPI_DEFAULT_BLOCK_SIZE, false, 0, &j->w,
+  return s ? s : dcpi_block_writer_open(&j->dst, name, DCPI_SAVE_DEFAULT_BLOCK_SIZE, false, 0, &j->w,
                                         &j->err);
 }
 
@@ -478,7 +478,7 @@ static void job_free(import_job *j, bool failed) {
 dcp_status dcp_import_safetensors(dcp_ctx *ctx, const char *src, const char *ckpt,
                                   uint32_t flags) {
   if (!ctx) return DCP_EINVAL;
-  import_job j = {.ctx = ctx, .flags = flags, .pr = {.ctx = ctx}};
+  import_job j = {.ctx = ctx, .flags = flags, .pr = {.ctx = ctx, .phase = DCP_PHASE_IMPORT}};
   dcpi_err_clear(&j.err);
   dcp_status s;
   if (!src || !*src || !ckpt || !*ckpt)

@@ -113,11 +113,13 @@ dcp_status dcpi_cv_check_coverage(dcp_meta *m, size_t ti, dcpi_err *err) {
   return DCP_OK;
 }
 
-/* Copies a chunk's raw bytes, row by row, to their place in the tensor. */
+/* Copies the rows of a chunk that fall in a window [lo, hi) of the
+ * tensor's row-major bytes to their place in the window. */
 typedef struct place_ctx {
   const dcp_tensor_info *t;
   const dcp_box *box;
-  uint8_t *dst;
+  uint8_t *dst; /* the window: tensor byte lo is dst[0] */
+  uint64_t lo, hi;
   size_t esize, row_bytes;
   dcpi_cv_progress *progress;
 } place_ctx;
@@ -138,56 +140,104 @@ static uint64_t row_dest(const place_ctx *p, uint64_t r) {
   return elem * p->esize;
 }
 
+/* Rows [*r0, *r1) of the box (nrows in all) are those with a byte in
+ * [lo, hi): a box's rows lie in the tensor in increasing order, so both
+ * ends are found by bisection. */
+static void rows_in_window(const place_ctx *p, uint64_t nrows, uint64_t *r0, uint64_t *r1) {
+  uint64_t a = 0, b = nrows;
+  while (a < b) { /* first row ending after lo */
+    uint64_t m = a + (b - a) / 2;
+    if (row_dest(p, m) + p->row_bytes > p->lo) b = m;
+    else a = m + 1;
+  }
+  *r0 = a;
+  b = nrows;
+  while (a < b) { /* first row starting at or after hi */
+    uint64_t m = a + (b - a) / 2;
+    if (row_dest(p, m) >= p->hi) b = m;
+    else a = m + 1;
+  }
+  *r1 = a;
+}
+
 static dcp_status place(void *arg, uint64_t raw_off, const uint8_t *data, size_t len,
                         dcpi_err *err) {
   (void)err;
   place_ctx *p = arg;
-  uint64_t at = raw_off;
+  uint64_t at = raw_off, placed = 0;
   size_t left = len;
   while (left) {
     uint64_t r = at / p->row_bytes, w = at % p->row_bytes;
     size_t n = (size_t)(p->row_bytes - w) < left ? (size_t)(p->row_bytes - w) : left;
-    memcpy(p->dst + row_dest(p, r) + w, data, n);
+    uint64_t d0 = row_dest(p, r) + w, d1 = d0 + n;
+    uint64_t c0 = d0 > p->lo ? d0 : p->lo, c1 = d1 < p->hi ? d1 : p->hi;
+    if (c0 < c1) {
+      memcpy(p->dst + (c0 - p->lo), data + (c0 - d0), (size_t)(c1 - c0));
+      placed += c1 - c0;
+    }
     data += n, at += n, left -= n;
   }
-  dcpi_cv_progress_add(p->progress, len);
+  dcpi_cv_progress_add(p->progress, placed);
   return DCP_OK;
 }
 
+/* The part of chunk c that falls in [lo, lo + len) of the tensor, into buf. */
 static dcp_status read_chunk(dcpi_block_reader *br, dcp_meta *m, const dcp_tensor_info *t,
-                             size_t ti, size_t c, uint8_t *buf, dcpi_cv_progress *pr,
-                             dcpi_err *err) {
+                             size_t ti, size_t c, uint64_t lo, uint8_t *buf, size_t len,
+                             dcpi_cv_progress *pr, dcpi_err *err) {
   dcp_chunk_info ci;
   const char *file;
   dcp_status s = dcp_meta_chunk(m, ti, c, &ci);
   if (!s) s = dcp_meta_file(m, ci.ref.file, &file);
   if (s) return dcpi_fail(err, DCP_ECORRUPT, "tensor '%s': chunk %zu unreadable", t->fqn, c);
+  size_t es = dcp_dtype_size(t->dtype);
+  place_ctx p = {.t = t, .box = &ci.box, .dst = buf, .lo = lo, .hi = lo + len, .esize = es,
+                 .progress = pr,
+                 .row_bytes = t->ndim ? (size_t)ci.box.size[t->ndim - 1] * es : es};
+  if (!p.row_bytes || !ci.ref.raw_length) return DCP_OK; /* an empty box */
+  uint64_t r0, r1;
+  rows_in_window(&p, ci.ref.raw_length / p.row_bytes, &r0, &r1);
+  if (r0 >= r1) return DCP_OK;
   char what[DCPI_ERR_MSG_MAX / 2];
   dcpi_cv_describe_box(what, sizeof what, t->fqn, &ci.box);
-  size_t es = dcp_dtype_size(t->dtype);
-  place_ctx p = {.t = t, .box = &ci.box, .dst = buf, .esize = es, .progress = pr,
-                 .row_bytes = t->ndim ? (size_t)ci.box.size[t->ndim - 1] * es : es};
-  return dcpi_block_read(br, file, &ci.ref, 0, ci.ref.raw_length, what, place, &p, err);
+  return dcpi_block_read(br, file, &ci.ref, r0 * p.row_bytes, r1 * p.row_bytes, what, place, &p,
+                         err);
 }
 
-dcp_status dcpi_cv_read_tensor(dcpi_block_reader *br, dcp_meta *m, size_t ti, uint8_t *buf,
-                               size_t len, dcpi_cv_progress *progress, dcpi_err *err) {
+dcp_status dcpi_cv_read_window(dcpi_block_reader *br, dcp_meta *m, size_t ti, uint64_t offset,
+                               uint8_t *buf, size_t len, dcpi_cv_progress *progress,
+                               dcpi_err *err) {
   dcp_tensor_info t;
   uint64_t bytes;
   dcp_status s = dcpi_cv_tensor_bytes(m, ti, &bytes, err);
   if (!s) s = dcp_meta_tensor(m, ti, &t);
   if (s) return s;
-  if (bytes != len)
-    return dcpi_fail(err, DCP_EINVAL, "tensor '%s' has %llu bytes, the buffer %zu", t.fqn,
-                     (unsigned long long)bytes, len);
-  if ((s = dcpi_cv_check_coverage(m, ti, err))) return s;
-  for (size_t c = 0; c < t.chunk_count && !s; c++)
-    s = read_chunk(br, m, &t, ti, c, buf, progress, err);
+  if (offset > bytes || len > bytes - offset)
+    return dcpi_fail(err, DCP_EINVAL, "tensor '%s' has %llu bytes: [%llu, +%zu) lies outside",
+                     t.fqn, (unsigned long long)bytes, (unsigned long long)offset, len);
+  for (size_t c = 0; c < t.chunk_count && !s && len; c++)
+    s = read_chunk(br, m, &t, ti, c, offset, buf, len, progress, err);
   return s;
 }
 
-dcp_status dcp_read_tensor(dcp_ctx *ctx, const char *ckpt, dcp_meta *meta, size_t tensor,
-                           void *buf, size_t len) {
+dcp_status dcpi_cv_read_tensor(dcpi_block_reader *br, dcp_meta *m, size_t ti, uint8_t *buf,
+                               size_t len, dcpi_cv_progress *progress, dcpi_err *err) {
+  uint64_t bytes;
+  dcp_status s = dcpi_cv_tensor_bytes(m, ti, &bytes, err);
+  if (s) return s;
+  if (bytes != len) {
+    dcp_tensor_info t;
+    dcp_meta_tensor(m, ti, &t);
+    return dcpi_fail(err, DCP_EINVAL, "tensor '%s' has %llu bytes, the buffer %zu", t.fqn,
+                     (unsigned long long)bytes, len);
+  }
+  if ((s = dcpi_cv_check_coverage(m, ti, err))) return s;
+  return dcpi_cv_read_window(br, m, ti, 0, buf, len, progress, err);
+}
+
+/* Open ckpt's storage and a block reader, run one read, close. */
+static dcp_status read_public(dcp_ctx *ctx, const char *ckpt, dcp_meta *meta, size_t tensor,
+                              uint64_t offset, void *buf, size_t len, bool whole) {
   if (!ctx) return DCP_EINVAL;
   dcpi_err err;
   dcpi_err_clear(&err);
@@ -199,8 +249,20 @@ dcp_status dcp_read_tensor(dcp_ctx *ctx, const char *ckpt, dcp_meta *meta, size_
   dcpi_block_reader *br = NULL;
   dcp_status s = dcpi_cv_open(&rt, ctx, ckpt, 0, &err);
   if (!s) s = dcpi_block_reader_create(&rt, &br, &err);
-  if (!s) s = dcpi_cv_read_tensor(br, meta, tensor, buf, len, NULL, &err);
+  if (!s && whole) s = dcpi_cv_read_tensor(br, meta, tensor, buf, len, NULL, &err);
+  if (!s && !whole) s = dcpi_cv_check_coverage(meta, tensor, &err);
+  if (!s && !whole) s = dcpi_cv_read_window(br, meta, tensor, offset, buf, len, NULL, &err);
   dcpi_block_reader_free(br);
   dcpi_cv_close(&rt);
   return dcpi_ctx_report(ctx, &err);
+}
+
+dcp_status dcp_read_tensor(dcp_ctx *ctx, const char *ckpt, dcp_meta *meta, size_t tensor,
+                           void *buf, size_t len) {
+  return read_public(ctx, ckpt, meta, tensor, 0, buf, len, true);
+}
+
+dcp_status dcp_read_tensor_range(dcp_ctx *ctx, const char *ckpt, dcp_meta *meta, size_t tensor,
+                                 uint64_t offset, void *buf, size_t len) {
+  return read_public(ctx, ckpt, meta, tensor, offset, buf, len, false);
 }

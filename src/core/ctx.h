@@ -49,6 +49,8 @@ struct dcp_ctx {
   dcp_stats stats;       /* of the last save or load */
   dcp_progress_fn progress; /* conversions and verification; NULL: none */
   void *progress_arg;
+  dcp_phase_progress_fn phase_progress; /* by phase (core/progress.h); NULL: none */
+  void *phase_progress_arg;
   _Atomic(dcpi_ctx_ext *) ext[DCPI_CTX_NSLOTS]; /* NULL until attached */
 };
 

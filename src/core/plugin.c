@@ -308,14 +308,18 @@ static dcp_status dirs_add_self(dir_list *d) {
   return rc;
 }
 
-/* Every directory to search for a plugin, in order. */
+/* Every directory to search for a plugin, in order: what the caller and
+ * the environment name, then next to the libdcp actually loaded, and only
+ * then the compiled-in install directory, so that an install used from
+ * another prefix (or a build tree) gets its own plugins, never a stale or
+ * broken one of the prefix it was configured for. */
 static dcp_status dirs_collect(dir_list *d, const char *extra_path) {
   dcp_status rc = dirs_add_list(d, extra_path);
   if (!rc) rc = dirs_add_list(d, getenv("DCP_PLUGIN_PATH"));
+  if (!rc) rc = dirs_add_self(d);
 #ifdef DCP_PLUGIN_INSTALL_DIR
   if (!rc) rc = dirs_add_list(d, DCP_PLUGIN_INSTALL_DIR);
 #endif
-  if (!rc) rc = dirs_add_self(d);
   return rc;
 }
 
@@ -340,8 +344,8 @@ static dcp_status load_file(const char *path, uint32_t kind, const char *name,
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     const char *why = dlerror();
-    return dcpi_fail(err, DCP_EPLUGIN, "cannot load %s plugin \"%s\": %s", kind_name(kind), name,
-                     why ? why : path);
+    return dcpi_fail(err, DCP_EPLUGIN, "cannot load %s plugin \"%s\" from %s: %s",
+                     kind_name(kind), name, path, why ? why : "dlopen failed");
   }
   dlerror(); /* clear, so a NULL from dlsym is told apart from an error */
   void *sym = dlsym(h, DCP_PLUGIN_ENTRY_SYMBOL);
@@ -349,7 +353,11 @@ static dcp_status load_file(const char *path, uint32_t kind, const char *name,
     return dcpi_fail(err, DCP_EPLUGIN, "%s does not export the entry symbol %s", path,
                      DCP_PLUGIN_ENTRY_SYMBOL);
   const void *t = as_entry(sym)(kind);
-  if (!t) return dcpi_fail(err, DCP_EPLUGIN, "%s provides no %s table", path, kind_name(kind));
+  if (!t)
+    return dcpi_fail(err, DCP_EPLUGIN,
+                     "%s provides no %s table (the first dcp-%s-%s.so on the plugin search "
+                     "path is used: set DCP_PLUGIN_PATH to choose another)",
+                     path, kind_name(kind), kind_name(kind), name);
   dcp_status rc = dcpi_plugin_check(kind, t, name, path, err);
   if (rc) return rc;
   *table = t;

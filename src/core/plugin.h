@@ -8,8 +8,10 @@
  *      dcp-coll-single.so cannot replace it by accident);
  *   3. shared objects loaded earlier in this process (the cache);
  *   4. a shared object dcp-<kind>-<name>.so, searched in: extra_path's
- *      directories, $DCP_PLUGIN_PATH's directories, DCP_PLUGIN_INSTALL_DIR,
- *      then <dir of libdcp.so>/dcp and <dir of libdcp.so>.
+ *      directories, $DCP_PLUGIN_PATH's directories, <dir of libdcp.so>/dcp
+ *      and <dir of libdcp.so>, then DCP_PLUGIN_INSTALL_DIR (last: the
+ *      library actually loaded finds its own plugins before those of the
+ *      prefix it was configured for). Every error names the file tried.
  *
  * The first file that exists is the one used: if it fails to load or to
  * validate, that is the error (a broken plugin is never silently skipped in

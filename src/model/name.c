@@ -56,16 +56,29 @@ const char *dcpi_name_violation(const char *name, size_t len, size_t *at) {
   return NULL;
 }
 
-/* Copy up to the first `at` bytes of name into buf when they are printable
- * ASCII (else "" ): enough to find the name without echoing hostile bytes. */
-static const char *printable_prefix(const char *name, size_t at, char *buf, size_t cap) {
-  size_t n = at < cap - 1 ? at : cap - 1, i = 0;
-  for (; i < n; i++) {
-    unsigned char c = (unsigned char)name[i];
-    if (c < 0x20 || c >= 0x7F) break;
-    buf[i] = (char)c;
+/* The whole name into buf for a message, quoted by the caller: printable
+ * ASCII and valid UTF-8 sequences as they are, any other byte (a control
+ * character, a NUL, a stray byte) as \xNN, so no hostile byte is echoed;
+ * cut with "..." when it does not fit in cap. */
+static const char *shown_name(const char *name, size_t len, char *buf, size_t cap) {
+  const unsigned char *s = (const unsigned char *)name;
+  size_t o = 0, i = 0;
+  while (i < len) {
+    size_t n = s[i] >= 0x20 && s[i] != 0x7F ? utf8_seq(s + i, len - i) : 0;
+    size_t need = n ? n : 4;
+    if (o + need + 4 > cap) {
+      memcpy(buf + o, "...", 4);
+      return buf;
+    }
+    if (n) memcpy(buf + o, s + i, n);
+    else {
+      static const char hex[] = "0123456789abcdef";
+      buf[o] = '\\', buf[o + 1] = 'x', buf[o + 2] = hex[s[i] >> 4], buf[o + 3] = hex[s[i] & 15];
+    }
+    o += need;
+    i += n ? n : 1;
   }
-  buf[i] = '\0';
+  buf[o] = '\0';
   return buf;
 }
 
@@ -75,10 +88,9 @@ dcp_status dcpi_name_check(const char *name, size_t len, const char *what, dcp_s
   const char *why = dcpi_name_violation(name, len, &at);
   if (!why) return DCP_OK;
   if (!name || len == 0) return dcpi_fail(err, code, "%s %s", what, why);
-  char head[64];
-  printable_prefix(name, at, head, sizeof head);
-  if (len > DCP_MAX_NAME) return dcpi_fail(err, code, "%s '%s...' %s", what, head, why);
-  return dcpi_fail(err, code, "%s '%s%s' %s at byte %zu (fqns and keys must be UTF-8 without "
-                   "NUL, control characters, '/', '\\' or \"..\")", what, head,
-                   at >= sizeof head - 1 ? "..." : "", why, at);
+  char shown[256];
+  shown_name(name, len > DCP_MAX_NAME ? DCP_MAX_NAME : len, shown, sizeof shown);
+  if (len > DCP_MAX_NAME) return dcpi_fail(err, code, "%s '%s' %s", what, shown, why);
+  return dcpi_fail(err, code, "%s '%s' %s at byte %zu (fqns and keys must be UTF-8 without "
+                   "NUL, control characters, '/', '\\' or \"..\")", what, shown, why, at);
 }

@@ -18,6 +18,7 @@
 
 #include "metadata/view.h"
 #include "model/box.h"
+#include "core/progress.h"
 #include "runtime/load_int.h"
 
 /* ---- reading one chunk ---------------------------------------------------- */
@@ -141,6 +142,8 @@ typedef struct exec {
   uint32_t *own;  /* the chunks it reads for itself */
   size_t nown;
   int64_t max_inflight;
+  dcp_ctx *ctx;         /* for DCP_PHASE_LOAD_READ reports */
+  uint64_t total;       /* the bytes of runits and own */
   /* shared, under mu */
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -160,7 +163,9 @@ typedef struct exec {
 static void read_one(exec *x, uint32_t chunk) {
   if (x->rs) return;
   x->rs = dcpi_load_read_chunk(x->br, x->m, x->st, x->plan, chunk, &x->rerr);
-  if (!x->rs) x->payload += (uint64_t)x->st->chunks[chunk].nbytes;
+  if (x->rs) return;
+  x->payload += (uint64_t)x->st->chunks[chunk].nbytes;
+  dcpi_progress(x->ctx, DCP_PHASE_LOAD_READ, x->payload, x->total);
 }
 
 static void read_unit(exec *x, const dcpi_bcast_unit *u) {
@@ -239,7 +244,7 @@ dcp_status dcpi_load_exec(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
                           dcpi_block_reader *br, bool pipeline, uint64_t max_inflight,
                           dcpi_load_counts *counts) {
   memset(counts, 0, sizeof *counts);
-  exec x = {.m = m, .st = st, .plan = plan, .sc = sc, .br = br,
+  exec x = {.m = m, .st = st, .plan = plan, .sc = sc, .br = br, .ctx = rt->ctx,
             .max_inflight = max_inflight > INT64_MAX ? INT64_MAX : (int64_t)max_inflight};
   dcpi_err_clear(&x.rerr);
   /* With broadcasts to run, the schedule brought the working memory
@@ -256,6 +261,12 @@ dcp_status dcpi_load_exec(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
     if (sc->units[u].reader == rt->ctx->rank) x.runits[x.nr++] = u;
   for (size_t c = 0; c < st->nchunks; c++)
     if (sc->role[c] == DCPI_CHUNK_OWN && st->chunks[c].nbytes > 0) x.own[x.nown++] = (uint32_t)c;
+  for (size_t k = 0; k < x.nr; k++) {
+    const dcpi_bcast_unit *u = &sc->units[x.runits[k]];
+    for (size_t i = 0; i < u->count; i++)
+      x.total += (uint64_t)st->chunks[sc->items[u->first + i]].nbytes;
+  }
+  for (size_t i = 0; i < x.nown; i++) x.total += (uint64_t)st->chunks[x.own[i]].nbytes;
 
   bool threaded = false;
   if (pipeline && sc->nunits > 0 && (x.nr > 0 || x.nown > 0)) {

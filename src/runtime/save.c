@@ -19,6 +19,7 @@
 
 #include "base/checked.h"
 #include "base/wire.h"
+#include "core/progress.h"
 #include "model/state.h"
 #include "planner/save_plan.h"
 #include <xxhash.h>
@@ -56,6 +57,8 @@ typedef struct save_job {
   dcpi_base base;            /* rank 0: what the directory held at the start */
   const dcpi_base *expected; /* rank 0: what it held when an async save started */
   dcpi_lease *lease;         /* rank 0: the directory's, while the save runs */
+  bool counting;             /* a first walk of the assignment: sizes only */
+  uint64_t prog_done, prog_total; /* DCP_PHASE_SAVE_WRITE progress */
 } save_job;
 
 static void job_free(save_job *j) {
@@ -284,6 +287,10 @@ out:
 static dcp_status write_piece(save_job *j, uint8_t kind, uint64_t gidx, const void *data,
                               uint64_t len, dcpi_err *err) {
   dcpi_rt *rt = j->rt;
+  if (j->counting) {
+    j->prog_total += len;
+    return DCP_OK;
+  }
   if (!j->writer) {
     char name[DCPI_NAME_MAX];
     dcpi_name_data(name, rt->ctx->rank, 0, j->ident.tag);
@@ -299,6 +306,8 @@ static dcp_status write_piece(save_job *j, uint8_t kind, uint64_t gidx, const vo
   dcpi_ref_free(&ref);
   rt->ctx->stats.items_written++;
   rt->ctx->stats.data_bytes += len;
+  j->prog_done += len;
+  dcpi_progress(rt->ctx, DCP_PHASE_SAVE_WRITE, j->prog_done, j->prog_total);
   return j->results.status ? dcpi_fail(err, j->results.status, "out of memory") : DCP_OK;
 }
 
@@ -339,10 +348,21 @@ static dcp_status write_assigned(save_job *j, dcpi_rbuf *r, dcpi_err *err) {
   return DCP_OK;
 }
 
+static bool rt_has_progress(const save_job *j) {
+  return j->rt->ctx->phase_progress != NULL;
+}
+
 static dcp_status write_data(save_job *j) {
   dcpi_err *err = &j->rt->err;
   dcpi_rbuf r = {j->assignment, j->assignment_len, 0};
-  dcp_status s = write_assigned(j, &r, err);
+  dcp_status s = DCP_OK;
+  if (rt_has_progress(j)) { /* the total first, for the progress reports */
+    dcpi_rbuf sizes = r;
+    j->counting = true;
+    s = write_assigned(j, &sizes, err);
+    j->counting = false;
+  }
+  if (!s) s = write_assigned(j, &r, err);
   if (!j->writer) return s;
   j->file_length = dcpi_block_writer_length(j->writer);
   dcp_status c = dcpi_block_writer_close(j->writer, s == DCP_OK, s ? NULL : err);

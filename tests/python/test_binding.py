@@ -124,6 +124,27 @@ class Conversions(Base):
         with self.assertRaises(TypeError):
             self.ctx.set_progress(42)
 
+    def test_phase_progress_of_save_load_and_export(self):
+        w = np.arange(300 * 64, dtype=np.float32).reshape(300, 64)
+        calls = []
+        _dcp.set_phase_progress(self.ctx, lambda *a: calls.append(a))
+        dcp.save(self.ctx, {"w": w, "b": np.ones(3, np.int64)}, self.path("c"))
+        out = np.zeros_like(w)
+        dcp.load(self.ctx, {"w": out}, self.path("c"))
+        dcp.export_safetensors(self.ctx, self.path("c"), self.path("st"))
+        _dcp.set_phase_progress(self.ctx, None)
+        dcp.verify(self.ctx, self.path("c"))  # no longer reported
+        phases = [c[0] for c in calls]
+        self.assertEqual(sorted(set(phases)), ["export", "load", "save"])
+        for phase, total in (("save", w.nbytes + 24), ("load", w.nbytes),
+                             ("export", w.nbytes + 24)):
+            mine = [c for c in calls if c[0] == phase]
+            self.assertEqual(mine[-1][1:], (total, total), phase)  # ends at done == total
+            dones = [c[1] for c in mine]
+            self.assertEqual(dones, sorted(dones), phase)  # never goes back
+        with self.assertRaises(TypeError):
+            _dcp.set_phase_progress(self.ctx, 42)
+
     def test_meta_from_memory_and_boxes(self):
         dcp.save(self.ctx, {"w": np.zeros((2, 3), np.float32)}, self.path("c"))
         with open(os.path.join(self.path("c"), ".metadata"), "rb") as f:

@@ -27,10 +27,10 @@ static void slurp_into(const char *path, char *buf, size_t cap) {
 
 /* Run `dcp ARGS` in the test directory; stdout and stderr land in g_out and
  * g_err; returns the exit status. */
-static int dcp(const char *args) {
+static int dcp_env(const char *env, const char *args) {
   char cmd[PATH_MAX * 3];
-  snprintf(cmd, sizeof cmd, "sh -c 'cd \"%s\" && \"%s\" %s >out.txt 2>err.txt'", g_dir, g_dcp,
-           args);
+  snprintf(cmd, sizeof cmd, "sh -c 'cd \"%s\" && %s \"%s\" %s >out.txt 2>err.txt'", g_dir, env,
+           g_dcp, args);
   int st = system(cmd);
   char p[PATH_MAX + 16];
   snprintf(p, sizeof p, "%s/out.txt", g_dir);
@@ -40,6 +40,8 @@ static int dcp(const char *args) {
   assert_true(WIFEXITED(st));
   return WEXITSTATUS(st);
 }
+
+static int dcp(const char *args) { return dcp_env("", args); }
 
 static void expect(const char *args, int rc, const char *in_out) {
   int got = dcp(args);
@@ -108,7 +110,32 @@ static void test_help_and_usage(void **state) {
   assert_int_equal(dcp("export ck --to out --max-shard-size 5XB"), 2);
   assert_int_equal(dcp("ls nowhere"), 3);
   assert_non_null(strstr(g_err, "nowhere"));
+  /* dcp help COMMAND is COMMAND --help; every help lists the common options */
+  expect("help ls", 0, "usage: dcp ls");
+  assert_non_null(strstr(g_out, "--quiet"));
+  assert_non_null(strstr(g_out, "--json"));
+  assert_null(strstr(g_out, "commands:"));
+  expect("help diff", 0, "usage: dcp diff");
+  expect("help", 0, "commands:");
+  assert_int_equal(dcp("help frobnicate"), 2);
+  assert_int_equal(dcp("help ls extra"), 2);
+  expect("--help", 0, "--version");
+  expect("--version", 0, "dcp ");
+  expect("verify --help", 0, "3 error");
+  assert_non_null(strstr(g_out, "1 problems found"));
+  assert_non_null(strstr(g_out, ".metadata")); /* a damaged .metadata is under 1 */
 }
+
+static json_t *json_out(void) {
+  json_error_t je;
+  json_t *root = json_loads(g_out, 0, &je);
+  if (!root) fprintf(stderr, "not one JSON object (%s):\n%s\n", je.text, g_out);
+  assert_non_null(root);
+  return root;
+}
+
+static const char *jstr(json_t *o, const char *k) { return json_string_value(json_object_get(o, k)); }
+static json_int_t jint(json_t *o, const char *k) { return json_integer_value(json_object_get(o, k)); }
 
 static void test_import_inspect_verify(void **state) {
   (void)state;
@@ -116,8 +143,8 @@ static void test_import_inspect_verify(void **state) {
   assert_string_equal(g_err, ""); /* no progress when stderr is not a terminal */
   expect("import src/m.safetensors --to ck", 3, NULL); /* already committed */
   assert_non_null(strstr(g_err, "committed checkpoint exists"));
-  expect("ls ck", 0, "enc.w\tF32\t[40, 30]\t1 chunks\t4800 bytes");
-  assert_non_null(strstr(g_out, "enc.b\tBF16\t[30]"));
+  expect("ls ck", 0, "enc.w\tF32\t[40, 30]\t1\t4800\t-\n");
+  assert_non_null(strstr(g_out, "enc.b\tBF16\t[30]\t1\t60\t-\n"));
   expect("inspect ck", 0, "format = pt");
   assert_non_null(strstr(g_out, "data-00000."));
   assert_non_null(strstr(g_out, "world size   1"));
@@ -130,9 +157,76 @@ static void test_import_inspect_verify(void **state) {
   assert_int_equal(json_array_size(json_object_get(root, "tensors")), 2);
   json_decref(root);
   expect("verify ck", 0, ": OK");
+  /* --json: one object, with command, exit_code and error on every command */
+  expect("ls ck --json", 0, NULL);
+  root = json_out();
+  assert_string_equal(jstr(root, "command"), "ls");
+  assert_int_equal(jint(root, "exit_code"), 0);
+  assert_true(json_is_null(json_object_get(root, "error")));
+  json_t *t0 = json_array_get(json_object_get(root, "tensors"), 1);
+  assert_string_equal(jstr(t0, "fqn"), "enc.w");
+  assert_int_equal(jint(t0, "bytes"), 4800);
+  assert_int_equal(json_integer_value(json_array_get(json_object_get(t0, "shape"), 1)), 30);
+  json_decref(root);
+  expect("verify ck --json", 0, NULL);
+  root = json_out();
+  assert_true(json_is_true(json_object_get(root, "ok")));
+  assert_int_equal(jint(root, "tensors"), 2);
+  assert_int_equal(jint(root, "problems"), 0);
+  json_decref(root);
+  expect("ls nowhere --json", 3, NULL);
+  root = json_out();
+  assert_int_equal(jint(root, "exit_code"), 3);
+  assert_non_null(strstr(jstr(json_object_get(root, "error"), "message"), "nowhere"));
+  json_decref(root);
+  expect("inspect ck --json", 0, NULL);
+  root = json_out();
+  assert_string_equal(jstr(root, "command"), "inspect");
+  assert_int_equal(jint(root, "format_version") > 0, 1);
+  json_decref(root);
   expect("import src/m.safetensors --to src --link", 0, "(linked)");
   expect("verify src", 0, ": OK");
   expect("import src/m.safetensors --to elsewhere --link", 3, NULL);
+}
+
+/* --to creates the missing parents; the non-terminal progress mode prints
+ * lines (every report with DCP_PROGRESS_INTERVAL=0), --quiet none. */
+static void test_parents_progress_json(void **state) {
+  (void)state;
+  expect("import src/m.safetensors --to deep/er/ck --json", 0, NULL);
+  json_t *root = json_out();
+  assert_string_equal(jstr(root, "command"), "import");
+  assert_string_equal(jstr(root, "checkpoint"), "deep/er/ck");
+  assert_true(json_is_false(json_object_get(root, "linked")));
+  json_decref(root);
+  expect("verify deep/er/ck", 0, ": OK");
+  expect("export deep/er/ck --to far/away/out", 0, "exported");
+  struct stat sb;
+  assert_int_equal(stat(at("far/away/out/model.safetensors"), &sb), 0);
+  FILE *f = fopen(at("plain"), "w");
+  fclose(f);
+  expect("export ck --to plain/x/y", 3, NULL);
+  assert_non_null(strstr(g_err, "plain"));
+  assert_int_equal(dcp_env("DCP_PROGRESS_INTERVAL=0", "verify ck"), 0);
+  assert_non_null(strstr(g_err, "dcp verify: 100% 4.7 KiB of 4.7 KiB"));
+  assert_int_equal(dcp_env("DCP_PROGRESS_INTERVAL=0", "export ck --to out-p"), 0);
+  assert_non_null(strstr(g_err, "dcp export: 100%"));
+  assert_int_equal(dcp_env("DCP_PROGRESS_INTERVAL=0", "export ck --to out-q -q"), 0);
+  assert_string_equal(g_err, "");
+  assert_string_equal(g_out, "");
+  expect("verify ck", 0, NULL); /* default interval: a short run prints no line */
+  assert_string_equal(g_err, "");
+}
+
+/* A name the fqn rule refuses is quoted whole in the message. */
+static void test_bad_name_quoted_whole(void **state) {
+  (void)state;
+  float v[2] = {1, 2};
+  st_tensor t = {.name = "model/layer.weight", .dtype = "F32", .ndim = 1, .shape = {2},
+                 .data = v, .nbytes = sizeof v};
+  assert_int_equal(st_write(at("slash.safetensors"), &t, 1, NULL, NULL, 0), 0);
+  expect("import slash.safetensors --to slash", 3, NULL);
+  assert_non_null(strstr(g_err, "'model/layer.weight' contains '/' at byte 5"));
 }
 
 static void test_export_diff(void **state) {
@@ -146,13 +240,28 @@ static void test_export_diff(void **state) {
   expect("import shards/model.safetensors.index.json --to ck2 -q", 0, NULL);
   assert_string_equal(g_out, "");
   expect("diff ck ck2", 0, "2 equal, 0 different");
-  expect("diff ck src", 0, "equal      enc.w"); /* copied vs linked */
+  expect("diff ck src", 0, "equal\tenc.w\n"); /* copied vs linked */
   expect("import other.safetensors --to ck3", 0, NULL);
-  expect("diff ck ck3", 1, "different  enc.w  max abs diff 0.25");
-  assert_non_null(strstr(g_out, "equal      enc.b"));
+  expect("diff ck ck3", 1, "different\tenc.w\tmax abs diff 0.25\n");
+  assert_non_null(strstr(g_out, "equal\tenc.b\n"));
   expect("diff --quiet ck ck3", 1, "1 equal, 1 different");
-  assert_null(strstr(g_out, "equal      enc.b"));
+  assert_null(strstr(g_out, "equal\tenc.b"));
   assert_int_equal(dcp("diff ck missing"), 3);
+  expect("diff ck ck3 --json", 1, NULL);
+  json_t *root = json_out();
+  assert_string_equal(jstr(root, "command"), "diff");
+  json_t *ts = json_object_get(root, "tensors");
+  assert_int_equal(json_array_size(ts), 2);
+  assert_string_equal(jstr(json_array_get(ts, 0), "status"), "equal");
+  json_t *d = json_array_get(ts, 1);
+  assert_string_equal(jstr(d, "fqn"), "enc.w");
+  assert_string_equal(jstr(d, "status"), "different");
+  assert_string_equal(jstr(d, "reason"), "values");
+  assert_true(json_real_value(json_object_get(d, "max_abs_diff")) == 0.25);
+  assert_int_equal(jint(json_object_get(root, "summary"), "different"), 1);
+  assert_int_equal(jint(root, "exit_code"), 1);
+  assert_true(json_is_null(json_object_get(root, "error")));
+  json_decref(root);
 }
 
 static void test_verify_corrupt(void **state) {
@@ -170,14 +279,71 @@ static void test_verify_corrupt(void **state) {
   assert_non_null(strstr(g_out, "checksum mismatch"));
   expect("export bad --to badout", 3, NULL);
   assert_non_null(strstr(g_err, "enc.w"));
+  expect("verify bad --json", 1, NULL);
+  json_t *root = json_out();
+  assert_true(json_is_false(json_object_get(root, "ok")));
+  assert_int_equal(jint(root, "problems"), 1);
+  assert_non_null(strstr(jstr(root, "first_problem"), "checksum mismatch"));
+  assert_true(json_is_null(json_object_get(root, "error")));
+  json_decref(root);
+  expect("verify nothing-here", 3, NULL); /* no checkpoint: could not check */
+  expect("verify nothing-here --json", 3, NULL);
+  root = json_out();
+  assert_false(json_is_null(json_object_get(root, "error")));
+  json_decref(root);
+}
+
+/* diff reports a damaged tensor and goes on with the next one: enc.b (the
+ * first in fqn order) is corrupt on side A, enc.w is still compared. */
+static void test_diff_goes_on_after_damage(void **state) {
+  (void)state;
+  expect("import src/m.safetensors --to badb", 0, NULL);
+  char data[PATH_MAX];
+  assert_true(ck_data_file(at("badb"), 0, data, sizeof data));
+  FILE *f = fopen(data, "r+b");
+  assert_non_null(f);
+  fseek(f, 4800 + 10, SEEK_SET); /* enc.b's bytes follow enc.w's 4800 */
+  int c = fgetc(f);
+  fseek(f, 4800 + 10, SEEK_SET);
+  fputc(0x5a ^ c, f);
+  fclose(f);
+  expect("diff badb ck", 1, "unreadable\tenc.b\tA: ");
+  assert_non_null(strstr(g_out, "checksum mismatch"));
+  assert_non_null(strstr(g_out, "equal\tenc.w\n"));
+  assert_non_null(strstr(g_out, "1 equal, 0 different, 0 only in A, 0 only in B, 1 unreadable"));
+  expect("diff ck badb --json", 1, NULL);
+  json_t *root = json_out();
+  json_t *b = json_array_get(json_object_get(root, "tensors"), 0);
+  assert_string_equal(jstr(b, "status"), "unreadable");
+  assert_string_equal(jstr(b, "side"), "B");
+  assert_non_null(strstr(jstr(b, "error"), "checksum mismatch"));
+  assert_string_equal(jstr(json_array_get(json_object_get(root, "tensors"), 1), "status"),
+                      "equal");
+  json_decref(root);
+  /* a .metadata that fails its checks is a verify problem (1), not an error */
+  char meta[PATH_MAX * 2];
+  snprintf(meta, sizeof meta, "%s/.metadata", at("badb"));
+  f = fopen(meta, "r+b");
+  assert_non_null(f);
+  fseek(f, 20, SEEK_SET);
+  c = fgetc(f);
+  fseek(f, 20, SEEK_SET);
+  fputc(0x11 ^ c, f);
+  fclose(f);
+  expect("verify badb", 1, "FAILED");
+  expect("ls badb", 3, NULL);
+  expect("diff badb ck", 3, NULL); /* a side that cannot be opened */
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_help_and_usage),
       cmocka_unit_test(test_import_inspect_verify),
+      cmocka_unit_test(test_parents_progress_json),
+      cmocka_unit_test(test_bad_name_quoted_whole),
       cmocka_unit_test(test_export_diff),
       cmocka_unit_test(test_verify_corrupt),
+      cmocka_unit_test(test_diff_goes_on_after_damage),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

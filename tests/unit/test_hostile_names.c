@@ -102,7 +102,7 @@ static void test_rule_with_lengths(void **state) {
   assert_non_null(dcpi_name_violation("x", DCP_MAX_NAME + 1, &at));
   dcpi_err err;
   assert_int_equal(dcpi_name_check("a/b", 3, "key", DCP_ECORRUPT, &err), DCP_ECORRUPT);
-  assert_non_null(strstr(err.msg, "key 'a' contains '/' at byte 1"));
+  assert_non_null(strstr(err.msg, "key 'a/b' contains '/' at byte 1"));
 }
 
 /* The metadata builder (fed by imports and merges) applies the same rule to
@@ -125,7 +125,7 @@ static void test_builder_names(void **state) {
                        .block_count = 1, .block_checksums = &ck};
   assert_int_equal(dcpi_md_add_bytes(md, "opt/state", DCP_SCOPE_REPLICATED, -1, &r, &err),
                    DCP_ENAME);
-  assert_non_null(strstr(err.msg, "bytes key 'opt' contains '/' at byte 3"));
+  assert_non_null(strstr(err.msg, "bytes key 'opt/state' contains '/' at byte 3"));
   assert_int_equal(dcpi_md_tensor_count(md) + dcpi_md_bytes_count(md), 0);
   dcpi_md_free(md);
 }

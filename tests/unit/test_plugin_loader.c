@@ -288,6 +288,31 @@ static void test_search_order(void **state) {
   rmdir(tmp);
 }
 
+/* The directory of the libdcp actually loaded (here: the executable, the
+ * core being linked statically) comes before the compiled-in install
+ * directory, which is last: a plugin of another prefix never shadows the
+ * one next to the library in use. */
+static void test_self_before_install_dir(void **state) {
+  (void)state;
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  assert_true(n > 0);
+  exe[n] = '\0';
+  *strrchr(exe, '/') = '\0';
+  const void *t;
+  dcpi_err err;
+  assert_int_equal(find(DCP_PLUGIN_STORAGE, "nosuch", NULL, &t, &err), DCP_EPLUGIN);
+  char self_sub[4200], self_then[4200];
+  snprintf(self_sub, sizeof self_sub, " in %s/dcp, ", exe);
+  snprintf(self_then, sizeof self_then, "/dcp, %s, ", exe);
+  expect_msg(&err, self_sub);  /* first, without extra_path or $DCP_PLUGIN_PATH */
+  expect_msg(&err, self_then); /* then the directory itself, then more: */
+  const char *rest = strstr(err.msg, self_then) + strlen(self_then);
+  const char *end = strstr(rest, " (set");
+  assert_non_null(end);
+  assert_true(end > rest && end - rest >= 4 && !strncmp(end - 4, "/dcp", 4)); /* <libdir>/dcp */
+}
+
 /* ---- plugin results ---------------------------------------------------- */
 
 static void test_plugin_status(void **state) {
@@ -584,6 +609,7 @@ int main(void) {
       cmocka_unit_test(test_not_found_lists_paths),
       cmocka_unit_test(test_broken_plugins),
       cmocka_unit_test(test_search_order),
+      cmocka_unit_test(test_self_before_install_dir),
       cmocka_unit_test(test_plugin_status),
       cmocka_unit_test(test_example_storage),
       cmocka_unit_test(test_example_concurrent_reads),

@@ -1,15 +1,21 @@
-/* cli.c — option parsing, context, progress and sizes for `dcp`. */
+/* cli.c — option parsing, context, progress, parent directories, the
+ * --json result and sizes for `dcp`. */
+#define _POSIX_C_SOURCE 200809L
+
 #include "cli.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 static bool allows(const char *allowed, const char *name) {
+  if (!strcmp(name, "json")) return true; /* every command */
   size_t n = strlen(name);
   for (const char *p = allowed; (p = strstr(p, name)); p += n)
     if ((p == allowed || p[-1] == ',') && (p[n] == ',' || p[n] == '\0')) return true;
@@ -64,10 +70,15 @@ bool cli_parse(int argc, char **argv, const char *allowed, cli_args *a) {
 
 /* ---- progress ----------------------------------------------------------- */
 
+/* One display on stderr: a bar redrawn in place on a terminal, else (for
+ * logs) a line every `interval` seconds. */
 typedef struct progress {
+  bool on, tty;
+  double interval;
   const char *label;
   double t0, last;
-  bool drawn;
+  uint64_t done, total;
+  bool drawn; /* a bar is on the current line */
 } progress;
 
 static progress g_progress;
@@ -78,23 +89,40 @@ static double now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void draw(void *arg, uint64_t done, uint64_t total) {
-  progress *p = arg;
+static void draw(progress *p, const char *label, uint64_t done, uint64_t total) {
   double t = now();
-  if (t - p->last < 0.2 && done < total) return;
+  if (!p->label || strcmp(p->label, label)) { /* a new phase */
+    if (p->drawn) fputc('\n', stderr);
+    p->drawn = false;
+    p->label = label;
+    p->t0 = p->last = t;
+  }
+  bool end = done >= total;
+  if (p->tty ? t - p->last < 0.2 && !end : t - p->last < p->interval) return;
   p->last = t;
   double el = t - p->t0, rate = el > 0 ? (double)done / el : 0;
   double eta = rate > 0 && total > done ? (double)(total - done) / rate : 0;
   int pct = total ? (int)(100.0 * (double)done / (double)total) : 100;
+  char hd[32], ht[32], hr[32];
+  cli_human(done, hd, sizeof hd);
+  cli_human(total, ht, sizeof ht);
+  cli_human((uint64_t)rate, hr, sizeof hr);
+  if (!p->tty) {
+    fprintf(stderr, "dcp %s: %d%% %s of %s, %s/s, ETA %d:%02d\n", label, pct, hd, ht, hr,
+            (int)eta / 60, (int)eta % 60);
+    return;
+  }
   char bar[31];
   int fill = pct * 30 / 100;
   for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
   bar[30] = '\0';
-  char hd[32], hr[32];
-  fprintf(stderr, "\r%s [%s] %3d%% %s  %s/s  ETA %d:%02d ", p->label, bar, pct,
-          cli_human(done, hd, sizeof hd), cli_human((uint64_t)rate, hr, sizeof hr),
+  fprintf(stderr, "\r%s [%s] %3d%% %s  %s/s  ETA %d:%02d ", label, bar, pct, hd, hr,
           (int)eta / 60, (int)eta % 60);
   p->drawn = true;
+}
+
+static void on_phase(void *arg, dcp_phase phase, uint64_t done, uint64_t total) {
+  draw(arg, dcp_phase_name(phase), done, total);
 }
 
 void cli_progress_done(void) {
@@ -102,16 +130,35 @@ void cli_progress_done(void) {
   g_progress.drawn = false;
 }
 
+void cli_progress_start(const char *label, uint64_t total) {
+  g_progress.done = 0;
+  g_progress.total = total;
+  if (g_progress.on) draw(&g_progress, label, 0, total);
+}
+
+void cli_progress_add(uint64_t n) {
+  g_progress.done += n;
+  if (g_progress.on && g_progress.label)
+    draw(&g_progress, g_progress.label, g_progress.done, g_progress.total);
+}
+
+static double env_interval(void) {
+  const char *e = getenv("DCP_PROGRESS_INTERVAL");
+  char *end;
+  double v = e && *e ? strtod(e, &end) : 5;
+  return e && *e && (*end || v < 0) ? 5 : v;
+}
+
 dcp_ctx *cli_context(const char *label, bool quiet) {
+  (void)label; /* the library's reports carry their phase's name */
   dcp_ctx *ctx = NULL;
   if (dcp_ctx_create(NULL, &ctx) != DCP_OK) {
     fprintf(stderr, "dcp: %s\n", dcp_ctx_create_error());
     return NULL;
   }
-  if (!quiet && isatty(STDERR_FILENO)) {
-    g_progress = (progress){.label = label, .t0 = now()};
-    dcp_ctx_set_progress(ctx, draw, &g_progress);
-  }
+  g_progress = (progress){.on = !quiet, .tty = isatty(STDERR_FILENO) == 1,
+                          .interval = env_interval()};
+  if (!quiet) dcp_ctx_set_phase_progress(ctx, on_phase, &g_progress);
   return ctx;
 }
 
@@ -120,6 +167,63 @@ int cli_fail(const char *cmd, dcp_ctx *ctx, dcp_status s) {
   const char *msg = ctx ? dcp_ctx_last_error(ctx) : "";
   fprintf(stderr, "dcp %s: %s%s%s\n", cmd, dcp_strerror(s), *msg ? ": " : "", msg);
   return CLI_ERROR;
+}
+
+/* ---- parent directories --------------------------------------------------- */
+
+bool cli_make_parents(const char *cmd, const char *path) {
+  char *p = strdup(path);
+  if (!p) return fprintf(stderr, "dcp %s: out of memory\n", cmd), false;
+  size_t n = strlen(p);
+  while (n > 1 && p[n - 1] == '/') p[--n] = '\0'; /* "a/b/" names a/b */
+  char *last = strrchr(p, '/');
+  bool ok = true;
+  if (last && last != p) {
+    *last = '\0';
+    for (char *q = p + 1; ok; q++) { /* each prefix ending before a '/' */
+      bool end = *q == '\0';
+      if (*q != '/' && !end) continue;
+      *q = '\0';
+      struct stat sb;
+      if (mkdir(p, 0777) && errno != EEXIST) {
+        fprintf(stderr, "dcp %s: cannot create directory '%s': %s\n", cmd, p, strerror(errno));
+        ok = false;
+      } else if (stat(p, &sb) || !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "dcp %s: '%s' is not a directory\n", cmd, p);
+        ok = false;
+      }
+      if (end) break;
+      *q = '/';
+    }
+  }
+  free(p);
+  return ok;
+}
+
+/* ---- --json ------------------------------------------------------------------- */
+
+json_t *cli_json_new(const char *cmd) {
+  json_t *root = json_object();
+  if (root) json_object_set_new(root, "command", json_string(cmd));
+  return root;
+}
+
+int cli_json_finish(json_t *root, int rc, dcp_ctx *ctx, dcp_status s) {
+  if (!root) return CLI_ERROR;
+  json_object_set_new(root, "exit_code", json_integer(rc));
+  json_t *err = json_null();
+  if (s) {
+    err = json_object();
+    json_object_set_new(err, "status", json_integer(s));
+    json_object_set_new(err, "reason", json_string(dcp_strerror(s)));
+    const char *msg = ctx ? dcp_ctx_last_error(ctx) : "";
+    json_object_set_new(err, "message", json_string(msg && *msg ? msg : dcp_strerror(s)));
+  }
+  json_object_set_new(root, "error", err);
+  int bad = json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  putchar('\n');
+  json_decref(root);
+  return bad ? CLI_ERROR : rc;
 }
 
 /* ---- sizes ------------------------------------------------------------------ */

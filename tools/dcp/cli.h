@@ -1,20 +1,28 @@
 /* cli.h — shared pieces of the `dcp` command: exit codes, option parsing,
- * the context, progress on a terminal. */
+ * the context, progress, parent directories and the --json result object.
+ * docs/cli.md documents the command, its exit codes and its JSON. */
 #ifndef DCP_CLI_H
 #define DCP_CLI_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "dcp.h"
 
-/* Exit codes (docs/conversion.md). */
+/* Exit codes: one table for every command (docs/cli.md, `dcp --help`). */
 enum {
-  CLI_OK = 0,      /* success; for diff: equal; for verify: intact */
-  CLI_DIFF = 1,    /* diff found differences, verify found problems */
-  CLI_USAGE = 2,   /* bad command line */
-  CLI_ERROR = 3    /* I/O or any other error */
+  CLI_OK = 0,    /* success; for diff: all equal; for verify: intact */
+  CLI_DIFF = 1,  /* diff: differences (or a damaged tensor); verify: problems */
+  CLI_USAGE = 2, /* bad command line */
+  CLI_ERROR = 3  /* the command could not do its work: not found, I/O, ... */
 };
+
+/* The options every command takes, as its help prints them. */
+#define CLI_COMMON_OPTIONS                                                     \
+  "  --json       one JSON object on stdout instead of text (docs/cli.md)\n" \
+  "  -q, --quiet  no progress, and less text (see the command)\n"            \
+  "  -h, --help   this help\n"
 
 /* Options every subcommand takes, plus up to two positional arguments and
  * the value of --to. */
@@ -27,20 +35,38 @@ typedef struct cli_args {
 } cli_args;
 
 /* Parse argv (after the subcommand name). `allowed` lists the accepted
- * long options ("to,link,..."). Returns false (after printing why) on a usage
- * error. */
+ * long options besides --json, --quiet and --help ("to,link,..."). Returns
+ * false (after printing why) on a usage error. */
 bool cli_parse(int argc, char **argv, const char *allowed, cli_args *a);
 
-/* A single-rank context over the posix plugin, with progress on stderr when
- * it is a terminal and quiet is not set. NULL (after printing why) on error. */
+/* A single-rank context over the posix plugin. Progress (of the library's
+ * phases; label names the command's own) goes to stderr
+ * unless quiet: a bar redrawn in place on a terminal, else a line every
+ * $DCP_PROGRESS_INTERVAL seconds (default 5) for logs. NULL (after printing
+ * why) on error. */
 dcp_ctx *cli_context(const char *label, bool quiet);
 
-/* Print "dcp CMD: message" for a failing status and return CLI_ERROR (or
- * CLI_DIFF for DCP_ECORRUPT / DCP_EINCOMPLETE when verifying). */
+/* Progress of work the command drives itself (diff): label, total bytes. */
+void cli_progress_start(const char *label, uint64_t total);
+void cli_progress_add(uint64_t n);
+
+/* End the progress display (a bar's line), if one was drawn. */
+void cli_progress_done(void);
+
+/* Print "dcp CMD: reason: message" on stderr for a failing status and
+ * return CLI_ERROR. */
 int cli_fail(const char *cmd, dcp_ctx *ctx, dcp_status s);
 
-/* End the progress line, if one was drawn. */
-void cli_progress_done(void);
+/* Create the missing parent directories of path (not path itself: the
+ * library creates that one). False after printing why. */
+bool cli_make_parents(const char *cmd, const char *path);
+
+/* The --json result: {"command": cmd, ...}. cli_json_finish adds
+ * "exit_code" and "error" (null, or {"status", "reason", "message"} for a
+ * failing s, the message from ctx), prints the object and frees it; returns
+ * rc (CLI_ERROR when printing fails). */
+json_t *cli_json_new(const char *cmd);
+int cli_json_finish(json_t *root, int rc, dcp_ctx *ctx, dcp_status s);
 
 /* "5GB", "500MiB", "1024" into bytes (decimal units KB MB GB TB, binary
  * KiB MiB GiB TiB, case-insensitive). False when malformed. */

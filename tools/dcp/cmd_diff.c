@@ -1,6 +1,8 @@
 /* cmd_diff.c — `dcp diff A B`: tensor-by-tensor comparison of two
- * checkpoints, whatever their shardings: each common tensor is loaded whole
- * from each side, one tensor at a time. */
+ * checkpoints, whatever their shardings. Each common tensor is streamed
+ * from both sides in windows (dcp_read_tensor_range), so memory holds two
+ * windows whatever the tensor's size; a tensor that cannot be read on
+ * either side is reported and the comparison goes on. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -8,6 +10,8 @@
 #include <string.h>
 
 #include "cli.h"
+
+#define DIFF_WINDOW (16u << 20) /* bytes of a tensor compared at a time, per side */
 
 static float half_to_float(uint16_t h) {
   int e = (h >> 10) & 0x1f, m = h & 0x3ff;
@@ -57,101 +61,215 @@ static bool same_geometry(const dcp_tensor_info *a, const dcp_tensor_info *b) {
   return true;
 }
 
+static uint64_t nbytes(const dcp_tensor_info *t) {
+  uint64_t n = dcp_dtype_size(t->dtype);
+  for (uint32_t d = 0; d < t->ndim; d++) n *= (uint64_t)t->shape[d];
+  return n;
+}
+
 typedef struct side {
   const char *path;
   dcp_meta *m;
-  uint8_t *buf;
-  size_t cap;
+  uint8_t *buf; /* one window */
 } side;
 
-static dcp_status load(dcp_ctx *ctx, side *s, size_t i, size_t n) {
-  if (n > s->cap) {
-    uint8_t *p = realloc(s->buf, n);
-    if (!p) return DCP_ENOMEM;
-    s->buf = p, s->cap = n;
+/* The outcome of one tensor. */
+typedef enum { EQUAL, DIFFERENT, ONLY_A, ONLY_B, UNREADABLE } verdict;
+static const char *const verdict_text[] = {"equal", "different", "only in A", "only in B",
+                                           "unreadable"};
+static const char *const verdict_json[] = {"equal", "different", "only_a", "only_b",
+                                           "unreadable"};
+
+typedef struct result {
+  verdict v;
+  const char *fqn;
+  const char *why;    /* different: "dtype", "shape" or "values" */
+  bool has_max;       /* different values of a float dtype */
+  double max;         /* their max abs difference */
+  char side;          /* unreadable: 'A' or 'B' */
+  dcp_status status;  /* unreadable: why */
+  char message[512];
+} result;
+
+typedef struct diff_run {
+  dcp_ctx *ctx;
+  side a, b;
+  cli_args args;
+  size_t count[5];
+  bool hard_error; /* a tensor failed for another reason than damage */
+  json_t *tensors; /* --json */
+} diff_run;
+
+static double max_abs(dcp_dtype dt, const uint8_t *x, const uint8_t *y, size_t n, double max) {
+  size_t count = n / dcp_dtype_size(dt);
+  for (size_t i = 0; i < count; i++) {
+    double p = elem(dt, x, i), q = elem(dt, y, i);
+    double d = isnan(p) || isnan(q) ? (isnan(p) && isnan(q) ? 0 : INFINITY) : fabs(p - q);
+    if (d > max) max = d;
   }
-  return dcp_read_tensor(ctx, s->path, s->m, i, s->buf, n);
+  return max;
 }
 
-/* Compare one common tensor: 0 equal, 1 different, -1 error (printed). */
-static int compare(dcp_ctx *ctx, side *a, size_t ia, side *b, size_t ib, bool quiet) {
+/* Read window [at, at + n) of tensor i of s; on failure fill r. */
+static bool read_side(diff_run *d, side *s, char name, size_t i, uint64_t at, size_t n,
+                      result *r) {
+  dcp_status st = dcp_read_tensor_range(d->ctx, s->path, s->m, i, at, s->buf, n);
+  if (!st) return true;
+  r->v = UNREADABLE;
+  r->side = name;
+  r->status = st;
+  snprintf(r->message, sizeof r->message, "%s", dcp_ctx_last_error(d->ctx));
+  if (st != DCP_ECORRUPT && st != DCP_EINCOMPLETE) d->hard_error = true;
+  return false;
+}
+
+/* Compare tensors ia of A and ib of B window by window. */
+static void compare(diff_run *d, size_t ia, size_t ib, result *r) {
   dcp_tensor_info ta, tb;
-  dcp_meta_tensor(a->m, ia, &ta);
-  dcp_meta_tensor(b->m, ib, &tb);
+  dcp_meta_tensor(d->a.m, ia, &ta);
+  dcp_meta_tensor(d->b.m, ib, &tb);
+  r->v = EQUAL;
   if (!same_geometry(&ta, &tb)) {
-    printf("different  %s  (dtype or shape: %s/%u-d vs %s/%u-d)\n", ta.fqn,
-           dcp_dtype_name(ta.dtype), ta.ndim, dcp_dtype_name(tb.dtype), tb.ndim);
-    return 1;
+    r->v = DIFFERENT;
+    r->why = ta.dtype != tb.dtype ? "dtype" : "shape";
+    snprintf(r->message, sizeof r->message, "%s/%u-d vs %s/%u-d", dcp_dtype_name(ta.dtype),
+             ta.ndim, dcp_dtype_name(tb.dtype), tb.ndim);
+    return;
   }
-  uint64_t n = dcp_dtype_size(ta.dtype);
-  for (uint32_t d = 0; d < ta.ndim; d++) n *= (uint64_t)ta.shape[d];
-  dcp_status s = load(ctx, a, ia, (size_t)n);
-  if (!s) s = load(ctx, b, ib, (size_t)n);
-  if (s) return cli_fail("diff", ctx, s), -1;
-  if (!n || !memcmp(a->buf, b->buf, (size_t)n)) {
-    if (!quiet) printf("equal      %s\n", ta.fqn);
-    return 0;
+  uint64_t total = nbytes(&ta);
+  bool fl = is_float(ta.dtype);
+  uint64_t win = DIFF_WINDOW - DIFF_WINDOW % dcp_dtype_size(ta.dtype);
+  for (uint64_t at = 0; at < total; at += win) {
+    size_t n = (size_t)(total - at < win ? total - at : win);
+    if (!read_side(d, &d->a, 'A', ia, at, n, r) || !read_side(d, &d->b, 'B', ib, at, n, r))
+      return;
+    cli_progress_add(2 * (uint64_t)n);
+    if (!memcmp(d->a.buf, d->b.buf, n)) continue;
+    r->v = DIFFERENT;
+    r->why = "values";
+    if (!fl) continue; /* keep reading: a damaged block later is still reported */
+    r->max = max_abs(ta.dtype, d->a.buf, d->b.buf, n, r->has_max ? r->max : 0);
+    r->has_max = true;
   }
-  printf("different  %s", ta.fqn);
-  if (is_float(ta.dtype)) {
-    size_t count = (size_t)n / dcp_dtype_size(ta.dtype);
-    double max = 0;
-    for (size_t i = 0; i < count; i++) {
-      double x = elem(ta.dtype, a->buf, i), y = elem(ta.dtype, b->buf, i);
-      double d = isnan(x) || isnan(y) ? (isnan(x) && isnan(y) ? 0 : INFINITY) : fabs(x - y);
-      if (d > max || (isnan(d) && !isnan(max))) max = d;
+}
+
+static json_t *number_or_word(double v) {
+  return isfinite(v) ? json_real(v) : json_string(isnan(v) ? "nan" : "inf");
+}
+
+static void report(diff_run *d, const result *r) {
+  d->count[r->v]++;
+  if (d->args.json) {
+    json_t *o = json_object();
+    json_object_set_new(o, "fqn", json_string(r->fqn));
+    json_object_set_new(o, "status", json_string(verdict_json[r->v]));
+    if (r->v == DIFFERENT) {
+      json_object_set_new(o, "reason", json_string(r->why));
+      json_object_set_new(o, "max_abs_diff", r->has_max ? number_or_word(r->max) : json_null());
     }
-    printf("  max abs diff %g", max);
+    if (r->v == UNREADABLE) {
+      json_object_set_new(o, "side", json_string(r->side == 'A' ? "A" : "B"));
+      json_object_set_new(o, "error", json_string(r->message));
+    }
+    json_array_append_new(d->tensors, o);
+    return;
   }
+  if (r->v == EQUAL && d->args.quiet) return;
+  cli_progress_done();
+  printf("%s\t%s", verdict_text[r->v], r->fqn);
+  if (r->v == DIFFERENT && r->has_max) printf("\tmax abs diff %g", r->max);
+  else if (r->v == DIFFERENT) printf("\t%s%s%s", r->why, *r->message ? ": " : "", r->message);
+  if (r->v == UNREADABLE) printf("\t%c: %s", r->side, r->message);
   putchar('\n');
-  return 1;
+}
+
+/* Bytes the walk will read: every common tensor of one geometry, twice. */
+static uint64_t work(diff_run *d) {
+  size_t na = dcp_meta_tensor_count(d->a.m), nb = dcp_meta_tensor_count(d->b.m), i = 0, j = 0;
+  uint64_t total = 0;
+  while (i < na && j < nb) {
+    dcp_tensor_info ta, tb;
+    dcp_meta_tensor(d->a.m, i, &ta);
+    dcp_meta_tensor(d->b.m, j, &tb);
+    int c = strcmp(ta.fqn, tb.fqn);
+    if (!c && same_geometry(&ta, &tb)) total += 2 * nbytes(&ta);
+    i += c <= 0, j += c >= 0;
+  }
+  return total;
+}
+
+static int walk(diff_run *d) {
+  size_t na = dcp_meta_tensor_count(d->a.m), nb = dcp_meta_tensor_count(d->b.m), i = 0, j = 0;
+  cli_progress_start("diff", work(d));
+  while (i < na || j < nb) {
+    dcp_tensor_info ta, tb;
+    result r = {.v = EQUAL};
+    if (i < na) dcp_meta_tensor(d->a.m, i, &ta);
+    if (j < nb) dcp_meta_tensor(d->b.m, j, &tb);
+    int c = i == na ? 1 : j == nb ? -1 : strcmp(ta.fqn, tb.fqn);
+    if (c < 0) {
+      r.v = ONLY_A, r.fqn = ta.fqn, i++;
+    } else if (c > 0) {
+      r.v = ONLY_B, r.fqn = tb.fqn, j++;
+    } else {
+      r.fqn = ta.fqn;
+      compare(d, i++, j++, &r);
+    }
+    report(d, &r);
+  }
+  cli_progress_done();
+  const size_t *n = d->count;
+  if (!d->args.json)
+    printf("%zu equal, %zu different, %zu only in A, %zu only in B, %zu unreadable\n", n[EQUAL],
+           n[DIFFERENT], n[ONLY_A], n[ONLY_B], n[UNREADABLE]);
+  if (d->hard_error) return CLI_ERROR;
+  return n[DIFFERENT] || n[ONLY_A] || n[ONLY_B] || n[UNREADABLE] ? CLI_DIFF : CLI_OK;
 }
 
 static const char diff_help[] =
-    "usage: dcp diff A B [--quiet]\n\n"
-    "Compare checkpoints A and B tensor by tensor, whatever their shardings: each\n"
-    "line says equal, different (with the max abs difference for F32, F64, F16\n"
-    "and BF16) or only in A / only in B. --quiet prints only the differences.\n"
-    "exit status: 0 all equal, 1 differences, 2 usage, 3 error\n";
-
-static int walk(dcp_ctx *ctx, side *a, side *b, bool quiet) {
-  size_t na = dcp_meta_tensor_count(a->m), nb = dcp_meta_tensor_count(b->m), i = 0, j = 0;
-  size_t equal = 0, diff = 0, only_a = 0, only_b = 0;
-  while (i < na || j < nb) {
-    dcp_tensor_info ta, tb;
-    if (i < na) dcp_meta_tensor(a->m, i, &ta);
-    if (j < nb) dcp_meta_tensor(b->m, j, &tb);
-    int c = i == na ? 1 : j == nb ? -1 : strcmp(ta.fqn, tb.fqn);
-    if (c < 0) {
-      printf("only in A  %s\n", ta.fqn), only_a++, i++;
-    } else if (c > 0) {
-      printf("only in B  %s\n", tb.fqn), only_b++, j++;
-    } else {
-      int r = compare(ctx, a, i++, b, j++, quiet);
-      if (r < 0) return CLI_ERROR;
-      r ? diff++ : equal++;
-    }
-  }
-  printf("%zu equal, %zu different, %zu only in A, %zu only in B\n", equal, diff, only_a, only_b);
-  return diff || only_a || only_b ? CLI_DIFF : CLI_OK;
-}
+    "usage: dcp diff A B [--json] [--quiet]\n\n"
+    "Compare checkpoints A and B tensor by tensor, whatever their shardings. One\n"
+    "tab-separated line per tensor (names never hold a tab):\n"
+    "  equal       NAME\n"
+    "  different   NAME  max abs diff X      (F32, F64, F16, BF16 values)\n"
+    "  different   NAME  values | dtype: .. | shape: ..\n"
+    "  only in A   NAME\n"
+    "  only in B   NAME\n"
+    "  unreadable  NAME  A|B: why          (damaged or missing data; diff goes on)\n"
+    "then a summary line. Tensors are streamed 16 MiB at a time from each side,\n"
+    "so memory stays bounded whatever their size. Bytes items are not compared.\n\n"
+    "options:\n" CLI_COMMON_OPTIONS "               (--quiet: no 'equal' lines)\n"
+    "\nexit status: 0 all equal, 1 differences or damaged tensors, 2 usage,\n"
+    "             3 error (a checkpoint cannot be opened, or I/O while reading)\n";
 
 int cmd_diff(int argc, char **argv) {
-  cli_args a;
-  if (!cli_parse(argc, argv, "", &a)) return CLI_USAGE;
-  if (a.help) return fputs(diff_help, stdout), CLI_OK;
-  if (a.npos != 2) return fputs(diff_help, stderr), CLI_USAGE;
-  dcp_ctx *ctx = cli_context("diff", true);
-  if (!ctx) return CLI_ERROR;
-  side sa = {.path = a.pos[0]}, sb = {.path = a.pos[1]};
-  int rc = CLI_OK;
-  dcp_status s = dcp_meta_open(ctx, sa.path, &sa.m);
-  if (!s) s = dcp_meta_open(ctx, sb.path, &sb.m);
-  rc = s ? cli_fail("diff", ctx, s) : walk(ctx, &sa, &sb, a.quiet);
-  dcp_meta_free(sa.m);
-  dcp_meta_free(sb.m);
-  free(sa.buf);
-  free(sb.buf);
-  dcp_ctx_free(ctx);
+  diff_run d = {0};
+  if (!cli_parse(argc, argv, "", &d.args)) return CLI_USAGE;
+  if (d.args.help) return fputs(diff_help, stdout), CLI_OK;
+  if (d.args.npos != 2) return fputs(diff_help, stderr), CLI_USAGE;
+  if (!(d.ctx = cli_context("diff", d.args.quiet))) return CLI_ERROR;
+  d.a.path = d.args.pos[0], d.b.path = d.args.pos[1];
+  d.a.buf = malloc(DIFF_WINDOW);
+  d.b.buf = malloc(DIFF_WINDOW);
+  dcp_status s = d.a.buf && d.b.buf ? DCP_OK : DCP_ENOMEM;
+  if (!s) s = dcp_meta_open(d.ctx, d.a.path, &d.a.m);
+  if (!s) s = dcp_meta_open(d.ctx, d.b.path, &d.b.m);
+  if (d.args.json) d.tensors = json_array();
+  int rc = s ? cli_fail("diff", d.ctx, s) : walk(&d);
+  if (d.args.json) {
+    json_t *o = cli_json_new("diff"), *sum = json_object();
+    json_object_set_new(o, "a", json_string(d.a.path));
+    json_object_set_new(o, "b", json_string(d.b.path));
+    json_object_set_new(o, "tensors", d.tensors);
+    for (int v = EQUAL; v <= UNREADABLE; v++)
+      json_object_set_new(sum, verdict_json[v], json_integer((json_int_t)d.count[v]));
+    json_object_set_new(o, "summary", sum);
+    rc = cli_json_finish(o, rc, d.ctx, s);
+  }
+  dcp_meta_free(d.a.m);
+  dcp_meta_free(d.b.m);
+  free(d.a.buf);
+  free(d.b.buf);
+  dcp_ctx_free(d.ctx);
   return rc;
 }

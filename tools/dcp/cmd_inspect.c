@@ -22,18 +22,72 @@ static const char *scope_name(dcp_scope s) {
   return s == DCP_SCOPE_PER_RANK ? "per-rank" : "replicated";
 }
 
-/* Open the view of CKPT (printing why not). */
-static dcp_meta *open_meta(dcp_ctx *ctx, const char *cmd, const char *path, int *rc) {
-  dcp_meta *m = NULL;
-  dcp_status s = dcp_meta_open(ctx, path, &m);
-  if (s) *rc = cli_fail(cmd, ctx, s);
-  return m;
+static const char ls_help[] =
+    "usage: dcp ls CKPT [--json] [--quiet]\n\n"
+    "One line per tensor, then per bytes item, each with the same six\n"
+    "tab-separated columns (names never hold a tab):\n"
+    "  NAME  TYPE  SHAPE  CHUNKS  BYTES  SCOPE\n"
+    "TYPE is the dtype, or 'bytes' for a bytes item; SHAPE is [d0, d1, ...] for a\n"
+    "tensor and '-' for a bytes item; SCOPE is '-' for a tensor, 'replicated' or\n"
+    "'rank N' for a bytes item. --json prints the same as one object.\n\n"
+    "options:\n" CLI_COMMON_OPTIONS
+    "\nexit status: 0 ok, 2 usage, 3 error (no checkpoint, unreadable .metadata)\n";
+
+static void ls_text(dcp_meta *m) {
+  for (size_t i = 0; i < dcp_meta_tensor_count(m); i++) {
+    dcp_tensor_info t;
+    dcp_meta_tensor(m, i, &t);
+    printf("%s\t%s\t", t.fqn, dcp_dtype_name(t.dtype));
+    print_shape(&t);
+    printf("\t%" PRIu64 "\t%" PRIu64 "\t-\n", t.chunk_count, tensor_bytes(&t));
+  }
+  for (size_t i = 0; i < dcp_meta_bytes_count(m); i++) {
+    dcp_bytes_info b;
+    dcp_meta_bytes(m, i, &b);
+    printf("%s\tbytes\t-\t1\t%" PRIu64 "\t", b.key, b.ref.raw_length);
+    if (b.scope == DCP_SCOPE_PER_RANK) printf("rank %d\n", (int)b.rank);
+    else printf("%s\n", scope_name(b.scope));
+  }
 }
 
-static const char ls_help[] =
-    "usage: dcp ls CKPT\n\n"
-    "One line per tensor: fqn, dtype, shape, chunk count, bytes; then bytes items.\n"
-    "exit status: 0 ok, 2 usage, 3 error\n";
+static json_t *shape_json(const dcp_tensor_info *t) {
+  json_t *shape = json_array();
+  for (uint32_t d = 0; d < t->ndim; d++) json_array_append_new(shape, json_integer(t->shape[d]));
+  return shape;
+}
+
+static json_t *bytes_json(const dcp_bytes_info *b) {
+  json_t *o = json_object();
+  json_object_set_new(o, "key", json_string(b->key));
+  json_object_set_new(o, "scope", json_string(scope_name(b->scope)));
+  json_object_set_new(o, "rank", b->rank >= 0 ? json_integer(b->rank) : json_null());
+  json_object_set_new(o, "bytes", json_integer((json_int_t)b->ref.raw_length));
+  return o;
+}
+
+static json_t *ls_json(dcp_meta *m, const char *path) {
+  json_t *root = cli_json_new("ls"), *tensors = json_array(), *items = json_array();
+  json_object_set_new(root, "checkpoint", json_string(path));
+  for (size_t i = 0; m && i < dcp_meta_tensor_count(m); i++) {
+    dcp_tensor_info t;
+    dcp_meta_tensor(m, i, &t);
+    json_t *o = json_object();
+    json_object_set_new(o, "fqn", json_string(t.fqn));
+    json_object_set_new(o, "dtype", json_string(dcp_dtype_name(t.dtype)));
+    json_object_set_new(o, "shape", shape_json(&t));
+    json_object_set_new(o, "chunks", json_integer((json_int_t)t.chunk_count));
+    json_object_set_new(o, "bytes", json_integer((json_int_t)tensor_bytes(&t)));
+    json_array_append_new(tensors, o);
+  }
+  for (size_t i = 0; m && i < dcp_meta_bytes_count(m); i++) {
+    dcp_bytes_info b;
+    dcp_meta_bytes(m, i, &b);
+    json_array_append_new(items, bytes_json(&b));
+  }
+  json_object_set_new(root, "tensors", tensors);
+  json_object_set_new(root, "bytes_items", items);
+  return root;
+}
 
 int cmd_ls(int argc, char **argv) {
   cli_args a;
@@ -42,24 +96,15 @@ int cmd_ls(int argc, char **argv) {
   if (a.npos != 1) return fputs(ls_help, stderr), CLI_USAGE;
   int rc = CLI_OK;
   dcp_ctx *ctx = cli_context("ls", true);
-  dcp_meta *m = ctx ? open_meta(ctx, "ls", a.pos[0], &rc) : NULL;
-  for (size_t i = 0; m && i < dcp_meta_tensor_count(m); i++) {
-    dcp_tensor_info t;
-    dcp_meta_tensor(m, i, &t);
-    printf("%s\t%s\t", t.fqn, dcp_dtype_name(t.dtype));
-    print_shape(&t);
-    printf("\t%" PRIu64 " chunks\t%" PRIu64 " bytes\n", t.chunk_count, tensor_bytes(&t));
-  }
-  for (size_t i = 0; m && i < dcp_meta_bytes_count(m); i++) {
-    dcp_bytes_info b;
-    dcp_meta_bytes(m, i, &b);
-    printf("%s\tbytes\t%s", b.key, scope_name(b.scope));
-    if (b.scope == DCP_SCOPE_PER_RANK) printf(" rank %d", (int)b.rank);
-    printf("\t%" PRIu64 " bytes\n", b.ref.raw_length);
-  }
+  if (!ctx) return CLI_ERROR;
+  dcp_meta *m = NULL;
+  dcp_status s = dcp_meta_open(ctx, a.pos[0], &m);
+  if (s) rc = cli_fail("ls", ctx, s);
+  if (a.json) rc = cli_json_finish(ls_json(m, a.pos[0]), rc, ctx, s);
+  else if (m) ls_text(m);
   dcp_meta_free(m);
   dcp_ctx_free(ctx);
-  return ctx ? rc : CLI_ERROR;
+  return rc;
 }
 
 /* ---- inspect (text) ----------------------------------------------------------- */
@@ -144,8 +189,8 @@ static json_t *tensor_json(dcp_meta *m, size_t i) {
   return o;
 }
 
-static json_t *inspect_json(dcp_meta *m) {
-  json_t *root = json_object(), *files = json_array(), *kv = json_object(), *tensors = json_array(), *bytes = json_array();
+static json_t *inspect_json(dcp_meta *m, const char *path) {
+  json_t *root = cli_json_new("inspect"), *files = json_array(), *kv = json_object(), *tensors = json_array(), *bytes = json_array();
   for (size_t i = 0; i < dcp_meta_file_count(m); i++) {
     const char *n;
     dcp_meta_file(m, i, &n);
@@ -161,13 +206,9 @@ static json_t *inspect_json(dcp_meta *m) {
   for (size_t i = 0; i < dcp_meta_bytes_count(m); i++) {
     dcp_bytes_info b;
     dcp_meta_bytes(m, i, &b);
-    json_t *o = json_object();
-    json_object_set_new(o, "key", json_string(b.key));
-    json_object_set_new(o, "scope", json_string(scope_name(b.scope)));
-    json_object_set_new(o, "rank", b.rank >= 0 ? json_integer(b.rank) : json_null());
-    json_object_set_new(o, "bytes", json_integer((json_int_t)b.ref.raw_length));
-    json_array_append_new(bytes, o);
+    json_array_append_new(bytes, bytes_json(&b));
   }
+  json_object_set_new(root, "checkpoint", json_string(path));
   json_object_set_new(root, "format_version", json_integer(dcp_meta_format_version(m)));
   json_object_set_new(root, "world_size", json_integer(dcp_meta_world_size(m)));
   json_object_set_new(root, "files", files);
@@ -178,30 +219,31 @@ static json_t *inspect_json(dcp_meta *m) {
 }
 
 static const char inspect_help[] =
-    "usage: dcp inspect CKPT [--json]\n\n"
+    "usage: dcp inspect CKPT [--json] [--quiet]\n\n"
     "Print a checkpoint's metadata: format, save-time world size, data\n"
     "files, user key/values, tensors (dtype, shape, chunks, bytes) and\n"
-    "bytes items. --json prints one JSON object with every chunk as well.\n"
-    "exit status: 0 ok, 2 usage, 3 error\n";
+    "bytes items. --json prints one JSON object with every chunk as well.\n\n"
+    "options:\n" CLI_COMMON_OPTIONS
+    "\nexit status: 0 ok, 2 usage, 3 error (no checkpoint, unreadable .metadata)\n";
 
 int cmd_inspect(int argc, char **argv) {
   cli_args a;
-  if (!cli_parse(argc, argv, "json", &a)) return CLI_USAGE;
+  if (!cli_parse(argc, argv, "", &a)) return CLI_USAGE;
   if (a.help) return fputs(inspect_help, stdout), CLI_OK;
   if (a.npos != 1) return fputs(inspect_help, stderr), CLI_USAGE;
   int rc = CLI_OK;
   dcp_ctx *ctx = cli_context("inspect", true);
-  dcp_meta *m = ctx ? open_meta(ctx, "inspect", a.pos[0], &rc) : NULL;
-  if (m && a.json) {
-    json_t *root = inspect_json(m);
-    if (json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER)) rc = CLI_ERROR;
-    putchar('\n');
-    json_decref(root);
+  if (!ctx) return CLI_ERROR;
+  dcp_meta *m = NULL;
+  dcp_status s = dcp_meta_open(ctx, a.pos[0], &m);
+  if (s) rc = cli_fail("inspect", ctx, s);
+  if (a.json) {
+    rc = cli_json_finish(m ? inspect_json(m, a.pos[0]) : cli_json_new("inspect"), rc, ctx, s);
   } else if (m) {
     text_header(m, a.pos[0]);
     text_tensors(m);
   }
   dcp_meta_free(m);
   dcp_ctx_free(ctx);
-  return ctx ? rc : CLI_ERROR;
+  return rc;
 }

@@ -147,17 +147,39 @@ static dcp_ctx *open_ctx(const char *coll, const char *rendezvous) {
   return ctx;
 }
 
+static const char usage[] =
+    "usage: dcp-demo [--coll mpi|file] [--dir DIR] [--rendezvous DIR]\n\n"
+    "The README's main job: 4 ranks save a sharded toy model as DP2 x TP2,\n"
+    "save it again asynchronously, and load it back as TP4, checking every\n"
+    "element. It needs exactly 4 processes, started by a launcher:\n\n"
+    "  mpirun -n 4 dcp-demo --coll mpi --dir /tmp/dcp-demo\n"
+    "  dcp_launch 4 120 dcp-demo --coll file --dir /tmp/dcp-demo \\\n"
+    "      --rendezvous /tmp/dcp-demo-rdv     (tests/integration, no MPI needed)\n"
+    "  tools/dev.sh demo                       (builds, then runs one of these)\n\n"
+    "options:\n"
+    "  --coll mpi|file     the collective (default mpi)\n"
+    "  --dir DIR           the checkpoint directory (default /tmp/dcp-demo)\n"
+    "  --rendezvous DIR    the file collective's meeting point (default\n"
+    "                      /tmp/dcp-demo-rdv)\n"
+    "  -h, --help          this help\n";
+
 int main(int argc, char **argv) {
   const char *coll = "mpi", *dir = "/tmp/dcp-demo", *rdv = "/tmp/dcp-demo-rdv";
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return fputs(usage, stdout), 0;
+  for (int i = 1; i < argc; i += 2) {
+    if (i + 1 == argc) DIE("option %s needs a value\n\n%s", argv[i], usage);
     if (!strcmp(argv[i], "--coll")) coll = argv[i + 1];
     else if (!strcmp(argv[i], "--dir")) dir = argv[i + 1];
     else if (!strcmp(argv[i], "--rendezvous")) rdv = argv[i + 1];
-    else DIE("usage: dcp-demo [--coll mpi|file] [--dir DIR] [--rendezvous DIR]");
+    else DIE("unknown option '%s'\n\n%s", argv[i], usage);
   }
   dcp_ctx *ctx = open_ctx(coll, rdv);
   int32_t rank = dcp_ctx_rank(ctx), world = dcp_ctx_world_size(ctx);
-  if (world != 4) DIE("run me as 4 ranks (this is rank %d of %d)", rank, world);
+  if (world != 4)
+    DIE("dcp-demo needs 4 ranks and this job has %d (rank %d): start it with\n"
+        "  mpirun -n 4 dcp-demo --coll mpi, or tools/dev.sh demo (see dcp-demo --help)",
+        world, rank);
   weight w[3 * LAYERS];
   int n = model(w);
 

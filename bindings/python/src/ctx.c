@@ -112,6 +112,7 @@ static void ctx_free_c(dcpi_py_ctx *c) {
 static void ctx_dealloc(PyObject *self) {
   ctx_free_c((dcpi_py_ctx *)self);
   Py_CLEAR(((dcpi_py_ctx *)self)->progress);
+  Py_CLEAR(((dcpi_py_ctx *)self)->phase_progress);
   Py_TYPE(self)->tp_free(self);
 }
 

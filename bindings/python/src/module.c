@@ -126,6 +126,9 @@ static PyMethodDef module_methods[] = {
          "import_safetensors(ctx, src, ckpt, *, link=False)."),
     METH("export_safetensors", dcpi_py_export_safetensors, KW,
          "export_safetensors(ctx, ckpt, outdir, *, max_shard_bytes=0)."),
+    METH("set_phase_progress", dcpi_py_set_phase_progress, METH_VARARGS,
+         "set_phase_progress(ctx, fn or None): call fn(phase, done, total) (phase 'save', "
+         "'load', 'import', 'export' or 'verify'; bytes) as they progress on ctx."),
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module_def = {

@@ -28,6 +28,7 @@ typedef struct {
   Py_ssize_t dependents;
   int async_used; /* an async save was started: shut the writer down at close */
   PyObject *progress; /* callable(done, total) for conversions and verify, or NULL */
+  PyObject *phase_progress; /* callable(phase, done, total) (progress.c), or NULL */
 } dcpi_py_ctx;
 
 /* dcp.Layout: owns a dcp_layout plus copies of its arguments (for repr and
@@ -196,6 +197,8 @@ PyObject *dcpi_py_save(PyObject *module, PyObject *args, PyObject *kwargs);
 PyObject *dcpi_py_async_save(PyObject *module, PyObject *args, PyObject *kwargs);
 PyObject *dcpi_py_load(PyObject *module, PyObject *args, PyObject *kwargs);
 PyObject *dcpi_py_verify(PyObject *module, PyObject *args);
+/* _dcp.set_phase_progress(ctx, fn or None) (progress.c). */
+PyObject *dcpi_py_set_phase_progress(PyObject *module, PyObject *args);
 PyObject *dcpi_py_import_safetensors(PyObject *module, PyObject *args, PyObject *kwargs);
 PyObject *dcpi_py_export_safetensors(PyObject *module, PyObject *args, PyObject *kwargs);
 
