@@ -4,7 +4,12 @@
  *
  *   mpirun -np 4 --oversubscribe --allow-run-as-root --mca btl self,vader \
  *       build/bench/load-dedup [--dir DIR] [--mib 512] [--tp T] [--load-tp T]
- *       [--reps 3] [--inflight-mib 256] [--keep]
+ *       [--reps 3] [--inflight-mib 256] [--keep] [--coll gloo --coll-options OPTS]
+ *
+ * or, with --coll gloo (or file), as ranks that find their rank and world
+ * in DCP_TEST_RANK / DCP_TEST_WORLD (or RANK / WORLD_SIZE): that is how
+ * bench/hosts-dedup.sh runs it on several network "hosts" with limited
+ * links.
  *
  * The model: on a [DP, TP] mesh (DP = world / TP), 8 large fp32 tensors of
  * 4 KiB rows sharded over TP on dim 0 (90 % of the bytes), 64 small ones of
@@ -18,6 +23,11 @@
  *   pipeline   read dedup, a reader thread reading ahead of the broadcasts
  *   no-pipe    read dedup, DCP_LOAD_NO_PIPELINE: read everything, then
  *              broadcast
+ *   blind      as pipeline, but with the collective's host ids hidden: one
+ *              reader per group wherever the balancer puts it, instead of
+ *              on the host of most of the group's members (the same as
+ *              pipeline when the collective cannot tell hosts apart, or
+ *              all ranks share a host)
  *
  * For each it prints the median time (latest rank), the storage bytes read
  * summed over ranks and their ratio to the model bytes, max/mean of the
@@ -43,6 +53,7 @@
 #define NVEC 16
 #define ROW 1024 /* fp32 elements per row: 4 KiB */
 #define NT (NBIG + NSMALL + NVEC)
+#define NC 4 /* configurations: off, pipeline, no-pipe, blind */
 
 static int g_rank;
 
@@ -189,6 +200,7 @@ int main(int argc, char **argv) {
   const char *dir = "/var/tmp/dcp-load-dedup";
   int64_t mib = 512, inflight_mib = 256;
   int32_t tp = 0, load_tp = 0, reps = 3, keep = 0;
+  const char *coll = "mpi", *coll_options = NULL;
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
     if (!strcmp(k, "--dir")) dir = v, i++;
@@ -198,6 +210,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(k, "--reps")) reps = atoi(v), i++;
     else if (!strcmp(k, "--inflight-mib")) inflight_mib = atoll(v), i++;
     else if (!strcmp(k, "--keep")) keep = 1;
+    else if (!strcmp(k, "--coll")) coll = v, i++;
+    else if (!strcmp(k, "--coll-options")) coll_options = v, i++;
     else {
       fprintf(stderr, "load-dedup: unknown argument %s\n", k);
       return 2;
@@ -209,8 +223,16 @@ int main(int argc, char **argv) {
   snprintf(plugins, sizeof plugins, "%s/../lib/dcp", dirname(exe));
   dcp_ctx_config cfg;
   dcp_ctx_config_init(&cfg);
-  cfg.coll = "mpi";
+  cfg.coll = coll;
+  cfg.coll_options = coll_options;
   cfg.plugin_path = plugins;
+  if (strcmp(coll, "mpi")) { /* ranks started by a script */
+    const char *r = getenv("DCP_TEST_RANK"), *w = getenv("DCP_TEST_WORLD");
+    if (!r || !w) r = getenv("RANK"), w = getenv("WORLD_SIZE");
+    if (!r || !w) DIE("--coll %s needs DCP_TEST_RANK/DCP_TEST_WORLD or RANK/WORLD_SIZE", coll);
+    cfg.rank = atoi(r);
+    cfg.world_size = atoi(w);
+  }
   dcp_ctx *ctx;
   if (dcp_ctx_create(&cfg, &ctx)) DIE("ctx: %s", dcp_ctx_create_error());
   g_rank = dcp_ctx_rank(ctx);
@@ -245,16 +267,20 @@ int main(int argc, char **argv) {
            world, world / tp, tp, world / load_tp, load_tp, (double)model / (1 << 20), NT,
            world / load_tp, save_s, dir);
 
-  static const char *names[3] = {"off", "pipeline", "no-pipe"};
-  result *res = calloc((size_t)reps * 3, sizeof *res);
+  static const char *names[NC] = {"off", "pipeline", "no-pipe", "blind"};
+  const dcp_coll_plugin *real = ctx->coll;
+  dcp_coll_plugin blind = *real; /* the same table without host ids */
+  if (DCP_HAS_FIELD(real, dcp_coll_plugin, host_id)) blind.host_id = NULL;
+  result *res = calloc((size_t)reps * NC, sizeof *res);
   for (int rep = 0; rep < reps; rep++)
-    for (int c = 0; c < 3; c++) {
+    for (int c = 0; c < NC; c++) {
       rank_state l;
       build(ctx, &l, load_tp, 0);
       dcp_load_options lo;
       dcp_load_options_init(&lo);
       lo.read_dedup = c == 0 ? DCP_READ_DEDUP_OFF : DCP_READ_DEDUP_AUTO;
       if (c == 2) lo.flags |= DCP_LOAD_NO_PIPELINE;
+      ctx->coll = c == 3 ? &blind : real;
       lo.max_inflight_bytes = (uint64_t)inflight_mib << 20;
       evict(ctx, ckpt, world);
       t0 = now_s();
@@ -269,41 +295,48 @@ int main(int argc, char **argv) {
                          (int64_t)st.read_payload_bytes};
       allreduce(ctx, sums, 5, DCP_REDUCE_SUM);
       allreduce(ctx, maxs, 3, DCP_REDUCE_MAX);
-      res[rep * 3 + c] = (result){(double)maxs[0] * 1e-9, sums[0], maxs[1], maxs[2], sums[1],
+      ctx->coll = real;
+      res[rep * NC + c] = (result){(double)maxs[0] * 1e-9, sums[0], maxs[1], maxs[2], sums[1],
                                   sums[2], sums[3], st.dedup_path, sums[4]};
       free_state(&l);
     }
   if (g_rank == 0) {
     printf("%-9s %9s %9s %12s %8s %10s %10s %9s %6s %s\n", "config", "median s", "min s",
            "bytes read", "x model", "max/mean", "bcast", "MiB/s", "path", "(per rep s)");
-    for (int c = 0; c < 3; c++) {
+    for (int c = 0; c < NC; c++) {
       double t[64];
       int k = reps < 64 ? reps : 64;
-      for (int i = 0; i < k; i++) t[i] = res[i * 3 + c].secs;
+      for (int i = 0; i < k; i++) t[i] = res[i * NC + c].secs;
       qsort(t, (size_t)k, sizeof *t, cmp_double);
       const result *r = &res[c]; /* volumes are the same every repetition */
       int64_t bad = 0;
-      for (int i = 0; i < reps; i++) bad += res[i * 3 + c].bad;
+      for (int i = 0; i < reps; i++) bad += res[i * NC + c].bad;
       double mean = (double)r->read / world;
       printf("%-9s %9.3f %9.3f %9.1f MiB %7.3fx %10.3f %6.1f MiB %9.0f %6u (", names[c], t[k / 2],
              t[0], (double)r->read / (1 << 20), (double)r->read / (double)model,
              mean > 0 ? (double)r->read_max / mean : 0.0, (double)r->sent / (1 << 20),
              (double)model / (1 << 20) / t[k / 2], r->path);
-      for (int i = 0; i < reps; i++) printf("%s%.3f", i ? " " : "", res[i * 3 + c].secs);
+      for (int i = 0; i < reps; i++) printf("%s%.3f", i ? " " : "", res[i * NC + c].secs);
       printf(")%s\n", bad ? "  WRONG VALUES" : "");
     }
     const result *on = &res[1], *off = &res[0];
-    double t_off[64], t_on[64], t_np[64];
+    double t_off[64], t_on[64], t_np[64], t_bl[64];
     int k = reps < 64 ? reps : 64;
     for (int i = 0; i < k; i++)
-      t_off[i] = res[i * 3].secs, t_on[i] = res[i * 3 + 1].secs, t_np[i] = res[i * 3 + 2].secs;
+      t_off[i] = res[i * NC].secs, t_on[i] = res[i * NC + 1].secs,
+      t_np[i] = res[i * NC + 2].secs, t_bl[i] = res[i * NC + 3].secs;
     qsort(t_off, (size_t)k, sizeof *t_off, cmp_double);
     qsort(t_on, (size_t)k, sizeof *t_on, cmp_double);
     qsort(t_np, (size_t)k, sizeof *t_np, cmp_double);
+    qsort(t_bl, (size_t)k, sizeof *t_bl, cmp_double);
     printf("dedup: %.2fx fewer bytes read (%.1f groups per rank), %.2fx faster than off; pipeline: "
            "%.2fx faster than read-then-broadcast (median %.3f s vs %.3f s)\n",
            (double)off->read / (double)on->read, (double)on->groups / world,
            t_off[k / 2] / t_on[k / 2], t_np[k / 2] / t_on[k / 2], t_on[k / 2], t_np[k / 2]);
+    printf("hosts: readers on the host of most members %.2fx faster than host-blind readers "
+           "(median %.3f s vs %.3f s; 1.00 expected when the collective gives no host ids or "
+           "every rank is on one host)\n",
+           t_bl[k / 2] / t_on[k / 2], t_on[k / 2], t_bl[k / 2]);
   }
   free(res);
   barrier(ctx);
