@@ -311,6 +311,28 @@ class TorchDCP(unittest.TestCase):
         dt.load(dest, checkpoint_id=self.path("c"), ctx=self.ctx)
         self.assertTrue(torch.equal(dest["t"], torch.arange(6, dtype=torch.float32)))
         self.assertEqual(dest["step"], 1)
+        if not hasattr(self.ctx, "set_async_staging"):
+            return
+        # background staging: the tensors may change only after the fence
+        big = torch.arange(1 << 16, dtype=torch.float64)
+        fut = dt.async_save({"big": big}, checkpoint_id=self.path("bg"), ctx=self.ctx,
+                            background_staging=True)
+        self.assertIsNone(fut.staging_completion.result())
+        self.assertTrue(fut.staging_completion.done())
+        big.zero_()
+        fut.result()
+        # and back to blocking staging on the same context
+        t2 = torch.ones(3)
+        fut = dt.async_save({"t2": t2}, checkpoint_id=self.path("bl"), ctx=self.ctx)
+        self.assertTrue(fut.staging_completion.done())
+        t2.zero_()
+        fut.result()
+        dest = {"big": torch.zeros(1 << 16, dtype=torch.float64)}
+        dt.load(dest, checkpoint_id=self.path("bg"), ctx=self.ctx)
+        self.assertTrue(torch.equal(dest["big"], torch.arange(1 << 16, dtype=torch.float64)))
+        dest = {"t2": torch.zeros(3)}
+        dt.load(dest, checkpoint_id=self.path("bl"), ctx=self.ctx)
+        self.assertTrue(torch.equal(dest["t2"], torch.ones(3)))
 
     def test_with_a_checkpoint_manager(self):
         if not hasattr(dcp, "CheckpointManager"):

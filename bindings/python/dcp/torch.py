@@ -436,19 +436,61 @@ class _Persisted:
         return not self.done()
 
 
+class _Staged:
+    """The staging completion of a save staged in the background: result()
+    is the fence (the tensors may change after it); done() never blocks."""
+
+    def __init__(self, owner):
+        self._owner, self._done = owner, False
+
+    def done(self):
+        return self._done or self._owner.done()
+
+    def result(self, timeout=None):
+        if not self._done:
+            h = self._owner._h
+            if h is not None:
+                h.fence()
+            self._done = True
+        return None
+
+    def exception(self, timeout=None):
+        try:
+            self.result(timeout)
+        except _dcp.Error as e:
+            return e
+        return None
+
+
 class AsyncSaveFuture(_Persisted):
-    """What :func:`async_save` returns once the state is staged: a future
-    of the persisted checkpoint (result() / done() / exception(), like the
+    """What :func:`async_save` returns: a future of the persisted
+    checkpoint (result() / done() / exception(), like the
     concurrent.futures.Future torch's async_save returns), with
-    ``staging_completion`` (already done: the tensors may change) and
+    ``staging_completion`` (done when async_save returns, unless it was
+    asked for background staging: then its result() is the fence before
+    the tensors change; ``with fut:`` and :meth:`fence` do the same),
     ``upload_completion`` (this future), and :meth:`abort`."""
 
-    def __init__(self, handle):
+    def __init__(self, handle, background=False):
         super().__init__(handle)
-        staged = concurrent.futures.Future()
-        staged.set_result(None)
-        self.staging_completion = staged
+        if background:
+            self.staging_completion = _Staged(self)
+        else:
+            staged = concurrent.futures.Future()
+            staged.set_result(None)
+            self.staging_completion = staged
         self.upload_completion = self
+
+    def fence(self):
+        """Block until the save is staged (its tensors may change then)."""
+        self.staging_completion.result()
+        return self
+
+    def __enter__(self):
+        return self.fence()
+
+    def __exit__(self, *exc):
+        return False
 
     @property
     def path(self):
@@ -497,15 +539,37 @@ class _ManagerSave(AsyncSaveFuture):
             self._m.abort()
 
 
+_background = {}  # id(ctx) -> ctx, for contexts dcp.torch put in background staging
+
+
+def _set_staging(ctx, background):
+    """Put ctx in background staging or back (only when it changes: a change
+    waits for a pending save)."""
+    was = _background.get(id(ctx)) is ctx
+    if was == background:
+        return
+    if not hasattr(ctx, "set_async_staging"):
+        raise _dcp.InvalidError("background_staging=True needs Context.set_async_staging "
+                                "(a newer libdcp binding)")
+    ctx.set_async_staging(background)
+    if background:
+        _background[id(ctx)] = ctx
+    else:
+        _background.pop(id(ctx), None)
+
+
 def async_save(state_dict, *, checkpoint_id=None, storage_writer=None, planner=None,
                process_group=None, ctx=None, allow_pickle=False, manager=None, step=None,
-               **options):
+               background_staging=False, **options):
     """Start saving state_dict and return an :class:`AsyncSaveFuture` once
     it is staged (copied): training may change every tensor from then on.
-    The context from from_env() has the writers' coordination set; a
-    context of your own with world_size > 1 needs ctx.set_async_coordination.
-    manager= and step= as :func:`save` (latest and retention move once the
-    future's result() returns)."""
+    With background_staging=True it returns before the copy: call
+    ``fut.staging_completion.result()`` (or ``fut.fence()``, or ``with fut:``)
+    before anything changes the tensors (the optimizer step). The context
+    from from_env() has the writers' coordination set; a context of your
+    own with world_size > 1 needs ctx.set_async_coordination. manager= and
+    step= as :func:`save` (latest and retention move once the future's
+    result() returns)."""
     if manager is not None:
         ctx = _manager_ctx(manager, ctx, checkpoint_id, step)
         st, keep, index = _build_save(ctx, state_dict, allow_pickle)
@@ -514,10 +578,13 @@ def async_save(state_dict, *, checkpoint_id=None, storage_writer=None, planner=N
         manager.save_async(step, st, **opts)
         return _ManagerSave(manager, step)
     ctx = _ctx_of(ctx, process_group, storage_writer, planner)
+    _set_staging(ctx, bool(background_staging))
     st, keep, index = _build_save(ctx, state_dict, allow_pickle)
     handle = _dcp.async_save(ctx, st, _path_of(checkpoint_id), **_save_options(options, index))
-    del keep, st
-    return AsyncSaveFuture(handle)
+    del keep, st  # the handle holds the state, which holds the buffers, until staged
+    if not background_staging and hasattr(handle, "fence"):
+        handle.fence()  # at once for blocking staging; a context left in background: safe
+    return AsyncSaveFuture(handle, background=bool(background_staging))
 
 
 # --------------------------------------------------------------- loading --
