@@ -27,7 +27,7 @@
 
 HOSTS_TAG=$$
 HOSTS_N=0
-HOSTS_SUB=$(( (HOSTS_TAG % 250) + 1 ))
+HOSTS_SUB=$(( (HOSTS_TAG % 250) + 1 )) # moved off a subnet in use by hosts_up
 RANK_PIDS=()
 RANK_RC=()
 
@@ -76,6 +76,11 @@ hosts_up() {
   trap 'exit 143' TERM INT
   ip netns add "$(host_ns probe)" 2>/dev/null || hosts_skip "cannot create a network namespace"
   ip netns del "$(host_ns probe)"
+  local try=0 # a subnet that no other run (another bridge) uses now
+  while ip -o -4 addr show 2>/dev/null | grep -q " 198\.18\.$HOSTS_SUB\." && [ $try -lt 250 ]; do
+    HOSTS_SUB=$(( HOSTS_SUB % 250 + 1 ))
+    try=$((try + 1))
+  done
   ip link add "$(hosts_bridge)" type bridge || hosts_skip "cannot create a bridge"
   ip addr add "198.18.$HOSTS_SUB.254/24" dev "$(hosts_bridge)"
   ip link set "$(hosts_bridge)" up
