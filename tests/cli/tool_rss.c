@@ -13,7 +13,7 @@
  * or one peaks above LIMIT_MIB; prints a table of the peaks either way.
  * This process holds no large buffer when it starts a command (a child's
  * peak includes what it inherited before exec). */
-#define _DEFAULT_SOURCE /* wait4 */
+#define _DEFAULT_SOURCE /* wait4, realpath */
 
 #include <errno.h>
 #include <stdbool.h>
@@ -97,7 +97,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: %s DCP DIR MIB LIMIT_MIB\n", argv[0]);
     return 2;
   }
-  const char *dcp = argv[1], *dir = argv[2];
+  char dcp[4096]; /* the commands run in dir: a relative path would not reach it */
+  if (!realpath(argv[1], dcp)) {
+    fprintf(stderr, "%s: %s\n", argv[1], strerror(errno));
+    return 2;
+  }
+  const char *dir = argv[2];
   long mib = atol(argv[3]), limit = atol(argv[4]);
   int64_t rows = mib * 4; /* a row is 256 KiB */
   char src[4096], cols[4096];
