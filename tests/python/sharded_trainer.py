@@ -137,6 +137,13 @@ def main():
     if pending is not None:
         pending.result()
         assert pending.done() and pending.exception() is None
+    if a.mode == "resume":
+        # the directory fallback agreed through the process group (rank 0's
+        # mkdtemp, broadcast): a small save over that context
+        import numpy as np
+        with dcp.Context.from_env(rendezvous="dir", async_writers=False) as c2:
+            part = np.full(2, rank, np.int32)
+            dcp.save(c2, {"r": dcp.Chunk(part, (2 * rank,), (2 * world,))}, a.ckpt + ".dir")
     final = {n: gather(p, n, world) for n, p in params.items()}
     torch.save({"losses": losses, "params": final}, "%s.%d.pt" % (a.out, rank))
     dist.barrier()

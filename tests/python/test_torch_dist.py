@@ -60,8 +60,15 @@ class Dist(unittest.TestCase):
                              os.path.join(tmp, "w-run"), torchrun=True).start()
             run.wait(240)
             res = launch.Job(script, 2, ["resume", "--out", os.path.join(tmp, "res")] + common,
-                             os.path.join(tmp, "w-res"), torchrun=True).start()
+                             os.path.join(tmp, "w-res"), torchrun=True,
+                             env={"TMPDIR": tmp}).start()
             res.wait(240)
+            import numpy as np
+            import dcp
+            got_r = np.zeros(4, np.int32)  # what the resumed ranks saved over the directory
+            with dcp.Context() as c:
+                dcp.load(c, {"r": got_r}, ckpt + ".dir")
+            self.assertEqual(got_r.tolist(), [0, 0, 1, 1])
             want = torch.load(os.path.join(tmp, "run.0.pt"))
             for r in range(2):
                 got = torch.load(os.path.join(tmp, "res.%d.pt" % r))
