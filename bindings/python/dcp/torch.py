@@ -40,12 +40,13 @@ import sys
 import torch
 
 from . import _dcp, _env, _json, _torch_compat
+from ._dcp import Context  # noqa: F401  (dcp.torch.Context.from_env(), for `import dcp.torch as dcp`)
 
 __all__ = ["save", "load", "async_save", "AsyncSaveFuture", "Stateful", "StateDictOptions",
            "get_state_dict", "set_state_dict", "get_model_state_dict",
            "get_optimizer_state_dict", "set_model_state_dict", "set_optimizer_state_dict",
            "flatten_state_dict", "default_context", "import_torch_dcp", "export_torch_dcp",
-           "torch_dtype", "dcp_dtype"]
+           "torch_dtype", "dcp_dtype", "Context"]
 
 _INDEX_KEY = "dcp.torch"  # the checkpoint's kv entry describing the torch side
 
