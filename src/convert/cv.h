@@ -49,8 +49,7 @@ dcp_status dcpi_cv_read_st_header(dcpi_rt *rt, const char *name, const char *sho
                                   dcpi_st_header **out, dcpi_err *err);
 
 /* Progress of one operation: forwards to the context's callbacks (the
- * plain one and the phase one). phase 0 is DCP_PHASE_VERIFY (verify.c
- * leaves it unset). */
+ * plain one and, with its phase, the phase one). */
 typedef struct dcpi_cv_progress {
   dcp_ctx *ctx;
   uint64_t done, total;

@@ -22,7 +22,7 @@ void dcpi_cv_progress_add(dcpi_cv_progress *p, uint64_t n) {
   if (!p) return;
   p->done += n;
   if (p->ctx && p->ctx->progress) p->ctx->progress(p->ctx->progress_arg, p->done, p->total);
-  dcpi_progress(p->ctx, p->phase ? p->phase : DCP_PHASE_VERIFY, p->done, p->total);
+  dcpi_progress(p->ctx, p->phase, p->done, p->total);
 }
 
 dcp_status dcpi_cv_open(dcpi_rt *rt, dcp_ctx *ctx, const char *dir, uint32_t flags,

@@ -255,7 +255,7 @@ static dcp_status run(verify_job *j, const char *ckpt) {
 
 dcp_status dcp_verify(dcp_ctx *ctx, const char *ckpt, dcp_verify_report *out) {
   if (!ctx) return DCP_EINVAL;
-  verify_job j = {.ctx = ctx, .pr = {.ctx = ctx}};
+  verify_job j = {.ctx = ctx, .pr = {.ctx = ctx, .phase = DCP_PHASE_VERIFY}};
   dcpi_err_clear(&j.first);
   dcp_status s;
   if (out && !DCPI_HAS_FIELD(out, dcp_verify_report, bytes))
