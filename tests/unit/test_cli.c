@@ -247,6 +247,12 @@ static void test_export_diff(void **state) {
   expect("diff --quiet ck ck3", 1, "1 equal, 1 different");
   assert_null(strstr(g_out, "equal\tenc.b"));
   assert_int_equal(dcp("diff ck missing"), 3);
+  st_tensor t = {.name = "enc.b", .dtype = "BF16", .ndim = 2, .shape = {15, 2}, .data = g_b,
+                 .nbytes = sizeof g_b};
+  assert_int_equal(st_write(at("reshaped.safetensors"), &t, 1, NULL, NULL, 0), 0);
+  expect("import reshaped.safetensors --to ck4", 0, NULL);
+  expect("diff ck ck4", 1, "different\tenc.b\tshape: BF16 [30] vs BF16 [15, 2]\n");
+  assert_non_null(strstr(g_out, "only in A\tenc.w\n"));
   expect("diff ck ck3 --json", 1, NULL);
   json_t *root = json_out();
   assert_string_equal(jstr(root, "command"), "diff");

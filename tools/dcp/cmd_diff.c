@@ -61,6 +61,15 @@ static bool same_geometry(const dcp_tensor_info *a, const dcp_tensor_info *b) {
   return true;
 }
 
+/* "[d0, d1, ...]" into buf. */
+static const char *shape_text(const dcp_tensor_info *t, char *buf, size_t cap) {
+  size_t n = (size_t)snprintf(buf, cap, "[");
+  for (uint32_t d = 0; d < t->ndim && n < cap; d++)
+    n += (size_t)snprintf(buf + n, cap - n, "%s%" PRId64, d ? ", " : "", t->shape[d]);
+  if (n < cap) snprintf(buf + n, cap - n, "]");
+  return buf;
+}
+
 static uint64_t nbytes(const dcp_tensor_info *t) {
   uint64_t n = dcp_dtype_size(t->dtype);
   for (uint32_t d = 0; d < t->ndim; d++) n *= (uint64_t)t->shape[d];
@@ -132,8 +141,10 @@ static void compare(diff_run *d, size_t ia, size_t ib, result *r) {
   if (!same_geometry(&ta, &tb)) {
     r->v = DIFFERENT;
     r->why = ta.dtype != tb.dtype ? "dtype" : "shape";
-    snprintf(r->message, sizeof r->message, "%s/%u-d vs %s/%u-d", dcp_dtype_name(ta.dtype),
-             ta.ndim, dcp_dtype_name(tb.dtype), tb.ndim);
+    char sa[160], sb[160];
+    snprintf(r->message, sizeof r->message, "%s %s vs %s %s", dcp_dtype_name(ta.dtype),
+             shape_text(&ta, sa, sizeof sa), dcp_dtype_name(tb.dtype),
+             shape_text(&tb, sb, sizeof sb));
     return;
   }
   uint64_t total = nbytes(&ta);
@@ -232,7 +243,7 @@ static const char diff_help[] =
     "tab-separated line per tensor (names never hold a tab):\n"
     "  equal       NAME\n"
     "  different   NAME  max abs diff X      (F32, F64, F16, BF16 values)\n"
-    "  different   NAME  values | dtype: .. | shape: ..\n"
+    "  different   NAME  values | dtype: A vs B | shape: A vs B\n"
     "  only in A   NAME\n"
     "  only in B   NAME\n"
     "  unreadable  NAME  A|B: why          (damaged or missing data; diff goes on)\n"
