@@ -9,7 +9,7 @@
 
 #include "base/checked.h"
 #include "metadata/codec.h"
-#include "metadata/md_internal.h"
+#include "metadata/md_int.h"
 #include "model/name.h"
 
 /* Duplicate n bytes of s as a NUL-terminated string, or NULL on ENOMEM. */

@@ -11,7 +11,7 @@
 #include "metadata/common.h"
 #include "metadata/codec.h"
 #include "metadata/format.h"
-#include "metadata/md_internal.h"
+#include "metadata/md_int.h"
 #include "base/wire.h"
 
 /* A file's most common (codec, block size): refs matching it skip both. */

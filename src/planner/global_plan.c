@@ -2,7 +2,7 @@
  * release. The builder is in save_plan.c. */
 #include <stdlib.h>
 
-#include "planner/global_plan_impl.h"
+#include "planner/global_plan_int.h"
 
 void dcpi_global_plan_free(dcpi_global_plan *gp) {
   if (!gp) return;

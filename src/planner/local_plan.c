@@ -6,7 +6,7 @@
 #include "base/checked.h"
 #include "model/box.h"
 #include "model/state.h"
-#include "planner/local_plan_impl.h"
+#include "planner/local_plan_int.h"
 
 /* ---- options ----------------------------------------------------------- */
 

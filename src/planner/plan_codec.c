@@ -20,7 +20,7 @@
 #include <xxhash.h>
 
 #include "base/wire.h"
-#include "planner/local_plan_impl.h"
+#include "planner/local_plan_int.h"
 
 #define PLAN_MAGIC "DCPLPLAN"
 #define PLAN_VERSION 1u

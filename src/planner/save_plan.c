@@ -19,8 +19,8 @@
 #include "base/checked.h"
 #include "base/strmap.h"
 #include "model/box.h"
-#include "planner/global_plan_impl.h"
-#include "planner/local_plan_impl.h"
+#include "planner/global_plan_int.h"
+#include "planner/local_plan_int.h"
 #include "planner/radix.h"
 
 /* What the builder knows of a name: where it was first seen, and its kind. */

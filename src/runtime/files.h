@@ -28,6 +28,7 @@
 
 #define DCPI_TAG_LEN 16u   /* hex digits of a tag */
 #define DCPI_NAME_MAX 96u  /* room for any name below, NUL included */
+#define DCPI_METADATA_NAME ".metadata" /* the commit marker of a checkpoint */
 #define DCPI_COORD_LEASE ".lock"
 #define DCPI_DATA_FILE_FMT "data-%05d.dcp" /* the 0.2 name (legacy) */
 

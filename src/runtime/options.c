@@ -7,13 +7,14 @@
 
 #include "base/sized.h"
 #include "runtime/load_int.h"
+#include "planner/save_plan.h"
 #include "runtime/rt.h"
 
 void dcp_save_options_init(dcp_save_options *o) {
   if (!o) return;
   memset(o, 0, sizeof *o);
   o->struct_size = sizeof *o;
-  o->block_size = DCPI_DEFAULT_BLOCK_SIZE;
+  o->block_size = DCPI_SAVE_DEFAULT_BLOCK_SIZE;
   o->zstd_level = DCPI_DEFAULT_ZSTD_LEVEL;
   o->policy = DCP_POLICY_BALANCED;
 }
@@ -25,7 +26,7 @@ dcp_status dcpi_save_options_effective(const dcp_save_options *in, dcp_save_opti
     return dcpi_fail(err, DCP_EINVAL, "save options: struct_size %u too small", in->struct_size);
   if (out->flags & ~(uint32_t)(DCP_SAVE_OVERWRITE | DCP_SAVE_COMPRESS | DCP_SAVE_IN_PLACE))
     return dcpi_fail(err, DCP_EINVAL, "save options: unknown flags 0x%x", out->flags);
-  if (!out->block_size) out->block_size = DCPI_DEFAULT_BLOCK_SIZE; /* 0: the default */
+  if (!out->block_size) out->block_size = DCPI_SAVE_DEFAULT_BLOCK_SIZE; /* 0: the default */
   if (!out->zstd_level) out->zstd_level = DCPI_DEFAULT_ZSTD_LEVEL;
   if (out->block_size < 4096 || out->block_size > (1u << 30))
     return dcpi_fail(err, DCP_EINVAL, "save options: block_size %u not in [4 KiB, 1 GiB]",

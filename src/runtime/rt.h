@@ -11,10 +11,8 @@
 #include "base/err.h"
 #include "core/ctx.h"
 #include "dcp_plugin.h"
+#include "runtime/files.h"
 
-#define DCPI_METADATA_NAME ".metadata"
-#define DCPI_METADATA_TMP ".metadata.tmp"
-#define DCPI_DEFAULT_BLOCK_SIZE (4u << 20)
 
 /* One save or load in progress on this rank. */
 typedef struct dcpi_rt {

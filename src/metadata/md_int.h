@@ -1,7 +1,7 @@
-/* md_internal.h — the builder's in-memory representation, shared by the
+/* md_int.h — the builder's in-memory representation, shared by the
  * add functions (md_build.c) and the encoder (md_encode.c). */
-#ifndef DCP_METADATA_MD_INTERNAL_H
-#define DCP_METADATA_MD_INTERNAL_H
+#ifndef DCP_METADATA_MD_INT_H
+#define DCP_METADATA_MD_INT_H
 
 #include "base/strmap.h"
 #include "metadata/format.h"

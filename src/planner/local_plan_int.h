@@ -1,8 +1,8 @@
-/* local_plan_impl.h — the layout of dcpi_local_plan, shared by the files
+/* local_plan_int.h — the layout of dcpi_local_plan, shared by the files
  * of the save planner (builder, codec, global plan). Everyone else goes
  * through the accessors of save_plan.h. */
-#ifndef DCP_PLANNER_LOCAL_PLAN_IMPL_H
-#define DCP_PLANNER_LOCAL_PLAN_IMPL_H
+#ifndef DCP_PLANNER_LOCAL_PLAN_INT_H
+#define DCP_PLANNER_LOCAL_PLAN_INT_H
 
 #include "planner/save_plan.h"
 

@@ -1,7 +1,7 @@
-/* global_plan_impl.h — the layout of dcpi_global_plan, shared by its
+/* global_plan_int.h — the layout of dcpi_global_plan, shared by its
  * builder (save_plan.c) and its accessors (global_plan.c). */
-#ifndef DCP_PLANNER_GLOBAL_PLAN_IMPL_H
-#define DCP_PLANNER_GLOBAL_PLAN_IMPL_H
+#ifndef DCP_PLANNER_GLOBAL_PLAN_INT_H
+#define DCP_PLANNER_GLOBAL_PLAN_INT_H
 
 #include "planner/save_plan.h"
 
