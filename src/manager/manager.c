@@ -236,12 +236,12 @@ dcp_status dcpi_manager_decide(dcp_manager *m, const dcpi_step_scan *v, size_t n
   return s;
 }
 
-/* "a; b" (or "b" when a is empty) into out, cut to cap. */
+/* "a: b" (or the one that is not empty) into out, cut to cap. */
 static void join_note(char *out, size_t cap, const char *a, const char *b) {
   size_t n = 0;
   for (const char *p = a; *p && n + 1 < cap; p++) out[n++] = *p;
-  if (a[0])
-    for (const char *p = "; "; *p && n + 1 < cap; p++) out[n++] = *p;
+  if (a[0] && b[0])
+    for (const char *p = ": "; *p && n + 1 < cap; p++) out[n++] = *p;
   for (const char *p = b; *p && n + 1 < cap; p++) out[n++] = *p;
   out[n] = '\0';
 }
@@ -263,10 +263,15 @@ dcp_status dcp_manager_list(dcp_manager *m, dcp_step_info *out, size_t cap, size
     for (size_t i = 0; i < n && i < cap; i++) {
       out[i] = (dcp_step_info){.step = v[i].step, .state = v[i].state, .bytes = v[i].bytes,
                                .keep = !dcpi_verdict_deletes(vd[i])};
-      const char *verdict = vd[i] == DCPI_KEEP_LAST && !m->opts.keep_last
-                                ? "kept (no count limit)"
-                                : dcpi_verdict_name(vd[i]);
-      join_note(out[i].note, sizeof out[i].note, v[i].note, verdict);
+      /* the state's reason, or (committed steps) the policy's verdict */
+      const char *why = vd[i] == DCPI_KEEP_LAST && !m->opts.keep_last
+                            ? "no count limit"
+                            : dcpi_verdict_name(vd[i]);
+      if (v[i].note[0])
+        join_note(out[i].note, sizeof out[i].note, v[i].note, "");
+      else
+        join_note(out[i].note, sizeof out[i].note,
+                  dcpi_verdict_deletes(vd[i]) ? "delete" : "keep", why);
     }
   }
   free(vd);

@@ -7,17 +7,17 @@ bool dcpi_verdict_deletes(dcpi_verdict v) {
 
 const char *dcpi_verdict_name(dcpi_verdict v) {
   switch (v) {
-  case DCPI_KEEP_NEWEST: return "kept: the newest durable step";
-  case DCPI_KEEP_PINNED: return "kept: pinned";
-  case DCPI_KEEP_EVERY: return "kept: a multiple of keep_every";
-  case DCPI_KEEP_LAST: return "kept: among the keep_last newest";
-  case DCPI_KEEP_PENDING: return "kept: a save is writing it";
-  case DCPI_KEEP_CORRUPT: return "kept: its metadata does not verify (left for inspection)";
-  case DCPI_KEEP_FOREIGN: return "kept: not the manager's";
-  case DCPI_KEEP_INCOMPLETE: return "kept: incomplete (keep_incomplete)";
-  case DCPI_DELETE_OLD: return "deleted: older than the keep_last newest";
-  case DCPI_DELETE_BYTES: return "deleted: over max_bytes";
-  case DCPI_DELETE_ABANDONED: return "deleted: an abandoned save";
+  case DCPI_KEEP_NEWEST: return "the newest durable step";
+  case DCPI_KEEP_PINNED: return "pinned";
+  case DCPI_KEEP_EVERY: return "a multiple of keep_every";
+  case DCPI_KEEP_LAST: return "among the keep_last newest";
+  case DCPI_KEEP_PENDING: return "a save is writing it";
+  case DCPI_KEEP_CORRUPT: return "corrupt steps are left for inspection";
+  case DCPI_KEEP_FOREIGN: return "not the manager's";
+  case DCPI_KEEP_INCOMPLETE: return "incomplete directories are kept (keep_incomplete)";
+  case DCPI_DELETE_OLD: return "older than the keep_last newest";
+  case DCPI_DELETE_BYTES: return "over max_bytes";
+  case DCPI_DELETE_ABANDONED: return "an abandoned save";
   }
   return "unknown";
 }

@@ -60,7 +60,8 @@ typedef enum dcpi_verdict {
 /* Whether v deletes. */
 bool dcpi_verdict_deletes(dcpi_verdict v);
 
-/* A short static description of v ("newest durable step", ...). */
+/* Why v keeps or deletes, a short static phrase ("the newest durable
+ * step", "older than the keep_last newest", ...). */
 const char *dcpi_verdict_name(dcpi_verdict v);
 
 /* What the decision found besides the verdicts. */

@@ -13,7 +13,7 @@
 static const char steps_help[] =
     "usage: dcp steps ROOT [--json] [--quiet]\n\n"
     "The step directories of a checkpoint manager's root, ascending, one per\n"
-    "line with four tab-separated columns:\n"
+    "line with four tab-separated columns (NOTE '-' for a committed step):\n"
     "  STEP  STATE  BYTES  NOTE\n"
     "STATE is committed, pending (a save is writing it), incomplete (a crashed\n"
     "save or deletion: never loaded), corrupt (its .metadata fails its checks)\n"
@@ -180,6 +180,12 @@ static int open_manager(const char *cmd, const steps_args *a, bool read_only, dc
   return *s ? CLI_ERROR : CLI_OK;
 }
 
+/* What `dcp steps` says of a step: why it is not committed, else nothing
+ * (the read-only listing has no policy to report). */
+static const char *note_of(const dcp_step_info *v) {
+  return v->state == DCP_STEP_COMMITTED ? "" : v->note;
+}
+
 int cmd_steps(int argc, char **argv) {
   steps_args a;
   if (!parse("steps", argc, argv, false, &a)) return CLI_USAGE;
@@ -203,7 +209,7 @@ int cmd_steps(int argc, char **argv) {
         json_object_set_new(e, "step", json_integer(v[i].step));
         json_object_set_new(e, "state", json_string(dcp_step_state_name(v[i].state)));
         json_object_set_new(e, "bytes", json_integer((json_int_t)v[i].bytes));
-        json_object_set_new(e, "note", json_string(v[i].note));
+        json_object_set_new(e, "note", json_string(note_of(&v[i])));
         json_array_append_new(arr, e);
       }
       json_object_set_new(o, "steps", arr);
@@ -215,7 +221,7 @@ int cmd_steps(int argc, char **argv) {
   } else {
     for (size_t i = 0; i < n; i++)
       printf("%" PRId64 "\t%s\t%" PRIu64 "\t%s\n", v[i].step, dcp_step_state_name(v[i].state),
-             v[i].bytes, v[i].note);
+             v[i].bytes, note_of(&v[i])[0] ? note_of(&v[i]) : "-");
     if (latest >= 0) printf("latest\tstep-%" PRId64 "\n", latest);
   }
   free(v);
