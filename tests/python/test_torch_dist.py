@@ -31,22 +31,25 @@ try:
     raise SystemExit("plain Context() accepted")
 except dcp.InvalidError as e:
     assert "WORLD_SIZE=2" in str(e) and "from_env" in str(e), e
-ctx = dcp.Context.from_env(rendezvous=os.environ["RDV"])
-assert (ctx.rank, ctx.world_size) == (int(os.environ["RANK"]), 2)
 w = np.arange(8, dtype=np.float32)
-mine = dcp.Chunk(w[4 * ctx.rank:4 * ctx.rank + 4].copy(), (4 * ctx.rank,), (8,))
-path = os.environ["CKPT"]
-dcp.async_save(ctx, {"w": mine}, path).wait()   # the writers' coordination is set
-out = np.zeros(8, np.float32)
-dcp.load(ctx, {"w": out}, path)
-assert (out == w).all(), out
+for rdv in ("store", "dir"):
+    with dcp.Context.from_env(rendezvous=rdv) as ctx:
+        assert (ctx.rank, ctx.world_size) == (int(os.environ["RANK"]), 2)
+        mine = dcp.Chunk(w[4 * ctx.rank:4 * ctx.rank + 4].copy(), (4 * ctx.rank,), (8,))
+        path = os.path.join(os.environ["CKPT"], rdv)
+        fut = dcp.async_save(ctx, {"w": mine}, path)  # the writers' coordination is set
+        fut.wait()
+        del fut
+        out = np.zeros(8, np.float32)
+        dcp.load(ctx, {"w": out}, path)
+        assert (out == w).all(), (rdv, out)
 # a context without the writers' coordination: the error names the Python call
-bare = dcp.Context.from_env(rendezvous=os.environ["RDV"], async_writers=False)
-try:
-    dcp.async_save(bare, {"w": mine}, path + ".2")
-    raise SystemExit("async_save without coordination was accepted")
-except dcp.InvalidError as e:
-    assert "Context.set_async_coordination()" in str(e) and "dcp_async" not in str(e), e
+with dcp.Context.from_env(async_writers=False) as bare:
+    try:
+        dcp.async_save(bare, {"w": mine}, path + ".2")
+        raise SystemExit("async_save without coordination was accepted")
+    except dcp.InvalidError as e:
+        assert "Context.set_async_coordination()" in str(e) and "dcp_async" not in str(e), e
 '''
 
 
@@ -79,17 +82,15 @@ class Dist(unittest.TestCase):
                     self.assertTrue(torch.equal(t, got["params"][n]), "rank %d: %s" % (r, n))
 
     def test_from_env_without_process_group(self):
-        # the TCP store at MASTER_ADDR:MASTER_PORT+1 (+2 for the writers), and
-        # the directory fallback agreed from MASTER_ADDR/MASTER_PORT
-        for rdv in ("store", "dir"):
-            with tempfile.TemporaryDirectory(prefix="dcp-tenv-") as tmp:
-                script = os.path.join(tmp, "env_only.py")
-                with open(script, "w") as f:
-                    f.write(ENV_ONLY)
-                job = launch.Job(script, 2, [], os.path.join(tmp, "w"), torchrun=True,
-                                 env={"CKPT": os.path.join(tmp, "ckpt"), "RDV": rdv,
-                                      "TMPDIR": tmp}).start()  # the agreed directory
-                job.wait(120)
+        # one job: the TCP store at MASTER_ADDR:MASTER_PORT+1 (+2 for the
+        # writers), then the directory fallback agreed from MASTER_ADDR/PORT
+        with tempfile.TemporaryDirectory(prefix="dcp-tenv-") as tmp:
+            script = os.path.join(tmp, "env_only.py")
+            with open(script, "w") as f:
+                f.write(ENV_ONLY)
+            job = launch.Job(script, 2, [], os.path.join(tmp, "w"), torchrun=True,
+                             env={"CKPT": tmp, "TMPDIR": tmp}).start()  # the agreed directory
+            job.wait(120)
 
 
 if __name__ == "__main__":
