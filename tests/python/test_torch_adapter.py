@@ -262,6 +262,22 @@ class Adapter(unittest.TestCase):
         with self.assertRaises(dcp.InvalidError):
             dt.load("a", "b", model=mine2)
 
+    def test_cuda_model_round_trip(self):
+        if not torch.cuda.is_available():
+            self.skipTest("no CUDA device: the adapter's CUDA staging runs only where CUDA is "
+                          "available")
+        model = torch.nn.Linear(8, 4).cuda()
+        opt = torch.optim.Adam(model.parameters(), lr=0.1)
+        model(torch.randn(2, 8, device="cuda")).sum().backward()
+        opt.step()
+        dt.save(self.ctx, self.path("gpu"), model=model, optimizer=opt, rng=False)
+        m2 = torch.nn.Linear(8, 4).cuda()
+        o2 = torch.optim.Adam(m2.parameters(), lr=0.1)
+        dt.load(self.ctx, self.path("gpu"), model=m2, optimizer=o2, rng=False)
+        self.assertEqual(m2.weight.device.type, "cuda")
+        self.assertTrue(torch.equal(m2.weight, model.weight))
+        self.assertTrue(torch.equal(o2.state[m2.weight]["exp_avg"], opt.state[model.weight]["exp_avg"]))
+
     def test_async_save_and_latest_checkpoint(self):
         model, opt, sched = make()
         root = self.path("run")

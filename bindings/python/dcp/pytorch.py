@@ -40,7 +40,8 @@ libdcp); per-rank RNG states then cannot be restored: pass ``rng=False``.
 JSON (not pickle) keeps a checkpoint from running code when loaded; the
 extras may hold tensors, tuples, numpy arrays (see ``dcp._json``).
 Non-contiguous tensors are saved from a contiguous copy and loaded through
-one; complex128 is stored as its float64 real view (a last dimension of 2);
+one; CUDA tensors are staged through pinned host memory (a side stream,
+waited on) and loaded back to their device; complex128 is stored as its float64 real view (a last dimension of 2);
 ``cast=True`` on load converts dtypes (an fp32 checkpoint into a bf16
 model). ``dcp.torch`` is the torch.distributed.checkpoint-style API.
 """
@@ -114,6 +115,9 @@ def _item(t, spec):
     complex128 is its real view with a last dimension of 2."""
     real = t.dtype in _AS_REAL
     t = t.detach()
+    if t.device.type == "cuda":  # staged: a pinned host copy on a side stream
+        from .torch import _host
+        t = _host(t, pinned=True)
     if not t.is_contiguous():
         t = t.contiguous()
     if real:
@@ -337,7 +341,8 @@ def _dest(saved, name, spec, existing, rank, complex_names=(), cast=False):
     else:
         shape = saved_shape
     fits = (existing is not None and tuple(existing.shape) == tuple(shape)
-            and existing.dtype == dtype and existing.is_contiguous())
+            and existing.dtype == dtype and existing.is_contiguous()
+            and existing.device.type == "cpu")
     back = None
     if fits:
         t = existing
@@ -484,8 +489,8 @@ def load(ctx, path=None, *, model=None, optimizer=None, scheduler=None, rng=True
     loaded = dcp.load(ctx, items, path, meta=meta, **options)
     del meta
     with torch.no_grad():
-        for dest, item in copies:
-            dest.copy_(_tensor_of(item))
+        for dest, item in copies:  # non-contiguous, cast, or on a GPU
+            dest.copy_(_tensor_of(item).to(dest.device))
     if extra_states:
         mods = _extra_state_modules(model)
         for key, name in extra_states:
