@@ -743,8 +743,7 @@ static const dcp_storage_plugin fault_table = {
     .get_stats = f_get_stats,
 };
 
-/* The entry must be visible in the .so even under -fvisibility=hidden. */
-__attribute__((visibility("default"))) const void *dcp_plugin_entry(uint32_t kind);
-const void *dcp_plugin_entry(uint32_t kind) {
+DCP_PLUGIN_EXPORT const void *dcp_plugin_entry(uint32_t kind);
+DCP_PLUGIN_EXPORT const void *dcp_plugin_entry(uint32_t kind) {
   return kind == DCP_PLUGIN_STORAGE ? &fault_table : NULL;
 }
