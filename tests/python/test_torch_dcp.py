@@ -205,6 +205,15 @@ class TorchDCP(unittest.TestCase):
         self.assertSame(model.state_dict(), m2.state_dict())
         for a, b in zip(opts, o2):
             self.assertSame(a.state_dict(), b.state_dict())
+        # an optimizer whose state cannot be made by a zero step: a clear refusal,
+        # the parameters and gradients as they were
+        lb = torch.optim.LBFGS(m2.parameters())
+        w = m2[0].weight.detach().clone()
+        with self.assertRaises(dcp.InvalidError) as cm:
+            dt.get_optimizer_state_dict(m2, lb)
+        self.assertIn("LBFGS", str(cm.exception))
+        self.assertTrue(torch.equal(m2[0].weight, w))
+        self.assertIsNone(m2[0].weight.grad)
 
     def test_every_dtype(self):
         g = torch.Generator().manual_seed(3)

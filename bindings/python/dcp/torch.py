@@ -822,6 +822,11 @@ def _init_optim_state(optim):
         g["lr"] = 0.0 if not torch.is_tensor(g["lr"]) else torch.zeros_like(g["lr"])
     try:
         optim.step()
+    except Exception as e:  # LBFGS wants a closure, SparseAdam sparse gradients, ...
+        raise _dcp.InvalidError(
+            "%s has no state yet and a step with zero gradients failed (%s): take one real "
+            "step before loading into it, or load its state_dict yourself"
+            % (type(optim).__name__, e)) from None
     finally:
         for g, lr in zip(optim.param_groups, lrs):
             g["lr"] = lr
