@@ -240,6 +240,10 @@ static void test_export_diff(void **state) {
   expect("import shards/model.safetensors.index.json --to ck2 -q", 0, NULL);
   assert_string_equal(g_out, "");
   expect("diff ck ck2", 0, "2 equal, 0 different");
+  assert_int_equal(dcp_env("DCP_PROGRESS_INTERVAL=0", "diff ck ck2"), 0); /* its own progress */
+  assert_non_null(strstr(g_err, "dcp diff: 100% 9.5 KiB of 9.5 KiB")); /* both sides' bytes */
+  assert_int_equal(dcp_env("DCP_PROGRESS_INTERVAL=0", "diff ck ck2 -q"), 0);
+  assert_string_equal(g_err, "");
   expect("diff ck src", 0, "equal\tenc.w\n"); /* copied vs linked */
   expect("import other.safetensors --to ck3", 0, NULL);
   expect("diff ck ck3", 1, "different\tenc.w\tmax abs diff 0.25\n");
