@@ -48,6 +48,7 @@ def main():
     check(any("deleted" in l for l in lines), "deletions are logged: %r" % lines)
     check(mgr.last_gc["deleted"] >= 1 and mgr.last_gc["status"] == 0, "gc report")
     check(mgr.latest_step == 6, "latest_step")
+    check(mgr.ctx is ctx and mgr.root == root, "ctx and root")
 
     # steps that do not move forward; the manager's own key
     for bad in (lambda: mgr.save(6, {"w": w}), lambda: mgr.save(7, {"w": w}, kv={"dcp.step": "1"})):

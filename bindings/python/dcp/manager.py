@@ -76,6 +76,11 @@ class CheckpointManager:
                                quiet=bool(quiet), log=log)
         self._staged = None  # the pending async save's state (kept until it is done)
 
+    @property
+    def ctx(self):
+        """The dcp.Context the manager saves and loads with."""
+        return self._ctx
+
     # -- saving ---------------------------------------------------------------
     def save(self, step, items, **options):
         """Save ``items`` (a dcp.State or a dict of name -> item) as ``step``;
