@@ -224,6 +224,7 @@ struct dcpi_cc_store {
   int fd;
   /* rank 0: the server */
   int lfd;
+  int any;        /* bound every address: the store's host is not this one */
   pthread_t thread;
   int thread_started;
   pthread_mutex_t lock; /* guards everything below */
@@ -456,7 +457,7 @@ static int listen_at(dcpi_cc_store *s, dcp_plugin_err *err) {
   struct addrinfo *res = NULL;
   int rc = resolve(s->host, s->cfg.port, 0, &res, err);
   if (rc) return rc;
-  int last = 0, fd = -1;
+  int last = 0, fd = -1, bound_any = 0;
   for (int any = 0; any < 2 && fd < 0; any++) {
     for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
       struct sockaddr_storage ss;
@@ -480,11 +481,13 @@ static int listen_at(dcpi_cc_store *s, dcp_plugin_err *err) {
         if (last == EADDRINUSE) break;
       }
     }
+    bound_any = fd >= 0 && any;
     if (last != EADDRNOTAVAIL) break; /* only "not an address of this host" tries any */
   }
   freeaddrinfo(res);
   if (fd >= 0) {
     s->lfd = fd;
+    s->any = bound_any;
     return DCP_OK;
   }
   if (last == EADDRINUSE)
@@ -531,9 +534,12 @@ static int open_root(dcpi_cc_store *s, dcp_plugin_err *err) {
     if (dcpi_cc_now_ns() >= s->cfg.deadline_ns)
       return dcp_plugin_fail(err, DCP_ETIMEDOUT,
                              "timed out after %lld ms waiting for rank(s) %s%s (%zu missing) to "
-                             "reach the store at %s:%u",
+                             "reach the store at %s:%u%s",
                              (long long)s->cfg.timeout_ms, list, missing > shown ? ", ..." : "",
-                             missing, s->host, (unsigned)s->cfg.port);
+                             missing, s->host, (unsigned)s->cfg.port,
+                             s->any ? " (it is not an address of this host, so rank 0 listens on "
+                                      "all of its addresses: is rank 0 running on that host?)"
+                                    : "");
     dcpi_cc_sleep_ns(2000000LL);
   }
 }
@@ -568,7 +574,10 @@ static int try_join(dcpi_cc_store *s, char *why, size_t cap, dcp_plugin_err *err
   }
   freeaddrinfo(res);
   if (fd < 0) {
-    snprintf(why, cap, "connect to %s:%u: %s", s->host, (unsigned)s->cfg.port, strerror(last));
+    snprintf(why, cap, "connect to %s:%u: %s%s", s->host, (unsigned)s->cfg.port, strerror(last),
+             last == ECONNREFUSED ? " (nobody listens there: rank 0 has not opened yet, has "
+                                    "finished, or runs on another host)"
+                                  : "");
     return 1;
   }
   int one = 1;
