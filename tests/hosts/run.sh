@@ -63,12 +63,12 @@ run_job() { # run_job LIMIT "h0 h1 ..." args...
   ranks_wait "$limit"
 }
 
-# Waits (10 s at most) for the faulty rank's pid file.
+# Waits (30 s at most) for the faulty rank's pid file.
 await_pause() {
   local n=0
   while [ ! -s "$D.stalled" ]; do
     n=$((n + 1))
-    [ $n -gt 200 ] && fail "the faulty rank never reached its fault"
+    [ $n -gt 600 ] && fail "the faulty rank never reached its fault"
     sleep 0.05
   done
 }
