@@ -140,7 +140,34 @@
   F(dcp_verify_report, bytes, 40, 8)              \
   F(dcp_verify_report, problems, 48, 8)           \
   F(dcp_verify_report, first_status, 56, 4)       \
-  F(dcp_verify_report, first_problem, 60, 512)
+  F(dcp_verify_report, first_problem, 60, 512)    \
+  S(dcp_manager_options, 80, 8)                   \
+  F(dcp_manager_options, struct_size, 0, 4)       \
+  F(dcp_manager_options, flags, 4, 4)             \
+  F(dcp_manager_options, keep_last, 8, 4)         \
+  F(dcp_manager_options, keep_every, 16, 8)       \
+  F(dcp_manager_options, max_bytes, 24, 8)        \
+  F(dcp_manager_options, keep_steps, 32, 8)       \
+  F(dcp_manager_options, nkeep_steps, 40, 8)      \
+  F(dcp_manager_options, keep_fn, 48, 8)          \
+  F(dcp_manager_options, keep_arg, 56, 8)         \
+  F(dcp_manager_options, log_fn, 64, 8)           \
+  F(dcp_manager_options, log_arg, 72, 8)          \
+  S(dcp_step_info, 192, 8)                        \
+  F(dcp_step_info, step, 0, 8)                    \
+  F(dcp_step_info, state, 8, 4)                   \
+  F(dcp_step_info, bytes, 16, 8)                  \
+  F(dcp_step_info, keep, 24, 4)                   \
+  F(dcp_step_info, note, 28, 160)                 \
+  S(dcp_manager_gc_report, 560, 8)                \
+  F(dcp_manager_gc_report, struct_size, 0, 4)     \
+  F(dcp_manager_gc_report, status, 4, 4)          \
+  F(dcp_manager_gc_report, deleted, 8, 8)         \
+  F(dcp_manager_gc_report, kept, 16, 8)           \
+  F(dcp_manager_gc_report, failed, 24, 8)         \
+  F(dcp_manager_gc_report, kept_bytes, 32, 8)     \
+  F(dcp_manager_gc_report, over_budget, 40, 4)    \
+  F(dcp_manager_gc_report, message, 44, 512)
 
 /* dcp_plugin.h */
 #define DCP_PLUGIN_H_STRUCTS(S, F)         \
@@ -223,7 +250,10 @@
   E(dcp_scope, 4)      \
   E(dcp_codec, 4)      \
   E(dcp_policy, 4)     \
-  E(dcp_read_dedup, 4)
+  E(dcp_read_dedup, 4) \
+  E(dcp_async_staging, 4) \
+  E(dcp_phase, 4)      \
+  E(dcp_step_state, 4)
 
 /* V(name, value): every public enumerator and numeric #define of the ABI. */
 #define VALUES(V)                  \
@@ -302,7 +332,25 @@
   V(DCP_COLL_CAP_GROUPS, 2)        \
   V(DCP_REDUCE_MIN, 1)             \
   V(DCP_REDUCE_MAX, 2)             \
-  V(DCP_REDUCE_SUM, 3)
+  V(DCP_REDUCE_SUM, 3)             \
+  V(DCP_ASYNC_STAGE_BLOCKING, 0)   \
+  V(DCP_ASYNC_STAGE_BACKGROUND, 1) \
+  V(DCP_PHASE_SAVE_WRITE, 1)       \
+  V(DCP_PHASE_LOAD_READ, 2)        \
+  V(DCP_PHASE_IMPORT, 3)           \
+  V(DCP_PHASE_EXPORT, 4)           \
+  V(DCP_PHASE_VERIFY, 5)           \
+  V(DCP_STEP_COMMITTED, 0)         \
+  V(DCP_STEP_PENDING, 1)           \
+  V(DCP_STEP_INCOMPLETE, 2)        \
+  V(DCP_STEP_CORRUPT, 3)           \
+  V(DCP_STEP_FOREIGN, 4)           \
+  V(DCP_MANAGER_READ_ONLY, 1)      \
+  V(DCP_MANAGER_NO_AUTO_GC, 2)     \
+  V(DCP_MANAGER_KEEP_INCOMPLETE, 4) \
+  V(DCP_MANAGER_QUIET, 8)          \
+  V(DCP_RESUME_VERIFY, 1)          \
+  V(DCP_GC_DRY_RUN, 1)
 
 /* Whether expr has type T (compatible types, C11 6.5.1.1); the expression
  * is not evaluated. */
@@ -316,6 +364,10 @@
   T("dcp_plugin_entry_fn",                                                                         \
     HAS_TYPE((dcp_plugin_entry_fn)NULL, const void *(*)(uint32_t)))                                \
   T("dcp_progress_fn", HAS_TYPE((dcp_progress_fn)NULL, void (*)(void *, uint64_t, uint64_t)))      \
+  T("dcp_phase_progress_fn",                                                                       \
+    HAS_TYPE((dcp_phase_progress_fn)NULL, void (*)(void *, dcp_phase, uint64_t, uint64_t)))        \
+  T("dcp_manager_keep_fn", HAS_TYPE((dcp_manager_keep_fn)NULL, int (*)(void *, int64_t)))          \
+  T("dcp_manager_log_fn", HAS_TYPE((dcp_manager_log_fn)NULL, void (*)(void *, const char *)))      \
   T("dcp_async_copy_fn",                                                                           \
     HAS_TYPE((dcp_async_copy_fn)NULL, void (*)(void *, void *, const void *, size_t)))             \
   T("dcp_storage_plugin.open",                                                                     \
