@@ -204,3 +204,41 @@ int ctk_scenario_two_jobs(int idx, int world, void *arg) {
   ctk_P->close(c);
   return 0;
 }
+
+/* ---- planted-link victims ------------------------------------------------ */
+
+#define CTK_VICTIM_TEXT "a file outside the rendezvous directory: never to change\n"
+
+void ctk_victim_make(char *victim) {
+  char dir[64];
+  snprintf(dir, sizeof dir, "/tmp/dcp-victim-XXXXXX");
+  assert_non_null(mkdtemp(dir));
+  snprintf(victim, PATH_MAX, "%s/victim", dir);
+  FILE *f = fopen(victim, "w");
+  assert_non_null(f);
+  fputs(CTK_VICTIM_TEXT, f);
+  assert_int_equal(fclose(f), 0);
+}
+
+int ctk_victim_intact(const char *victim) {
+  char buf[256] = "";
+  FILE *f = fopen(victim, "r");
+  if (!f) return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  return strcmp(buf, CTK_VICTIM_TEXT) == 0;
+}
+
+void ctk_victim_drop(const char *victim) {
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", victim);
+  *strrchr(dir, '/') = '\0';
+  ctk_remove_dir(dir);
+}
+
+void ctk_plant_link(const char *name, const char *target) {
+  char path[PATH_MAX + 160];
+  snprintf(path, sizeof path, "%s/%s", ctk_dir, name);
+  assert_int_equal(symlink(target, path), 0);
+}

@@ -96,4 +96,16 @@ int ctk_scenario_stale(int rank, int world, void *arg);
  * (const char *[2]). Each job's allgathers see only its own ranks. */
 int ctk_scenario_two_jobs(int idx, int world, void *arg);
 
+/* The victim of the planted-link tests: a file outside the rendezvous
+ * directory, in a fresh directory of its own, that no collective may ever
+ * write through. ctk_victim_make writes it (its path into victim,
+ * PATH_MAX bytes); ctk_victim_intact is 1 while it holds exactly what was
+ * written; ctk_victim_drop removes its directory and everything in it. */
+void ctk_victim_make(char *victim);
+int ctk_victim_intact(const char *victim);
+void ctk_victim_drop(const char *victim);
+
+/* Plants a symbolic link ctk_dir/<name> -> target (asserts it worked). */
+void ctk_plant_link(const char *name, const char *target);
+
 #endif

@@ -439,48 +439,6 @@ static void test_two_jobs_one_dir(void **state) {
 /* Symbolic links and fifos planted in the directory                        */
 /* ------------------------------------------------------------------------ */
 
-#define VICTIM_TEXT "a file outside the rendezvous directory: never to change\n"
-
-/* Writes the victim file into a fresh directory of its own; its path goes
- * to victim (PATH_MAX bytes). */
-static void make_victim(char *victim) {
-  char dir[64];
-  snprintf(dir, sizeof dir, "/tmp/dcp-victim-XXXXXX");
-  assert_non_null(mkdtemp(dir));
-  snprintf(victim, PATH_MAX, "%s/victim", dir);
-  FILE *f = fopen(victim, "w");
-  assert_non_null(f);
-  fputs(VICTIM_TEXT, f);
-  assert_int_equal(fclose(f), 0);
-}
-
-/* 1 when the victim still holds exactly VICTIM_TEXT. */
-static int victim_intact(const char *victim) {
-  char buf[256] = "";
-  FILE *f = fopen(victim, "r");
-  if (!f) return 0;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  return strcmp(buf, VICTIM_TEXT) == 0;
-}
-
-/* Removes the victim and its directory. */
-static void drop_victim(const char *victim) {
-  char dir[PATH_MAX];
-  snprintf(dir, sizeof dir, "%s", victim);
-  unlink(victim);
-  *strrchr(dir, '/') = '\0';
-  rmdir(dir);
-}
-
-/* Plants a symbolic link ctk_dir/<name> -> target. */
-static void plant_link(const char *name, const char *target) {
-  char path[PATH_MAX + 160];
-  snprintf(path, sizeof path, "%s/%s", ctk_dir, name);
-  assert_int_equal(symlink(target, path), 0);
-}
-
 /* 1 when every entry left in ctk_dir is a symbolic link to victim. */
 static int only_links_left(const char *victim) {
   DIR *d = opendir(ctk_dir);
@@ -520,24 +478,24 @@ static int scenario_small(int rank, int world, void *arg) {
 static void links_planted(const char *job) {
   char victim[PATH_MAX], name[128], opts[96];
   ctk_fresh_dir("dcp-coll-file");
-  make_victim(victim);
+  ctk_victim_make(victim);
   for (int r = 1; r < 3; r++) {
     snprintf(name, sizeof name, "%s.hello.%d.tmp", job, r);
-    plant_link(name, victim);
+    ctk_plant_link(name, victim);
     snprintf(name, sizeof name, "%s.hello.%d", job, r);
-    plant_link(name, victim);
+    ctk_plant_link(name, victim);
   }
   snprintf(name, sizeof name, "%s.session.tmp", job);
-  plant_link(name, victim);
+  ctk_plant_link(name, victim);
   snprintf(name, sizeof name, "%s.session", job);
-  plant_link(name, victim);
+  ctk_plant_link(name, victim);
   snprintf(opts, sizeof opts, "job=%s", job);
   assert_int_equal(ctk_run_ranks(3, scenario_small, opts), 0);
-  assert_true(victim_intact(victim));
+  assert_true(ctk_victim_intact(victim));
   assert_int_equal(ctk_count_entries(ctk_dir), 3);
   assert_true(only_links_left(victim));
   ctk_remove_dir(ctk_dir);
-  drop_victim(victim);
+  ctk_victim_drop(victim);
 }
 
 static void test_links_planted(void **state) {
@@ -569,18 +527,18 @@ static void test_link_never_read(void **state) {
   (void)state;
   char victim[PATH_MAX], hello_path[PATH_MAX + 16];
   ctk_fresh_dir("dcp-coll-file");
-  make_victim(victim);
+  ctk_victim_make(victim);
   snprintf(hello_path, sizeof hello_path, "%s.hello", victim);
   unsigned char h[12];
   put64(h, 0x1234);
   put32(h + 8, 2);
   assert_int_equal(write_raw(hello_path, OP_HELLO, h, sizeof h, 1, 0), 0);
-  plant_link("dcp.hello.1", hello_path);
+  ctk_plant_link("dcp.hello.1", hello_path);
   assert_int_equal(ctk_run_ranks(1, scenario_odd_hello, NULL), 0);
-  assert_true(victim_intact(victim));
+  assert_true(ctk_victim_intact(victim));
   unlink(hello_path);
   ctk_remove_dir(ctk_dir);
-  drop_victim(victim);
+  ctk_victim_drop(victim);
 }
 
 static void test_fifo_never_blocks(void **state) {

@@ -560,39 +560,6 @@ static void test_two_jobs_one_dir(void **state) {
 /* Symbolic links planted in the directory                                  */
 /* ------------------------------------------------------------------------ */
 
-#define VICTIM_TEXT "a file outside the rendezvous directory: never to change\n"
-
-/* The victim, in a fresh directory of its own (path to victim). */
-static void make_victim(char *victim) {
-  char dir[64];
-  snprintf(dir, sizeof dir, "/tmp/dcp-victim-XXXXXX");
-  assert_non_null(mkdtemp(dir));
-  snprintf(victim, PATH_MAX, "%s/victim", dir);
-  FILE *f = fopen(victim, "w");
-  assert_non_null(f);
-  fputs(VICTIM_TEXT, f);
-  assert_int_equal(fclose(f), 0);
-}
-
-/* 1 when the victim still holds exactly VICTIM_TEXT. */
-static int victim_intact(const char *victim) {
-  char buf[256] = "";
-  FILE *f = fopen(victim, "r");
-  if (!f) return 0;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  return strcmp(buf, VICTIM_TEXT) == 0;
-}
-
-/* Removes the files of the victim's directory and the directory. */
-static void drop_victim(const char *victim) {
-  char dir[PATH_MAX];
-  snprintf(dir, sizeof dir, "%s", victim);
-  *strrchr(dir, '/') = '\0';
-  ctk_remove_dir(dir);
-}
-
 /* Each rank first plants a link to the victim (arg) at the temporary name
  * an earlier version of the shim wrote its hello or session file through
  * ("<name>.tmp.<pid>", predictable); then it opens, talks and closes. */
@@ -623,17 +590,17 @@ static void test_links_planted(void **state) {
   NEED_PLUGIN();
   char victim[PATH_MAX], path[PATH_MAX + 64];
   ctk_fresh_dir("dcp-coll-gloo");
-  make_victim(victim);
+  ctk_victim_make(victim);
   const char *names[] = {"dcp.gloo.hello.1", "dcp.gloo.hello.2", "dcp.gloo.session"};
   for (size_t i = 0; i < 3; i++) {
     snprintf(path, sizeof path, "%s/%s", ctk_dir, names[i]);
     assert_int_equal(symlink(victim, path), 0);
   }
   assert_int_equal(ctk_run_ranks(3, scenario_links, victim), 0);
-  assert_true(victim_intact(victim));
+  assert_true(ctk_victim_intact(victim));
   assert_int_equal(ctk_count_entries(ctk_dir), 3);
   ctk_remove_dir(ctk_dir);
-  drop_victim(victim);
+  ctk_victim_drop(victim);
 }
 
 /* Rank 0 of a world of 2 alone finds at rank 1's hello name a link to a
@@ -654,7 +621,7 @@ static void test_link_never_read(void **state) {
   NEED_PLUGIN();
   char victim[PATH_MAX], hello[PATH_MAX + 16], path[PATH_MAX + 64];
   ctk_fresh_dir("dcp-coll-gloo");
-  make_victim(victim);
+  ctk_victim_make(victim);
   snprintf(hello, sizeof hello, "%s.hello", victim);
   FILE *f = fopen(hello, "w");
   assert_non_null(f);
@@ -663,9 +630,9 @@ static void test_link_never_read(void **state) {
   snprintf(path, sizeof path, "%s/dcp.gloo.hello.1", ctk_dir);
   assert_int_equal(symlink(hello, path), 0);
   assert_int_equal(ctk_run_ranks(1, scenario_linked_hello, NULL), 0);
-  assert_true(victim_intact(victim));
+  assert_true(ctk_victim_intact(victim));
   ctk_remove_dir(ctk_dir);
-  drop_victim(victim);
+  ctk_victim_drop(victim);
 }
 
 static int setup(void **state) {
