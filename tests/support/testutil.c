@@ -101,3 +101,20 @@ int tu_main(int argc, char **argv, const char *group, const struct CMUnitTest *t
   }
   return _cmocka_run_group_tests(group, tests, n, setup, teardown);
 }
+
+int tu_fixture_setup(void **state, const char *prefix) {
+  tu_fixture *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  f->ctx = tu_scratch_ctx(prefix, f->dir, sizeof f->dir, f->plugins, sizeof f->plugins);
+  snprintf(f->ckpt, sizeof f->ckpt, "%s/ckpt", f->dir);
+  *state = f;
+  return 0;
+}
+
+int tu_fixture_teardown(void **state) {
+  tu_fixture *f = *state;
+  dcp_ctx_free(f->ctx);
+  tu_remove_tree(f->dir);
+  free(f);
+  return 0;
+}

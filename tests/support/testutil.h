@@ -3,6 +3,7 @@
 #ifndef DCP_TESTUTIL_H
 #define DCP_TESTUTIL_H
 
+#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -44,6 +45,19 @@ dcp_ctx *tu_scratch_ctx(const char *prefix, char *dir, size_t dir_cap, char *plu
 
 /* A fixture's end: rm -rf dir (the test fails if that fails). */
 void tu_remove_tree(const char *dir);
+
+/* The fixture of the tests that save and load on one rank: a scratch
+ * directory, the checkpoint path dir/ckpt (not created), the plugin
+ * directory and a context of rank 0 of 1 (tu_scratch_ctx). Use as
+ * cmocka's setup and teardown bodies: *state is the tu_fixture. */
+typedef struct tu_fixture {
+  char dir[PATH_MAX];
+  char ckpt[PATH_MAX + 8];
+  char plugins[PATH_MAX];
+  dcp_ctx *ctx;
+} tu_fixture;
+int tu_fixture_setup(void **state, const char *prefix);
+int tu_fixture_teardown(void **state);
 
 /* The main of every cmocka test program, so that one test runs by name:
  *

@@ -28,29 +28,11 @@
 #include "runtime/replace.h"
 #include "runtime/rt.h"
 
-typedef struct fixture {
-  char dir[PATH_MAX];
-  char ckpt[PATH_MAX + 8];
-  char plugins[PATH_MAX];
-  dcp_ctx *ctx; /* rank 0 of 1: loads, and coordinated saves */
-} fixture;
+typedef tu_fixture fixture; /* ctx: rank 0 of 1, for loads and coordinated saves */
 
-static int setup(void **state) {
-  fixture *f = calloc(1, sizeof *f);
-  assert_non_null(f);
-  f->ctx = tu_scratch_ctx("dcp-ident", f->dir, sizeof f->dir, f->plugins, sizeof f->plugins);
-  snprintf(f->ckpt, sizeof f->ckpt, "%s/ckpt", f->dir);
-  *state = f;
-  return 0;
-}
+static int setup(void **state) { return tu_fixture_setup(state, "dcp-ident"); }
 
-static int teardown(void **state) {
-  fixture *f = *state;
-  dcp_ctx_free(f->ctx);
-  tu_remove_tree(f->dir);
-  free(f);
-  return 0;
-}
+static int teardown(void **state) { return tu_fixture_teardown(state); }
 
 /* ---- the model --------------------------------------------------------- */
 
