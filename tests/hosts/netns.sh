@@ -36,17 +36,22 @@ host_addr() { echo "198.18.$HOSTS_SUB.$(( $1 + 1 ))"; }
 host_link() { echo "dh${HOSTS_TAG}v$1"; }
 hosts_bridge() { echo "dh${HOSTS_TAG}b"; }
 
+# 0 when process $1 runs (a zombie does not).
+tag_alive() {
+  [ -d "/proc/$1" ] && [ "$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
+
 # Removes namespaces and links of runs whose shell is gone.
 hosts_sweep() {
   local ns pid link
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep '^dcph-[0-9]*-[0-9]*$'); do
     pid=${ns#dcph-}; pid=${pid%%-*}
-    [ -d "/proc/$pid" ] || ip netns del "$ns" 2>/dev/null
+    tag_alive "$pid" || ip netns del "$ns" 2>/dev/null
   done
   for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' |
                 grep '^dh[0-9]*[bv][0-9]*$'); do
     pid=${link#dh}; pid=${pid%%[bv]*}
-    [ -d "/proc/$pid" ] || ip link del "$link" 2>/dev/null
+    tag_alive "$pid" || ip link del "$link" 2>/dev/null
   done
 }
 

@@ -44,7 +44,9 @@ void fc_fire(fc_action action, const char *pid_file) {
     char go[4200];
     snprintf(go, sizeof go, "%s.go", pid_file);
     fprintf(stderr, "fault coll: rank pauses until %s exists (pid %d)\n", go, (int)getpid());
-    while (access(go, F_OK) != 0) nanosleep(&(struct timespec){0, 5000000}, NULL);
+    /* at most a minute: a harness that died never leaves it waiting forever */
+    for (int i = 0; i < 12000 && access(go, F_OK) != 0; i++)
+      nanosleep(&(struct timespec){0, 5000000}, NULL);
     return;
   }
   fprintf(stderr, "fault coll: rank stalls now (pid %d, SIGSTOP)\n", (int)getpid());

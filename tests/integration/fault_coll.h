@@ -14,7 +14,7 @@ typedef enum fc_action {
   FC_EXIT,  /* _exit(3) at once, without closing anything */
   FC_PAUSE  /* writes its pid to the pid file, waits until "<pid file>.go"
                exists (a harness changes the network meanwhile:
-               tests/hosts), then makes the call */
+               tests/hosts; a minute at most), then makes the call */
 } fc_action;
 
 /* Loads dcp-coll-<inner>.so (first match on DCP_PLUGIN_PATH) and registers
