@@ -35,7 +35,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define DCP_VERSION_MAJOR 0
-#define DCP_VERSION_MINOR 2
+#define DCP_VERSION_MINOR 3
 #define DCP_VERSION_PATCH 0
 #define DCP_VERSION_NUMBER \
   (DCP_VERSION_MAJOR * 10000 + DCP_VERSION_MINOR * 100 + DCP_VERSION_PATCH)
@@ -44,7 +44,7 @@ extern "C" {
  * Compare with DCP_VERSION_NUMBER to detect a header/library mismatch. */
 DCP_API unsigned dcp_version_number(void);
 
-/* The linked library's version as a static string, e.g. "0.2.0". */
+/* The linked library's version as a static string, e.g. "0.3.0". */
 DCP_API const char *dcp_version_string(void);
 
 /* ------------------------------------------------------------------------ */
