@@ -75,8 +75,10 @@ typedef enum dcp_status {
   DCP_EPLUGIN = -18,     /* a plugin could not be found, loaded or accepted */
   /* -- since 0.3 -- */
   DCP_EBUSY = -19,       /* another save holds the checkpoint directory's lease */
-  DCP_ESTALE = -20       /* the checkpoint changed under this save (a newer save
+  DCP_ESTALE = -20,      /* the checkpoint changed under this save (a newer save
                             committed, or this save's lease was lost) */
+  DCP_EREPLICA = -21     /* the holders of a replicated box hold different
+                            bytes (memory corruption: dcp_check_replicas) */
 } dcp_status;
 
 /* Non-zero when s is an error (negative). */
@@ -540,6 +542,12 @@ typedef enum dcp_policy {
                                  the old checkpoint first, so that the
                                  directory never holds both (less space; no
                                  checkpoint at path until the new one commits) */
+#define DCP_SAVE_CHECK_REPLICAS 8u /* before writing, compare every holder's
+                                 copy of each replicated box and bytes item
+                                 (dcp_check_replicas): a mismatch fails the
+                                 save with DCP_EREPLICA, nothing written or
+                                 committed. Needs a collective (a detached
+                                 rank: DCP_EINVAL) */
 
 typedef struct dcp_save_options {
   uint32_t struct_size; /* sizeof(dcp_save_options), set by init */
@@ -588,7 +596,8 @@ DCP_API void dcp_save_options_init(dcp_save_options *opts);
  * is never followed: the save (or a load) fails with DCP_EIO, "... is a
  * symbolic link", and the link's target is left untouched.
  * Errors: DCP_EEXIST (a committed checkpoint is at path and
- * DCP_SAVE_OVERWRITE is not set), DCP_EBUSY, DCP_ESTALE, DCP_EINVAL (an
+ * DCP_SAVE_OVERWRITE is not set), DCP_EBUSY, DCP_ESTALE, DCP_EREPLICA (with
+ * DCP_SAVE_CHECK_REPLICAS: two holders of a replicated box differ), DCP_EINVAL (an
  * uncoordinated save without save_id), the planner's DCP_EMISMATCH, DCP_EOVERLAP,
  * DCP_EBOUNDS, DCP_EINCOMPLETE, DCP_ESCOPE, DCP_EOVERFLOW, storage errors
  * DCP_EIO, DCP_ENOSPC, collective errors DCP_ETIMEDOUT, DCP_EPEER,
@@ -1006,6 +1015,55 @@ DCP_API void dcp_ctx_set_phase_progress(dcp_ctx *ctx, dcp_phase_progress_fn fn, 
 DCP_API dcp_status dcp_read_tensor_range(dcp_ctx *ctx, const char *ckpt, dcp_meta *meta,
                                          size_t tensor, uint64_t offset, void *buf,
                                          size_t len);
+
+/* ------------------------------------------------------------------------ */
+/* Replica check: silent data corruption across replicas                    */
+/* ------------------------------------------------------------------------ */
+
+/* A box held by several ranks (data-parallel copies, a replica group of a
+ * layout) is written once, by one holder: a flipped bit in another holder's
+ * memory would go unnoticed until that copy diverges the training. The
+ * replica check has every holder hash its copy (xxh3-64 of the chunk's
+ * bytes) and compares the hashes of each box's holders in one small
+ * exchange (8 bytes per local chunk and bytes item, gathered at rank 0, and
+ * a broadcast of the verdict). docs/reliability.md, "Replica corruption". */
+
+#define DCP_CHECK_REPORT_ONLY 1u /* count and describe mismatches in the
+                                    report, return DCP_OK */
+
+/* What a replica check found. Grows (fields are appended): the caller's
+ * struct_size says how much of it the library writes. */
+typedef struct dcp_replica_report {
+  uint32_t struct_size;    /* sizeof(dcp_replica_report), set by the caller */
+  dcp_status status;       /* DCP_OK, DCP_EREPLICA (mismatches found, also
+                              with DCP_CHECK_REPORT_ONLY) or the failure */
+  uint64_t boxes_checked;  /* replicated boxes and bytes items compared
+                              (those with 2 or more holders), all ranks */
+  uint64_t mismatches;     /* of those, how many had differing copies */
+  uint64_t hashed_bytes;   /* bytes this rank hashed */
+  uint64_t exchange_bytes; /* collective bytes this rank sent + received */
+  char message[DCP_VERIFY_MSG_MAX]; /* "" or the first mismatch: fqn (or
+                              key), box, the ranks of each copy and their
+                              hashes, the majority where there is one */
+} dcp_replica_report;
+
+/* Compare every holder's copy of each replicated box and REPLICATED bytes
+ * item of st, without saving. Collective over the context's ranks, like
+ * dcp_save (every rank passes its state; the planner's checks apply, so a
+ * state dcp_save would refuse is refused here with the same error). With
+ * two holders a mismatch names both; with three or more, the majority copy
+ * and the ranks that differ from it (or "no majority"). flags: 0 or
+ * DCP_CHECK_REPORT_ONLY. report may be NULL; it is the same on every rank
+ * but for hashed_bytes and exchange_bytes. Leaves the context's save/load
+ * statistics alone.
+ * Errors (the same on every rank): DCP_EREPLICA (unless REPORT_ONLY; the
+ * message is report->message, also on ctx), DCP_EINVAL (NULL, a state of
+ * another context, unknown flags, a detached rank: no collective), the
+ * planner's errors (DCP_EMISMATCH, DCP_EOVERLAP, ...), DCP_ETIMEDOUT /
+ * DCP_EPEER (a rank did not take part within the context's timeout_ms),
+ * DCP_ENOMEM. */
+DCP_API dcp_status dcp_check_replicas(dcp_ctx *ctx, dcp_state *st, uint32_t flags,
+                                      dcp_replica_report *report);
 
 /* ------------------------------------------------------------------------ */
 /* Checkpoint manager: steps, retention, latest, resume                     */

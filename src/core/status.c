@@ -36,6 +36,7 @@ const char *dcp_strerror(dcp_status s) {
     case DCP_EPLUGIN: return "plugin error";
     case DCP_EBUSY: return "checkpoint directory busy (another save holds it)";
     case DCP_ESTALE: return "checkpoint changed under this save";
+    case DCP_EREPLICA: return "replicas of a box differ between ranks";
   }
   return "unknown status";
 }

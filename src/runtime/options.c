@@ -24,7 +24,8 @@ dcp_status dcpi_save_options_effective(const dcp_save_options *in, dcp_save_opti
   dcp_save_options_init(out);
   if (!dcpi_sized_merge(out, sizeof *out, in, DCPI_SIZE_THROUGH(dcp_save_options, flags)))
     return dcpi_fail(err, DCP_EINVAL, "save options: struct_size %u too small", in->struct_size);
-  if (out->flags & ~(uint32_t)(DCP_SAVE_OVERWRITE | DCP_SAVE_COMPRESS | DCP_SAVE_IN_PLACE))
+  if (out->flags & ~(uint32_t)(DCP_SAVE_OVERWRITE | DCP_SAVE_COMPRESS | DCP_SAVE_IN_PLACE |
+                              DCP_SAVE_CHECK_REPLICAS))
     return dcpi_fail(err, DCP_EINVAL, "save options: unknown flags 0x%x", out->flags);
   if (!out->block_size) out->block_size = DCPI_SAVE_DEFAULT_BLOCK_SIZE; /* 0: the default */
   if (!out->zstd_level) out->zstd_level = DCPI_DEFAULT_ZSTD_LEVEL;

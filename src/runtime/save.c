@@ -31,6 +31,7 @@
 #include "runtime/options.h"
 #include "runtime/plan_cache.h"
 #include "runtime/replace.h"
+#include "runtime/replica_check.h"
 #include "runtime/rt.h"
 #include "runtime/save.h"
 
@@ -389,6 +390,8 @@ static dcp_status run(save_job *j) {
   if (!s && !hit) s = plan(j);
   if (!s && !hit) s = remember_plan(j);
   if (!s) s = dcpi_rt_agree(rt, local);
+  if (!s && (j->opts.flags & DCP_SAVE_CHECK_REPLICAS)) /* before anything is written */
+    s = dcpi_replica_check(rt, j->st, j->lp, j->gp, false, NULL);
   stats->plan_s = dcpi_now() - t;
   stats->plan_cache_hit = hit;
   stats->plan_coll_bytes = stats->coll_bytes - coll0;
@@ -434,7 +437,9 @@ dcp_status dcpi_save_over(dcp_ctx *ctx, dcp_state *st, const char *path,
     s = dcpi_save_options_effective(opts, &j.opts, &rt.err);
   if (!ctx->comm) {
     /* a detached rank: the "none" coordination, <rank>.metadata */
-    if (!s) dcpi_local_save(&rt, st, &j.opts, expected);
+    if (!s && (j.opts.flags & DCP_SAVE_CHECK_REPLICAS))
+      dcpi_fail(&rt.err, DCP_EINVAL, "save: DCP_SAVE_CHECK_REPLICAS needs a collective");
+    else if (!s) dcpi_local_save(&rt, st, &j.opts, expected);
     return dcpi_rt_end(&rt);
   }
   /* Bad arguments on one rank still go through an agreement, so the other

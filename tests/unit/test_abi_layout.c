@@ -167,7 +167,15 @@
   F(dcp_manager_gc_report, failed, 24, 8)         \
   F(dcp_manager_gc_report, kept_bytes, 32, 8)     \
   F(dcp_manager_gc_report, over_budget, 40, 4)    \
-  F(dcp_manager_gc_report, message, 44, 512)
+  F(dcp_manager_gc_report, message, 44, 512)     \
+  S(dcp_replica_report, 552, 8)                   \
+  F(dcp_replica_report, struct_size, 0, 4)        \
+  F(dcp_replica_report, status, 4, 4)             \
+  F(dcp_replica_report, boxes_checked, 8, 8)      \
+  F(dcp_replica_report, mismatches, 16, 8)        \
+  F(dcp_replica_report, hashed_bytes, 24, 8)      \
+  F(dcp_replica_report, exchange_bytes, 32, 8)    \
+  F(dcp_replica_report, message, 40, 512)
 
 /* dcp_plugin.h */
 #define DCP_PLUGIN_H_STRUCTS(S, F)         \
@@ -278,6 +286,7 @@
   V(DCP_EPLUGIN, -18)              \
   V(DCP_EBUSY, -19)                \
   V(DCP_ESTALE, -20)               \
+  V(DCP_EREPLICA, -21)             \
   V(DCP_DTYPE_INVALID, 0)          \
   V(DCP_BOOL, 1)                   \
   V(DCP_U8, 2)                     \
@@ -309,6 +318,8 @@
   V(DCP_SAVE_OVERWRITE, 1)         \
   V(DCP_SAVE_COMPRESS, 2)          \
   V(DCP_SAVE_IN_PLACE, 4)          \
+  V(DCP_SAVE_CHECK_REPLICAS, 8)    \
+  V(DCP_CHECK_REPORT_ONLY, 1)      \
   V(DCP_LOAD_METADATA_PER_RANK, 1) \
   V(DCP_LOAD_NO_PIPELINE, 2)       \
   V(DCP_READ_DEDUP_AUTO, 0)        \

@@ -20,7 +20,7 @@ static void test_version(void **state) {
 static void test_strerror_names_every_code(void **state) {
   (void)state;
   const char *seen[32] = {0};
-  for (int s = 0; s >= DCP_ESTALE; s--) {
+  for (int s = 0; s >= DCP_EREPLICA; s--) {
     const char *msg = dcp_strerror((dcp_status)s);
     assert_non_null(msg);
     assert_string_not_equal(msg, "unknown status");

@@ -35,6 +35,7 @@ static const error_kind kinds[] = {
     {DCP_EPLUGIN, "DCP_EPLUGIN", "PluginError"},
     {DCP_EBUSY, "DCP_EBUSY", "BusyError"},
     {DCP_ESTALE, "DCP_ESTALE", "StaleError"},
+    {DCP_EREPLICA, "DCP_EREPLICA", "ReplicaError"},
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 

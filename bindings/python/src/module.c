@@ -192,6 +192,7 @@ static const struct {
     {"EPLUGIN", DCP_EPLUGIN},
     {"EBUSY", DCP_EBUSY},
     {"ESTALE", DCP_ESTALE},
+    {"EREPLICA", DCP_EREPLICA},
     {"MAX_NDIM", DCP_MAX_NDIM},
     {"MAX_NAME", DCP_MAX_NAME},
 };
