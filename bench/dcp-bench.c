@@ -6,6 +6,7 @@
  *   mpirun -np 4 dcp-bench [--coll mpi|file] [--rendezvous DIR]
  *          [--layers L] [--hidden H] [--tp T] [--load-tp T] [--dtype bf16|f32]
  *          [--dir DIR] [--compress] [--small] [--io-mib M] [--repeat R] [--keep]
+ *          [--dedup auto|off|on]
  *
  * The state is a GPT-like stack of L layers on a [DP, TP] mesh (DP =
  * world / T): per layer qkv [3H,H] and fc1 [4H,H] sharded on dim 0 by TP,
@@ -92,6 +93,7 @@ static uint64_t mix(uint64_t z) {
 typedef struct args {
   const char *coll, *rendezvous, *dir;
   int layers, hidden, tp, load_tp, compress, keep, repeat;
+  dcp_read_dedup dedup; /* the loads' read_dedup (--dedup) */
   dcp_dtype dtype;
   size_t io_bytes;
 } args;
@@ -100,7 +102,8 @@ static void usage(void) {
   fprintf(stderr,
           "usage: dcp-bench [--coll mpi|file] [--rendezvous DIR] [--layers L] [--hidden H]\n"
           "                 [--tp T] [--load-tp T] [--dtype bf16|f32] [--dir DIR]\n"
-          "                 [--compress] [--small] [--io-mib M] [--repeat R] [--keep]\n");
+          "                 [--compress] [--small] [--io-mib M] [--repeat R] [--keep]\n"
+          "                 [--dedup auto|off|on]\n");
   exit(2);
 }
 
@@ -124,7 +127,13 @@ static args parse(int argc, char **argv) {
     else if (!strcmp(k, "--load-tp")) a.load_tp = atoi(v), i++;
     else if (!strcmp(k, "--repeat")) a.repeat = atoi(v), i++;
     else if (!strcmp(k, "--io-mib")) a.io_bytes = (size_t)atoi(v) << 20, i++;
-    else if (!strcmp(k, "--dtype")) {
+    else if (!strcmp(k, "--dedup")) {
+      if (!strcmp(v, "auto")) a.dedup = DCP_READ_DEDUP_AUTO;
+      else if (!strcmp(v, "off")) a.dedup = DCP_READ_DEDUP_OFF;
+      else if (!strcmp(v, "on")) a.dedup = DCP_READ_DEDUP_ON;
+      else usage();
+      i++;
+    } else if (!strcmp(k, "--dtype")) {
       if (!strcmp(v, "bf16")) a.dtype = DCP_BF16;
       else if (!strcmp(v, "f32")) a.dtype = DCP_F32;
       else usage();
@@ -668,10 +677,15 @@ static int cold_cache(barrier *bar, int32_t rank, const char *dir) {
   return dropped;
 }
 
+static dcp_read_dedup load_dedup; /* --dedup, the same on every rank */
+
 static void timed_load(dcp_ctx *ctx, rank_state *rs, const char *ckpt, record *rec, int k,
                        int ph) {
+  dcp_load_options lo;
+  dcp_load_options_init(&lo);
+  lo.read_dedup = load_dedup;
   rec->t0[k][ph] = wall_now();
-  dcp_status s = dcp_load(ctx, rs->st, ckpt, NULL);
+  dcp_status s = dcp_load(ctx, rs->st, ckpt, &lo);
   rec->t1[k][ph] = wall_now();
   if (s) die("dcp_load: %s: %s", dcp_strerror(s), dcp_ctx_last_error(ctx));
   rec->st[k][ph].struct_size = sizeof rec->st[k][ph];
@@ -745,6 +759,7 @@ static void run_dcp(bench_ctx *b, int k) {
 
 int main(int argc, char **argv) {
   args a = parse(argc, argv);
+  load_dedup = a.dedup;
   make_dir(a.dir);
   char rdv[4096];
   dcp_ctx *ctx = open_ctx(&a, rdv, sizeof rdv);

@@ -21,6 +21,13 @@ typedef struct dcpi_chunk_item {
   int64_t nbytes; /* numel(box) * dtype size */
 } dcpi_chunk_item;
 
+/* The bytes of one index of c's first dimension (all of it for a 0-d
+ * chunk, 0 for an empty one): the unit a save aligns c's blocks to. */
+static inline uint64_t dcpi_chunk_row_bytes(const dcpi_chunk_item *c) {
+  if (c->box.ndim == 0) return (uint64_t)c->nbytes;
+  return c->box.size[0] > 0 ? (uint64_t)(c->nbytes / c->box.size[0]) : 0;
+}
+
 typedef struct dcpi_bytes_item {
   char *key; /* owned */
   size_t key_len;

@@ -117,11 +117,39 @@ static dcp_status put_block(dcpi_block_writer *w, const uint8_t *p, size_t n, ui
   return append(w, p, n, err);
 }
 
+uint32_t dcpi_block_size_for(uint64_t len, uint64_t row_bytes, uint32_t max) {
+  if (len <= DCPI_GRANULE_MIN || max <= DCPI_GRANULE_MIN) return max;
+  if (row_bytes == 0 || row_bytes > len) row_bytes = 1;
+  uint64_t rows = len / row_bytes;
+  uint64_t min_rows = (DCPI_GRANULE_MIN + row_bytes - 1) / row_bytes;
+  uint64_t max_rows = max / row_bytes;
+  if (max_rows == 0) return max; /* a row larger than a block: no alignment */
+  /* rows per block: the first exact cut into DCPI_GRANULES..4x as many
+   * blocks that fits the bounds, so halves, quarters ... of the rows start
+   * on a block; else about DCPI_GRANULES blocks */
+  uint64_t per = 0;
+  for (uint64_t k = DCPI_GRANULES; k <= 4 * DCPI_GRANULES && !per; k++)
+    if (rows % k == 0 && rows / k >= min_rows && rows / k <= max_rows) per = rows / k;
+  if (!per) {
+    per = (rows + DCPI_GRANULES - 1) / DCPI_GRANULES;
+    if (per < min_rows) per = min_rows;
+    if (per > max_rows) per = max_rows;
+  }
+  uint64_t bs = per * row_bytes;
+  return bs >= len ? max : (uint32_t)bs; /* one block either way: keep the default */
+}
+
 dcp_status dcpi_block_writer_put(dcpi_block_writer *w, const void *data, uint64_t len,
                                  dcpi_ref *ref, dcpi_err *err) {
-  uint64_t nblocks = (len + w->block_size - 1) / w->block_size;
+  return dcpi_block_writer_put_rows(w, data, len, 0, ref, err);
+}
+
+dcp_status dcpi_block_writer_put_rows(dcpi_block_writer *w, const void *data, uint64_t len,
+                                      uint64_t row_bytes, dcpi_ref *ref, dcpi_err *err) {
+  uint32_t bsz = row_bytes ? dcpi_block_size_for(len, row_bytes, w->block_size) : w->block_size;
+  uint64_t nblocks = (len + bsz - 1) / bsz;
   *ref = (dcpi_ref){.offset = w->offset, .raw_length = len, .block_count = nblocks,
-                    .block_size = w->block_size,
+                    .block_size = bsz,
                     .codec = w->compress ? DCP_CODEC_ZSTD_CHECKED : DCP_CODEC_NONE};
   ref->checksums = malloc((nblocks ? nblocks : 1) * sizeof *ref->checksums);
   if (w->compress) ref->stored_lens = malloc((nblocks ? nblocks : 1) * sizeof *ref->stored_lens);
@@ -136,8 +164,8 @@ dcp_status dcpi_block_writer_put(dcpi_block_writer *w, const void *data, uint64_
      * then append the item whole, so a large one is written straight from
      * the caller's memory with no copy. */
     for (uint64_t b = 0; b < nblocks; b++) {
-      size_t n = (size_t)(b + 1 < nblocks ? w->block_size : len - b * w->block_size);
-      ref->checksums[b] = XXH3_64bits(p + b * w->block_size, n);
+      size_t n = (size_t)(b + 1 < nblocks ? bsz : len - b * bsz);
+      ref->checksums[b] = XXH3_64bits(p + b * bsz, n);
     }
     ref->stored_length = len;
     dcp_status s = append(w, data, (size_t)len, err);
@@ -145,8 +173,8 @@ dcp_status dcpi_block_writer_put(dcpi_block_writer *w, const void *data, uint64_
     return s;
   }
   for (uint64_t b = 0; b < nblocks; b++) {
-    size_t n = (size_t)(b + 1 < nblocks ? w->block_size : len - b * w->block_size);
-    const uint8_t *blk = p + b * w->block_size;
+    size_t n = (size_t)(b + 1 < nblocks ? bsz : len - b * bsz);
+    const uint8_t *blk = p + b * bsz;
     uint64_t stored = 0;
     dcp_status s = put_block(w, blk, n, &stored, &ref->checksums[b], err);
     if (s) {

@@ -117,8 +117,9 @@ static dcp_status write_pieces(part_job *j, dcpi_md *md, const uint32_t *tid, dc
       s = dcpi_block_writer_open(rt, name, o->block_size, o->flags & DCP_SAVE_COMPRESS,
                                  o->zstd_level, &w, err);
     dcpi_ref ref = {0};
-    if (!s) s = dcpi_block_writer_put(w, c ? c->data : b->data, c ? (uint64_t)c->nbytes : b->len,
-                                      &ref, err);
+    if (!s)
+      s = dcpi_block_writer_put_rows(w, c ? c->data : b->data, c ? (uint64_t)c->nbytes : b->len,
+                                     c ? dcpi_chunk_row_bytes(c) : 0, &ref, err);
     dcp_storage_ref sr = {.file = file, .codec = ref.codec, .block_size = ref.block_size,
                           .offset = ref.offset, .stored_length = ref.stored_length,
                           .raw_length = ref.raw_length, .block_count = ref.block_count,

@@ -112,9 +112,28 @@ typedef struct dcpi_block_writer dcpi_block_writer;
 dcp_status dcpi_block_writer_open(dcpi_rt *rt, const char *name, uint32_t block_size,
                                   bool compress, int level, dcpi_block_writer **out,
                                   dcpi_err *err);
-/* Append len bytes at data as one item; *ref describes where they went. */
+/* Append len bytes at data as one item, in blocks of the writer's block
+ * size; *ref describes where they went. */
 dcp_status dcpi_block_writer_put(dcpi_block_writer *w, const void *data, uint64_t len,
                                  dcpi_ref *ref, dcpi_err *err);
+/* The same for an item made of rows of row_bytes each (a chunk: the bytes
+ * of one index of its first dimension; 0: no rows), in blocks of
+ * dcpi_block_size_for(len, row_bytes, the writer's block size). */
+dcp_status dcpi_block_writer_put_rows(dcpi_block_writer *w, const void *data, uint64_t len,
+                                      uint64_t row_bytes, dcpi_ref *ref, dcpi_err *err);
+
+/* The block size a save gives an item of len bytes made of rows of
+ * row_bytes (0: treated as 1), with max the largest block (the save's
+ * block_size). A read fetches and verifies whole blocks, so an item is cut
+ * into granules that a load of some of its rows can take alone: about
+ * DCPI_GRANULES blocks (an exact divisor of the rows when one is near),
+ * each a whole number of rows, none below DCPI_GRANULE_MIN bytes (so
+ * checksums stay under 0.05% of the data) nor above max. An item of at
+ * most DCPI_GRANULE_MIN bytes, or whose row is larger than max, keeps max
+ * (one block, or max-sized ones as before). Pure. */
+#define DCPI_GRANULES 16u
+#define DCPI_GRANULE_MIN (16u << 10)
+uint32_t dcpi_block_size_for(uint64_t len, uint64_t row_bytes, uint32_t max);
 /* Bytes appended to the file so far (pending ones included): its length
  * once closed. */
 uint64_t dcpi_block_writer_length(const dcpi_block_writer *w);

@@ -282,11 +282,12 @@ out:
 
 /* ---- write -------------------------------------------------------------- */
 
-/* Write one assigned piece (a chunk or bytes item) and record its ref. The
- * data file is created with the first piece: a rank with nothing to write
- * creates none. */
+/* Write one assigned piece (a chunk or bytes item; row_bytes: the bytes of
+ * a chunk's row, which its blocks align to, 0 for bytes) and record its
+ * ref. The data file is created with the first piece: a rank with nothing
+ * to write creates none. */
 static dcp_status write_piece(save_job *j, uint8_t kind, uint64_t gidx, const void *data,
-                              uint64_t len, dcpi_err *err) {
+                              uint64_t len, uint64_t row_bytes, dcpi_err *err) {
   dcpi_rt *rt = j->rt;
   if (j->counting) {
     j->prog_total += len;
@@ -301,7 +302,7 @@ static dcp_status write_piece(save_job *j, uint8_t kind, uint64_t gidx, const vo
     if (s) return s;
   }
   dcpi_ref ref;
-  dcp_status s = dcpi_block_writer_put(j->writer, data, len, &ref, err);
+  dcp_status s = dcpi_block_writer_put_rows(j->writer, data, len, row_bytes, &ref, err);
   if (s) return s;
   dcpi_commit_put_result(&j->results, kind, gidx, &ref);
   dcpi_ref_free(&ref);
@@ -332,7 +333,7 @@ static dcp_status write_assigned(save_job *j, dcpi_rbuf *r, dcpi_err *err) {
                        "%lld-byte chunk)", (unsigned long long)off, (unsigned long long)len,
                        (long long)c->nbytes);
     const uint8_t *data = c->data ? (const uint8_t *)c->data + off : NULL;
-    dcp_status s = write_piece(j, DCPI_RESULT_CHUNK, g, data, len, err);
+    dcp_status s = write_piece(j, DCPI_RESULT_CHUNK, g, data, len, dcpi_chunk_row_bytes(c), err);
     if (s) return s;
   }
   if (!dcpi_r_varint(r, &n)) return dcpi_fail(err, DCP_ECORRUPT, "malformed assignment");
@@ -343,7 +344,7 @@ static dcp_status write_assigned(save_job *j, dcpi_rbuf *r, dcpi_err *err) {
       return dcpi_fail(err, DCP_ECORRUPT, "malformed assignment (bytes %llu)",
                        (unsigned long long)k);
     const dcpi_bytes_item *b = &st->bytes[bv.source];
-    dcp_status s = write_piece(j, DCPI_RESULT_BYTES, g, b->data, b->len, err);
+    dcp_status s = write_piece(j, DCPI_RESULT_BYTES, g, b->data, b->len, 0, err);
     if (s) return s;
   }
   return DCP_OK;
