@@ -2,8 +2,8 @@
  * as ranks of one job (dcp_launch over the file collective, or mpirun):
  *
  *   replica_check --coll file|mpi [--rendezvous DIR] --dir CKPT --dp N
- *                 [--mode flip|fault-check|fault-save|bench] [--timeout-ms MS]
- *                 [--fault-rank R] [--mb M]
+ *                 [--mode flip|fault-check|fault-save] [--timeout-ms MS]
+ *                 [--fault-rank R]
  *
  * The world is a mesh dp x (world/dp): "w" (f32 [8, 6]) is split over the
  * second mesh dimension and replicated over the first, "b" (f32 [5]) and
@@ -19,9 +19,7 @@
  * fault-check / fault-save: rank R exits in the hash exchange (the fault
  *   collective, at the check's gather); every other rank's call must fail
  *   with DCP_ETIMEDOUT or DCP_EPEER within the deadline + 5 s.
- * bench: a state of M MiB per rank, replicated dp times: dcp_save without
- *   and with DCP_SAVE_CHECK_REPLICAS, interleaved, 3 times each; rank 0
- *   prints the best times and their ratio. */
+ * (The cost of the check: bench/replica-bench.c.) */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
@@ -35,7 +33,7 @@
 
 typedef struct args {
   const char *coll, *rendezvous, *dir, *mode;
-  int dp, fault_rank, mb;
+  int dp, fault_rank;
   long long timeout_ms;
 } args;
 
@@ -243,42 +241,8 @@ static void run_fault(dcp_ctx *ctx, const args *a, int in_save) {
   model_free(&m);
 }
 
-static void run_bench(dcp_ctx *ctx, const args *a) {
-  int32_t rank = dcp_ctx_rank(ctx);
-  size_t n = (size_t)a->mb << 18; /* floats */
-  float *x = malloc(n * sizeof *x);
-  CHECK(x);
-  for (size_t i = 0; i < n; i++) x[i] = (float)(i % 1000);
-  int64_t mesh[2] = {a->dp, dcp_ctx_world_size(ctx) / a->dp};
-  uint32_t map[1] = {1u << 1};
-  int64_t shape[1] = {(int64_t)n * mesh[1]};
-  dcp_layout *l;
-  dcp_state *st;
-  OK(dcp_layout_create(ctx, 2, mesh, NULL, 1, map, &l), ctx);
-  OK(dcp_state_create(ctx, &st), ctx);
-  OK(dcp_state_add_sharded(st, "x", DCP_F32, 1, shape, l, x), ctx);
-  double best[2] = {1e30, 1e30};
-  for (int rep = 0; rep < 3; rep++)
-    for (int c = 0; c < 2; c++) {
-      dcp_save_options o;
-      dcp_save_options_init(&o);
-      o.flags = DCP_SAVE_OVERWRITE | (c ? DCP_SAVE_CHECK_REPLICAS : 0);
-      double t0 = now_s();
-      OK(dcp_save(ctx, st, a->dir, &o), ctx);
-      double t = now_s() - t0;
-      if (t < best[c]) best[c] = t;
-    }
-  if (rank == 0)
-    printf("replica-check bench: %d MiB per rank, dp %d, world %d: save %.3f s, with "
-           "DCP_SAVE_CHECK_REPLICAS %.3f s, ratio %.3f\n",
-           a->mb, a->dp, dcp_ctx_world_size(ctx), best[0], best[1], best[1] / best[0]);
-  dcp_state_free(st);
-  dcp_layout_free(l);
-  free(x);
-}
-
 int main(int argc, char **argv) {
-  args a = {.coll = "file", .mode = "flip", .dp = 2, .fault_rank = -1, .mb = 64,
+  args a = {.coll = "file", .mode = "flip", .dp = 2, .fault_rank = -1,
             .timeout_ms = 60000};
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
@@ -288,7 +252,6 @@ int main(int argc, char **argv) {
     else if (!strcmp(k, "--mode")) a.mode = v, i++;
     else if (!strcmp(k, "--dp")) a.dp = atoi(v), i++;
     else if (!strcmp(k, "--fault-rank")) a.fault_rank = atoi(v), i++;
-    else if (!strcmp(k, "--mb")) a.mb = atoi(v), i++;
     else if (!strcmp(k, "--timeout-ms")) a.timeout_ms = atoll(v), i++;
     else CHECK(0, "unknown argument %s", k);
   }
@@ -298,7 +261,6 @@ int main(int argc, char **argv) {
   if (!strcmp(a.mode, "flip")) run_flip(ctx, &a);
   else if (!strcmp(a.mode, "fault-check")) run_fault(ctx, &a, 0);
   else if (!strcmp(a.mode, "fault-save")) run_fault(ctx, &a, 1);
-  else if (!strcmp(a.mode, "bench")) run_bench(ctx, &a);
   else CHECK(0, "unknown mode %s", a.mode);
   dcp_ctx_free(ctx);
   return 0;

@@ -166,7 +166,10 @@ def save(ctx, items, path, **options):
     """Save ``items`` to ``path``: collective over ctx's ranks. ``items`` is a
     :class:`State` or a dict (see :func:`build_state`). Options: overwrite,
     compress, flags, block_size, zstd_level, policy, kv (dict of str), save_id
-    (an uncoordinated save's identity: the same on every rank, e.g. the step)."""
+    (an uncoordinated save's identity: the same on every rank, e.g. the step),
+    check_replicas (compare every rank's copy of each replicated box first:
+    :class:`ReplicaError` on a mismatch, nothing written; see
+    ``Context.check_replicas``)."""
     st = items if isinstance(items, State) else build_state(ctx, items)[0]
     _dcp.save(ctx, st, path, **options)
 

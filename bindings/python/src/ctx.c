@@ -314,6 +314,10 @@ static PyMethodDef ctx_methods[] = {
          "(or torch.distributed) job: rank and world size from RANK/WORLD_SIZE or the "
          "initialised process group, the gloo collective with its rendezvous, and the "
          "async writers' coordination. See dcp._env.from_env."),
+    METH("check_replicas", dcpi_py_ctx_check_replicas, METH_VARARGS | METH_KEYWORDS,
+         "check_replicas(state, report_only=False): compare every rank's copy of each "
+         "replicated box and bytes item (collective, dcp_check_replicas); returns the "
+         "report as a dict, raises dcp.ReplicaError on a mismatch unless report_only."),
     METH("async_shutdown", ctx_async_shutdown, METH_NOARGS,
          "Wait for a pending async save and stop the writer process."),
     METH("async_prepare", dcpi_py_ctx_async_prepare, METH_VARARGS | METH_KEYWORDS,

@@ -45,21 +45,23 @@ static int check_pair(PyObject *ctx_obj, PyObject *state_obj, int for_load, dcpi
 
 int dcpi_py_save_args_parse(PyObject *args, PyObject *kwargs, dcpi_py_save_args *a) {
   static char *kw[] = {"ctx",        "state",      "path",   "overwrite", "compress", "flags",
-                       "block_size", "zstd_level", "policy", "kv",        "save_id",  NULL};
+                       "block_size", "zstd_level", "policy", "kv",        "save_id",
+                       "check_replicas", NULL};
   memset(a, 0, sizeof *a);
   dcp_save_options_init(&a->opts);
   PyObject *ctx_obj, *state_obj, *kv = NULL;
-  int overwrite = 0, compress = 0, zstd_level = 0, policy = (int)a->opts.policy;
+  int overwrite = 0, compress = 0, zstd_level = 0, policy = (int)a->opts.policy, check = 0;
   unsigned flags = 0, block_size = 0;
   unsigned long long save_id = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|$ppIIiiOK", kw, &ctx_obj, &state_obj,
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|$ppIIiiOKp", kw, &ctx_obj, &state_obj,
                                    &a->path, &overwrite, &compress, &flags, &block_size,
-                                   &zstd_level, &policy, &kv, &save_id))
+                                   &zstd_level, &policy, &kv, &save_id, &check))
     return -1;
   a->opts.save_id = (uint64_t)save_id;
   if (!PyUnicode_FSConverter(a->path, &a->path_bytes)) return -1;
   if (check_pair(ctx_obj, state_obj, 0, &a->ctx, &a->state)) return -1;
-  a->opts.flags = flags | (overwrite ? DCP_SAVE_OVERWRITE : 0u) | (compress ? DCP_SAVE_COMPRESS : 0u);
+  a->opts.flags = flags | (overwrite ? DCP_SAVE_OVERWRITE : 0u) | (compress ? DCP_SAVE_COMPRESS : 0u) |
+                  (check ? DCP_SAVE_CHECK_REPLICAS : 0u);
   if (block_size) a->opts.block_size = block_size;
   if (zstd_level) a->opts.zstd_level = zstd_level;
   a->opts.policy = (dcp_policy)policy;

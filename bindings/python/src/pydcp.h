@@ -94,6 +94,9 @@ dcpi_py_ctx *dcpi_py_ctx_usable(PyObject *obj);
 void dcpi_py_ctx_enter(dcpi_py_ctx *c);
 void dcpi_py_ctx_leave(dcpi_py_ctx *c);
 
+/* Context.check_replicas(state, report_only=False) -> dict (replica.c). */
+PyObject *dcpi_py_ctx_check_replicas(PyObject *self, PyObject *args, PyObject *kwargs);
+
 /* A dependent object (state, view, handle) was created from / freed from c. */
 void dcpi_py_ctx_hold(dcpi_py_ctx *c);
 void dcpi_py_ctx_release(dcpi_py_ctx *c);
