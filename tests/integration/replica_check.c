@@ -2,7 +2,7 @@
  * as ranks of one job (dcp_launch over the file collective, or mpirun):
  *
  *   replica_check --coll file|mpi [--rendezvous DIR] --dir CKPT --dp N
- *                 [--mode flip|fault-check|fault-save] [--timeout-ms MS]
+ *                 [--mode flip|async|fault-check|fault-save] [--timeout-ms MS]
  *                 [--fault-rank R]
  *
  * The world is a mesh dp x (world/dp): "w" (f32 [8, 6]) is split over the
@@ -16,6 +16,9 @@
  *   fails with DCP_EREPLICA on every rank, and the messages name the fqn,
  *   the box and the ranks (with dp >= 3 the majority and the odd one out);
  *   the previous checkpoint still loads bit for bit.
+ * async: the same through dcp_async_save (the writers check the staged
+ *   copies): the checked overwrite's wait gives DCP_EREPLICA, the previous
+ *   checkpoint loads.
  * fault-check / fault-save: rank R exits in the hash exchange (the fault
  *   collective, at the check's gather); every other rank's call must fail
  *   with DCP_ETIMEDOUT or DCP_EPEER within the deadline + 5 s.
@@ -220,6 +223,36 @@ static void run_flip(dcp_ctx *ctx, const args *a) {
   model_free(&m);
 }
 
+/* An async save: the writers run the check over the staged copies. */
+static void run_async(dcp_ctx *ctx, const args *a) {
+  int32_t world = dcp_ctx_world_size(ctx), rank = dcp_ctx_rank(ctx);
+  model m, good;
+  model_make(ctx, a, &m, 0);
+  model_make(ctx, a, &good, 0);
+  OK(dcp_async_set_coordination(ctx, "file", a->rendezvous, NULL), ctx);
+  dcp_save_options o = checked(0);
+  dcp_async *h;
+  OK(dcp_async_save(ctx, m.st, a->dir, &o, &h), ctx);
+  OK(dcp_async_wait(h), ctx);
+  dcp_async_free(h);
+  int32_t odd = world - 1;
+  if (rank == odd) m.w[1] = -m.w[1]; /* the sign bit */
+  o = checked(DCP_SAVE_OVERWRITE);
+  OK(dcp_async_save(ctx, m.st, a->dir, &o, &h), ctx);
+  dcp_status s = dcp_async_wait(h);
+  CHECK(s == DCP_EREPLICA, "the async checked save gave %s (%s)", dcp_strerror(s),
+        dcp_ctx_last_error(ctx));
+  model oddm = {0};
+  OK(dcp_layout_box(m.lw, W_SHAPE, odd, &oddm.bw), ctx);
+  check_message(dcp_ctx_last_error(ctx), a, &oddm, odd);
+  if (rank == 0) printf("async: %s\n", dcp_ctx_last_error(ctx));
+  dcp_async_free(h);
+  dcp_async_shutdown(ctx);
+  load_equal(ctx, a, &good);
+  model_free(&good);
+  model_free(&m);
+}
+
 /* The faulty rank exits at the check's hash gather; the others must fail
  * promptly. In the standalone check the plans are gathered first (the
  * first gatherv), in a save the plan phase gathers them. */
@@ -259,6 +292,7 @@ int main(int argc, char **argv) {
   int fault = !strncmp(a.mode, "fault", 5);
   dcp_ctx *ctx = open_ctx(&a, fault);
   if (!strcmp(a.mode, "flip")) run_flip(ctx, &a);
+  else if (!strcmp(a.mode, "async")) run_async(ctx, &a);
   else if (!strcmp(a.mode, "fault-check")) run_fault(ctx, &a, 0);
   else if (!strcmp(a.mode, "fault-save")) run_fault(ctx, &a, 1);
   else CHECK(0, "unknown mode %s", a.mode);
