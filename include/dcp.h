@@ -546,8 +546,9 @@ typedef enum dcp_policy {
                                  copy of each replicated box and bytes item
                                  (dcp_check_replicas): a mismatch fails the
                                  save with DCP_EREPLICA, nothing written or
-                                 committed. Needs a collective (a detached
-                                 rank: DCP_EINVAL) */
+                                 committed (async saves: their writers check
+                                 the staged copies). Needs a collective (a
+                                 detached rank: DCP_EINVAL) */
 
 typedef struct dcp_save_options {
   uint32_t struct_size; /* sizeof(dcp_save_options), set by init */

@@ -24,6 +24,7 @@
  *   with DCP_ETIMEDOUT or DCP_EPEER within the deadline + 5 s.
  * (The cost of the check: bench/replica-bench.c.) */
 #define _POSIX_C_SOURCE 200809L
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -219,6 +220,33 @@ static void run_flip(dcp_ctx *ctx, const args *a) {
   s = dcp_check_replicas(ctx, m.st, 0, NULL);
   CHECK(s == DCP_EREPLICA && strstr(dcp_ctx_last_error(ctx), "replicated bytes item 'cfg'"),
         "bytes: %s: %s", dcp_strerror(s), dcp_ctx_last_error(ctx));
+  /* bad arguments fail on every rank; a detached rank cannot check */
+  CHECK(dcp_check_replicas(ctx, m.st, 0x80, NULL) == DCP_EINVAL);
+  CHECK(strstr(dcp_ctx_last_error(ctx), "unknown flags"), "%s", dcp_ctx_last_error(ctx));
+  /* an older caller's shorter report: filled as far as it reaches */
+  dcp_replica_report small = {.struct_size = offsetof(dcp_replica_report, hashed_bytes)};
+  small.hashed_bytes = 77;
+  CHECK(dcp_check_replicas(ctx, m.st, DCP_CHECK_REPORT_ONLY, &small) == DCP_OK);
+  CHECK(small.mismatches == 1 && small.hashed_bytes == 77 &&
+            small.struct_size == offsetof(dcp_replica_report, hashed_bytes),
+        "a short report was written past its size");
+  if (rank == 0) {
+    dcp_ctx_config cfg;
+    dcp_ctx_config_init(&cfg);
+    cfg.world_size = 2; /* no collective: a detached rank */
+    dcp_ctx *d;
+    dcp_state *ds;
+    OK(dcp_ctx_create(&cfg, &d), NULL);
+    OK(dcp_state_create(d, &ds), d);
+    CHECK(dcp_check_replicas(d, ds, 0, NULL) == DCP_EINVAL);
+    dcp_save_options so = checked(0);
+    so.save_id = 1;
+    CHECK(dcp_save(d, ds, a->dir, &so) == DCP_EINVAL &&
+              strstr(dcp_ctx_last_error(d), "needs a collective"),
+          "%s", dcp_ctx_last_error(d));
+    dcp_state_free(ds);
+    dcp_ctx_free(d);
+  }
   model_free(&good);
   model_free(&m);
 }
