@@ -655,6 +655,16 @@ static void report(const args *a, const model *m, int32_t world, int32_t tp, int
   }
   printf("\n");
   print_stats("save", all, world, med[PH_SAVE], PH_SAVE, mb);
+  for (int i = 0; i < (reps > 1 ? 2 : 1); i++) { /* the first and the last save */
+    int k = i ? reps - 1 : 0;
+    uint64_t pc = 0;
+    int hits = 0;
+    for (int32_t r = 0; r < world; r++)
+      pc += all[r].st[k][PH_SAVE].plan_coll_bytes, hits += all[r].st[k][PH_SAVE].plan_cache_hit;
+    printf("  save %d: plan cache hit on %d of %d ranks, plan collective %" PRIu64
+           " B (sum over ranks)%s\n", k + 1, hits, (int)world, pc,
+           k == 0 && hits == world ? " (the plan recorded in DIR/ckpt/.plan)" : "");
+  }
   print_stats("load", all, world, med[PH_LOAD], PH_LOAD, mb);
   print_stats("load same", all, world, med[PH_LOAD_SAME], PH_LOAD_SAME, mb);
   uint64_t checked = 0, bad = 0;

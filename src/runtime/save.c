@@ -30,6 +30,7 @@
 #include "runtime/local_save.h"
 #include "runtime/options.h"
 #include "runtime/plan_cache.h"
+#include "runtime/plan_persist.h"
 #include "runtime/replace.h"
 #include "runtime/replica_check.h"
 #include "runtime/rt.h"
@@ -211,8 +212,8 @@ static uint32_t holder_index(const int32_t *holders, const uint32_t *idx, uint32
 /* Rank 0: per rank, what it writes: for each item its global index, then
  * local chunk index * 2 + piece flag, and for a piece of a split item its
  * byte offset and length in that chunk; then (global, local) per bytes item. */
-static dcp_status encode_assignments(const dcpi_global_plan *gp, int32_t world,
-                                     dcpi_wbuf *out, dcpi_err *err) {
+dcp_status dcpi_save_encode_assignments(const dcpi_global_plan *gp, int32_t world,
+                                        dcpi_wbuf *out, dcpi_err *err) {
   for (int32_t r = 0; r < world; r++) {
     const uint32_t *items, *bytes;
     size_t n = dcpi_global_plan_rank_items(gp, r, &items);
@@ -258,7 +259,7 @@ static dcp_status plan(save_job *j) {
     j->gp_owned = j->gp != NULL;
     if (!s && !(msgs = calloc((size_t)world, sizeof *msgs)))
       s = dcpi_fail(&rt->err, DCP_ENOMEM, "out of memory");
-    if (!s) s = encode_assignments(j->gp, world, msgs, &rt->err);
+    if (!s) s = dcpi_save_encode_assignments(j->gp, world, msgs, &rt->err);
   }
   /* rank 0 keeps every rank's plan for the cache entry */
   if (rt->ctx->rank == 0) j->all_plans = all, j->plan_lens = lens;
@@ -387,6 +388,8 @@ static dcp_status run(save_job *j) {
   dcp_status local = DCP_OK;
   dcp_status s = dcpi_rt_agree(rt, prepare(j));
   if (!s) s = learn_identity(j);
+  /* a restarted job: its plan may be the one recorded in the directory */
+  bool seeded = !s && dcpi_plan_file_seed(rt, j->key, j->plan_enc, j->plan_len);
   if (!s) s = try_cache(j, &hit, &local);
   if (!s && !hit) s = plan(j);
   if (!s && !hit) s = remember_plan(j);
@@ -414,6 +417,8 @@ static dcp_status run(save_job *j) {
                          .base = &j->base, .lease = j->lease};
   s = dcpi_commit(rt, &ca);
   dcpi_wbuf_free(&replicas);
+  /* the plan, for a restarted job's first save (unless it came from there) */
+  if (!s && rt->ctx->rank == 0 && !(seeded && hit)) dcpi_plan_file_write(rt, j->entry);
   stats->commit_s = dcpi_now() - t;
   return s;
 }

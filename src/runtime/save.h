@@ -2,8 +2,17 @@
 #ifndef DCP_RUNTIME_SAVE_H
 #define DCP_RUNTIME_SAVE_H
 
+#include "base/wire.h"
 #include "dcp.h"
+#include "planner/save_plan.h"
 #include "runtime/replace.h"
+
+/* Rank 0's assignments of gp, one message per rank into out[0..world): for
+ * each item it writes its global index, local chunk index * 2 + piece flag
+ * (and a piece's byte offset and length), then (global, local) per bytes
+ * item. Errors: DCP_ENOMEM. */
+dcp_status dcpi_save_encode_assignments(const dcpi_global_plan *gp, int32_t world,
+                                        dcpi_wbuf *out, dcpi_err *err);
 
 /* dcp_save, for a save that started earlier than this call: `expected`
  * (rank 0 of a coordinated save, every rank of an uncoordinated one; NULL

@@ -120,9 +120,9 @@ void fc_check_files(dcp_ctx *ctx, const char *path) {
   }
   dcp_meta_free(meta);
   walk_files(path, &have);
-  for (size_t i = 0; i < have.n; i++)
-    FC_CHECK(names_has(&want, have.v[i]), "leftover file '%s' in %s (not referenced by its "
-             ".metadata)", have.v[i], path);
+  for (size_t i = 0; i < have.n; i++) /* .plan: the optional recorded plan (docs/format.md) */
+    FC_CHECK(names_has(&want, have.v[i]) || !strcmp(have.v[i], ".plan"),
+             "leftover file '%s' in %s (not referenced by its .metadata)", have.v[i], path);
   for (size_t i = 0; i < want.n; i++)
     FC_CHECK(names_has(&have, want.v[i]), "file '%s' referenced by %s/.metadata is missing",
              want.v[i], path);

@@ -8,6 +8,8 @@
  *            [--coll-options OPTS]
  *            [--expect-exists] [--overwrite] [--storage posix|sharedfs]
  *            [--meta-per-rank] [--no-bytes] [--save-twice] [--no-flat]
+ *            [--expect-plan-hit 0|1]  (the first save: a hit from the recorded
+ *                                      .plan of a restarted job, or a gather)
  *            [--dedup auto|on|off] [--no-pipeline] [--max-inflight N] [--reader-lowest]
  *            [--check-reads] [--expect-path 0|1|2] [--corrupt] [--dedup-mismatch]
  *            [--timeout-ms MS] [--fault stall|exit|pause --fault-rank R
@@ -323,7 +325,7 @@ static uint64_t data_bytes_on_disk(const char *dir, int *committed) {
 typedef struct args {
   const char *coll, *dir, *mode, *rendezvous, *storage, *dedup, *coll_options;
   int save_tp, load_tp, compress, lowest, expect_exists, overwrite, meta_per_rank, no_bytes,
-      save_twice;
+      save_twice, expect_plan_hit;
   int no_pipeline, reader_lowest, check_reads, expect_path, corrupt, dedup_mismatch;
   long long max_inflight, timeout_ms;
   const char *fault, *fault_phase, *fault_at; /* --fault: NULL when off */
@@ -333,7 +335,7 @@ typedef struct args {
 
 static args parse(int argc, char **argv) {
   args a = {.coll = "mpi", .mode = "both", .save_tp = 1, .load_tp = 1, .dedup = "auto",
-            .expect_path = -1, .timeout_ms = 60000, .fault_at = "start", .fault_rank = -1};
+            .expect_path = -1, .expect_plan_hit = -1, .timeout_ms = 60000, .fault_at = "start", .fault_rank = -1};
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
     if (!strcmp(k, "--compress")) a.compress = 1;
@@ -351,6 +353,7 @@ static args parse(int argc, char **argv) {
     else if (!strcmp(k, "--dedup-mismatch")) a.dedup_mismatch = 1;
     else if (!strcmp(k, "--dedup")) a.dedup = v, i++;
     else if (!strcmp(k, "--expect-path")) a.expect_path = atoi(v), i++;
+    else if (!strcmp(k, "--expect-plan-hit")) a.expect_plan_hit = atoi(v), i++;
     else if (!strcmp(k, "--max-inflight")) a.max_inflight = atoll(v), i++;
     else if (!strcmp(k, "--timeout-ms")) a.timeout_ms = atoll(v), i++;
     else if (!strcmp(k, "--fault")) a.fault = v, i++;
@@ -815,6 +818,13 @@ static void do_save(dcp_ctx *ctx, const args *a) {
       printf("save: world %d tp %d%s: %llu bytes of data for %llu model bytes, %.3f s\n", world,
              a->save_tp, a->compress ? " zstd" : "", (unsigned long long)disk,
              (unsigned long long)model_bytes(world), st.total_s);
+    }
+    if (a->expect_plan_hit >= 0) {
+      CHECK((int)st.plan_cache_hit == a->expect_plan_hit, "first save: plan cache hit %u, "
+            "expected %d", st.plan_cache_hit, a->expect_plan_hit);
+      if (rank == 0)
+        printf("first save: plan cache hit %u, plan-phase collective bytes %llu\n",
+               st.plan_cache_hit, (unsigned long long)st.plan_coll_bytes);
     }
     if (a->save_twice) {
       /* same geometry again: every rank reuses the cached global plan */
