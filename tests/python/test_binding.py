@@ -285,7 +285,7 @@ class Errors(Base):
 
     def test_corrupt_block_is_reported(self):
         path = self.saved()
-        data = [f for f in os.listdir(path) if f != ".metadata"][0]
+        data = [f for f in os.listdir(path) if f.endswith(".dcp")][0]  # a data file
         with open(os.path.join(path, data), "r+b") as f:
             f.seek(0)
             byte = f.read(1)
