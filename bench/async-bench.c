@@ -118,8 +118,8 @@ static void pause_s(double s) {
   }
 }
 
-static void check(dcp_ctx *ctx, dcp_status s, const char *what) {
-  if (s) die("%s: %s: %s", what, dcp_strerror(s), dcp_ctx_last_error(ctx));
+static void check(dcp_ctx *ctx, dcp_status rc, const char *what) {
+  if (rc) die("%s: %s: %s", what, dcp_strerror(rc), dcp_ctx_last_error(ctx));
 }
 
 static void mkdir_p(const char *p) {
@@ -318,8 +318,8 @@ int main(int argc, char **argv) {
     cfg.rank = atoi(r), cfg.world_size = atoi(w), cfg.rendezvous = rdv;
   }
   dcp_ctx *ctx;
-  dcp_status s = dcp_ctx_create(&cfg, &ctx);
-  if (s) die("dcp_ctx_create (%s): %s: %s", o.coll, dcp_strerror(s), dcp_ctx_create_error());
+  dcp_status rc = dcp_ctx_create(&cfg, &ctx);
+  if (rc) die("dcp_ctx_create (%s): %s: %s", o.coll, dcp_strerror(rc), dcp_ctx_create_error());
   int world = dcp_ctx_world_size(ctx), rank = dcp_ctx_rank(ctx);
   g_rank = rank;
   if (world > 1) check(ctx, dcp_async_set_coordination(ctx, o.wcoll, rdv, NULL), "coordination");
@@ -388,9 +388,9 @@ int main(int argc, char **argv) {
     check(ctx, dcp_async_save(ctx, st, apath, &so, &h), "dcp_async_save");
     me->a1[k] = now();
     src[0][0] ^= 1; /* the caller may mutate right away */
-    s = dcp_async_wait(h);
+    rc = dcp_async_wait(h);
     me->a2[k] = now();
-    check(ctx, s, "dcp_async_wait");
+    check(ctx, rc, "dcp_async_wait");
     dcp_async_free(h);
   }
   for (int k = 0; k < o.reps; k++) {

@@ -169,8 +169,8 @@ static dcp_ctx *open_ctx(const args *a, char *rdv, size_t rdv_cap) {
     cfg.rendezvous = rdv;
   }
   dcp_ctx *ctx;
-  dcp_status s = dcp_ctx_create(&cfg, &ctx);
-  if (s) die("dcp_ctx_create (coll %s): %s: %s", a->coll, dcp_strerror(s), dcp_ctx_create_error());
+  dcp_status rc = dcp_ctx_create(&cfg, &ctx);
+  if (rc) die("dcp_ctx_create (coll %s): %s: %s", a->coll, dcp_strerror(rc), dcp_ctx_create_error());
   g_rank = dcp_ctx_rank(ctx);
   return ctx;
 }
@@ -202,8 +202,8 @@ static void bench_barrier(barrier *b) {
   dcp_save_options o;
   dcp_save_options_init(&o);
   o.flags = DCP_SAVE_OVERWRITE;
-  dcp_status s = dcp_save(b->ctx, b->st, b->path, &o);
-  if (s) die("barrier (dcp_save of %s): %s: %s", b->path, dcp_strerror(s),
+  dcp_status rc = dcp_save(b->ctx, b->st, b->path, &o);
+  if (rc) die("barrier (dcp_save of %s): %s: %s", b->path, dcp_strerror(rc),
              dcp_ctx_last_error(b->ctx));
 }
 
@@ -695,9 +695,9 @@ static void timed_load(dcp_ctx *ctx, rank_state *rs, const char *ckpt, record *r
   dcp_load_options_init(&lo);
   lo.read_dedup = load_dedup;
   rec->t0[k][ph] = wall_now();
-  dcp_status s = dcp_load(ctx, rs->st, ckpt, &lo);
+  dcp_status rc = dcp_load(ctx, rs->st, ckpt, &lo);
   rec->t1[k][ph] = wall_now();
-  if (s) die("dcp_load: %s: %s", dcp_strerror(s), dcp_ctx_last_error(ctx));
+  if (rc) die("dcp_load: %s: %s", dcp_strerror(rc), dcp_ctx_last_error(ctx));
   rec->st[k][ph].struct_size = sizeof rec->st[k][ph];
   dcp_ctx_stats(ctx, &rec->st[k][ph]);
 }
@@ -745,9 +745,9 @@ static void run_dcp(bench_ctx *b, int k) {
   uint64_t checked;
   bench_barrier(b->bar);
   rec->t0[k][PH_SAVE] = wall_now();
-  dcp_status s = dcp_save(b->ctx, b->rs->st, b->ckpt, b->so);
+  dcp_status rc = dcp_save(b->ctx, b->rs->st, b->ckpt, b->so);
   rec->t1[k][PH_SAVE] = wall_now();
-  if (s) die("dcp_save: %s: %s", dcp_strerror(s), dcp_ctx_last_error(b->ctx));
+  if (rc) die("dcp_save: %s: %s", dcp_strerror(rc), dcp_ctx_last_error(b->ctx));
   rec->st[k][PH_SAVE].struct_size = sizeof rec->st[k][PH_SAVE];
   dcp_ctx_stats(b->ctx, &rec->st[k][PH_SAVE]);
 

@@ -30,8 +30,8 @@ static double now_s(void) {
 
 #define DIE(...) (fprintf(stderr, "replica-bench: " __VA_ARGS__), fputc('\n', stderr), _exit(1))
 
-static void must(dcp_status s, dcp_ctx *ctx, const char *what) {
-  if (s) DIE("%s: %s (%s)", what, dcp_strerror(s), ctx ? dcp_ctx_last_error(ctx) : "");
+static void must(dcp_status rc, dcp_ctx *ctx, const char *what) {
+  if (rc) DIE("%s: %s (%s)", what, dcp_strerror(rc), ctx ? dcp_ctx_last_error(ctx) : "");
 }
 
 static void rank_main(int rank, int world, int dp, int mb, int reps, const char *dir) {
@@ -42,8 +42,8 @@ static void rank_main(int rank, int world, int dp, int mb, int reps, const char 
   dcp_ctx_config_init(&cfg);
   cfg.rank = rank, cfg.world_size = world, cfg.coll = "file", cfg.rendezvous = rdv;
   dcp_ctx *ctx;
-  dcp_status s = dcp_ctx_create(&cfg, &ctx);
-  if (s) DIE("ctx: %s: %s", dcp_strerror(s), dcp_ctx_create_error());
+  dcp_status rc = dcp_ctx_create(&cfg, &ctx);
+  if (rc) DIE("ctx: %s: %s", dcp_strerror(rc), dcp_ctx_create_error());
   size_t n = (size_t)mb << 18; /* floats */
   float *x = malloc(n * sizeof *x);
   if (!x) DIE("out of memory");

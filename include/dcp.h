@@ -82,11 +82,11 @@ typedef enum dcp_status {
 } dcp_status;
 
 /* Non-zero when s is an error (negative). */
-DCP_API int dcp_is_error(dcp_status s);
+DCP_API int dcp_is_error(dcp_status rc);
 
 /* A short static description of a status code ("corrupt data", ...). Never
  * NULL; unknown codes give "unknown status". */
-DCP_API const char *dcp_strerror(dcp_status s);
+DCP_API const char *dcp_strerror(dcp_status rc);
 
 /* ------------------------------------------------------------------------ */
 /* Context                                                                  */

@@ -244,9 +244,9 @@ dcp_status dcp_async_abort(dcp_async *h) {
     kill(w->pid, SIGKILL);
   }
   pthread_mutex_unlock(&w->mu);
-  dcp_status s = dcp_async_wait(h);
+  dcp_status rc = dcp_async_wait(h);
   if (killed) dcpi_writer_stop(w); /* reap it now: no zombie until the next save */
-  return s;
+  return rc;
 }
 
 void dcp_async_free(dcp_async *h) {

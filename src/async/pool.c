@@ -36,8 +36,8 @@ dcp_status dcpi_pool_reserve(dcpi_pool *p, size_t need, dcpi_err *err) {
   if (need > SIZE_MAX - POOL_ALIGN) return dcpi_fail(err, DCP_ENOMEM, "staging pool too large");
   size_t size = (need + POOL_ALIGN - 1) / POOL_ALIGN * POOL_ALIGN;
   if (size == 0) size = POOL_ALIGN;
-  dcp_status s = p->fd < 0 ? pool_create(p, err) : DCP_OK;
-  if (s) return s;
+  dcp_status rc = p->fd < 0 ? pool_create(p, err) : DCP_OK;
+  if (rc) return rc;
   if (p->base) {
     munmap(p->base, p->size);
     p->base = NULL;

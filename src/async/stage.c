@@ -90,9 +90,9 @@ static char *writer_plugin_path(const dcp_ctx *ctx) {
 static dcp_status ensure_storage(dcp_ctx *ctx, dcpi_err *err) {
   if (ctx->storage) return DCP_OK;
   const void *table;
-  dcp_status s = dcpi_plugin_find(DCP_PLUGIN_STORAGE, "posix", ctx->plugin_path, &table, err);
-  if (!s) ctx->storage = table;
-  return s;
+  dcp_status rc = dcpi_plugin_find(DCP_PLUGIN_STORAGE, "posix", ctx->plugin_path, &table, err);
+  if (!rc) ctx->storage = table;
+  return rc;
 }
 
 static dcp_status describe_coord(dcpi_async_writer *w, dcpi_wp_coord *c, dcpi_err *err) {
@@ -101,8 +101,8 @@ static dcp_status describe_coord(dcpi_async_writer *w, dcpi_wp_coord *c, dcpi_er
     return dcpi_fail(err, DCP_EINVAL,
                      "async save on %d ranks: set the writers' coordination first "
                      "(dcp_async_set_coordination)", ctx->world_size);
-  dcp_status s = ensure_storage(ctx, err);
-  if (s) return s;
+  dcp_status rc = ensure_storage(ctx, err);
+  if (rc) return rc;
   c->coll = w->coll ? w->coll : "single";
   c->coll_options = w->coll_options;
   c->rendezvous = w->rendezvous;
@@ -154,23 +154,23 @@ static dcp_status take_base(dcpi_async_writer *w, const char *path, dcpi_wp_job 
   dcpi_err_clear(&rt.err);
   dcpi_base b;
   memset(&b, 0, sizeof b);
-  dcp_status s = dcpi_rt_open_storage(&rt, DCP_STORAGE_AUX);
-  if (s == DCP_ENOTFOUND) s = DCP_OK; /* no directory yet: nothing there */
-  else if (!s) s = dcpi_base_peek(&rt, none ? ctx->rank : -1, &b, &rt.err);
-  if (s) dcpi_fail(err, s, "async save: %s", rt.err.msg);
+  dcp_status rc = dcpi_rt_open_storage(&rt, DCP_STORAGE_AUX);
+  if (rc == DCP_ENOTFOUND) rc = DCP_OK; /* no directory yet: nothing there */
+  else if (!rc) rc = dcpi_base_peek(&rt, none ? ctx->rank : -1, &b, &rt.err);
+  if (rc) dcpi_fail(err, rc, "async save: %s", rt.err.msg);
   if (rt.st) ctx->storage->close(rt.st);
   j->has_base = 1;
   j->base_committed = b.committed, j->base_len = b.len, j->base_head = b.head;
   j->base_rank_seq = b.rank_seq;
-  return s;
+  return rc;
 }
 
 /* The job's options: the caller's, checked and completed the way dcp_save
  * does it, so a bad one is refused here, before anything is staged. */
 static dcp_status describe_options(const dcp_save_options *in, dcpi_wp_job *j, dcpi_err *err) {
   dcp_save_options o;
-  dcp_status s = dcpi_save_options_effective(in, &o, err);
-  if (s) return s;
+  dcp_status rc = dcpi_save_options_effective(in, &o, err);
+  if (rc) return rc;
   j->flags = o.flags;
   j->block_size = o.block_size;
   j->zstd_level = o.zstd_level;
@@ -198,18 +198,18 @@ static dcp_status prepare_job(dcpi_async_writer *w, dcp_state *st, const char *p
   j->chunks = calloc(st->nchunks + 1, sizeof *j->chunks);
   j->bytes = calloc(st->nbytes + 1, sizeof *j->bytes);
   if (!j->tensors || !j->chunks || !j->bytes) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
-  dcp_status s = describe_options(opts, j, err);
-  if (s) return s;
+  dcp_status rc = describe_options(opts, j, err);
+  if (rc) return rc;
   describe_tensors(st, j);
   /* the base first: its look at the directory may load the storage
    * plugin, which the coordination then names (a writer keeps its context,
    * and its plan cache, while that stays the same) */
-  s = take_base(w, path, j, err);
-  if (!s) s = describe_coord(w, &j->coord, err);
-  if (!s) s = name_uncoordinated_save(w, j, err);
-  if (!s) s = place_items(st, j, &total, err);
-  if (!s) s = dcpi_pool_reserve(&w->pool, total, err);
-  if (s) return s;
+  rc = take_base(w, path, j, err);
+  if (!rc) rc = describe_coord(w, &j->coord, err);
+  if (!rc) rc = name_uncoordinated_save(w, j, err);
+  if (!rc) rc = place_items(st, j, &total, err);
+  if (!rc) rc = dcpi_pool_reserve(&w->pool, total, err);
+  if (rc) return rc;
   j->pool_size = w->pool.size;
   return DCP_OK;
 }
@@ -266,25 +266,25 @@ static dcp_status stage_run(stage_job *sj) {
   pthread_mutex_lock(&w->mu);
   int gone = h->done; /* only the writer's death finishes a job not yet sent */
   pthread_mutex_unlock(&w->mu);
-  dcp_status s = gone ? DCP_EPEER : DCP_OK;
-  if (!s) s = dcpi_wp_send_plans(w->sock, dcpi_ctx_plan_cache(w->ctx), &err);
-  if (!s) s = dcpi_wp_send(w->sock, DCPI_WP_SAVE, sj->payload, sj->len, w->pool.fd, &err);
+  dcp_status rc = gone ? DCP_EPEER : DCP_OK;
+  if (!rc) rc = dcpi_wp_send_plans(w->sock, dcpi_ctx_plan_cache(w->ctx), &err);
+  if (!rc) rc = dcpi_wp_send(w->sock, DCPI_WP_SAVE, sj->payload, sj->len, w->pool.fd, &err);
   stage_job_free(sj);
   pthread_mutex_lock(&w->mu);
-  if (s && !h->done) {
-    h->status = s;
+  if (rc && !h->done) {
+    h->status = rc;
     snprintf(h->msg, sizeof h->msg, "async save: handing the job to the writer: %.400s", err.msg);
     h->done = 1;
   }
-  if (s && w->pending == h) w->pending = NULL;
-  h->stage_status = s ? h->status : DCP_OK;
+  if (rc && w->pending == h) w->pending = NULL;
+  h->stage_status = rc ? h->status : DCP_OK;
   h->staged = 1;
-  w->saves += s ? 0u : 1u;
+  w->saves += rc ? 0u : 1u;
   w->staging = 0;
-  s = h->stage_status;
+  rc = h->stage_status;
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
-  return s;
+  return rc;
 }
 
 static void *stage_main(void *arg) {
@@ -309,27 +309,27 @@ static dcp_status async_save(dcpi_async_writer *w, dcp_state *st, const char *pa
                              const dcp_save_options *opts, dcp_async *h, dcpi_err *err) {
   stage_job *sj = calloc(1, sizeof *sj);
   if (!sj) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
-  dcp_status s = claim(w, err);
-  if (!s) s = prepare_job(w, st, path, opts, &sj->j, err);
-  if (!s) {
+  dcp_status rc = claim(w, err);
+  if (!rc) rc = prepare_job(w, st, path, opts, &sj->j, err);
+  if (!rc) {
     h->seq = sj->j.seq = ++w->seq;
-    s = dcpi_wp_job_encode(&sj->j, &sj->payload, &sj->len);
-    if (s) dcpi_fail(err, s, "async save: cannot encode the job");
+    rc = dcpi_wp_job_encode(&sj->j, &sj->payload, &sj->len);
+    if (rc) dcpi_fail(err, rc, "async save: cannot encode the job");
   }
-  if (s) {
+  if (rc) {
     stage_job_free(sj);
     unclaim(w);
-    return s;
+    return rc;
   }
   sj->w = w, sj->h = h, sj->st = st;
-  s = stage_start(w, sj);
-  if (s) {
+  rc = stage_start(w, sj);
+  if (rc) {
     pthread_mutex_lock(&w->mu);
-    err->code = s;
+    err->code = rc;
     snprintf(err->msg, sizeof err->msg, "%s", h->msg);
     pthread_mutex_unlock(&w->mu);
   }
-  return s;
+  return rc;
 }
 
 dcp_status dcp_async_save(dcp_ctx *ctx, dcp_state *st, const char *path,
@@ -344,8 +344,8 @@ dcp_status dcp_async_save(dcp_ctx *ctx, dcp_state *st, const char *path,
   dcp_async *h = w ? calloc(1, sizeof *h) : NULL;
   if (!h) return dcpi_fail(&err, DCP_ENOMEM, "out of memory"), dcpi_ctx_report(ctx, &err);
   h->w = w;
-  dcp_status s = async_save(w, st, path, opts, h, &err);
-  if (s) {
+  dcp_status rc = async_save(w, st, path, opts, h, &err);
+  if (rc) {
     free(h);
     return dcpi_ctx_report(ctx, &err);
   }
@@ -367,21 +367,21 @@ dcp_status dcp_async_prepare(dcp_ctx *ctx, const dcp_state *st) {
   dcpi_wp_coord coord;
   memset(&coord, 0, sizeof coord);
   size_t total = 0;
-  dcp_status s = claim(w, &err);
-  if (!s) s = describe_coord(w, &coord, &err);
-  if (!s && st) s = place_items(st, NULL, &total, &err);
-  if (!s && st) s = dcpi_pool_reserve(&w->pool, total, &err);
+  dcp_status rc = claim(w, &err);
+  if (!rc) rc = describe_coord(w, &coord, &err);
+  if (!rc && st) rc = place_items(st, NULL, &total, &err);
+  if (!rc && st) rc = dcpi_pool_reserve(&w->pool, total, &err);
   uint8_t *p = NULL;
   size_t len = 0;
-  if (!s && (s = dcpi_wp_open_encode(&coord, &p, &len)))
-    dcpi_fail(&err, s, "async prepare: cannot encode the writer's configuration");
+  if (!rc && (rc = dcpi_wp_open_encode(&coord, &p, &len)))
+    dcpi_fail(&err, rc, "async prepare: cannot encode the writer's configuration");
   /* the writer opens its context (and so its collective) on its own */
-  if (!s) s = dcpi_wp_send(w->sock, DCPI_WP_OPEN, p, len, -1, &err);
+  if (!rc) rc = dcpi_wp_send(w->sock, DCPI_WP_OPEN, p, len, -1, &err);
   free(p);
   free(coord.plugin_path);
   pthread_mutex_lock(&w->mu);
-  w->prepares += s ? 0u : 1u;
+  w->prepares += rc ? 0u : 1u;
   pthread_mutex_unlock(&w->mu);
   unclaim(w);
-  return s ? dcpi_ctx_report(ctx, &err) : DCP_OK;
+  return rc ? dcpi_ctx_report(ctx, &err) : DCP_OK;
 }

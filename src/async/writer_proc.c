@@ -120,11 +120,11 @@ static dcp_status spawn(dcpi_async_writer *w, const char *exe, int child_end, dc
 
 /* Finish the pending handle (if any, and if it is job seq or seq is 0)
  * with st/msg. Caller holds w->mu. */
-static void finish_pending(dcpi_async_writer *w, uint64_t seq, dcp_status st, const char *msg,
+static void finish_pending(dcpi_async_writer *w, uint64_t seq, dcp_status rc, const char *msg,
                            const dcp_stats *stats) {
   struct dcp_async *h = w->pending;
   if (!h || (seq && h->seq != seq)) return;
-  h->status = st;
+  h->status = rc;
   if (stats) h->stats = *stats;
   snprintf(h->msg, sizeof h->msg, "%s", msg);
   h->done = 1;
@@ -146,14 +146,14 @@ static int take_plan(dcpi_async_writer *w, const uint8_t *p, size_t len, dcpi_er
 static int handle_frame(dcpi_async_writer *w, uint16_t type, const uint8_t *p, size_t len,
                         dcpi_err *err) {
   uint64_t seq;
-  dcp_status st;
+  dcp_status rc;
   char msg[DCPI_ERR_MSG_MAX];
   if (type == DCPI_WP_PLAN) return take_plan(w, p, len, err);
   if (type != DCPI_WP_DONE) return dcpi_fail(err, DCP_ECORRUPT, "unexpected message %u", type);
   dcp_stats stats;
-  if (dcpi_wp_done_decode(p, len, &seq, &st, msg, sizeof msg, &stats, err)) return 1;
+  if (dcpi_wp_done_decode(p, len, &seq, &rc, msg, sizeof msg, &stats, err)) return 1;
   pthread_mutex_lock(&w->mu);
-  finish_pending(w, seq, st, msg, &stats);
+  finish_pending(w, seq, rc, msg, &stats);
   pthread_mutex_unlock(&w->mu);
   return 0;
 }
@@ -202,23 +202,23 @@ static dcp_status make_socket(int *mine, int *child, dcpi_err *err) {
 dcp_status dcpi_writer_start(dcpi_async_writer *w, dcpi_err *err) {
   char exe[1024];
   int child = -1;
-  dcp_status s = dcpi_writer_find(exe, sizeof exe, err);
-  if (!s) s = make_socket(&w->sock, &child, err);
-  if (s) return s;
-  s = spawn(w, exe, child, err);
+  dcp_status rc = dcpi_writer_find(exe, sizeof exe, err);
+  if (!rc) rc = make_socket(&w->sock, &child, err);
+  if (rc) return rc;
+  rc = spawn(w, exe, child, err);
   close(child);
   /* alive is set before the join thread exists: it clears it (under the
    * lock) when the stream ends, however soon that is. */
   pthread_mutex_lock(&w->mu);
-  w->alive = !s;
+  w->alive = !rc;
   pthread_mutex_unlock(&w->mu);
-  if (!s && pthread_create(&w->join, NULL, join_main, w) != 0)
-    s = dcpi_fail(err, DCP_EIO, "cannot start the async join thread");
-  else if (!s)
+  if (!rc && pthread_create(&w->join, NULL, join_main, w) != 0)
+    rc = dcpi_fail(err, DCP_EIO, "cannot start the async join thread");
+  else if (!rc)
     w->join_started = 1;
-  if (s) {
+  if (rc) {
     dcpi_writer_stop(w);
-    return s;
+    return rc;
   }
   w->spawns++;
   dcpi_plan_cache_unshare_all(dcpi_ctx_plan_cache(w->ctx)); /* a new writer knows no plan */

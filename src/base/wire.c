@@ -19,9 +19,9 @@ void dcpi_w_bytes(dcpi_wbuf *w, const void *p, size_t n) {
     w->status = DCP_EOVERFLOW;
     return;
   }
-  dcp_status s = DCPI_RESERVE(w->data, w->cap, w->len + n);
-  if (s != DCP_OK) {
-    w->status = s;
+  dcp_status rc = DCPI_RESERVE(w->data, w->cap, w->len + n);
+  if (rc != DCP_OK) {
+    w->status = rc;
     return;
   }
   memcpy(w->data + w->len, p, n);

@@ -31,12 +31,12 @@ dcp_status dcpi_cv_open(dcpi_rt *rt, dcp_ctx *ctx, const char *dir, uint32_t fla
   rt->ctx = ctx;
   rt->path = dir;
   dcpi_err_clear(&rt->err);
-  dcp_status s = dcpi_rt_open_storage(rt, flags);
-  if (s) {
+  dcp_status rc = dcpi_rt_open_storage(rt, flags);
+  if (rc) {
     rt->st = NULL;
-    dcpi_fail(err, s, "%s", rt->err.msg);
+    dcpi_fail(err, rc, "%s", rt->err.msg);
   }
-  return s;
+  return rc;
 }
 
 void dcpi_cv_close(dcpi_rt *rt) {
@@ -68,10 +68,10 @@ dcp_status dcpi_cv_split(const char *path, char **dir, char **name, dcpi_err *er
 }
 
 /* Prefix err's message with the file's name. */
-static dcp_status in_file(dcpi_err *err, dcp_status s, const char *name) {
+static dcp_status in_file(dcpi_err *err, dcp_status rc, const char *name) {
   char msg[DCPI_ERR_MSG_MAX];
   snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
-  return dcpi_fail(err, s, "%s: %s", name, msg);
+  return dcpi_fail(err, rc, "%s: %s", name, msg);
 }
 
 /* dir/name, malloc'd ("name" alone when dir is "."). */
@@ -111,9 +111,9 @@ static dcp_status follow_link(const char *path, char **rdir, char **rname, dcpi_
                                    "'%s' is a symbolic link that cannot be resolved: %s", path,
                                    strerror(e));
   }
-  dcp_status s = dcpi_cv_split(real, rdir, rname, err);
+  dcp_status rc = dcpi_cv_split(real, rdir, rname, err);
   free(real);
-  return s;
+  return rc;
 }
 
 dcp_status dcpi_cv_resolve_source(const char *dir, const char *name, char **rdir, char **rname,
@@ -123,31 +123,31 @@ dcp_status dcpi_cv_resolve_source(const char *dir, const char *name, char **rdir
   char *path = join(dir, name);
   if (!path) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
   struct stat sb;
-  dcp_status s;
+  dcp_status rc;
   if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) {
     *linked = true;
-    s = follow_link(path, rdir, rname, err);
+    rc = follow_link(path, rdir, rname, err);
   } else {
-    s = keep_as_named(dir, name, rdir, rname, err);
+    rc = keep_as_named(dir, name, rdir, rname, err);
   }
   free(path);
-  return s;
+  return rc;
 }
 
 static dcp_status read_header_bytes(dcpi_rt *rt, dcp_storage_file *f, const char *name,
                                     uint64_t size, dcpi_st_header **out, dcpi_err *err) {
   uint8_t prefix[8] = {0};
   uint64_t hlen = 0;
-  dcp_status s = size >= 8 ? dcpi_rt_file_read(rt, f, prefix, 8, 0, err) : DCP_OK;
-  if (!s) s = dcpi_st_header_len(prefix, size, &hlen, err);
-  if (s) return s == DCP_ECORRUPT ? in_file(err, s, name) : s;
+  dcp_status rc = size >= 8 ? dcpi_rt_file_read(rt, f, prefix, 8, 0, err) : DCP_OK;
+  if (!rc) rc = dcpi_st_header_len(prefix, size, &hlen, err);
+  if (rc) return rc == DCP_ECORRUPT ? in_file(err, rc, name) : rc;
   char *json = malloc((size_t)hlen);
   if (!json) return dcpi_fail(err, DCP_ENOMEM, "out of memory for a %llu-byte header",
                               (unsigned long long)hlen);
-  s = dcpi_rt_file_read(rt, f, json, (size_t)hlen, 8, err);
-  if (!s) s = dcpi_st_parse(json, (size_t)hlen, size - 8 - hlen, out, err);
+  rc = dcpi_rt_file_read(rt, f, json, (size_t)hlen, 8, err);
+  if (!rc) rc = dcpi_st_parse(json, (size_t)hlen, size - 8 - hlen, out, err);
   free(json);
-  return s == DCP_ECORRUPT ? in_file(err, s, name) : s;
+  return rc == DCP_ECORRUPT ? in_file(err, rc, name) : rc;
 }
 
 dcp_status dcpi_cv_read_st_header(dcpi_rt *rt, const char *name, const char *shown,
@@ -155,13 +155,13 @@ dcp_status dcpi_cv_read_st_header(dcpi_rt *rt, const char *name, const char *sho
   uint64_t size = 0;
   dcp_storage_file *f = NULL;
   *out = NULL;
-  dcp_status s = dcpi_rt_file_size(rt, name, &size, err);
-  if (!s) s = dcpi_rt_file_open(rt, name, DCP_FILE_READ, &f, err);
-  if (s) return s;
-  s = read_header_bytes(rt, f, shown ? shown : name, size, out, err);
+  dcp_status rc = dcpi_rt_file_size(rt, name, &size, err);
+  if (!rc) rc = dcpi_rt_file_open(rt, name, DCP_FILE_READ, &f, err);
+  if (rc) return rc;
+  rc = read_header_bytes(rt, f, shown ? shown : name, size, out, err);
   dcpi_err ignored;
   dcpi_rt_file_close(rt, f, &ignored);
-  return s;
+  return rc;
 }
 
 void dcpi_cv_describe_box(char *buf, size_t cap, const char *fqn, const dcp_box *box) {

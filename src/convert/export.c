@@ -48,8 +48,8 @@ static dcp_status plan_shards(export_job *j, uint64_t max) {
   uint64_t fill = 0;
   uint32_t k = 0;
   for (size_t t = 0; t < j->nt; t++) {
-    dcp_status s = dcpi_cv_tensor_bytes(j->m, t, &j->bytes[t], &j->err);
-    if (s) return s;
+    dcp_status rc = dcpi_cv_tensor_bytes(j->m, t, &j->bytes[t], &j->err);
+    if (rc) return rc;
     if (max && fill && fill + j->bytes[t] > max) k++, fill = 0;
     if (k == UINT32_MAX) return dcpi_fail(&j->err, DCP_EINVAL, "too many shards");
     j->shard[t] = k;
@@ -75,13 +75,13 @@ static dcp_status shard_header(export_job *j, uint32_t k, uint8_t **hdr, size_t 
   dcpi_st_out *outs = calloc(j->nt ? j->nt : 1, sizeof *outs);
   size_t nkv = dcp_meta_kv_count(j->m), n = 0;
   const char **kk = calloc(nkv ? nkv : 1, sizeof *kk), **kv = calloc(nkv ? nkv : 1, sizeof *kv);
-  dcp_status s = outs && kk && kv ? DCP_OK : dcpi_fail(&j->err, DCP_ENOMEM, "out of memory");
-  for (size_t i = 0; i < nkv && !s; i++) dcp_meta_kv(j->m, i, &kk[i], &kv[i]);
+  dcp_status rc = outs && kk && kv ? DCP_OK : dcpi_fail(&j->err, DCP_ENOMEM, "out of memory");
+  for (size_t i = 0; i < nkv && !rc; i++) dcp_meta_kv(j->m, i, &kk[i], &kv[i]);
   uint64_t at = 0;
   dcp_tensor_info ti[1];
-  int64_t(*shapes)[DCP_MAX_NDIM] = s ? NULL : calloc(j->nt ? j->nt : 1, sizeof *shapes);
-  if (!s && !shapes) s = dcpi_fail(&j->err, DCP_ENOMEM, "out of memory");
-  for (size_t t = 0; t < j->nt && !s; t++) {
+  int64_t(*shapes)[DCP_MAX_NDIM] = rc ? NULL : calloc(j->nt ? j->nt : 1, sizeof *shapes);
+  if (!rc && !shapes) rc = dcpi_fail(&j->err, DCP_ENOMEM, "out of memory");
+  for (size_t t = 0; t < j->nt && !rc; t++) {
     if (j->shard[t] != k) continue;
     dcp_meta_tensor(j->m, t, ti);
     memcpy(shapes[n], ti->shape, sizeof ti->shape);
@@ -90,12 +90,12 @@ static dcp_status shard_header(export_job *j, uint32_t k, uint8_t **hdr, size_t 
     at += j->bytes[t];
     n++;
   }
-  if (!s) s = dcpi_st_build_header(outs, n, kk, kv, nkv, hdr, len, &j->err);
+  if (!rc) rc = dcpi_st_build_header(outs, n, kk, kv, nkv, hdr, len, &j->err);
   free(shapes);
   free(outs);
   free(kk);
   free(kv);
-  return s;
+  return rc;
 }
 
 /* Tensor t streamed into f window by window: memory holds one window
@@ -108,13 +108,13 @@ static dcp_status write_tensor(export_job *j, dcp_storage_file *f, size_t t) {
     if (!p) return dcpi_fail(&j->err, DCP_ENOMEM, "out of memory for a %zu-byte window", win);
     j->buf = p, j->cap = win;
   }
-  dcp_status s = dcpi_cv_check_coverage(j->m, t, &j->err);
-  for (uint64_t at = 0; at < total && !s; at += win) {
+  dcp_status rc = dcpi_cv_check_coverage(j->m, t, &j->err);
+  for (uint64_t at = 0; at < total && !rc; at += win) {
     size_t n = total - at < win ? (size_t)(total - at) : win;
-    s = dcpi_cv_read_window(j->br, j->m, t, at, j->buf, n, &j->pr, &j->err);
-    if (!s) s = dcpi_rt_file_write(&j->out, f, j->buf, n, &j->err);
+    rc = dcpi_cv_read_window(j->br, j->m, t, at, j->buf, n, &j->pr, &j->err);
+    if (!rc) rc = dcpi_rt_file_write(&j->out, f, j->buf, n, &j->err);
   }
-  return s;
+  return rc;
 }
 
 static dcp_status write_shard(export_job *j, uint32_t k) {
@@ -124,21 +124,21 @@ static dcp_status write_shard(export_job *j, uint32_t k) {
   uint8_t *hdr = NULL;
   size_t hlen = 0;
   dcp_storage_file *f = NULL;
-  dcp_status s = shard_header(j, k, &hdr, &hlen);
-  if (!s) s = dcpi_rt_file_open(&j->out, tmp, DCP_FILE_WRITE, &f, &j->err);
-  if (!s) s = dcpi_rt_file_write(&j->out, f, hdr, hlen, &j->err);
+  dcp_status rc = shard_header(j, k, &hdr, &hlen);
+  if (!rc) rc = dcpi_rt_file_open(&j->out, tmp, DCP_FILE_WRITE, &f, &j->err);
+  if (!rc) rc = dcpi_rt_file_write(&j->out, f, hdr, hlen, &j->err);
   free(hdr);
-  for (size_t t = 0; t < j->nt && !s; t++)
-    if (j->shard[t] == k) s = write_tensor(j, f, t);
-  if (!s) s = dcpi_rt_file_sync(&j->out, f, &j->err);
+  for (size_t t = 0; t < j->nt && !rc; t++)
+    if (j->shard[t] == k) rc = write_tensor(j, f, t);
+  if (!rc) rc = dcpi_rt_file_sync(&j->out, f, &j->err);
   dcpi_err ignored;
   if (f) {
-    dcp_status c = dcpi_rt_file_close(&j->out, f, s ? &ignored : &j->err);
-    if (!s) s = c;
+    dcp_status c = dcpi_rt_file_close(&j->out, f, rc ? &ignored : &j->err);
+    if (!rc) rc = c;
   }
-  if (!s) s = dcpi_rt_rename(&j->out, tmp, name, &j->err);
-  if (s && f) dcpi_rt_remove(&j->out, tmp, &ignored);
-  return s;
+  if (!rc) rc = dcpi_rt_rename(&j->out, tmp, name, &j->err);
+  if (rc && f) dcpi_rt_remove(&j->out, tmp, &ignored);
+  return rc;
 }
 
 static json_t *index_json(const export_job *j) {
@@ -164,25 +164,25 @@ static dcp_status write_index(export_job *j) {
   char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
   json_decref(root);
   if (!text) return dcpi_fail(&j->err, DCP_ENOMEM, "cannot build the index (out of memory?)");
-  dcp_status s = dcpi_rt_write_file_atomic(&j->out, "model.safetensors.index.json",
+  dcp_status rc = dcpi_rt_write_file_atomic(&j->out, "model.safetensors.index.json",
                                            "model.safetensors.index.json.tmp", text, strlen(text),
                                            &j->err);
   free(text);
-  return s;
+  return rc;
 }
 
 static dcp_status run(export_job *j, const char *ckpt, const char *outdir, uint64_t max) {
-  dcp_status s = dcp_meta_open(j->ctx, ckpt, &j->m);
-  if (s) return dcpi_fail(&j->err, s, "%s", dcp_ctx_last_error(j->ctx));
+  dcp_status rc = dcp_meta_open(j->ctx, ckpt, &j->m);
+  if (rc) return dcpi_fail(&j->err, rc, "%s", dcp_ctx_last_error(j->ctx));
   j->nt = dcp_meta_tensor_count(j->m);
-  if ((s = check_names(j))) return s;
-  if ((s = plan_shards(j, max))) return s;
-  if ((s = dcpi_cv_open(&j->in, j->ctx, ckpt, 0, &j->err))) return s;
-  if ((s = dcpi_block_reader_create(&j->in, &j->br, &j->err))) return s;
-  if ((s = dcpi_cv_open(&j->out, j->ctx, outdir, DCP_STORAGE_CREATE, &j->err))) return s;
-  for (uint32_t k = 0; k < j->nshards && !s; k++) s = write_shard(j, k);
-  if (!s && j->nshards > 1) s = write_index(j);
-  return s;
+  if ((rc = check_names(j))) return rc;
+  if ((rc = plan_shards(j, max))) return rc;
+  if ((rc = dcpi_cv_open(&j->in, j->ctx, ckpt, 0, &j->err))) return rc;
+  if ((rc = dcpi_block_reader_create(&j->in, &j->br, &j->err))) return rc;
+  if ((rc = dcpi_cv_open(&j->out, j->ctx, outdir, DCP_STORAGE_CREATE, &j->err))) return rc;
+  for (uint32_t k = 0; k < j->nshards && !rc; k++) rc = write_shard(j, k);
+  if (!rc && j->nshards > 1) rc = write_index(j);
+  return rc;
 }
 
 dcp_status dcp_export_safetensors(dcp_ctx *ctx, const char *ckpt, const char *outdir,
@@ -190,12 +190,12 @@ dcp_status dcp_export_safetensors(dcp_ctx *ctx, const char *ckpt, const char *ou
   if (!ctx) return DCP_EINVAL;
   export_job j = {.ctx = ctx, .pr = {.ctx = ctx, .phase = DCP_PHASE_EXPORT}};
   dcpi_err_clear(&j.err);
-  dcp_status s;
+  dcp_status rc;
   if (!ckpt || !*ckpt || !outdir || !*outdir)
-    s = dcpi_fail(&j.err, DCP_EINVAL, "export: empty checkpoint or output path");
+    rc = dcpi_fail(&j.err, DCP_EINVAL, "export: empty checkpoint or output path");
   else
-    s = run(&j, ckpt, outdir, max_shard_bytes);
-  (void)s;
+    rc = run(&j, ckpt, outdir, max_shard_bytes);
+  (void)rc;
   dcpi_block_reader_free(j.br);
   dcpi_cv_close(&j.in);
   dcpi_cv_close(&j.out);

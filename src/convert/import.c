@@ -109,15 +109,15 @@ static dcp_status check_linkable(import_job *j, const source *src) {
 /* Resolve every source (relative to the directory the source path names,
  * as the Hugging Face cache's snapshot links are) and read its header. */
 static dcp_status read_headers(import_job *j) {
-  dcp_status s = DCP_OK;
-  for (size_t i = 0; i < j->nsrc && !s; i++) {
+  dcp_status rc = DCP_OK;
+  for (size_t i = 0; i < j->nsrc && !rc; i++) {
     source *src = &j->srcs[i];
-    s = dcpi_cv_resolve_source(j->sdir, src->file, &src->dir, &src->name, &src->linked, &j->err);
-    if (!s) s = check_linkable(j, src);
-    if (!s) s = src_at(j, src->dir);
-    if (!s) s = dcpi_cv_read_st_header(&j->src, src->name, src->file, &src->h, &j->err);
+    rc = dcpi_cv_resolve_source(j->sdir, src->file, &src->dir, &src->name, &src->linked, &j->err);
+    if (!rc) rc = check_linkable(j, src);
+    if (!rc) rc = src_at(j, src->dir);
+    if (!rc) rc = dcpi_cv_read_st_header(&j->src, src->name, src->file, &src->h, &j->err);
   }
-  return s;
+  return rc;
 }
 
 /* Every tensor of every shard is mapped to that shard, and the index maps
@@ -152,12 +152,12 @@ static dcp_status index_shards(import_job *j, const json_t *wm) {
                      "download?)", j->sname);
   const char *key;
   json_t *v;
-  dcp_status s = DCP_OK;
+  dcp_status rc = DCP_OK;
   json_object_foreach((json_t *)wm, key, v) {
     if (!json_is_string(v) || !plain_name(json_string_value(v)))
       return dcpi_fail(&j->err, DCP_ECORRUPT,
                        "%s: weight_map entry '%.200s' is not a plain file name", j->sname, key);
-    if ((s = push_source(j, json_string_value(v)))) return s;
+    if ((rc = push_source(j, json_string_value(v)))) return rc;
   }
   unique_sources(j);
   return DCP_OK;
@@ -167,9 +167,9 @@ static dcp_status read_shards(import_job *j, const json_t *root) {
   const json_t *wm = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
   if (!json_is_object(wm))
     return dcpi_fail(&j->err, DCP_ECORRUPT, "%s: no weight_map object", j->sname);
-  dcp_status s = index_shards(j, wm);
-  if (!s) s = read_headers(j);
-  return s ? s : check_index(j, wm);
+  dcp_status rc = index_shards(j, wm);
+  if (!rc) rc = read_headers(j);
+  return rc ? rc : check_index(j, wm);
 }
 
 static dcp_status read_index(import_job *j) {
@@ -177,31 +177,31 @@ static dcp_status read_index(import_job *j) {
   uint8_t *data = NULL;
   size_t len = 0;
   bool linked;
-  dcp_status s = dcpi_cv_resolve_source(j->sdir, j->sname, &j->idir, &j->iname, &linked, &j->err);
-  if (!s) s = src_at(j, j->idir);
-  if (!s) s = dcpi_rt_file_size(&j->src, j->iname, &size, &j->err);
-  if (!s && size > DCPI_ST_MAX_HEADER)
-    s = dcpi_fail(&j->err, DCP_ECORRUPT, "%s: index of %llu bytes is too large", j->sname,
+  dcp_status rc = dcpi_cv_resolve_source(j->sdir, j->sname, &j->idir, &j->iname, &linked, &j->err);
+  if (!rc) rc = src_at(j, j->idir);
+  if (!rc) rc = dcpi_rt_file_size(&j->src, j->iname, &size, &j->err);
+  if (!rc && size > DCPI_ST_MAX_HEADER)
+    rc = dcpi_fail(&j->err, DCP_ECORRUPT, "%s: index of %llu bytes is too large", j->sname,
                   (unsigned long long)size);
-  if (!s) s = dcpi_rt_read_file(&j->src, j->iname, &data, &len, &j->err);
-  if (s) return s;
+  if (!rc) rc = dcpi_rt_read_file(&j->src, j->iname, &data, &len, &j->err);
+  if (rc) return rc;
   json_error_t jerr;
   json_t *root = json_loadb((const char *)data, len, JSON_REJECT_DUPLICATES, &jerr);
   free(data);
   if (!root)
     return dcpi_fail(&j->err, DCP_ECORRUPT, "%s: not valid JSON: %s (line %d)", j->sname,
                      jerr.text, jerr.line);
-  s = read_shards(j, root);
+  rc = read_shards(j, root);
   json_decref(root);
-  return s;
+  return rc;
 }
 
 /* Index or file is told by the name as given: a link's target (a cache
  * blob named by its hash) says nothing. */
 static dcp_status read_sources(import_job *j) {
   if (ends_with(j->sname, ".index.json")) return read_index(j);
-  dcp_status s = push_source(j, j->sname);
-  return s ? s : read_headers(j);
+  dcp_status rc = push_source(j, j->sname);
+  return rc ? rc : read_headers(j);
 }
 
 /* ---- metadata ----------------------------------------------------------------- */
@@ -231,17 +231,17 @@ static dcp_status add_kvs(import_job *j) {
     for (size_t k = 0; k < j->srcs[i].h->nkv; k++)
       r[n++] = (kv_ref){j->srcs[i].h->kv_keys[k], j->srcs[i].h->kv_values[k], i};
   qsort(r, n, sizeof *r, cmp_kv_ref);
-  dcp_status s = DCP_OK;
-  for (size_t i = 0; i < n && !s; i++) {
+  dcp_status rc = DCP_OK;
+  for (size_t i = 0; i < n && !rc; i++) {
     if (!i || strcmp(r[i].key, r[i - 1].key))
-      s = dcpi_md_add_kv(j->md, r[i].key, r[i].value, &j->err);
+      rc = dcpi_md_add_kv(j->md, r[i].key, r[i].value, &j->err);
     else if (strcmp(r[i].value, r[i - 1].value))
-      s = dcpi_fail(&j->err, DCP_ECORRUPT,
+      rc = dcpi_fail(&j->err, DCP_ECORRUPT,
                     "__metadata__ key '%.200s' differs between shards '%s' and '%s'", r[i].key,
                     j->srcs[r[i - 1].src].file, j->srcs[r[i].src].file);
   }
   free(r);
-  return s;
+  return rc;
 }
 
 static dcp_status add_ref_chunk(import_job *j, uint32_t tid, const dcp_box *box,
@@ -258,37 +258,37 @@ static dcp_status put_window(import_job *j, uint32_t tid, const dcpi_st_tensor *
   dcp_box whole = {.ndim = t->ndim}, boxes[2 * DCP_MAX_NDIM];
   memcpy(whole.size, t->shape, sizeof t->shape);
   size_t nb = 0, es = dcp_dtype_size(t->dtype), at = 0;
-  dcp_status s = dcp_flat_to_boxes(&whole, flat, count, boxes, 2 * DCP_MAX_NDIM, &nb);
-  if (s) return dcpi_fail(&j->err, s, "tensor '%s': cannot cut window", t->name);
-  for (size_t b = 0; b < nb && !s; b++) {
+  dcp_status rc = dcp_flat_to_boxes(&whole, flat, count, boxes, 2 * DCP_MAX_NDIM, &nb);
+  if (rc) return dcpi_fail(&j->err, rc, "tensor '%s': cannot cut window", t->name);
+  for (size_t b = 0; b < nb && !rc; b++) {
     int64_t n;
     dcp_box_numel(&boxes[b], &n);
     dcpi_ref r;
-    if ((s = dcpi_block_writer_put(j->w, j->buf + at, (uint64_t)n * es, &r, &j->err))) break;
+    if ((rc = dcpi_block_writer_put(j->w, j->buf + at, (uint64_t)n * es, &r, &j->err))) break;
     dcp_storage_ref ref = {.file = j->data_file, .codec = r.codec, .block_size = r.block_size,
                            .offset = r.offset, .stored_length = r.stored_length,
                            .raw_length = r.raw_length, .block_count = r.block_count,
                            .block_checksums = r.checksums, .block_stored_lengths = r.stored_lens};
-    s = add_ref_chunk(j, tid, &boxes[b], &ref);
+    rc = add_ref_chunk(j, tid, &boxes[b], &ref);
     dcpi_ref_free(&r);
     at += (size_t)n * es;
   }
-  return s;
+  return rc;
 }
 
 static dcp_status copy_tensor(import_job *j, dcp_storage_file *f, const dcpi_st_header *h,
                               const dcpi_st_tensor *t, uint32_t tid) {
   size_t es = dcp_dtype_size(t->dtype);
   int64_t numel = (int64_t)((t->end - t->begin) / es), per = (int64_t)(DCPI_CV_WINDOW / es);
-  dcp_status s = DCP_OK;
-  for (int64_t flat = 0; flat < numel && !s; flat += per) {
+  dcp_status rc = DCP_OK;
+  for (int64_t flat = 0; flat < numel && !rc; flat += per) {
     int64_t count = numel - flat < per ? numel - flat : per;
     uint64_t off = h->data_start + t->begin + (uint64_t)flat * es;
-    s = dcpi_rt_file_read(&j->src, f, j->buf, (size_t)count * es, off, &j->err);
-    if (!s) s = put_window(j, tid, t, flat, count);
+    rc = dcpi_rt_file_read(&j->src, f, j->buf, (size_t)count * es, off, &j->err);
+    if (!rc) rc = put_window(j, tid, t, flat, count);
     dcpi_cv_progress_add(&j->pr, (uint64_t)count * es);
   }
-  return s;
+  return rc;
 }
 
 /* ---- link --------------------------------------------------------------------- */
@@ -299,11 +299,11 @@ static dcp_status link_tensor(import_job *j, dcp_storage_file *f, const source *
   if (!len) return DCP_OK;
   uint64_t *cks = malloc(nb * sizeof *cks);
   if (!cks) return dcpi_fail(&j->err, DCP_ENOMEM, "out of memory for block checksums");
-  dcp_status s = DCP_OK;
+  dcp_status rc = DCP_OK;
   uint64_t off = src->h->data_start + t->begin;
-  for (uint64_t at = 0, b = 0; at < len && !s; at += DCPI_CV_WINDOW) {
+  for (uint64_t at = 0, b = 0; at < len && !rc; at += DCPI_CV_WINDOW) {
     size_t n = (size_t)(len - at < DCPI_CV_WINDOW ? len - at : DCPI_CV_WINDOW);
-    if ((s = dcpi_rt_file_read(&j->src, f, j->buf, n, off + at, &j->err))) break;
+    if ((rc = dcpi_rt_file_read(&j->src, f, j->buf, n, off + at, &j->err))) break;
     for (size_t p = 0; p < n; p += (size_t)bs, b++)
       cks[b] = XXH3_64bits(j->buf + p, n - p < bs ? n - p : (size_t)bs);
     dcpi_cv_progress_add(&j->pr, n);
@@ -313,34 +313,34 @@ static dcp_status link_tensor(import_job *j, dcp_storage_file *f, const source *
   dcp_storage_ref ref = {.file = src->file_id, .codec = DCP_CODEC_NONE, .block_size = (uint32_t)bs,
                          .offset = off, .stored_length = len, .raw_length = len,
                          .block_count = nb, .block_checksums = cks};
-  if (!s) s = add_ref_chunk(j, tid, &box, &ref);
+  if (!rc) rc = add_ref_chunk(j, tid, &box, &ref);
   free(cks);
-  return s;
+  return rc;
 }
 
 /* ---- driver --------------------------------------------------------------------- */
 
 static dcp_status import_source(import_job *j, const source *src) {
   dcp_storage_file *f = NULL;
-  dcp_status s = src_at(j, src->dir);
-  if (!s) s = dcpi_rt_file_open(&j->src, src->name, DCP_FILE_READ, &f, &j->err);
-  for (size_t i = 0; i < src->h->ntensors && !s; i++) {
+  dcp_status rc = src_at(j, src->dir);
+  if (!rc) rc = dcpi_rt_file_open(&j->src, src->name, DCP_FILE_READ, &f, &j->err);
+  for (size_t i = 0; i < src->h->ntensors && !rc; i++) {
     const dcpi_st_tensor *t = &src->h->tensors[i];
     uint32_t tid;
-    s = dcpi_md_add_tensor(j->md, t->name, t->dtype, t->ndim, t->shape, -1, NULL, &tid, &j->err);
-    if (s == DCP_EEXIST)
-      s = dcpi_fail(&j->err, DCP_ECORRUPT, "tensor '%s' appears in two shards", t->name);
-    if (!s)
-      s = j->flags & DCP_IMPORT_LINK ? link_tensor(j, f, src, t, tid)
+    rc = dcpi_md_add_tensor(j->md, t->name, t->dtype, t->ndim, t->shape, -1, NULL, &tid, &j->err);
+    if (rc == DCP_EEXIST)
+      rc = dcpi_fail(&j->err, DCP_ECORRUPT, "tensor '%s' appears in two shards", t->name);
+    if (!rc)
+      rc = j->flags & DCP_IMPORT_LINK ? link_tensor(j, f, src, t, tid)
                                      : copy_tensor(j, f, src->h, t, tid);
   }
   uint64_t size;
-  if (!s && (j->flags & DCP_IMPORT_LINK) &&
-      !(s = dcpi_rt_file_size(&j->src, src->name, &size, &j->err)))
-    s = dcpi_md_set_file_length(j->md, src->file_id, size, &j->err);
+  if (!rc && (j->flags & DCP_IMPORT_LINK) &&
+      !(rc = dcpi_rt_file_size(&j->src, src->name, &size, &j->err)))
+    rc = dcpi_md_set_file_length(j->md, src->file_id, size, &j->err);
   dcpi_err ignored;
   if (f) dcpi_rt_file_close(&j->src, f, &ignored);
-  return s;
+  return rc;
 }
 
 static bool same_dir(const char *a, const char *b) {
@@ -373,51 +373,51 @@ static dcp_status open_outputs(import_job *j) {
   dcpi_err probe;
   const char *name = j->data_name;
   bool link = j->flags & DCP_IMPORT_LINK;
-  dcp_status s = dcpi_lease_acquire(&j->dst, DCPI_COORD_LEASE, j->ctx->lease_ms, &j->lease,
+  dcp_status rc = dcpi_lease_acquire(&j->dst, DCPI_COORD_LEASE, j->ctx->lease_ms, &j->lease,
                                     &j->err);
-  if (!s && (s = dcpi_save_id_random(j->ident.id)))
-    return dcpi_fail(&j->err, s, "no random bytes for the import's id");
-  if (s) return s;
+  if (!rc && (rc = dcpi_save_id_random(j->ident.id)))
+    return dcpi_fail(&j->err, rc, "no random bytes for the import's id");
+  if (rc) return rc;
   j->ident.generation = 1; /* the directory holds no checkpoint (checked next) */
   dcpi_tag_of(j->ident.id, j->ident.tag);
   dcpi_name_data(j->data_name, 0, 0, j->ident.tag);
-  s = dcpi_rt_file_size(&j->dst, DCPI_METADATA_NAME, &size, &probe);
-  if (s == DCP_OK)
+  rc = dcpi_rt_file_size(&j->dst, DCPI_METADATA_NAME, &size, &probe);
+  if (rc == DCP_OK)
     return dcpi_fail(&j->err, DCP_EEXIST, "a committed checkpoint exists at %s", j->dst.path);
-  if (s != DCP_ENOTFOUND) return dcpi_fail(&j->err, s, "%s", probe.msg);
-  if ((s = check_overwrites(j, link ? NULL : name))) return s;
-  if ((s = dcpi_md_create(&j->md))) return dcpi_fail(&j->err, s, "out of memory");
-  if ((s = dcpi_md_set_identity(j->md, j->ident.id, j->ident.generation, -1, &j->err))) return s;
+  if (rc != DCP_ENOTFOUND) return dcpi_fail(&j->err, rc, "%s", probe.msg);
+  if ((rc = check_overwrites(j, link ? NULL : name))) return rc;
+  if ((rc = dcpi_md_create(&j->md))) return dcpi_fail(&j->err, rc, "out of memory");
+  if ((rc = dcpi_md_set_identity(j->md, j->ident.id, j->ident.generation, -1, &j->err))) return rc;
   if (link) {
-    for (size_t i = 0; i < j->nsrc && !s; i++)
-      s = dcpi_md_add_file(j->md, j->srcs[i].file, &j->srcs[i].file_id, &j->err);
-    return s;
+    for (size_t i = 0; i < j->nsrc && !rc; i++)
+      rc = dcpi_md_add_file(j->md, j->srcs[i].file, &j->srcs[i].file_id, &j->err);
+    return rc;
   }
-  s = dcpi_md_add_file(j->md, name, &j->data_file, &j->err);
-  return s ? s : dcpi_block_writer_open(&j->dst, name, DCPI_SAVE_DEFAULT_BLOCK_SIZE, false, 0, &j->w,
+  rc = dcpi_md_add_file(j->md, name, &j->data_file, &j->err);
+  return rc ? rc : dcpi_block_writer_open(&j->dst, name, DCPI_SAVE_DEFAULT_BLOCK_SIZE, false, 0, &j->w,
                                         &j->err);
 }
 
 static dcp_status commit(import_job *j) {
-  dcp_status s = DCP_OK;
+  dcp_status rc = DCP_OK;
   if (j->w) {
     uint64_t length = dcpi_block_writer_length(j->w);
-    s = dcpi_block_writer_close(j->w, true, &j->err);
+    rc = dcpi_block_writer_close(j->w, true, &j->err);
     j->w = NULL;
-    if (!s) s = dcpi_md_set_file_length(j->md, j->data_file, length, &j->err);
+    if (!rc) rc = dcpi_md_set_file_length(j->md, j->data_file, length, &j->err);
     /* the data file's entry is durable before .metadata names it */
-    if (!s) s = dcpi_rt_sync_dir(&j->dst, &j->err);
+    if (!rc) rc = dcpi_rt_sync_dir(&j->dst, &j->err);
   }
   void *enc = NULL;
   size_t len = 0;
   char tmp[DCPI_NAME_MAX];
   dcpi_name_metadata_tmp(tmp, j->ident.tag);
-  if (!s) s = add_kvs(j);
-  if (!s) s = dcpi_md_encode(j->md, &enc, &len, &j->err);
-  if (!s) s = dcpi_lease_check(j->lease, &j->err);
-  if (!s) s = dcpi_rt_write_file_atomic(&j->dst, DCPI_METADATA_NAME, tmp, enc, len, &j->err);
+  if (!rc) rc = add_kvs(j);
+  if (!rc) rc = dcpi_md_encode(j->md, &enc, &len, &j->err);
+  if (!rc) rc = dcpi_lease_check(j->lease, &j->err);
+  if (!rc) rc = dcpi_rt_write_file_atomic(&j->dst, DCPI_METADATA_NAME, tmp, enc, len, &j->err);
   free(enc);
-  return s;
+  return rc;
 }
 
 /* Without trailing slashes ("/" stays). */
@@ -440,17 +440,17 @@ static dcp_status check_link_dir(import_job *j, const char *ckpt) {
 }
 
 static dcp_status run(import_job *j, const char *src, const char *ckpt) {
-  dcp_status s = dcpi_cv_split(src, &j->sdir, &j->sname, &j->err);
-  if (!s && (j->flags & DCP_IMPORT_LINK)) s = check_link_dir(j, ckpt);
-  if (!s) s = dcpi_cv_open(&j->src, j->ctx, j->sdir, 0, &j->err);
-  if (!s) s = read_sources(j);
-  if (!s) s = dcpi_cv_open(&j->dst, j->ctx, ckpt, DCP_STORAGE_CREATE, &j->err);
-  if (!s) s = open_outputs(j);
-  if (!s && !(j->buf = malloc(DCPI_CV_WINDOW)))
-    s = dcpi_fail(&j->err, DCP_ENOMEM, "out of memory for the copy window");
-  for (size_t i = 0; i < j->nsrc && !s; i++) j->pr.total += j->srcs[i].h->data_len;
-  for (size_t i = 0; i < j->nsrc && !s; i++) s = import_source(j, &j->srcs[i]);
-  return s ? s : commit(j);
+  dcp_status rc = dcpi_cv_split(src, &j->sdir, &j->sname, &j->err);
+  if (!rc && (j->flags & DCP_IMPORT_LINK)) rc = check_link_dir(j, ckpt);
+  if (!rc) rc = dcpi_cv_open(&j->src, j->ctx, j->sdir, 0, &j->err);
+  if (!rc) rc = read_sources(j);
+  if (!rc) rc = dcpi_cv_open(&j->dst, j->ctx, ckpt, DCP_STORAGE_CREATE, &j->err);
+  if (!rc) rc = open_outputs(j);
+  if (!rc && !(j->buf = malloc(DCPI_CV_WINDOW)))
+    rc = dcpi_fail(&j->err, DCP_ENOMEM, "out of memory for the copy window");
+  for (size_t i = 0; i < j->nsrc && !rc; i++) j->pr.total += j->srcs[i].h->data_len;
+  for (size_t i = 0; i < j->nsrc && !rc; i++) rc = import_source(j, &j->srcs[i]);
+  return rc ? rc : commit(j);
 }
 
 static void job_free(import_job *j, bool failed) {
@@ -480,13 +480,13 @@ dcp_status dcp_import_safetensors(dcp_ctx *ctx, const char *src, const char *ckp
   if (!ctx) return DCP_EINVAL;
   import_job j = {.ctx = ctx, .flags = flags, .pr = {.ctx = ctx, .phase = DCP_PHASE_IMPORT}};
   dcpi_err_clear(&j.err);
-  dcp_status s;
+  dcp_status rc;
   if (!src || !*src || !ckpt || !*ckpt)
-    s = dcpi_fail(&j.err, DCP_EINVAL, "import: empty source or checkpoint path");
+    rc = dcpi_fail(&j.err, DCP_EINVAL, "import: empty source or checkpoint path");
   else if (flags & ~DCP_IMPORT_LINK)
-    s = dcpi_fail(&j.err, DCP_EINVAL, "import: unknown flags 0x%x", flags);
+    rc = dcpi_fail(&j.err, DCP_EINVAL, "import: unknown flags 0x%x", flags);
   else
-    s = run(&j, src, ckpt);
-  job_free(&j, s != DCP_OK);
+    rc = run(&j, src, ckpt);
+  job_free(&j, rc != DCP_OK);
   return dcpi_ctx_report(ctx, &j.err);
 }

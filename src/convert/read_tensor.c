@@ -11,8 +11,8 @@
 
 dcp_status dcpi_cv_tensor_bytes(const dcp_meta *m, size_t ti, uint64_t *bytes, dcpi_err *err) {
   dcp_tensor_info t;
-  dcp_status s = dcp_meta_tensor(m, ti, &t);
-  if (s) return dcpi_fail(err, s, "no tensor %zu", ti);
+  dcp_status rc = dcp_meta_tensor(m, ti, &t);
+  if (rc) return dcpi_fail(err, rc, "no tensor %zu", ti);
   int64_t n = (int64_t)dcp_dtype_size(t.dtype);
   for (uint32_t d = 0; d < t.ndim; d++)
     if (!dcpi_mul_i64(n, t.shape[d], &n))
@@ -52,24 +52,24 @@ static dcp_status check_overlaps(const dcp_tensor_info *t, const int64_t *offs,
   for (size_t i = 0; i < n; i++) idx[i] = i;
   g_sweep = (sweep_ctx){offs, nd};
   qsort(idx, n, sizeof *idx, cmp_dim0);
-  dcp_status s = DCP_OK;
-  for (size_t i = 0; i < n && !s; i++) {
+  dcp_status rc = DCP_OK;
+  for (size_t i = 0; i < n && !rc; i++) {
     const int64_t *oi = offs + idx[i] * nd, *zi = sizes + idx[i] * nd;
-    for (size_t j = i + 1; j < n && offs[idx[j] * nd] < oi[0] + zi[0] && !s; j++)
+    for (size_t j = i + 1; j < n && offs[idx[j] * nd] < oi[0] + zi[0] && !rc; j++)
       if (boxes_overlap(oi, zi, offs + idx[j] * nd, sizes + idx[j] * nd, nd))
-        s = dcpi_fail(err, DCP_ECORRUPT, "tensor '%s': chunks %zu and %zu overlap", t->fqn,
+        rc = dcpi_fail(err, DCP_ECORRUPT, "tensor '%s': chunks %zu and %zu overlap", t->fqn,
                       idx[i], idx[j]);
   }
   free(idx);
-  return s;
+  return rc;
 }
 
 /* Box inside the shape and the stored length matching; *vol its volume. */
 static dcp_status check_chunk(dcp_meta *m, const dcp_tensor_info *t, size_t ti, size_t c,
                               int64_t *vol, dcpi_err *err) {
   dcp_chunk_info ci;
-  dcp_status s = dcp_meta_chunk(m, ti, c, &ci);
-  if (s) return dcpi_fail(err, s, "tensor '%s': chunk %zu cannot be decoded", t->fqn, c);
+  dcp_status rc = dcp_meta_chunk(m, ti, c, &ci);
+  if (rc) return dcpi_fail(err, rc, "tensor '%s': chunk %zu cannot be decoded", t->fqn, c);
   int64_t v = 1;
   for (uint32_t d = 0; d < t->ndim; d++) {
     int64_t end;
@@ -91,21 +91,21 @@ static dcp_status check_chunk(dcp_meta *m, const dcp_tensor_info *t, size_t ti, 
 
 dcp_status dcpi_cv_check_coverage(dcp_meta *m, size_t ti, dcpi_err *err) {
   dcp_tensor_info t;
-  dcp_status s = dcp_meta_tensor(m, ti, &t);
-  if (s) return dcpi_fail(err, s, "no tensor %zu", ti);
+  dcp_status rc = dcp_meta_tensor(m, ti, &t);
+  if (rc) return dcpi_fail(err, rc, "no tensor %zu", ti);
   int64_t numel = 1, sum = 0, vol = 0;
   for (uint32_t d = 0; d < t.ndim; d++)
     if (!dcpi_mul_i64(numel, t.shape[d], &numel))
       return dcpi_fail(err, DCP_ECORRUPT, "tensor '%s': element count overflows", t.fqn);
   for (size_t c = 0; c < t.chunk_count; c++) {
-    if ((s = check_chunk(m, &t, ti, c, &vol, err))) return s;
+    if ((rc = check_chunk(m, &t, ti, c, &vol, err))) return rc;
     if (!dcpi_add_i64(sum, vol, &sum))
       return dcpi_fail(err, DCP_ECORRUPT, "tensor '%s': chunk volumes overflow", t.fqn);
   }
   const int64_t *offs, *sizes;
-  if (t.chunk_count && (s = dcpi_meta_chunk_boxes(m, ti, &offs, &sizes, err))) return s;
-  if (t.chunk_count && (s = check_overlaps(&t, offs, sizes, (size_t)t.chunk_count, err)))
-    return s;
+  if (t.chunk_count && (rc = dcpi_meta_chunk_boxes(m, ti, &offs, &sizes, err))) return rc;
+  if (t.chunk_count && (rc = check_overlaps(&t, offs, sizes, (size_t)t.chunk_count, err)))
+    return rc;
   if (sum != numel)
     return dcpi_fail(err, sum < numel ? DCP_EINCOMPLETE : DCP_ECORRUPT,
                      "tensor '%s': its chunks cover %lld of %lld elements", t.fqn, (long long)sum,
@@ -187,9 +187,9 @@ static dcp_status read_chunk(dcpi_block_reader *br, dcp_meta *m, const dcp_tenso
                              dcpi_cv_progress *pr, dcpi_err *err) {
   dcp_chunk_info ci;
   const char *file;
-  dcp_status s = dcp_meta_chunk(m, ti, c, &ci);
-  if (!s) s = dcp_meta_file(m, ci.ref.file, &file);
-  if (s) return dcpi_fail(err, DCP_ECORRUPT, "tensor '%s': chunk %zu unreadable", t->fqn, c);
+  dcp_status rc = dcp_meta_chunk(m, ti, c, &ci);
+  if (!rc) rc = dcp_meta_file(m, ci.ref.file, &file);
+  if (rc) return dcpi_fail(err, DCP_ECORRUPT, "tensor '%s': chunk %zu unreadable", t->fqn, c);
   size_t es = dcp_dtype_size(t->dtype);
   place_ctx p = {.t = t, .box = &ci.box, .dst = buf, .lo = lo, .hi = lo + len, .esize = es,
                  .progress = pr,
@@ -209,29 +209,29 @@ dcp_status dcpi_cv_read_window(dcpi_block_reader *br, dcp_meta *m, size_t ti, ui
                                dcpi_err *err) {
   dcp_tensor_info t;
   uint64_t bytes;
-  dcp_status s = dcpi_cv_tensor_bytes(m, ti, &bytes, err);
-  if (!s) s = dcp_meta_tensor(m, ti, &t);
-  if (s) return s;
+  dcp_status rc = dcpi_cv_tensor_bytes(m, ti, &bytes, err);
+  if (!rc) rc = dcp_meta_tensor(m, ti, &t);
+  if (rc) return rc;
   if (offset > bytes || len > bytes - offset)
     return dcpi_fail(err, DCP_EINVAL, "tensor '%s' has %llu bytes: [%llu, +%zu) lies outside",
                      t.fqn, (unsigned long long)bytes, (unsigned long long)offset, len);
-  for (size_t c = 0; c < t.chunk_count && !s && len; c++)
-    s = read_chunk(br, m, &t, ti, c, offset, buf, len, progress, err);
-  return s;
+  for (size_t c = 0; c < t.chunk_count && !rc && len; c++)
+    rc = read_chunk(br, m, &t, ti, c, offset, buf, len, progress, err);
+  return rc;
 }
 
 dcp_status dcpi_cv_read_tensor(dcpi_block_reader *br, dcp_meta *m, size_t ti, uint8_t *buf,
                                size_t len, dcpi_cv_progress *progress, dcpi_err *err) {
   uint64_t bytes;
-  dcp_status s = dcpi_cv_tensor_bytes(m, ti, &bytes, err);
-  if (s) return s;
+  dcp_status rc = dcpi_cv_tensor_bytes(m, ti, &bytes, err);
+  if (rc) return rc;
   if (bytes != len) {
     dcp_tensor_info t;
     dcp_meta_tensor(m, ti, &t);
     return dcpi_fail(err, DCP_EINVAL, "tensor '%s' has %llu bytes, the buffer %zu", t.fqn,
                      (unsigned long long)bytes, len);
   }
-  if ((s = dcpi_cv_check_coverage(m, ti, err))) return s;
+  if ((rc = dcpi_cv_check_coverage(m, ti, err))) return rc;
   return dcpi_cv_read_window(br, m, ti, 0, buf, len, progress, err);
 }
 
@@ -247,11 +247,11 @@ static dcp_status read_public(dcp_ctx *ctx, const char *ckpt, dcp_meta *meta, si
   }
   dcpi_rt rt;
   dcpi_block_reader *br = NULL;
-  dcp_status s = dcpi_cv_open(&rt, ctx, ckpt, 0, &err);
-  if (!s) s = dcpi_block_reader_create(&rt, &br, &err);
-  if (!s && whole) s = dcpi_cv_read_tensor(br, meta, tensor, buf, len, NULL, &err);
-  if (!s && !whole) s = dcpi_cv_check_coverage(meta, tensor, &err);
-  if (!s && !whole) s = dcpi_cv_read_window(br, meta, tensor, offset, buf, len, NULL, &err);
+  dcp_status rc = dcpi_cv_open(&rt, ctx, ckpt, 0, &err);
+  if (!rc) rc = dcpi_block_reader_create(&rt, &br, &err);
+  if (!rc && whole) rc = dcpi_cv_read_tensor(br, meta, tensor, buf, len, NULL, &err);
+  if (!rc && !whole) rc = dcpi_cv_check_coverage(meta, tensor, &err);
+  if (!rc && !whole) rc = dcpi_cv_read_window(br, meta, tensor, offset, buf, len, NULL, &err);
   dcpi_block_reader_free(br);
   dcpi_cv_close(&rt);
   return dcpi_ctx_report(ctx, &err);

@@ -94,8 +94,8 @@ static dcp_status check_name(const char *name, dcpi_err *err) {
 
 static dcp_status parse_tensor(const char *name, const json_t *v, uint64_t data_len,
                                dcpi_st_tensor *t, dcpi_err *err) {
-  dcp_status s = check_name(name, err);
-  if (s) return s;
+  dcp_status rc = check_name(name, err);
+  if (rc) return rc;
   if (!json_is_object(v))
     return dcpi_fail(err, DCP_ECORRUPT, "safetensors: tensor '%s' is not an object", name);
   const char *key;
@@ -112,8 +112,8 @@ static dcp_status parse_tensor(const char *name, const json_t *v, uint64_t data_
                      json_is_string(dt) ? "'" : "", json_is_string(dt) ? json_string_value(dt)
                      : "(missing or not a string)", json_is_string(dt) ? "'" : "");
   int64_t numel = 0, bytes = 0;
-  if ((s = parse_shape(name, json_object_get(v, "shape"), t, &numel, err))) return s;
-  if ((s = parse_offsets(name, json_object_get(v, "data_offsets"), data_len, t, err))) return s;
+  if ((rc = parse_shape(name, json_object_get(v, "shape"), t, &numel, err))) return rc;
+  if ((rc = parse_offsets(name, json_object_get(v, "data_offsets"), data_len, t, err))) return rc;
   if (!dcpi_mul_i64(numel, (int64_t)dcp_dtype_size(t->dtype), &bytes))
     return dcpi_fail(err, DCP_ECORRUPT, "safetensors: tensor '%s': byte size of the shape (%s) "
                      "overflows int64", name, dcp_dtype_name(t->dtype));
@@ -229,13 +229,13 @@ static dcp_status parse_root(const json_t *root, dcpi_st_header *h, dcpi_err *er
   if (!h->tensors) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
   const char *key;
   json_t *val;
-  dcp_status s = DCP_OK;
+  dcp_status rc = DCP_OK;
   json_object_foreach((json_t *)root, key, val) {
     if (strcmp(key, DCPI_ST_METADATA_KEY) == 0)
-      s = parse_metadata(val, h, err);
-    else if (!(s = parse_tensor(key, val, h->data_len, &h->tensors[h->ntensors], err)))
+      rc = parse_metadata(val, h, err);
+    else if (!(rc = parse_tensor(key, val, h->data_len, &h->tensors[h->ntensors], err)))
       h->ntensors++;
-    if (s) return s;
+    if (rc) return rc;
   }
   qsort(h->tensors, h->ntensors, sizeof *h->tensors, cmp_span);
   return check_spans(h, err);
@@ -251,18 +251,18 @@ dcp_status dcpi_st_parse(const char *json, size_t json_len, uint64_t data_len,
   h->data_len = data_len;
   json_error_t jerr;
   json_t *root = json_loadb(json, json_len, JSON_REJECT_DUPLICATES, &jerr);
-  dcp_status s = DCP_OK;
+  dcp_status rc = DCP_OK;
   if (!root)
-    s = dcpi_fail(err, DCP_ECORRUPT, "safetensors: header is not valid JSON: %s (line %d, column %d)",
+    rc = dcpi_fail(err, DCP_ECORRUPT, "safetensors: header is not valid JSON: %s (line %d, column %d)",
                   jerr.text, jerr.line, jerr.column);
   else if (!json_is_object(root))
-    s = dcpi_fail(err, DCP_ECORRUPT, "safetensors: header is not a JSON object");
+    rc = dcpi_fail(err, DCP_ECORRUPT, "safetensors: header is not a JSON object");
   else
-    s = parse_root(root, h, err);
+    rc = parse_root(root, h, err);
   json_decref(root);
-  if (s) {
+  if (rc) {
     dcpi_st_header_free(h);
-    return s;
+    return rc;
   }
   *out = h;
   return DCP_OK;
@@ -293,18 +293,18 @@ static json_t *tensor_json(const dcpi_st_out *t) {
 static dcp_status add_metadata(json_t *root, const char *const *kk, const char *const *kv,
                                size_t nkv, dcpi_err *err) {
   json_t *md = json_object();
-  dcp_status s = md ? DCP_OK : dcpi_fail(err, DCP_ENOMEM, "out of memory");
-  for (size_t i = 0; !s && i < nkv; i++) {
+  dcp_status rc = md ? DCP_OK : dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  for (size_t i = 0; !rc && i < nkv; i++) {
     json_t *v = NULL;
     if (json_object_get(md, kk[i]))
-      s = dcpi_fail(err, DCP_EINVAL, "safetensors: metadata key '%.200s' given twice", kk[i]);
+      rc = dcpi_fail(err, DCP_EINVAL, "safetensors: metadata key '%.200s' given twice", kk[i]);
     else if (!(v = json_string(kv[i])) || json_object_set_new(md, kk[i], v))
-      s = dcpi_fail(err, DCP_EINVAL, BUILD_FAILED);
+      rc = dcpi_fail(err, DCP_EINVAL, BUILD_FAILED);
   }
-  if (!s && json_object_set(root, DCPI_ST_METADATA_KEY, md))
-    s = dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  if (!rc && json_object_set(root, DCPI_ST_METADATA_KEY, md))
+    rc = dcpi_fail(err, DCP_ENOMEM, "out of memory");
   json_decref(md);
-  return s;
+  return rc;
 }
 
 /* A tensor named __metadata__ would replace the file's metadata (or be
@@ -330,13 +330,13 @@ static dcp_status header_text(const dcpi_st_out *t, size_t n, const char *const 
                               const char *const *kv, size_t nkv, char **text, dcpi_err *err) {
   *text = NULL;
   json_t *root = json_object();
-  dcp_status s = root ? DCP_OK : dcpi_fail(err, DCP_ENOMEM, "out of memory");
-  if (!s && nkv) s = add_metadata(root, kk, kv, nkv, err);
-  if (!s) s = add_tensors(root, t, n, err);
-  if (!s && !(*text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER)))
-    s = dcpi_fail(err, DCP_ENOMEM, "out of memory for a safetensors header");
+  dcp_status rc = root ? DCP_OK : dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  if (!rc && nkv) rc = add_metadata(root, kk, kv, nkv, err);
+  if (!rc) rc = add_tensors(root, t, n, err);
+  if (!rc && !(*text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER)))
+    rc = dcpi_fail(err, DCP_ENOMEM, "out of memory for a safetensors header");
   json_decref(root);
-  return s;
+  return rc;
 }
 
 dcp_status dcpi_st_build_header(const dcpi_st_out *t, size_t n, const char *const *kv_keys,
@@ -344,8 +344,8 @@ dcp_status dcpi_st_build_header(const dcpi_st_out *t, size_t n, const char *cons
                                 size_t *len, dcpi_err *err) {
   *out = NULL;
   char *text = NULL;
-  dcp_status s = header_text(t, n, kv_keys, kv_values, nkv, &text, err);
-  if (s) return s;
+  dcp_status rc = header_text(t, n, kv_keys, kv_values, nkv, &text, err);
+  if (rc) return rc;
   size_t tl = strlen(text), hl = (tl + 7) / 8 * 8;
   uint8_t *buf = malloc(8 + hl);
   if (!buf) {

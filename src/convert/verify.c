@@ -25,12 +25,12 @@ typedef struct verify_job {
 
 /* Count a problem; the first one is kept. A missing data file means the
  * checkpoint is incomplete. */
-static void problem(verify_job *j, dcp_status s, const dcpi_err *err) {
-  if (s == DCP_ENOTFOUND) s = DCP_EINCOMPLETE;
+static void problem(verify_job *j, dcp_status rc, const dcpi_err *err) {
+  if (rc == DCP_ENOTFOUND) rc = DCP_EINCOMPLETE;
   j->rep.problems++;
   if (j->rep.first_status) return;
-  j->rep.first_status = s;
-  dcpi_fail(&j->first, s, "%s", err->msg[0] ? err->msg : dcp_strerror(s));
+  j->rep.first_status = rc;
+  dcpi_fail(&j->first, rc, "%s", err->msg[0] ? err->msg : dcp_strerror(rc));
 }
 
 static dcp_status count(void *arg, uint64_t raw_offset, const uint8_t *data, size_t len,
@@ -47,11 +47,11 @@ static void check_ref_in(verify_job *j, const dcp_meta *m, uint32_t file,
   const char *name;
   dcpi_err err;
   dcpi_err_clear(&err);
-  dcp_status s = dcp_meta_file(m, file, &name);
-  if (!s) s = dcpi_block_read(j->br, name, ref, 0, ref->raw_length, what, count, j, &err);
+  dcp_status rc = dcp_meta_file(m, file, &name);
+  if (!rc) rc = dcpi_block_read(j->br, name, ref, 0, ref->raw_length, what, count, j, &err);
   else dcpi_fail(&err, DCP_ECORRUPT, "%s: no file %u", what, file);
   j->rep.blocks += ref->block_count;
-  if (s) problem(j, s, &err);
+  if (rc) problem(j, rc, &err);
 }
 
 static void check_ref(verify_job *j, uint32_t file, const dcp_storage_ref *ref,
@@ -65,13 +65,13 @@ static void check_tensor(verify_job *j, size_t ti) {
   dcpi_err_clear(&err);
   dcp_meta_tensor(j->m, ti, &t);
   j->rep.tensors++;
-  dcp_status s = dcpi_cv_check_coverage(j->m, ti, &err);
-  if (s) problem(j, s, &err);
+  dcp_status rc = dcpi_cv_check_coverage(j->m, ti, &err);
+  if (rc) problem(j, rc, &err);
   for (size_t c = 0; c < t.chunk_count; c++) {
     dcp_chunk_info ci;
-    if ((s = dcp_meta_chunk(j->m, ti, c, &ci))) {
-      dcpi_fail(&err, s, "tensor '%s': chunk %zu cannot be decoded", t.fqn, c);
-      problem(j, s, &err);
+    if ((rc = dcp_meta_chunk(j->m, ti, c, &ci))) {
+      dcpi_fail(&err, rc, "tensor '%s': chunk %zu cannot be decoded", t.fqn, c);
+      problem(j, rc, &err);
       return;
     }
     char what[DCPI_ERR_MSG_MAX / 2];
@@ -211,12 +211,12 @@ static void check_file_lengths(verify_job *j) {
     dcpi_err err;
     dcpi_err_clear(&err);
     if (dcp_meta_file(j->m, f, &name) || dcp_meta_file_length(j->m, f, &want)) continue;
-    dcp_status s = dcpi_rt_file_size(&j->rt, name, &have, &err);
-    if (s == DCP_OK && have != want)
-      s = dcpi_fail(&err, DCP_ECORRUPT, "%s/%s is %llu bytes, the save wrote %llu (%s)",
+    dcp_status rc = dcpi_rt_file_size(&j->rt, name, &have, &err);
+    if (rc == DCP_OK && have != want)
+      rc = dcpi_fail(&err, DCP_ECORRUPT, "%s/%s is %llu bytes, the save wrote %llu (%s)",
                     j->rt.path, name, (unsigned long long)have, (unsigned long long)want,
                     have > want ? "bytes appended" : "cut short");
-    if (s) problem(j, s, &err);
+    if (rc) problem(j, rc, &err);
   }
 }
 
@@ -240,11 +240,11 @@ static uint64_t total_bytes(verify_job *j) {
 static dcp_status run(verify_job *j, const char *ckpt) {
   dcpi_err err;
   dcpi_err_clear(&err);
-  dcp_status s = dcp_meta_open(j->ctx, ckpt, &j->m);
-  if (s) return dcpi_fail(&j->first, s, "%s", dcp_ctx_last_error(j->ctx));
-  if ((s = dcpi_cv_open(&j->rt, j->ctx, ckpt, 0, &err)) ||
-      (s = dcpi_block_reader_create(&j->rt, &j->br, &err)))
-    return dcpi_fail(&j->first, s, "%s", err.msg);
+  dcp_status rc = dcp_meta_open(j->ctx, ckpt, &j->m);
+  if (rc) return dcpi_fail(&j->first, rc, "%s", dcp_ctx_last_error(j->ctx));
+  if ((rc = dcpi_cv_open(&j->rt, j->ctx, ckpt, 0, &err)) ||
+      (rc = dcpi_block_reader_create(&j->rt, &j->br, &err)))
+    return dcpi_fail(&j->first, rc, "%s", err.msg);
   j->pr.total = total_bytes(j);
   for (size_t t = 0; t < dcp_meta_tensor_count(j->m); t++) check_tensor(j, t);
   for (size_t b = 0; b < dcp_meta_bytes_count(j->m); b++) check_bytes(j, b);
@@ -257,17 +257,17 @@ dcp_status dcp_verify(dcp_ctx *ctx, const char *ckpt, dcp_verify_report *out) {
   if (!ctx) return DCP_EINVAL;
   verify_job j = {.ctx = ctx, .pr = {.ctx = ctx, .phase = DCP_PHASE_VERIFY}};
   dcpi_err_clear(&j.first);
-  dcp_status s;
+  dcp_status rc;
   if (out && !DCPI_HAS_FIELD(out, dcp_verify_report, bytes))
-    s = dcpi_fail(&j.first, DCP_EINVAL, "verify: report struct_size %u too small",
+    rc = dcpi_fail(&j.first, DCP_EINVAL, "verify: report struct_size %u too small",
                   out->struct_size);
   else if (!ckpt || !*ckpt)
-    s = dcpi_fail(&j.first, DCP_EINVAL, "verify: empty checkpoint path");
+    rc = dcpi_fail(&j.first, DCP_EINVAL, "verify: empty checkpoint path");
   else
-    s = run(&j, ckpt);
-  j.rep.first_status = s;
-  snprintf(j.rep.first_problem, sizeof j.rep.first_problem, "%s", s ? j.first.msg : "");
-  if (s && !j.rep.problems) j.rep.problems = 1;
+    rc = run(&j, ckpt);
+  j.rep.first_status = rc;
+  snprintf(j.rep.first_problem, sizeof j.rep.first_problem, "%s", rc ? j.first.msg : "");
+  if (rc && !j.rep.problems) j.rep.problems = 1;
   if (out) dcpi_sized_fill(out, &j.rep, sizeof j.rep);
   dcpi_block_reader_free(j.br);
   dcpi_cv_close(&j.rt);

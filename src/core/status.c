@@ -11,10 +11,10 @@ const char *dcp_version_string(void) {
       DCP_VERSION_PATCH);
 }
 
-int dcp_is_error(dcp_status s) { return s < 0; }
+int dcp_is_error(dcp_status rc) { return rc < 0; }
 
-const char *dcp_strerror(dcp_status s) {
-  switch (s) {
+const char *dcp_strerror(dcp_status rc) {
+  switch (rc) {
     case DCP_OK: return "ok";
     case DCP_EINVAL: return "invalid argument";
     case DCP_ENOMEM: return "out of memory";

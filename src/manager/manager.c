@@ -42,18 +42,18 @@ dcp_status dcpi_manager_agree(dcp_manager *m, dcp_status local, dcpi_err *err) {
   dcpi_rt rt = {.ctx = m->ctx, .path = m->root};
   rt.err = *err;
   if (!local) dcpi_err_clear(&rt.err);
-  dcp_status s = dcpi_rt_agree(&rt, local);
+  dcp_status rc = dcpi_rt_agree(&rt, local);
   *err = rt.err;
-  if (s && !err->code) err->code = s;
-  return s;
+  if (rc && !err->code) err->code = rc;
+  return rc;
 }
 
 dcp_status dcpi_manager_bcast(dcp_manager *m, void *buf, size_t len, dcpi_err *err) {
   dcpi_rt rt = {.ctx = m->ctx, .path = m->root};
   dcpi_err_clear(&rt.err);
-  dcp_status s = dcpi_rt_bcast(&rt, buf, len, 0);
-  if (s) *err = rt.err;
-  return s;
+  dcp_status rc = dcpi_rt_bcast(&rt, buf, len, 0);
+  if (rc) *err = rt.err;
+  return rc;
 }
 
 static dcp_status report(dcp_manager *m, dcpi_err *err) {
@@ -97,15 +97,15 @@ static dcp_status open_root(dcp_manager *m, dcpi_err *err) {
   m->rt.ctx = m->ctx;
   m->rt.path = m->root;
   dcpi_err_clear(&m->rt.err);
-  dcp_status s = dcpi_rt_open_storage(&m->rt, DCP_STORAGE_CREATE);
-  if (!s) s = dcpi_lease_acquire(&m->rt, DCPI_MANAGER_LEASE, m->ctx->lease_ms, &m->lease, &m->rt.err);
-  if (s) {
-    if (s == DCP_EBUSY)
-      dcpi_fail(err, s, "another checkpoint manager holds the root %s: %s", m->root, m->rt.err.msg);
+  dcp_status rc = dcpi_rt_open_storage(&m->rt, DCP_STORAGE_CREATE);
+  if (!rc) rc = dcpi_lease_acquire(&m->rt, DCPI_MANAGER_LEASE, m->ctx->lease_ms, &m->lease, &m->rt.err);
+  if (rc) {
+    if (rc == DCP_EBUSY)
+      dcpi_fail(err, rc, "another checkpoint manager holds the root %s: %s", m->root, m->rt.err.msg);
     else
-      dcpi_fail(err, s, "%s", m->rt.err.msg);
+      dcpi_fail(err, rc, "%s", m->rt.err.msg);
   }
-  return s;
+  return rc;
 }
 
 /* The newest committed step (rank 0: a scan; -1 when none). */
@@ -155,32 +155,32 @@ dcp_status dcp_manager_open(dcp_ctx *ctx, const char *root, const dcp_manager_op
   if (opts) memcpy(&m->opts, opts, opts->struct_size < sizeof m->opts ? opts->struct_size : sizeof m->opts);
   m->opts.struct_size = sizeof m->opts;
   m->last_gc.struct_size = sizeof m->last_gc;
-  dcp_status s = DCP_OK;
+  dcp_status rc = DCP_OK;
   if (m->opts.flags & ~KNOWN_FLAGS)
-    s = dcpi_fail(&err, DCP_EINVAL, "unknown dcp_manager_options.flags 0x%x", m->opts.flags);
+    rc = dcpi_fail(&err, DCP_EINVAL, "unknown dcp_manager_options.flags 0x%x", m->opts.flags);
   else if (m->opts.nkeep_steps && !m->opts.keep_steps)
-    s = dcpi_fail(&err, DCP_EINVAL, "nkeep_steps %zu with NULL keep_steps", m->opts.nkeep_steps);
-  if (!s && m->opts.nkeep_steps) {
+    rc = dcpi_fail(&err, DCP_EINVAL, "nkeep_steps %zu with NULL keep_steps", m->opts.nkeep_steps);
+  if (!rc && m->opts.nkeep_steps) {
     int64_t *k = malloc(m->opts.nkeep_steps * sizeof *k);
     if (!k)
-      s = dcpi_fail(&err, DCP_ENOMEM, "out of memory copying keep_steps");
+      rc = dcpi_fail(&err, DCP_ENOMEM, "out of memory copying keep_steps");
     else {
       memcpy(k, m->opts.keep_steps, m->opts.nkeep_steps * sizeof *k);
       m->keep = k;
       m->opts.keep_steps = k;
     }
   }
-  if (!s && ctx->rank == 0) {
-    s = open_root(m, &err);
-    if (!s) m->newest = newest_committed(m);
+  if (!rc && ctx->rank == 0) {
+    rc = open_root(m, &err);
+    if (!rc) m->newest = newest_committed(m);
   }
-  s = dcpi_manager_agree(m, s, &err);
-  if (!s) {
+  rc = dcpi_manager_agree(m, rc, &err);
+  if (!rc) {
     int64_t nw = m->newest;
-    s = dcpi_manager_bcast(m, &nw, sizeof nw, &err);
+    rc = dcpi_manager_bcast(m, &nw, sizeof nw, &err);
     m->newest = nw;
   }
-  if (s) {
+  if (rc) {
     dcp_manager_free(m);
     return dcpi_ctx_report(ctx, &err);
   }
@@ -231,9 +231,9 @@ dcp_status dcpi_manager_decide(dcp_manager *m, const dcpi_step_scan *v, size_t n
   dcpi_retention p = {.keep_last = m->opts.keep_last, .keep_every = m->opts.keep_every,
                       .max_bytes = m->opts.max_bytes,
                       .keep_incomplete = (m->opts.flags & DCP_MANAGER_KEEP_INCOMPLETE) != 0};
-  dcp_status s = dcpi_retention_decide(&p, e, n, verdicts, sum);
+  dcp_status rc = dcpi_retention_decide(&p, e, n, verdicts, sum);
   free(e);
-  return s;
+  return rc;
 }
 
 /* "a: b" (or the one that is not empty) into out, cut to cap. */
@@ -253,12 +253,12 @@ dcp_status dcp_manager_list(dcp_manager *m, dcp_step_info *out, size_t cap, size
   dcpi_err_clear(&err);
   dcpi_step_scan *v = NULL;
   size_t n = 0;
-  dcp_status s = dcpi_steps_scan(m->ctx, m->root, dcp_manager_pending_step(m), &v, &n, &err);
+  dcp_status rc = dcpi_steps_scan(m->ctx, m->root, dcp_manager_pending_step(m), &v, &n, &err);
   dcpi_verdict *vd = NULL;
-  if (!s && n && !(vd = malloc(n * sizeof *vd))) s = dcpi_fail(&err, DCP_ENOMEM, "out of memory");
-  if (!s && dcpi_manager_decide(m, v, n, vd, NULL))
-    s = dcpi_fail(&err, DCP_ENOMEM, "out of memory deciding retention");
-  if (!s) {
+  if (!rc && n && !(vd = malloc(n * sizeof *vd))) rc = dcpi_fail(&err, DCP_ENOMEM, "out of memory");
+  if (!rc && dcpi_manager_decide(m, v, n, vd, NULL))
+    rc = dcpi_fail(&err, DCP_ENOMEM, "out of memory deciding retention");
+  if (!rc) {
     *count = n;
     for (size_t i = 0; i < n && i < cap; i++) {
       out[i] = (dcp_step_info){.step = v[i].step, .state = v[i].state, .bytes = v[i].bytes,
@@ -287,12 +287,12 @@ static void gc_local(dcp_manager *m, bool dry, dcp_manager_gc_report *r) {
   size_t n = 0;
   dcpi_verdict *vd = NULL;
   dcpi_decision_summary sum = {0};
-  dcp_status s = dcpi_steps_scan(m->ctx, m->root, dcp_manager_pending_step(m), &v, &n, &err);
-  if (!s && n && !(vd = malloc(n * sizeof *vd))) s = dcpi_fail(&err, DCP_ENOMEM, "out of memory");
-  if (!s && dcpi_manager_decide(m, v, n, vd, &sum))
-    s = dcpi_fail(&err, DCP_ENOMEM, "out of memory deciding retention");
-  if (s) {
-    r->status = s;
+  dcp_status rc = dcpi_steps_scan(m->ctx, m->root, dcp_manager_pending_step(m), &v, &n, &err);
+  if (!rc && n && !(vd = malloc(n * sizeof *vd))) rc = dcpi_fail(&err, DCP_ENOMEM, "out of memory");
+  if (!rc && dcpi_manager_decide(m, v, n, vd, &sum))
+    rc = dcpi_fail(&err, DCP_ENOMEM, "out of memory deciding retention");
+  if (rc) {
+    r->status = rc;
     snprintf(r->message, sizeof r->message, "%s", err.msg);
     free(v);
     free(vd);
@@ -351,8 +351,8 @@ dcp_status dcp_manager_gc(dcp_manager *m, uint32_t flags, dcp_manager_gc_report 
   }
   dcp_manager_gc_report r = {.struct_size = sizeof r};
   if (m->ctx->rank == 0) gc_local(m, dry, &r);
-  dcp_status s = dcpi_manager_bcast(m, &r, sizeof r, &err);
-  if (s) return report(m, &err);
+  dcp_status rc = dcpi_manager_bcast(m, &r, sizeof r, &err);
+  if (rc) return report(m, &err);
   r.message[sizeof r.message - 1] = '\0';
   if (out) {
     size_t len = out->struct_size < sizeof r ? out->struct_size : sizeof r;
@@ -380,19 +380,19 @@ static void finish_durable(dcp_manager *m, int64_t step) {
   if (step > m->newest) m->newest = step;
   dcpi_err err;
   dcpi_err_clear(&err);
-  dcp_status s = DCP_OK;
+  dcp_status rc = DCP_OK;
   if (m->ctx->rank == 0) {
     char line[40];
     int len = snprintf(line, sizeof line, "step-%" PRId64 "\n", step);
-    s = dcpi_rt_write_file_atomic(&m->rt, DCPI_LATEST_NAME, DCPI_LATEST_TMP, line, (size_t)len,
+    rc = dcpi_rt_write_file_atomic(&m->rt, DCPI_LATEST_NAME, DCPI_LATEST_TMP, line, (size_t)len,
                                   &err);
   }
-  s = dcpi_manager_agree(m, s, &err);
+  rc = dcpi_manager_agree(m, rc, &err);
   memset(&m->last_gc, 0, sizeof m->last_gc);
   m->last_gc.struct_size = sizeof m->last_gc;
-  if (s) {
+  if (rc) {
     /* retention would delete the step latest still names */
-    m->last_gc.status = s;
+    m->last_gc.status = rc;
     snprintf(m->last_gc.message, sizeof m->last_gc.message,
              "latest not updated to step %" PRId64 " (retention skipped): %.400s", step,
              err.msg);
@@ -479,10 +479,10 @@ static dcp_status save_step(dcp_manager *m, int64_t step, dcp_state *st,
                        dcp_ctx_last_error(m->ctx));
     if (p && m->pending) return p; /* still pending: a collective failed */
   }
-  dcp_status s = check_save(m, step, opts, &err);
-  if (s) return report(m, &err);
-  if (m->ctx->rank == 0) s = check_dir(m, step, &err);
-  if ((s = dcpi_manager_agree(m, s, &err))) return report(m, &err);
+  dcp_status rc = check_save(m, step, opts, &err);
+  if (rc) return report(m, &err);
+  if (m->ctx->rank == 0) rc = check_dir(m, step, &err);
+  if ((rc = dcpi_manager_agree(m, rc, &err))) return report(m, &err);
 
   char path[4200], num[32];
   dcp_manager_step_path(m, step, path, sizeof path);
@@ -496,18 +496,18 @@ static dcp_status save_step(dcp_manager *m, int64_t step, dcp_state *st,
   }
   if (async) {
     dcp_async *h = NULL;
-    s = dcp_async_save(m->ctx, st, path, &o, &h);
-    if (!s) {
+    rc = dcp_async_save(m->ctx, st, path, &o, &h);
+    if (!rc) {
       m->pending = h;
       m->pending_step = step;
     }
   } else {
-    s = dcp_save(m->ctx, st, path, &o);
-    if (!s) finish_durable(m, step);
+    rc = dcp_save(m->ctx, st, path, &o);
+    if (!rc) finish_durable(m, step);
   }
   free(kk);
   free(vv);
-  return s;
+  return rc;
 }
 
 dcp_status dcp_manager_save(dcp_manager *m, int64_t step, dcp_state *st,
@@ -532,14 +532,14 @@ dcp_status dcp_manager_wait(dcp_manager *m, int64_t timeout_ms) {
   }
   /* every rank must see the same outcome before latest moves: a rank
    * whose wait timed out while another's finished */
-  dcp_status s = dcpi_manager_agree(m, local, &err);
+  dcp_status rc = dcpi_manager_agree(m, local, &err);
   int64_t step = m->pending_step;
-  if (s == DCP_ETIMEDOUT && local != DCP_ETIMEDOUT && local != DCP_OK) s = local;
-  if (s == DCP_ETIMEDOUT) return report(m, &err); /* still pending: wait again or abort */
+  if (rc == DCP_ETIMEDOUT && local != DCP_ETIMEDOUT && local != DCP_OK) rc = local;
+  if (rc == DCP_ETIMEDOUT) return report(m, &err); /* still pending: wait again or abort */
   dcp_async_free(m->pending);
   m->pending = NULL;
   m->pending_step = -1;
-  if (s) return report(m, &err);
+  if (rc) return report(m, &err);
   finish_durable(m, step);
   return DCP_OK;
 }
@@ -547,11 +547,11 @@ dcp_status dcp_manager_wait(dcp_manager *m, int64_t timeout_ms) {
 dcp_status dcp_manager_abort(dcp_manager *m) {
   if (!m) return DCP_EINVAL;
   if (!m->pending) return DCP_OK;
-  dcp_status s = dcp_async_abort(m->pending);
+  dcp_status rc = dcp_async_abort(m->pending);
   dcp_async_free(m->pending);
   m->pending = NULL;
   m->pending_step = -1;
-  return s;
+  return rc;
 }
 
 /* ---- resume and load ----------------------------------------------------------------- */
@@ -595,8 +595,8 @@ dcp_status dcp_manager_resume(dcp_manager *m, uint32_t flags, int64_t *step) {
     free(v);
   }
   int64_t msg[2] = {chosen, err.code};
-  dcp_status s = dcpi_manager_bcast(m, msg, sizeof msg, &err);
-  if (s) return report(m, &err);
+  dcp_status rc = dcpi_manager_bcast(m, msg, sizeof msg, &err);
+  if (rc) return report(m, &err);
   if (msg[1]) {
     if (m->ctx->rank != 0) dcpi_fail(&err, (dcp_status)msg[1], "rank 0 could not list the root");
     return report(m, &err);

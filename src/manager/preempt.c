@@ -64,10 +64,10 @@ dcp_status dcp_manager_should_save(dcp_manager *m, int *out) {
   dcpi_rt rt = {.ctx = m->ctx, .path = m->root};
   dcpi_err_clear(&rt.err);
   int64_t flag = m->want_save ? 1 : 0;
-  dcp_status s = dcpi_rt_allreduce(&rt, &flag, 1, DCP_REDUCE_MAX);
-  if (s) {
+  dcp_status rc = dcpi_rt_allreduce(&rt, &flag, 1, DCP_REDUCE_MAX);
+  if (rc) {
     dcpi_err err;
-    dcpi_fail(&err, s,
+    dcpi_fail(&err, rc,
               "the preemption agreement failed (a rank did not join within the context's "
               "timeout, or is gone): no preemption save is taken: %s",
               rt.err.msg);
@@ -81,10 +81,10 @@ dcp_status dcp_manager_should_save(dcp_manager *m, int *out) {
 dcp_status dcp_manager_save_now(dcp_manager *m, int64_t step, dcp_state *st,
                                 const dcp_save_options *opts, int64_t grace_ms) {
   if (!m || !st) return DCP_EINVAL;
-  dcp_status s = dcp_manager_save_async(m, step, st, opts);
-  if (s) return s;
-  s = dcp_manager_wait(m, grace_ms < 0 ? -1 : grace_ms);
-  if (s == DCP_ETIMEDOUT && m->pending) {
+  dcp_status rc = dcp_manager_save_async(m, step, st, opts);
+  if (rc) return rc;
+  rc = dcp_manager_wait(m, grace_ms < 0 ? -1 : grace_ms);
+  if (rc == DCP_ETIMEDOUT && m->pending) {
     dcpi_err err;
     dcpi_fail(&err, DCP_ETIMEDOUT,
               "the preemption save of step %lld was not durable within %lld ms: aborted "
@@ -93,5 +93,5 @@ dcp_status dcp_manager_save_now(dcp_manager *m, int64_t step, dcp_state *st,
     dcp_manager_abort(m);
     return dcpi_ctx_report(m->ctx, &err);
   }
-  return s;
+  return rc;
 }

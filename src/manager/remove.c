@@ -39,7 +39,7 @@ static dcp_status empty_dir(int fd, const char *keep, int depth, const char *wha
     return dcpi_fail(err, DCP_EIO, "cannot list %s: %s", what, strerror(errno));
   }
   rewinddir(d); /* fd may be a dup of a handle already read to its end */
-  dcp_status s = DCP_OK;
+  dcp_status rc = DCP_OK;
   struct dirent *de;
   while ((de = readdir(d))) {
     const char *n = de->d_name;
@@ -48,27 +48,27 @@ static dcp_status empty_dir(int fd, const char *keep, int depth, const char *wha
     if (fstatat(dirfd(d), n, &sb, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (S_ISDIR(sb.st_mode)) {
       if (depth >= 4) {
-        if (!s) s = dcpi_fail(err, DCP_EIO, "%s nests directories too deep to remove", what);
+        if (!rc) rc = dcpi_fail(err, DCP_EIO, "%s nests directories too deep to remove", what);
         continue;
       }
       int sub = openat(dirfd(d), n, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (sub < 0) {
-        if (!s) s = dcpi_fail(err, DCP_EIO, "cannot open %s/%s: %s", what, n, strerror(errno));
+        if (!rc) rc = dcpi_fail(err, DCP_EIO, "cannot open %s/%s: %s", what, n, strerror(errno));
         continue;
       }
       dcp_status t = empty_dir(sub, NULL, depth + 1, what, err);
       if (t) {
-        if (!s) s = t;
+        if (!rc) rc = t;
         continue;
       }
-      if (unlinkat(dirfd(d), n, AT_REMOVEDIR) != 0 && !s)
-        s = dcpi_fail(err, DCP_EIO, "cannot remove %s/%s: %s", what, n, strerror(errno));
-    } else if (unlinkat(dirfd(d), n, 0) != 0 && errno != ENOENT && !s) {
-      s = dcpi_fail(err, DCP_EIO, "cannot remove %s/%s: %s", what, n, strerror(errno));
+      if (unlinkat(dirfd(d), n, AT_REMOVEDIR) != 0 && !rc)
+        rc = dcpi_fail(err, DCP_EIO, "cannot remove %s/%s: %s", what, n, strerror(errno));
+    } else if (unlinkat(dirfd(d), n, 0) != 0 && errno != ENOENT && !rc) {
+      rc = dcpi_fail(err, DCP_EIO, "cannot remove %s/%s: %s", what, n, strerror(errno));
     }
   }
   closedir(d);
-  return s;
+  return rc;
 }
 
 static void test_delay(void) {
@@ -89,20 +89,20 @@ static dcp_status uncommit(int fd, const char *what, dcpi_err *err) {
     return dcpi_fail(err, DCP_EIO, "cannot list %s: %s", what, strerror(errno));
   }
   rewinddir(d);
-  dcp_status s = DCP_OK;
+  dcp_status rc = DCP_OK;
   struct dirent *de;
   while ((de = readdir(d))) {
     dcpi_file_name fn;
     dcpi_file_kind k = dcpi_name_parse(de->d_name, &fn);
     bool marker = !strcmp(de->d_name, DCPI_METADATA_NAME) || k == DCPI_FILE_PART ||
                   k == DCPI_FILE_LEGACY_PART;
-    if (marker && unlinkat(fd, de->d_name, 0) != 0 && errno != ENOENT && !s)
-      s = dcpi_fail(err, DCP_EIO, "cannot remove %s/%s: %s", what, de->d_name, strerror(errno));
+    if (marker && unlinkat(fd, de->d_name, 0) != 0 && errno != ENOENT && !rc)
+      rc = dcpi_fail(err, DCP_EIO, "cannot remove %s/%s: %s", what, de->d_name, strerror(errno));
   }
   closedir(d);
-  if (!s && fsync(fd) != 0)
-    s = dcpi_fail(err, DCP_EIO, "cannot sync %s: %s", what, strerror(errno));
-  return s;
+  if (!rc && fsync(fd) != 0)
+    rc = dcpi_fail(err, DCP_EIO, "cannot sync %s: %s", what, strerror(errno));
+  return rc;
 }
 
 dcp_status dcpi_step_delete(dcp_ctx *ctx, const char *root, int64_t step, dcpi_err *err) {
@@ -123,36 +123,36 @@ dcp_status dcpi_step_delete(dcp_ctx *ctx, const char *root, int64_t step, dcpi_e
   dcpi_rt rt = {.ctx = ctx, .path = path};
   dcpi_err_clear(&rt.err);
   dcpi_lease *lease = NULL;
-  dcp_status s = dcpi_rt_open_storage(&rt, 0);
-  if (!s) s = dcpi_lease_acquire(&rt, DCPI_COORD_LEASE, ctx->lease_ms, &lease, &rt.err);
-  if (s) {
-    dcpi_fail(err, s, "%s not deleted: %s", path, rt.err.msg);
+  dcp_status rc = dcpi_rt_open_storage(&rt, 0);
+  if (!rc) rc = dcpi_lease_acquire(&rt, DCPI_COORD_LEASE, ctx->lease_ms, &lease, &rt.err);
+  if (rc) {
+    dcpi_fail(err, rc, "%s not deleted: %s", path, rt.err.msg);
     if (rt.st) ctx->storage->close(rt.st);
     close(fd);
     close(rootfd);
-    return s;
+    return rc;
   }
 
-  s = uncommit(fd, path, err);
-  if (!s) {
+  rc = uncommit(fd, path, err);
+  if (!rc) {
     test_delay();
     int fd2 = dup(fd);
-    s = fd2 < 0 ? dcpi_fail(err, DCP_EIO, "dup: %s", strerror(errno))
+    rc = fd2 < 0 ? dcpi_fail(err, DCP_EIO, "dup: %s", strerror(errno))
                 : empty_dir(fd2, DCPI_COORD_LEASE, 0, path, err);
   }
   dcpi_lease_release(lease);
   ctx->storage->close(rt.st);
-  if (!s) {
+  if (!rc) {
     /* the lease's own leftovers (a temporary of a renewal), then the directory */
     int fd2 = dup(fd);
-    s = fd2 < 0 ? dcpi_fail(err, DCP_EIO, "dup: %s", strerror(errno))
+    rc = fd2 < 0 ? dcpi_fail(err, DCP_EIO, "dup: %s", strerror(errno))
                 : empty_dir(fd2, NULL, 0, path, err);
   }
   close(fd);
-  if (!s && unlinkat(rootfd, name, AT_REMOVEDIR) != 0)
-    s = dcpi_fail(err, DCP_EIO, "cannot remove the directory %s: %s", path, strerror(errno));
-  if (!s && fsync(rootfd) != 0)
-    s = dcpi_fail(err, DCP_EIO, "cannot sync the root %s: %s", root, strerror(errno));
+  if (!rc && unlinkat(rootfd, name, AT_REMOVEDIR) != 0)
+    rc = dcpi_fail(err, DCP_EIO, "cannot remove the directory %s: %s", path, strerror(errno));
+  if (!rc && fsync(rootfd) != 0)
+    rc = dcpi_fail(err, DCP_EIO, "cannot sync the root %s: %s", root, strerror(errno));
   close(rootfd);
-  return s;
+  return rc;
 }

@@ -131,11 +131,11 @@ void dcpi_step_examine(dcp_ctx *ctx, const char *root, int64_t step, dcpi_step_s
 
   dcpi_err saved = ctx->last; /* a listing leaves the context's error alone */
   dcp_meta *meta = NULL;
-  dcp_status s = dcp_meta_open(ctx, path, &meta);
-  if (s == DCP_EINCOMPLETE) {
+  dcp_status rc = dcp_meta_open(ctx, path, &meta);
+  if (rc == DCP_EINCOMPLETE) {
     note(out, DCP_STEP_INCOMPLETE, "not committed: %s", ctx->last.msg);
-  } else if (s) {
-    note(out, DCP_STEP_CORRUPT, "%s: %s", dcp_strerror(s), ctx->last.msg);
+  } else if (rc) {
+    note(out, DCP_STEP_CORRUPT, "%s: %s", dcp_strerror(rc), ctx->last.msg);
   } else {
     const char *value = NULL;
     for (size_t i = 0; i < dcp_meta_kv_count(meta); i++) {

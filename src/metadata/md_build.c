@@ -117,8 +117,8 @@ static dcp_status check_name(const char *name, const char *what, size_t *len, dc
  * merge holds only names a state could have declared. */
 static dcp_status check_item_name(const char *name, const char *what, size_t *len,
                                   dcpi_err *err) {
-  dcp_status s = check_name(name, what, len, err);
-  return s != DCP_OK ? s : dcpi_name_check(name, *len, what, DCP_ENAME, err);
+  dcp_status rc = check_name(name, what, len, err);
+  return rc != DCP_OK ? rc : dcpi_name_check(name, *len, what, DCP_ENAME, err);
 }
 
 /* Map a strmap_put failure (negative status) to a reported error. */
@@ -191,15 +191,15 @@ static dcp_status copy_mesh_ranks(const int32_t *ranks, size_t n, int32_t **out,
   for (size_t i = 0; i < n; i++) copy[i] = ranks ? ranks[i] : (int32_t)i;
   memcpy(sorted, copy, n * sizeof *copy);
   qsort(sorted, n, sizeof *sorted, cmp_i32);
-  dcp_status s = DCP_OK;
-  if (sorted[0] < 0) s = dcpi_fail(err, DCP_EINVAL, "mesh rank %d is negative", (int)sorted[0]);
-  for (size_t i = 1; s == DCP_OK && i < n; i++)
+  dcp_status rc = DCP_OK;
+  if (sorted[0] < 0) rc = dcpi_fail(err, DCP_EINVAL, "mesh rank %d is negative", (int)sorted[0]);
+  for (size_t i = 1; rc == DCP_OK && i < n; i++)
     if (sorted[i] == sorted[i - 1])
-      s = dcpi_fail(err, DCP_EINVAL, "mesh rank %d appears twice", (int)sorted[i]);
+      rc = dcpi_fail(err, DCP_EINVAL, "mesh rank %d appears twice", (int)sorted[i]);
   free(sorted);
-  if (s != DCP_OK) {
+  if (rc != DCP_OK) {
     free(copy);
-    return s;
+    return rc;
   }
   *out = copy;
   return DCP_OK;
@@ -209,14 +209,14 @@ dcp_status dcpi_md_add_mesh(dcpi_md *md, uint32_t ndim, const int64_t *shape,
                             const int32_t *ranks, uint32_t *id, dcpi_err *err) {
   if (!md) return dcpi_fail(err, DCP_EINVAL, "metadata builder is NULL");
   size_t n = 0;
-  dcp_status s = check_mesh_shape(ndim, shape, &n, err);
-  if (s != DCP_OK) return s;
+  dcp_status rc = check_mesh_shape(ndim, shape, &n, err);
+  if (rc != DCP_OK) return rc;
   if (md->nmeshes >= INT32_MAX) return dcpi_fail(err, DCP_EOVERFLOW, "too many meshes");
-  if ((s = DCPI_RESERVE(md->meshes, md->cap_meshes, md->nmeshes + 1)) != DCP_OK)
-    return dcpi_fail(err, s, "cannot grow the mesh table");
+  if ((rc = DCPI_RESERVE(md->meshes, md->cap_meshes, md->nmeshes + 1)) != DCP_OK)
+    return dcpi_fail(err, rc, "cannot grow the mesh table");
   dcpi_md_mesh m = {.ndim = ndim, .nranks = n};
   memcpy(m.shape, shape, ndim * sizeof *shape);
-  if ((s = copy_mesh_ranks(ranks, n, &m.ranks, err)) != DCP_OK) return s;
+  if ((rc = copy_mesh_ranks(ranks, n, &m.ranks, err)) != DCP_OK) return rc;
   md->meshes[md->nmeshes] = m;
   if (id) *id = (uint32_t)md->nmeshes;
   md->nmeshes++;
@@ -383,10 +383,10 @@ static dcp_status copy_ref(const dcp_storage_ref *ref, dcpi_md_ref *out, dcpi_er
 static dcp_status take_ref(const dcpi_md *md, const dcp_storage_ref *ref, const char *what,
                            dcpi_md_ref *out, dcpi_err *err) {
   if (!ref) return dcpi_fail(err, DCP_EINVAL, "%s: storage ref is NULL", what);
-  dcp_status s = check_ref(md, ref, what, err);
-  if (s == DCP_OK) s = check_block_lengths(ref, what, err);
-  if (s == DCP_OK) s = copy_ref(ref, out, err);
-  return s;
+  dcp_status rc = check_ref(md, ref, what, err);
+  if (rc == DCP_OK) rc = check_block_lengths(ref, what, err);
+  if (rc == DCP_OK) rc = copy_ref(ref, out, err);
+  return rc;
 }
 
 /* Check a chunk's box against tensor t: non-negative, inside the shape and
@@ -424,18 +424,18 @@ dcp_status dcpi_md_add_chunk(dcpi_md *md, uint32_t tid, const int64_t *offset, c
                      md->ntensors);
   dcpi_md_tensor *t = &md->tensors[tid];
   uint64_t raw = 0;
-  dcp_status s = check_chunk_box(t, offset, size, &raw, err);
-  if (s != DCP_OK) return s;
+  dcp_status rc = check_chunk_box(t, offset, size, &raw, err);
+  if (rc != DCP_OK) return rc;
   if (ref && ref->raw_length != raw)
     return dcpi_fail(err, DCP_EINVAL, "tensor '%s': chunk raw length %llu, box holds %llu bytes",
                      t->fqn, (unsigned long long)ref->raw_length, (unsigned long long)raw);
-  if ((s = DCPI_RESERVE(t->chunks, t->cap_chunks, t->nchunks + 1)) != DCP_OK)
-    return dcpi_fail(err, s, "tensor '%s': cannot grow the chunk list", t->fqn);
+  if ((rc = DCPI_RESERVE(t->chunks, t->cap_chunks, t->nchunks + 1)) != DCP_OK)
+    return dcpi_fail(err, rc, "tensor '%s': cannot grow the chunk list", t->fqn);
   char what[96];
   snprintf(what, sizeof what, "tensor '%.60s' chunk", t->fqn);
   dcpi_md_chunk *c = &t->chunks[t->nchunks];
   memset(c, 0, sizeof *c);
-  if ((s = take_ref(md, ref, what, &c->ref, err)) != DCP_OK) return s;
+  if ((rc = take_ref(md, ref, what, &c->ref, err)) != DCP_OK) return rc;
   if (t->ndim) {
     memcpy(c->offset, offset, t->ndim * sizeof *offset);
     memcpy(c->size, size, t->ndim * sizeof *size);
@@ -524,19 +524,19 @@ dcp_status dcpi_md_add_bytes(dcpi_md *md, const char *key, dcp_scope scope, int3
                              const dcp_storage_ref *ref, dcpi_err *err) {
   size_t len;
   if (!md) return dcpi_fail(err, DCP_EINVAL, "metadata builder is NULL");
-  dcp_status s = check_item_name(key, "bytes key", &len, err);
-  if (s != DCP_OK) return s;
+  dcp_status rc = check_item_name(key, "bytes key", &len, err);
+  if (rc != DCP_OK) return rc;
   if (md->nbytes >= UINT32_MAX - 1) return dcpi_fail(err, DCP_EOVERFLOW, "too many bytes items");
   dcpi_md_bytes b = {.key_len = len, .scope = scope, .rank = rank};
   if (!(b.ident = make_ident(key, len, rank)))
     return dcpi_fail(err, DCP_ENOMEM, "cannot copy bytes key");
   char what[96];
   snprintf(what, sizeof what, "bytes item '%.60s'", key);
-  s = check_bytes_ident(md, key, len, scope, rank, b.ident, err);
-  if (s == DCP_OK) s = take_ref(md, ref, what, &b.ref, err);
-  if (s == DCP_OK && (s = commit_bytes(md, &b, err)) != DCP_OK) ref_free(&b.ref);
-  if (s != DCP_OK) free(b.ident);
-  return s;
+  rc = check_bytes_ident(md, key, len, scope, rank, b.ident, err);
+  if (rc == DCP_OK) rc = take_ref(md, ref, what, &b.ref, err);
+  if (rc == DCP_OK && (rc = commit_bytes(md, &b, err)) != DCP_OK) ref_free(&b.ref);
+  if (rc != DCP_OK) free(b.ident);
+  return rc;
 }
 
 dcp_status dcpi_md_add_kv(dcpi_md *md, const char *key, const char *value, dcpi_err *err) {

@@ -227,15 +227,15 @@ static dcp_status w_chunk_list(enc *e, const dcpi_md_tensor *t) {
   qsort(order, t->nchunks, sizeof *order, cmp_chunk);
   size_t start = w->len; /* w->data may still be NULL: never offset it then */
   list_state ls = {{0, 0, 0}, NULL, t->shape};
-  dcp_status s = DCP_OK;
-  for (size_t c = 0; c < t->nchunks && s == DCP_OK; c++) {
+  dcp_status rc = DCP_OK;
+  for (size_t c = 0; c < t->nchunks && rc == DCP_OK; c++) {
     if (c > 0 && cmp_chunk(&order[c - 1], &order[c]) == 0)
-      s = dcpi_fail(e->err, DCP_EEXIST, "tensor '%s': two chunks have the same box", t->fqn);
+      rc = dcpi_fail(e->err, DCP_EEXIST, "tensor '%s': two chunks have the same box", t->fqn);
     else
       w_chunk(e, w, t, order[c], &ls);
   }
   free(order);
-  if (s != DCP_OK || w->status != DCP_OK) return s != DCP_OK ? s : w->status;
+  if (rc != DCP_OK || w->status != DCP_OK) return rc != DCP_OK ? rc : w->status;
   size_t len = w->len - start;
   dcpi_wbuf *ti = &e->sec[DCPI_SEC_TENSORS];
   dcpi_w_varint(ti, t->nchunks);
@@ -272,10 +272,10 @@ static dcp_status w_tensors(enc *e) {
   for (size_t t = 0; t < md->ntensors; t++) order[t] = &md->tensors[t];
   qsort(order, md->ntensors, sizeof *order, cmp_tensor);
   dcpi_w_varint(&e->sec[DCPI_SEC_TENSORS], md->ntensors);
-  dcp_status s = DCP_OK;
-  for (size_t t = 0; t < md->ntensors && s == DCP_OK; t++) s = w_tensor(e, order[t]);
+  dcp_status rc = DCP_OK;
+  for (size_t t = 0; t < md->ntensors && rc == DCP_OK; t++) rc = w_tensor(e, order[t]);
   free(order);
-  return s;
+  return rc;
 }
 
 /* Write the file table: name and default coding per file, in id order. */
@@ -343,10 +343,10 @@ static dcp_status w_bytes(enc *e) {
   qsort(order, md->nbytes, sizeof *order, cmp_bytes_item);
   dcpi_w_varint(&e->sec[DCPI_SEC_BYTES], md->nbytes);
   ref_prev p = {0, 0, 0};
-  dcp_status s = DCP_OK;
-  for (size_t b = 0; b < md->nbytes && s == DCP_OK; b++) s = w_bytes_item(e, order[b], &p);
+  dcp_status rc = DCP_OK;
+  for (size_t b = 0; b < md->nbytes && rc == DCP_OK; b++) rc = w_bytes_item(e, order[b], &p);
   free(order);
-  return s;
+  return rc;
 }
 
 /* qsort comparator for key/value pointers: by key bytewise. */
@@ -391,16 +391,16 @@ static dcp_status w_save(enc *e) {
 
 /* Write every section body (strings last: the others fill it). */
 static dcp_status w_sections(enc *e) {
-  dcp_status s = compute_defaults(e);
-  if (s == DCP_OK) {
+  dcp_status rc = compute_defaults(e);
+  if (rc == DCP_OK) {
     w_files(e);
-    s = w_meshes(e);
+    rc = w_meshes(e);
   }
-  if (s == DCP_OK) s = w_tensors(e);
-  if (s == DCP_OK) s = w_bytes(e);
-  if (s == DCP_OK) s = w_kvs(e);
-  if (s == DCP_OK) s = w_save(e);
-  if (s != DCP_OK) return s;
+  if (rc == DCP_OK) rc = w_tensors(e);
+  if (rc == DCP_OK) rc = w_bytes(e);
+  if (rc == DCP_OK) rc = w_kvs(e);
+  if (rc == DCP_OK) rc = w_save(e);
+  if (rc != DCP_OK) return rc;
   dcpi_wbuf *w = &e->sec[DCPI_SEC_STRINGS];
   dcpi_w_varint(w, e->nstrings);
   dcpi_w_bytes(w, e->strings.data, e->strings.len);
@@ -453,12 +453,12 @@ dcp_status dcpi_md_encode(const dcpi_md *md, void **out, size_t *len, dcpi_err *
   e.md = md;
   e.err = err;
   dcpi_wbuf buf = {0};
-  dcp_status s = w_sections(&e);
-  if (s == DCP_OK) s = assemble(&e, &buf);
+  dcp_status rc = w_sections(&e);
+  if (rc == DCP_OK) rc = assemble(&e, &buf);
   enc_free(&e);
-  if (s != DCP_OK) {
+  if (rc != DCP_OK) {
     dcpi_wbuf_free(&buf);
-    return s;
+    return rc;
   }
   *out = buf.data;
   *len = buf.len;

@@ -173,8 +173,8 @@ static dcp_status check_directory(const uint8_t *p, size_t len, unsigned nsec, s
                                   dcpi_err *err) {
   size_t pos = DCPI_SECTIONS_AT(nsec);
   for (unsigned i = 0; i < nsec; i++) {
-    dcp_status s = check_dirent(p, len, i, &pos, &secs[i + 1], err);
-    if (s != DCP_OK) return s;
+    dcp_status rc = check_dirent(p, len, i, &pos, &secs[i + 1], err);
+    if (rc != DCP_OK) return rc;
   }
   if (pos != len - DCPI_TRAILER_SIZE)
     return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: %zu unclaimed bytes before the "
@@ -190,13 +190,13 @@ static dcp_status dec_strings(dcp_meta *m, sec_range sr, dcpi_err *err) {
   dcpi_dec d;
   dec_init(&d, m, sr, "strings section", err);
   uint64_t n = 0, len = 0;
-  dcp_status s = dcpi_dec_count(&d, DCPI_MIN_STRING, "string count", &n);
-  if (s != DCP_OK) return s;
+  dcp_status rc = dcpi_dec_count(&d, DCPI_MIN_STRING, "string count", &n);
+  if (rc != DCP_OK) return rc;
   if (!(m->strings = malloc((n ? n : 1) * sizeof *m->strings)))
     return dcpi_fail(err, DCP_ENOMEM, "cannot hold %llu strings", (unsigned long long)n);
   for (uint64_t i = 0; i < n; i++) {
     snprintf(d.where, sizeof d.where, "strings section, string %llu", (unsigned long long)i);
-    if ((s = dcpi_dec_var(&d, dcpi_r_left(&d.r), "string length", &len)) != DCP_OK) return s;
+    if ((rc = dcpi_dec_var(&d, dcpi_r_left(&d.r), "string length", &len)) != DCP_OK) return rc;
     const char *p = (const char *)d.r.p + d.r.pos;
     if (len == dcpi_r_left(&d.r)) return dcpi_dec_fail(&d, "no room for the terminating NUL");
     if (memchr(p, '\0', (size_t)len)) return dcpi_dec_fail(&d, "embedded NUL byte");
@@ -212,8 +212,8 @@ static dcp_status dec_strings(dcp_meta *m, sec_range sr, dcpi_err *err) {
 static dcp_status dec_string(dcpi_dec *d, const dcp_meta *m, const char *what,
                              const dcpi_mv_string **out) {
   uint64_t idx = 0;
-  dcp_status s = dcpi_dec_var(d, UINT64_MAX, what, &idx);
-  if (s != DCP_OK) return s;
+  dcp_status rc = dcpi_dec_var(d, UINT64_MAX, what, &idx);
+  if (rc != DCP_OK) return rc;
   if (idx >= m->nstrings)
     return dcpi_dec_fail(d, "%s: string index %llu out of range (%zu strings)", what,
                          (unsigned long long)idx, m->nstrings);
@@ -224,8 +224,8 @@ static dcp_status dec_string(dcpi_dec *d, const dcp_meta *m, const char *what,
 /* Resolve a string index that must be a valid fqn or key (1..DCP_MAX_NAME). */
 static dcp_status dec_name(dcpi_dec *d, const dcp_meta *m, const char *what,
                            const dcpi_mv_string **out) {
-  dcp_status s = dec_string(d, m, what, out);
-  if (s != DCP_OK) return s;
+  dcp_status rc = dec_string(d, m, what, out);
+  if (rc != DCP_OK) return rc;
   if ((*out)->len == 0 || (*out)->len > DCP_MAX_NAME)
     return dcpi_dec_fail(d, "%s has length %zu, not in 1..%d", what, (*out)->len, DCP_MAX_NAME);
   return DCP_OK;
@@ -236,8 +236,8 @@ static dcp_status dec_name(dcpi_dec *d, const dcp_meta *m, const char *what,
  * hand a reader a name no saver could have written. */
 static dcp_status dec_item_name(dcpi_dec *d, const dcp_meta *m, const char *what,
                                 const dcpi_mv_string **out) {
-  dcp_status s = dec_name(d, m, what, out);
-  if (s != DCP_OK) return s;
+  dcp_status rc = dec_name(d, m, what, out);
+  if (rc != DCP_OK) return rc;
   size_t at;
   const char *why = dcpi_name_violation((*out)->s, (*out)->len, &at);
   if (why) return dcpi_dec_fail(d, "%s %s at byte %zu", what, why, at);
@@ -263,13 +263,13 @@ static dcp_status dec_file_entry(dcpi_dec *d, const dcp_meta *m, dcpi_strmap *se
                                  dcpi_mv_file *f) {
   const dcpi_mv_string *name;
   uint64_t bs = 0;
-  dcp_status s = dec_name(d, m, "file name", &name);
-  if (s == DCP_OK) s = check_file_name(d, name, seen);
-  if (s == DCP_OK) s = dcpi_dec_u8(d, "default codec", &f->codec);
-  if (s == DCP_OK && !dcpi_codec_known(f->codec)) s = dcpi_dec_fail(d, "unknown codec %u", f->codec);
-  if (s == DCP_OK) s = dcpi_dec_var(d, UINT32_MAX, "default block size", &bs);
-  if (s == DCP_OK && bs == 0) s = dcpi_dec_fail(d, "default block size 0");
-  if (s != DCP_OK) return s;
+  dcp_status rc = dec_name(d, m, "file name", &name);
+  if (rc == DCP_OK) rc = check_file_name(d, name, seen);
+  if (rc == DCP_OK) rc = dcpi_dec_u8(d, "default codec", &f->codec);
+  if (rc == DCP_OK && !dcpi_codec_known(f->codec)) rc = dcpi_dec_fail(d, "unknown codec %u", f->codec);
+  if (rc == DCP_OK) rc = dcpi_dec_var(d, UINT32_MAX, "default block size", &bs);
+  if (rc == DCP_OK && bs == 0) rc = dcpi_dec_fail(d, "default block size 0");
+  if (rc != DCP_OK) return rc;
   f->name = name->s;
   f->block_size = (uint32_t)bs;
   f->length = 0; /* from the save section, when there is one */
@@ -281,19 +281,19 @@ static dcp_status dec_files(dcp_meta *m, sec_range sr, dcpi_err *err) {
   dcpi_dec d;
   dec_init(&d, m, sr, "files section", err);
   uint64_t n = 0;
-  dcp_status s = dcpi_dec_count(&d, DCPI_MIN_FILE, "file count", &n);
-  if (s == DCP_OK && n > UINT32_MAX) s = dcpi_dec_fail(&d, "more than 2^32 files");
-  if (s != DCP_OK) return s;
+  dcp_status rc = dcpi_dec_count(&d, DCPI_MIN_FILE, "file count", &n);
+  if (rc == DCP_OK && n > UINT32_MAX) rc = dcpi_dec_fail(&d, "more than 2^32 files");
+  if (rc != DCP_OK) return rc;
   if (!(m->files = malloc((n ? n : 1) * sizeof *m->files)))
     return dcpi_fail(err, DCP_ENOMEM, "cannot hold %llu files", (unsigned long long)n);
   dcpi_strmap seen = {0};
-  for (uint64_t i = 0; i < n && s == DCP_OK; i++) {
+  for (uint64_t i = 0; i < n && rc == DCP_OK; i++) {
     snprintf(d.where, sizeof d.where, "files section, file %llu", (unsigned long long)i);
-    s = dec_file_entry(&d, m, &seen, &m->files[i]);
-    if (s == DCP_OK) m->nfiles = (size_t)i + 1;
+    rc = dec_file_entry(&d, m, &seen, &m->files[i]);
+    if (rc == DCP_OK) m->nfiles = (size_t)i + 1;
   }
   dcpi_strmap_free(&seen);
-  return s != DCP_OK ? s : dec_end(&d);
+  return rc != DCP_OK ? rc : dec_end(&d);
 }
 
 /* ---- meshes ----------------------------------------------------------- */
@@ -322,15 +322,15 @@ static dcp_status check_distinct(dcpi_dec *d, const int32_t *ranks, size_t n) {
  * left (each rank takes at least one byte) before anything is allocated. */
 static dcp_status dec_mesh_shape(dcpi_dec *d, dcpi_mv_mesh *mesh, size_t *n) {
   uint64_t ndim = 0, e = 0;
-  dcp_status s = dcpi_dec_var(d, DCP_MAX_MESH_NDIM, "mesh ndim", &ndim);
-  if (s == DCP_OK && ndim == 0) s = dcpi_dec_fail(d, "mesh ndim 0");
-  if (s != DCP_OK) return s;
+  dcp_status rc = dcpi_dec_var(d, DCP_MAX_MESH_NDIM, "mesh ndim", &ndim);
+  if (rc == DCP_OK && ndim == 0) rc = dcpi_dec_fail(d, "mesh ndim 0");
+  if (rc != DCP_OK) return rc;
   if (!(mesh->shape = malloc(ndim * sizeof *mesh->shape)))
     return dcpi_fail(d->err, DCP_ENOMEM, "cannot hold a mesh shape");
   mesh->ndim = (uint32_t)ndim;
   int64_t prod = 1;
   for (uint32_t k = 0; k < mesh->ndim; k++) {
-    if ((s = dcpi_dec_var(d, INT64_MAX, "mesh extent", &e)) != DCP_OK) return s;
+    if ((rc = dcpi_dec_var(d, INT64_MAX, "mesh extent", &e)) != DCP_OK) return rc;
     if (e == 0) return dcpi_dec_fail(d, "mesh extent %u is 0", k);
     if (!dcpi_mul_i64(prod, (int64_t)e, &prod) || (uint64_t)prod > dcpi_r_left(&d->r))
       return dcpi_dec_fail(d, "mesh of more ranks than the %zu bytes left can hold",
@@ -344,13 +344,13 @@ static dcp_status dec_mesh_shape(dcpi_dec *d, dcpi_mv_mesh *mesh, size_t *n) {
 /* Decode one mesh: extents, then prod(extents) distinct ranks < world. */
 static dcp_status dec_mesh(dcpi_dec *d, const dcp_meta *m, dcpi_mv_mesh *mesh) {
   size_t n = 0;
-  dcp_status s = dec_mesh_shape(d, mesh, &n);
-  if (s != DCP_OK) return s;
+  dcp_status rc = dec_mesh_shape(d, mesh, &n);
+  if (rc != DCP_OK) return rc;
   if (!(mesh->ranks = malloc(n * sizeof *mesh->ranks)))
     return dcpi_fail(d->err, DCP_ENOMEM, "cannot hold %zu mesh ranks", n);
   for (size_t r = 0; r < n; r++) {
     uint64_t v;
-    if ((s = dcpi_dec_var(d, (uint64_t)m->world_size - 1, "mesh rank", &v)) != DCP_OK) return s;
+    if ((rc = dcpi_dec_var(d, (uint64_t)m->world_size - 1, "mesh rank", &v)) != DCP_OK) return rc;
     mesh->ranks[r] = (int32_t)v;
   }
   mesh->nranks = n;
@@ -362,18 +362,18 @@ static dcp_status dec_meshes(dcp_meta *m, sec_range sr, dcpi_err *err) {
   dcpi_dec d;
   dec_init(&d, m, sr, "meshes section", err);
   uint64_t world = 0, n = 0;
-  dcp_status s = dcpi_dec_var(&d, INT32_MAX, "world size", &world);
-  if (s == DCP_OK && world == 0) s = dcpi_dec_fail(&d, "world size 0");
-  if (s == DCP_OK) s = dcpi_dec_count(&d, DCPI_MIN_MESH, "mesh count", &n);
-  if (s == DCP_OK && n > INT32_MAX) s = dcpi_dec_fail(&d, "more than INT32_MAX meshes");
-  if (s != DCP_OK) return s;
+  dcp_status rc = dcpi_dec_var(&d, INT32_MAX, "world size", &world);
+  if (rc == DCP_OK && world == 0) rc = dcpi_dec_fail(&d, "world size 0");
+  if (rc == DCP_OK) rc = dcpi_dec_count(&d, DCPI_MIN_MESH, "mesh count", &n);
+  if (rc == DCP_OK && n > INT32_MAX) rc = dcpi_dec_fail(&d, "more than INT32_MAX meshes");
+  if (rc != DCP_OK) return rc;
   m->world_size = (int32_t)world;
   if (!(m->meshes = calloc(n ? n : 1, sizeof *m->meshes)))
     return dcpi_fail(err, DCP_ENOMEM, "cannot hold %llu meshes", (unsigned long long)n);
   for (uint64_t i = 0; i < n; i++) {
     snprintf(d.where, sizeof d.where, "meshes section, mesh %llu", (unsigned long long)i);
     m->nmeshes = (size_t)i + 1; /* counted first: a half-decoded mesh is freed too */
-    if ((s = dec_mesh(&d, m, &m->meshes[i])) != DCP_OK) return s;
+    if ((rc = dec_mesh(&d, m, &m->meshes[i])) != DCP_OK) return rc;
   }
   return dec_end(&d);
 }
@@ -384,15 +384,15 @@ static dcp_status dec_meshes(dcp_meta *m, sec_range sr, dcpi_err *err) {
 static dcp_status dec_tensor_geometry(dcpi_dec *d, dcpi_mv_tensor *t) {
   uint8_t dt = 0;
   uint64_t ndim = 0, e = 0;
-  dcp_status s = dcpi_dec_u8(d, "dtype", &dt);
-  if (s == DCP_OK && dcp_dtype_size((dcp_dtype)dt) == 0) s = dcpi_dec_fail(d, "invalid dtype %u", dt);
-  if (s == DCP_OK) s = dcpi_dec_var(d, DCP_MAX_NDIM, "ndim", &ndim);
-  if (s != DCP_OK) return s;
+  dcp_status rc = dcpi_dec_u8(d, "dtype", &dt);
+  if (rc == DCP_OK && dcp_dtype_size((dcp_dtype)dt) == 0) rc = dcpi_dec_fail(d, "invalid dtype %u", dt);
+  if (rc == DCP_OK) rc = dcpi_dec_var(d, DCP_MAX_NDIM, "ndim", &ndim);
+  if (rc != DCP_OK) return rc;
   t->dtype = (dcp_dtype)dt;
   t->ndim = (uint32_t)ndim;
   int64_t bytes = (int64_t)dcp_dtype_size(t->dtype);
   for (uint32_t k = 0; k < t->ndim; k++) {
-    if ((s = dcpi_dec_var(d, INT64_MAX, "extent", &e)) != DCP_OK) return s;
+    if ((rc = dcpi_dec_var(d, INT64_MAX, "extent", &e)) != DCP_OK) return rc;
     t->shape[k] = (int64_t)e;
     if (!dcpi_mul_i64(bytes, t->shape[k], &bytes))
       return dcpi_dec_fail(d, "byte size of the shape overflows int64");
@@ -404,14 +404,14 @@ static dcp_status dec_tensor_geometry(dcpi_dec *d, dcpi_mv_tensor *t) {
  * dimensions, each mesh dimension used at most once). */
 static dcp_status dec_tensor_layout(dcpi_dec *d, const dcp_meta *m, dcpi_mv_tensor *t) {
   uint64_t mesh = 0, mask = 0;
-  dcp_status s = dcpi_dec_var(d, m->nmeshes, "mesh index + 1", &mesh);
-  if (s != DCP_OK) return s;
+  dcp_status rc = dcpi_dec_var(d, m->nmeshes, "mesh index + 1", &mesh);
+  if (rc != DCP_OK) return rc;
   t->mesh = (int32_t)mesh - 1;
   if (t->mesh < 0) return DCP_OK;
   uint32_t mdim = m->meshes[t->mesh].ndim, used = 0;
   uint64_t valid = ((uint64_t)1 << mdim) - 1;
   for (uint32_t k = 0; k < t->ndim; k++) {
-    if ((s = dcpi_dec_var(d, valid, "tensor_map mask", &mask)) != DCP_OK) return s;
+    if ((rc = dcpi_dec_var(d, valid, "tensor_map mask", &mask)) != DCP_OK) return rc;
     if (mask & used) return dcpi_dec_fail(d, "tensor_map[%u] reuses a mesh dimension", k);
     used |= (uint32_t)mask;
     t->tensor_map[k] = (uint32_t)mask;
@@ -424,13 +424,13 @@ static dcp_status dec_tensor_layout(dcpi_dec *d, const dcp_meta *m, dcpi_mv_tens
 static dcp_status dec_tensor_list(dcpi_dec *d, const dcp_meta *m, dcpi_mv_tensor *t,
                                   size_t *cursor) {
   uint64_t n = 0, len = 0;
-  dcp_status s = dcpi_dec_var(d, UINT64_MAX, "chunk count", &n);
-  if (s == DCP_OK) s = dcpi_dec_var(d, m->chunks_len - *cursor, "chunk list length", &len);
-  if (s == DCP_OK && n > len / DCPI_MIN_CHUNK)
-    s = dcpi_dec_fail(d, "%llu chunks cannot fit in a %llu-byte chunk list",
+  dcp_status rc = dcpi_dec_var(d, UINT64_MAX, "chunk count", &n);
+  if (rc == DCP_OK) rc = dcpi_dec_var(d, m->chunks_len - *cursor, "chunk list length", &len);
+  if (rc == DCP_OK && n > len / DCPI_MIN_CHUNK)
+    rc = dcpi_dec_fail(d, "%llu chunks cannot fit in a %llu-byte chunk list",
                       (unsigned long long)n, (unsigned long long)len);
-  if (s == DCP_OK) s = dcpi_dec_u64(d, "chunk list xxh3", &t->list_hash);
-  if (s != DCP_OK) return s;
+  if (rc == DCP_OK) rc = dcpi_dec_u64(d, "chunk list xxh3", &t->list_hash);
+  if (rc != DCP_OK) return rc;
   t->nchunks = n;
   t->list_off = *cursor;
   t->list_len = (size_t)len;
@@ -443,18 +443,18 @@ static dcp_status dec_tensor(dcpi_dec *d, const dcp_meta *m, size_t i, size_t *c
   dcpi_mv_tensor *t = &m->tensors[i];
   const dcpi_mv_string *fqn = NULL;
   memset(t, 0, sizeof *t);
-  dcp_status s = dec_item_name(d, m, "fqn", &fqn);
-  if (s != DCP_OK) return s;
+  dcp_status rc = dec_item_name(d, m, "fqn", &fqn);
+  if (rc != DCP_OK) return rc;
   snprintf(d->where, sizeof d->where, "tensors section, tensor %zu ('%.100s')", i, fqn->s);
   t->fqn = fqn->s;
   t->fqn_len = fqn->len;
   if (i > 0 && dcpi_md_cmp_bytes(m->tensors[i - 1].fqn, m->tensors[i - 1].fqn_len, t->fqn,
                                  t->fqn_len) >= 0)
     return dcpi_dec_fail(d, "fqns are not strictly increasing");
-  s = dec_tensor_geometry(d, t);
-  if (s == DCP_OK) s = dec_tensor_layout(d, m, t);
-  if (s == DCP_OK) s = dec_tensor_list(d, m, t, cursor);
-  return s;
+  rc = dec_tensor_geometry(d, t);
+  if (rc == DCP_OK) rc = dec_tensor_layout(d, m, t);
+  if (rc == DCP_OK) rc = dec_tensor_list(d, m, t, cursor);
+  return rc;
 }
 
 /* Decode the tensor index; the chunk lists must tile the chunks section. */
@@ -462,17 +462,17 @@ static dcp_status dec_tensors(dcp_meta *m, sec_range sr, dcpi_err *err) {
   dcpi_dec d;
   dec_init(&d, m, sr, "tensors section", err);
   uint64_t n = 0;
-  dcp_status s = dcpi_dec_count(&d, DCPI_MIN_TENSOR, "tensor count", &n);
-  if (s != DCP_OK) return s;
+  dcp_status rc = dcpi_dec_count(&d, DCPI_MIN_TENSOR, "tensor count", &n);
+  if (rc != DCP_OK) return rc;
   if (!(m->tensors = malloc((n ? n : 1) * sizeof *m->tensors)))
     return dcpi_fail(err, DCP_ENOMEM, "cannot hold %llu tensors", (unsigned long long)n);
   size_t cursor = 0;
   for (uint64_t i = 0; i < n; i++) {
     snprintf(d.where, sizeof d.where, "tensors section, tensor %llu", (unsigned long long)i);
-    if ((s = dec_tensor(&d, m, (size_t)i, &cursor)) != DCP_OK) return s;
+    if ((rc = dec_tensor(&d, m, (size_t)i, &cursor)) != DCP_OK) return rc;
     m->ntensors = (size_t)i + 1;
   }
-  if ((s = dec_end(&d)) != DCP_OK) return s;
+  if ((rc = dec_end(&d)) != DCP_OK) return rc;
   if (cursor != m->chunks_len)
     return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: chunk lists cover %zu of the %zu "
                      "bytes of the chunks section", cursor, m->chunks_len);
@@ -485,10 +485,10 @@ static dcp_status dec_tensors(dcp_meta *m, sec_range sr, dcpi_err *err) {
 static dcp_status dec_scope_rank(dcpi_dec *d, const dcp_meta *m, dcpi_mv_bytes *b) {
   uint8_t scope = 0;
   uint64_t r = 0;
-  dcp_status s = dcpi_dec_u8(d, "scope", &scope);
-  if (s == DCP_OK && scope > DCP_SCOPE_PER_RANK) s = dcpi_dec_fail(d, "unknown scope %u", scope);
-  if (s == DCP_OK) s = dcpi_dec_var(d, (uint64_t)m->world_size, "rank + 1", &r);
-  if (s != DCP_OK) return s;
+  dcp_status rc = dcpi_dec_u8(d, "scope", &scope);
+  if (rc == DCP_OK && scope > DCP_SCOPE_PER_RANK) rc = dcpi_dec_fail(d, "unknown scope %u", scope);
+  if (rc == DCP_OK) rc = dcpi_dec_var(d, (uint64_t)m->world_size, "rank + 1", &r);
+  if (rc != DCP_OK) return rc;
   b->scope = (dcp_scope)scope;
   if ((b->scope == DCP_SCOPE_REPLICATED) != (r == 0))
     return dcpi_dec_fail(d, "rank + 1 = %llu does not fit scope %u", (unsigned long long)r, scope);
@@ -513,18 +513,18 @@ static dcp_status dec_bytes_item(dcpi_dec *d, dcp_meta *m, size_t i, dcpi_dec_pr
   dcpi_mv_bytes *b = &m->bytes[i];
   const dcpi_mv_string *key = NULL;
   uint8_t flags = 0;
-  dcp_status s = dec_item_name(d, m, "bytes key", &key);
-  if (s != DCP_OK) return s;
+  dcp_status rc = dec_item_name(d, m, "bytes key", &key);
+  if (rc != DCP_OK) return rc;
   snprintf(d->where, sizeof d->where, "bytes section, item %zu ('%.100s')", i, key->s);
   b->key = key->s;
   b->key_len = key->len;
-  if ((s = dec_scope_rank(d, m, b)) != DCP_OK) return s;
-  if ((s = check_bytes_order(d, m, i)) != DCP_OK) return s;
-  if ((s = dcpi_dec_u8(d, "ref flags", &flags)) != DCP_OK) return s;
+  if ((rc = dec_scope_rank(d, m, b)) != DCP_OK) return rc;
+  if ((rc = check_bytes_order(d, m, i)) != DCP_OK) return rc;
+  if ((rc = dcpi_dec_u8(d, "ref flags", &flags)) != DCP_OK) return rc;
   if (flags & (DCPI_RF_RESERVED | DCPI_RF_BOX_BITS))
     return dcpi_dec_fail(d, "ref flags 0x%02x has bits a bytes item may not use", flags);
-  if ((s = dcpi_dec_loc(d, m, flags, p, &b->ref)) != DCP_OK) return s;
-  if ((s = dcpi_dec_var(d, INT64_MAX, "raw length", &b->ref.raw_length)) != DCP_OK) return s;
+  if ((rc = dcpi_dec_loc(d, m, flags, p, &b->ref)) != DCP_OK) return rc;
+  if ((rc = dcpi_dec_var(d, INT64_MAX, "raw length", &b->ref.raw_length)) != DCP_OK) return rc;
   return dcpi_dec_blocks(d, &b->ref, &m->bytes_cks, &m->bytes_lens, p);
 }
 
@@ -533,15 +533,15 @@ static dcp_status dec_bytes(dcp_meta *m, sec_range sr, dcpi_err *err) {
   dcpi_dec d;
   dec_init(&d, m, sr, "bytes section", err);
   uint64_t n = 0;
-  dcp_status s = dcpi_dec_count(&d, DCPI_MIN_BYTES, "bytes item count", &n);
-  if (s != DCP_OK) return s;
+  dcp_status rc = dcpi_dec_count(&d, DCPI_MIN_BYTES, "bytes item count", &n);
+  if (rc != DCP_OK) return rc;
   if (!(m->bytes = malloc((n ? n : 1) * sizeof *m->bytes)))
     return dcpi_fail(err, DCP_ENOMEM, "cannot hold %llu bytes items", (unsigned long long)n);
   dcpi_dec_prev p = {0, 0, 0};
   for (uint64_t i = 0; i < n; i++) {
     snprintf(d.where, sizeof d.where, "bytes section, item %llu", (unsigned long long)i);
     memset(&m->bytes[i], 0, sizeof m->bytes[i]);
-    if ((s = dec_bytes_item(&d, m, (size_t)i, &p)) != DCP_OK) return s;
+    if ((rc = dec_bytes_item(&d, m, (size_t)i, &p)) != DCP_OK) return rc;
     m->nbytes = (size_t)i + 1;
   }
   return dec_end(&d);
@@ -554,15 +554,15 @@ static dcp_status dec_kvs(dcp_meta *m, sec_range sr, dcpi_err *err) {
   dcpi_dec d;
   dec_init(&d, m, sr, "key/value section", err);
   uint64_t n = 0;
-  dcp_status s = dcpi_dec_count(&d, DCPI_MIN_KV, "key/value count", &n);
-  if (s != DCP_OK) return s;
+  dcp_status rc = dcpi_dec_count(&d, DCPI_MIN_KV, "key/value count", &n);
+  if (rc != DCP_OK) return rc;
   if (!(m->kvs = malloc((n ? n : 1) * sizeof *m->kvs)))
     return dcpi_fail(err, DCP_ENOMEM, "cannot hold %llu key/values", (unsigned long long)n);
   const dcpi_mv_string *key = NULL, *value = NULL, *prev = NULL;
   for (uint64_t i = 0; i < n; i++) {
     snprintf(d.where, sizeof d.where, "key/value section, entry %llu", (unsigned long long)i);
-    if ((s = dec_name(&d, m, "key", &key)) != DCP_OK) return s;
-    if ((s = dec_string(&d, m, "value", &value)) != DCP_OK) return s;
+    if ((rc = dec_name(&d, m, "key", &key)) != DCP_OK) return rc;
+    if ((rc = dec_string(&d, m, "value", &value)) != DCP_OK) return rc;
     if (prev && dcpi_md_cmp_bytes(prev->s, prev->len, key->s, key->len) >= 0)
       return dcpi_dec_fail(&d, "keys are not strictly increasing");
     m->kvs[i] = (dcpi_mv_kv){key->s, value->s};
@@ -583,14 +583,14 @@ static dcp_status dec_save(dcp_meta *m, sec_range sr, dcpi_err *err) {
   if (dcpi_r_left(&d.r) < DCPI_SAVE_ID_LEN) return dcpi_dec_fail(&d, "no room for the save id");
   memcpy(m->save_id, d.r.p + d.r.pos, DCPI_SAVE_ID_LEN);
   d.r.pos += DCPI_SAVE_ID_LEN;
-  dcp_status s = dcpi_dec_var(&d, UINT64_MAX, "generation", &gen);
-  if (s == DCP_OK) s = dcpi_dec_var(&d, (uint64_t)m->world_size, "part rank + 1", &part);
-  if (s == DCP_OK) s = dcpi_dec_count(&d, DCPI_MIN_FILE_LEN, "file length count", &n);
-  if (s == DCP_OK && n != m->nfiles)
-    s = dcpi_dec_fail(&d, "%llu file lengths for %zu files", (unsigned long long)n, m->nfiles);
-  for (size_t f = 0; s == DCP_OK && f < m->nfiles; f++)
-    s = dcpi_dec_var(&d, INT64_MAX, "file length", &m->files[f].length);
-  if (s != DCP_OK) return s;
+  dcp_status rc = dcpi_dec_var(&d, UINT64_MAX, "generation", &gen);
+  if (rc == DCP_OK) rc = dcpi_dec_var(&d, (uint64_t)m->world_size, "part rank + 1", &part);
+  if (rc == DCP_OK) rc = dcpi_dec_count(&d, DCPI_MIN_FILE_LEN, "file length count", &n);
+  if (rc == DCP_OK && n != m->nfiles)
+    rc = dcpi_dec_fail(&d, "%llu file lengths for %zu files", (unsigned long long)n, m->nfiles);
+  for (size_t f = 0; rc == DCP_OK && f < m->nfiles; f++)
+    rc = dcpi_dec_var(&d, INT64_MAX, "file length", &m->files[f].length);
+  if (rc != DCP_OK) return rc;
   m->generation = gen;
   m->part_rank = (int32_t)part - 1;
   return dec_end(&d);
@@ -621,14 +621,14 @@ void dcp_meta_free(dcp_meta *m) {
 static dcp_status dec_tables(dcp_meta *m, const sec_range *secs, dcpi_err *err) {
   m->chunks_off = secs[DCPI_SEC_CHUNKS].off;
   m->chunks_len = secs[DCPI_SEC_CHUNKS].len;
-  dcp_status s = dec_strings(m, secs[DCPI_SEC_STRINGS], err);
-  if (s == DCP_OK) s = dec_files(m, secs[DCPI_SEC_FILES], err);
-  if (s == DCP_OK) s = dec_meshes(m, secs[DCPI_SEC_MESHES], err);
-  if (s == DCP_OK) s = dec_tensors(m, secs[DCPI_SEC_TENSORS], err);
-  if (s == DCP_OK) s = dec_bytes(m, secs[DCPI_SEC_BYTES], err);
-  if (s == DCP_OK) s = dec_kvs(m, secs[DCPI_SEC_KV], err);
-  if (s == DCP_OK && m->version >= 2) s = dec_save(m, secs[DCPI_SEC_SAVE], err);
-  return s;
+  dcp_status rc = dec_strings(m, secs[DCPI_SEC_STRINGS], err);
+  if (rc == DCP_OK) rc = dec_files(m, secs[DCPI_SEC_FILES], err);
+  if (rc == DCP_OK) rc = dec_meshes(m, secs[DCPI_SEC_MESHES], err);
+  if (rc == DCP_OK) rc = dec_tensors(m, secs[DCPI_SEC_TENSORS], err);
+  if (rc == DCP_OK) rc = dec_bytes(m, secs[DCPI_SEC_BYTES], err);
+  if (rc == DCP_OK) rc = dec_kvs(m, secs[DCPI_SEC_KV], err);
+  if (rc == DCP_OK && m->version >= 2) rc = dec_save(m, secs[DCPI_SEC_SAVE], err);
+  return rc;
 }
 
 /* Check data, copy it into a new view and decode the tables. */
@@ -636,9 +636,9 @@ static dcp_status open_view(dcp_ctx *ctx, const void *data, size_t len, dcp_meta
                             dcpi_err *err) {
   uint32_t version = 0;
   sec_range secs[DCPI_SEC_COUNT + 1];
-  dcp_status s = check_header(data, len, &version, err);
-  if (s == DCP_OK) s = check_directory(data, len, DCPI_SEC_COUNT_OF(version), secs, err);
-  if (s != DCP_OK) return s;
+  dcp_status rc = check_header(data, len, &version, err);
+  if (rc == DCP_OK) rc = check_directory(data, len, DCPI_SEC_COUNT_OF(version), secs, err);
+  if (rc != DCP_OK) return rc;
   dcp_meta *m = calloc(1, sizeof *m);
   if (!m || !(m->buf = malloc(len))) {
     free(m);
@@ -649,9 +649,9 @@ static dcp_status open_view(dcp_ctx *ctx, const void *data, size_t len, dcp_meta
   m->version = version;
   m->part_rank = -1;
   m->ctx = ctx;
-  if ((s = dec_tables(m, secs, err)) != DCP_OK) {
+  if ((rc = dec_tables(m, secs, err)) != DCP_OK) {
     dcp_meta_free(m);
-    return s;
+    return rc;
   }
   *out = m;
   return DCP_OK;

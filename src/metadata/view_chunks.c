@@ -23,8 +23,8 @@ typedef struct chunk_prev {
 static dcp_status dec_dims(dcpi_dec *d, uint32_t ndim, const char *what, int64_t *v) {
   for (uint32_t k = 0; k < ndim; k++) {
     uint64_t x;
-    dcp_status s = dcpi_dec_var(d, INT64_MAX, what, &x);
-    if (s != DCP_OK) return s;
+    dcp_status rc = dcpi_dec_var(d, INT64_MAX, what, &x);
+    if (rc != DCP_OK) return rc;
     v[k] = (int64_t)x;
   }
   return DCP_OK;
@@ -55,15 +55,15 @@ static dcp_status check_box(dcpi_dec *d, const dcpi_mv_tensor *t, const int64_t 
 /* Decode a chunk's box per its flags into off and sz (ndim entries each). */
 static dcp_status dec_box(dcpi_dec *d, const dcpi_mv_tensor *t, uint8_t flags,
                           const chunk_prev *p, int64_t *off, int64_t *sz) {
-  dcp_status s = DCP_OK;
+  dcp_status rc = DCP_OK;
   if (flags & DCPI_RF_SAME_SIZE) memcpy(sz, p->size, t->ndim * sizeof *sz);
-  else s = dec_dims(d, t->ndim, "box size", sz);
-  if (s != DCP_OK) return s;
+  else rc = dec_dims(d, t->ndim, "box size", sz);
+  if (rc != DCP_OK) return rc;
   if (flags & DCPI_RF_BOX_PREDICTED)
     dcpi_md_predict_offset(t->ndim, t->shape, p->off, p->size, p->off == NULL, off);
   else
-    s = dec_dims(d, t->ndim, "box offset", off);
-  return s;
+    rc = dec_dims(d, t->ndim, "box offset", off);
+  return rc;
 }
 
 /* Decode chunk c of t's list into cl. */
@@ -73,14 +73,14 @@ static dcp_status dec_chunk(dcpi_dec *d, const dcp_meta *m, const dcpi_mv_tensor
   dcpi_mv_ref *r = &cl->refs[c];
   uint8_t flags = 0;
   memset(r, 0, sizeof *r);
-  dcp_status s = dcpi_dec_u8(d, "chunk flags", &flags);
-  if (s == DCP_OK && (flags & DCPI_RF_RESERVED))
-    s = dcpi_dec_fail(d, "reserved bit set in chunk flags 0x%02x", flags);
-  if (s == DCP_OK) s = dec_box(d, t, flags, p, off, sz);
-  if (s == DCP_OK) s = check_box(d, t, off, sz, p, &r->raw_length);
-  if (s == DCP_OK) s = dcpi_dec_loc(d, m, flags, &p->loc, r);
-  if (s == DCP_OK) s = dcpi_dec_blocks(d, r, &cl->cks, &cl->lens, &p->loc);
-  if (s != DCP_OK) return s;
+  dcp_status rc = dcpi_dec_u8(d, "chunk flags", &flags);
+  if (rc == DCP_OK && (flags & DCPI_RF_RESERVED))
+    rc = dcpi_dec_fail(d, "reserved bit set in chunk flags 0x%02x", flags);
+  if (rc == DCP_OK) rc = dec_box(d, t, flags, p, off, sz);
+  if (rc == DCP_OK) rc = check_box(d, t, off, sz, p, &r->raw_length);
+  if (rc == DCP_OK) rc = dcpi_dec_loc(d, m, flags, &p->loc, r);
+  if (rc == DCP_OK) rc = dcpi_dec_blocks(d, r, &cl->cks, &cl->lens, &p->loc);
+  if (rc != DCP_OK) return rc;
   p->off = off;
   p->size = sz;
   return DCP_OK;
@@ -136,20 +136,20 @@ static dcp_status check_disjoint(dcpi_dec *d, const dcpi_mv_tensor *t, const dcp
   for (size_t c = 0; c < n; c++)
     spans[c] = (sweep_span){cl->offs[c * nd + k], cl->offs[c * nd + k] + cl->sizes[c * nd + k], c};
   qsort(spans, n, sizeof *spans, cmp_span);
-  dcp_status s = DCP_OK;
-  for (size_t i = 0; i < n && s == DCP_OK; i++) {
+  dcp_status rc = DCP_OK;
+  for (size_t i = 0; i < n && rc == DCP_OK; i++) {
     size_t kept = 0;
     for (size_t j = 0; j < nopen; j++)
       if (spans[open[j]].end > spans[i].start) open[kept++] = open[j];
     nopen = kept;
     size_t a = spans[i].chunk;
-    for (size_t j = 0; j < nopen && s == DCP_OK; j++) {
+    for (size_t j = 0; j < nopen && rc == DCP_OK; j++) {
       size_t b = spans[open[j]].chunk;
       if (!dcpi_boxes_overlap(t->ndim, cl->offs + a * nd, cl->sizes + a * nd, cl->offs + b * nd,
                               cl->sizes + b * nd))
         continue;
       char ba[128], bb[128];
-      s = dcpi_dec_fail(d, "chunks %zu %s and %zu %s overlap", b < a ? b : a,
+      rc = dcpi_dec_fail(d, "chunks %zu %s and %zu %s overlap", b < a ? b : a,
                         dcpi_box_str(t->ndim, cl->offs + (b < a ? b : a) * nd,
                                      cl->sizes + (b < a ? b : a) * nd, ba, sizeof ba),
                         b < a ? a : b,
@@ -160,7 +160,7 @@ static dcp_status check_disjoint(dcpi_dec *d, const dcpi_mv_tensor *t, const dcp
   }
   free(spans);
   free(open);
-  return s;
+  return rc;
 }
 
 /* Allocate the per-chunk arrays of t's list. The counts were bounded by the
@@ -189,22 +189,22 @@ static dcp_status decode_list(const dcp_meta *m, size_t ti, dcpi_mv_chunks **out
     return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: chunks section, tensor %zu ('%.100s'): "
                      "chunk list checksum mismatch", ti, t->fqn);
   dcpi_mv_chunks *cl = NULL;
-  dcp_status s = alloc_list(t, &cl, err);
-  if (s != DCP_OK) return s;
+  dcp_status rc = alloc_list(t, &cl, err);
+  if (rc != DCP_OK) return rc;
   dcpi_dec d = {{p, t->list_len, 0}, err, "", -1};
   snprintf(d.where, sizeof d.where, "chunks section, tensor %zu ('%.100s')", ti, t->fqn);
   chunk_prev prev = {{0, 0, 0}, NULL, t->shape};
-  for (size_t c = 0; c < t->nchunks && s == DCP_OK; c++) {
+  for (size_t c = 0; c < t->nchunks && rc == DCP_OK; c++) {
     d.item = (int64_t)c;
-    s = dec_chunk(&d, m, t, cl, c, &prev);
+    rc = dec_chunk(&d, m, t, cl, c, &prev);
   }
   d.item = -1;
-  if (s == DCP_OK && dcpi_r_left(&d.r) != 0)
-    s = dcpi_dec_fail(&d, "%zu trailing bytes after the last chunk", dcpi_r_left(&d.r));
-  if (s == DCP_OK) s = check_disjoint(&d, t, cl);
-  if (s != DCP_OK) {
+  if (rc == DCP_OK && dcpi_r_left(&d.r) != 0)
+    rc = dcpi_dec_fail(&d, "%zu trailing bytes after the last chunk", dcpi_r_left(&d.r));
+  if (rc == DCP_OK) rc = check_disjoint(&d, t, cl);
+  if (rc != DCP_OK) {
     dcpi_mv_chunks_free(cl);
-    return s;
+    return rc;
   }
   *out = cl;
   return DCP_OK;
@@ -219,8 +219,8 @@ static dcp_status ensure_list(dcp_meta *m, size_t ti, dcpi_err *err) {
 dcp_status dcpi_meta_chunk_boxes(dcp_meta *m, size_t ti, const int64_t **offs,
                                  const int64_t **sizes, dcpi_err *err) {
   if (!m || ti >= m->ntensors) return dcpi_fail(err, DCP_ENOTFOUND, "no tensor %zu", ti);
-  dcp_status s = ensure_list(m, ti, err);
-  if (s != DCP_OK) return s;
+  dcp_status rc = ensure_list(m, ti, err);
+  if (rc != DCP_OK) return rc;
   *offs = m->tensors[ti].chunks->offs;
   *sizes = m->tensors[ti].chunks->sizes;
   return DCP_OK;

@@ -42,8 +42,8 @@ dcp_status dcpi_dec_u64(dcpi_dec *d, const char *what, uint64_t *v) {
 }
 
 dcp_status dcpi_dec_count(dcpi_dec *d, size_t min_size, const char *what, uint64_t *n) {
-  dcp_status s = dcpi_dec_var(d, UINT64_MAX, what, n);
-  if (s != DCP_OK) return s;
+  dcp_status rc = dcpi_dec_var(d, UINT64_MAX, what, n);
+  if (rc != DCP_OK) return rc;
   if (*n > dcpi_r_left(&d->r) / min_size)
     return dcpi_dec_fail(d, "%s %llu cannot fit in the %zu bytes left", what,
                          (unsigned long long)*n, dcpi_r_left(&d->r));
@@ -58,8 +58,8 @@ static dcp_status dec_file(dcpi_dec *d, const dcp_meta *m, uint8_t flags,
     case DCPI_RF_FILE_SAME: f = p->file; break;
     case DCPI_RF_FILE_NEXT: f = (uint64_t)p->file + 1; break;
     case DCPI_RF_FILE_EXPLICIT: {
-      dcp_status s = dcpi_dec_var(d, UINT32_MAX, "file index", &f);
-      if (s != DCP_OK) return s;
+      dcp_status rc = dcpi_dec_var(d, UINT32_MAX, "file index", &f);
+      if (rc != DCP_OK) return rc;
       break;
     }
     default: return dcpi_dec_fail(d, "reserved file mode 3 in ref flags 0x%02x", flags);
@@ -90,18 +90,18 @@ static dcp_status dec_offset(dcpi_dec *d, uint8_t flags, const dcpi_dec_prev *p,
 
 dcp_status dcpi_dec_loc(dcpi_dec *d, const dcp_meta *m, uint8_t flags, const dcpi_dec_prev *p,
                         dcpi_mv_ref *out) {
-  dcp_status s = dec_file(d, m, flags, p, &out->file);
-  if (s == DCP_OK) s = dec_offset(d, flags, p, &out->offset);
-  if (s != DCP_OK) return s;
+  dcp_status rc = dec_file(d, m, flags, p, &out->file);
+  if (rc == DCP_OK) rc = dec_offset(d, flags, p, &out->offset);
+  if (rc != DCP_OK) return rc;
   if (flags & DCPI_RF_CODING_DEFAULT) {
     out->codec = m->files[out->file].codec;
     out->block_size = m->files[out->file].block_size;
     return DCP_OK;
   }
   uint64_t bs = 0;
-  if ((s = dcpi_dec_u8(d, "codec", &out->codec)) != DCP_OK) return s;
+  if ((rc = dcpi_dec_u8(d, "codec", &out->codec)) != DCP_OK) return rc;
   if (!dcpi_codec_known(out->codec)) return dcpi_dec_fail(d, "unknown codec %u", out->codec);
-  if ((s = dcpi_dec_var(d, UINT32_MAX, "block size", &bs)) != DCP_OK) return s;
+  if ((rc = dcpi_dec_var(d, UINT32_MAX, "block size", &bs)) != DCP_OK) return rc;
   if (bs == 0) return dcpi_dec_fail(d, "block size 0");
   out->block_size = (uint32_t)bs;
   return DCP_OK;
@@ -129,8 +129,8 @@ static dcp_status read_block_lengths(dcpi_dec *d, const dcpi_mv_ref *r, dcpi_u64
   for (uint64_t b = 0; b < n; b++) {
     uint64_t raw = b + 1 < n ? r->block_size : r->raw_length - b * (uint64_t)r->block_size;
     uint64_t l;
-    dcp_status s = dcpi_dec_var(d, raw, "block stored length", &l);
-    if (s != DCP_OK) return s;
+    dcp_status rc = dcpi_dec_var(d, raw, "block stored length", &l);
+    if (rc != DCP_OK) return rc;
     if (l == 0) return dcpi_dec_fail(d, "block %llu stored length 0", (unsigned long long)b);
     v->v[v->n++] = l;
     *sum += l; /* bounded by raw_length <= INT64_MAX */
@@ -147,12 +147,12 @@ dcp_status dcpi_dec_blocks(dcpi_dec *d, dcpi_mv_ref *out, dcpi_u64vec *cks, dcpi
                          (unsigned long long)out->block_count, dcpi_r_left(&d->r));
   out->cks_at = cks->n;
   out->lens_at = lens->n;
-  dcp_status s = read_checksums(d, out->block_count, cks);
-  if (s != DCP_OK) return s;
+  dcp_status rc = read_checksums(d, out->block_count, cks);
+  if (rc != DCP_OK) return rc;
   out->stored_length = raw;
   if (dcpi_codec_zstd(out->codec) &&
-      (s = read_block_lengths(d, out, lens, &out->stored_length)) != DCP_OK)
-    return s;
+      (rc = read_block_lengths(d, out, lens, &out->stored_length)) != DCP_OK)
+    return rc;
   if (out->stored_length > (uint64_t)INT64_MAX - out->offset)
     return dcpi_dec_fail(d, "offset %llu + stored length %llu exceeds INT64_MAX",
                          (unsigned long long)out->offset, (unsigned long long)out->stored_length);

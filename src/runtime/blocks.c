@@ -63,11 +63,11 @@ dcp_status dcpi_block_writer_open(dcpi_rt *rt, const char *name, uint32_t block_
     dcpi_block_writer_close(w, false, NULL);
     return dcpi_fail(err, DCP_ENOMEM, "out of memory for a block writer");
   }
-  dcp_status s = dcpi_rt_file_open(rt, name, DCP_FILE_WRITE, &w->f, err);
-  if (s) {
+  dcp_status rc = dcpi_rt_file_open(rt, name, DCP_FILE_WRITE, &w->f, err);
+  if (rc) {
     w->f = NULL;
     dcpi_block_writer_close(w, false, NULL);
-    return s;
+    return rc;
   }
   *out = w;
   return DCP_OK;
@@ -75,9 +75,9 @@ dcp_status dcpi_block_writer_open(dcpi_rt *rt, const char *name, uint32_t block_
 
 static dcp_status flush(dcpi_block_writer *w, dcpi_err *err) {
   if (!w->len) return DCP_OK;
-  dcp_status s = dcpi_rt_file_write(w->rt, w->f, w->buf, w->len, err);
+  dcp_status rc = dcpi_rt_file_write(w->rt, w->f, w->buf, w->len, err);
   w->len = 0;
-  return s;
+  return rc;
 }
 
 /* Append bytes to the file: small pieces are gathered, large ones go
@@ -86,12 +86,12 @@ static dcp_status append(dcpi_block_writer *w, const void *p, size_t n, dcpi_err
   if (n == 0) return DCP_OK; /* an empty item may have no memory at all (p NULL) */
   w->offset += n;
   if (n >= WRITE_BUFFER / 2) {
-    dcp_status s = flush(w, err);
-    return s ? s : dcpi_rt_file_write(w->rt, w->f, p, n, err);
+    dcp_status rc = flush(w, err);
+    return rc ? rc : dcpi_rt_file_write(w->rt, w->f, p, n, err);
   }
   if (w->len + n > WRITE_BUFFER) {
-    dcp_status s = flush(w, err);
-    if (s) return s;
+    dcp_status rc = flush(w, err);
+    if (rc) return rc;
   }
   memcpy(w->buf + w->len, p, n);
   w->len += n;
@@ -168,18 +168,18 @@ dcp_status dcpi_block_writer_put_rows(dcpi_block_writer *w, const void *data, ui
       ref->checksums[b] = XXH3_64bits(p + b * bsz, n);
     }
     ref->stored_length = len;
-    dcp_status s = append(w, data, (size_t)len, err);
-    if (s) dcpi_ref_free(ref);
-    return s;
+    dcp_status rc = append(w, data, (size_t)len, err);
+    if (rc) dcpi_ref_free(ref);
+    return rc;
   }
   for (uint64_t b = 0; b < nblocks; b++) {
     size_t n = (size_t)(b + 1 < nblocks ? bsz : len - b * bsz);
     const uint8_t *blk = p + b * bsz;
     uint64_t stored = 0;
-    dcp_status s = put_block(w, blk, n, &stored, &ref->checksums[b], err);
-    if (s) {
+    dcp_status rc = put_block(w, blk, n, &stored, &ref->checksums[b], err);
+    if (rc) {
       dcpi_ref_free(ref);
-      return s;
+      return rc;
     }
     if (ref->stored_lens) ref->stored_lens[b] = stored;
     ref->stored_length += stored;
@@ -190,19 +190,19 @@ dcp_status dcpi_block_writer_put_rows(dcpi_block_writer *w, const void *data, ui
 uint64_t dcpi_block_writer_length(const dcpi_block_writer *w) { return w->offset; }
 
 dcp_status dcpi_block_writer_close(dcpi_block_writer *w, bool sync, dcpi_err *err) {
-  dcp_status s = DCP_OK;
+  dcp_status rc = DCP_OK;
   if (w->f) {
     dcpi_err ignored;
-    s = sync ? flush(w, err) : DCP_OK;
-    if (!s && sync) s = dcpi_rt_file_sync(w->rt, w->f, err);
-    dcp_status c = dcpi_rt_file_close(w->rt, w->f, s || !err ? &ignored : err);
-    if (!s && sync) s = c;
+    rc = sync ? flush(w, err) : DCP_OK;
+    if (!rc && sync) rc = dcpi_rt_file_sync(w->rt, w->f, err);
+    dcp_status c = dcpi_rt_file_close(w->rt, w->f, rc || !err ? &ignored : err);
+    if (!rc && sync) rc = c;
   }
   ZSTD_freeCCtx(w->zc);
   free(w->zbuf);
   free(w->buf);
   free(w);
-  return s;
+  return rc;
 }
 
 /* ---- reader ------------------------------------------------------------- */
@@ -269,11 +269,11 @@ static dcp_status get_file(dcpi_block_reader *r, const char *name, dcp_storage_f
     return dcpi_fail(err, DCP_ENOMEM, "out of memory");
   open_file *of = &r->files[r->nfiles];
   if (!(of->name = strdup(name))) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
-  dcp_status s = dcpi_rt_file_open(r->rt, name, DCP_FILE_READ, &of->f, err);
-  if (s) {
-    if (s == DCP_ENOTFOUND) r->rt->data_file_gone = 1;
+  dcp_status rc = dcpi_rt_file_open(r->rt, name, DCP_FILE_READ, &of->f, err);
+  if (rc) {
+    if (rc == DCP_ENOTFOUND) r->rt->data_file_gone = 1;
     free(of->name);
-    return s;
+    return rc;
   }
   r->nfiles++;
   *f = of->f;
@@ -348,9 +348,9 @@ static dcp_status fetch(dcpi_block_reader *r, dcp_storage_file *f, uint8_t *dst,
   }
   dcpi_err io;
   dcpi_err_clear(&io);
-  dcp_status s = dcpi_rt_file_read(r->rt, f, dst, len, off, &io);
-  if (s) dcpi_fail(err, s, "reading %s: %s", what, io.msg);
-  return s;
+  dcp_status rc = dcpi_rt_file_read(r->rt, f, dst, len, off, &io);
+  if (rc) dcpi_fail(err, rc, "reading %s: %s", what, io.msg);
+  return rc;
 }
 
 /* Read and verify blocks [b0, b1) into r->raw; stored_at is the file offset
@@ -364,16 +364,16 @@ static dcp_status read_window(dcpi_block_reader *r, dcp_storage_file *f, const c
     stored += dcpi_codec_zstd(ref->codec) ? (size_t)ref->block_stored_lengths[b]
                                           : block_raw_len(ref, b);
   }
-  dcp_status s = grow(&r->raw, &r->raw_cap, raw, err);
-  if (s) return s;
+  dcp_status rc = grow(&r->raw, &r->raw_cap, raw, err);
+  if (rc) return rc;
   /* Raw blocks are read straight into the raw window; compressed ones go
    * through the stored window first. */
   uint8_t *target = r->raw;
   if (dcpi_codec_zstd(ref->codec)) {
-    if ((s = grow(&r->stored, &r->stored_cap, stored, err))) return s;
+    if ((rc = grow(&r->stored, &r->stored_cap, stored, err))) return rc;
     target = r->stored;
   }
-  if ((s = fetch(r, f, target, stored, stored_at, what, err))) return s;
+  if ((rc = fetch(r, f, target, stored, stored_at, what, err))) return rc;
   return decode_blocks(r, file, ref, b0, b1, what, err);
 }
 
@@ -386,17 +386,17 @@ dcp_status dcpi_block_read_into(dcpi_block_reader *r, const char *file,
     return dcpi_fail(err, DCP_EINVAL, "%s: direct read of [%llu, %llu) not block-aligned", what,
                      (unsigned long long)first, (unsigned long long)last);
   dcp_storage_file *f = NULL;
-  dcp_status s = get_file(r, file, &f, err);
-  if (!s) s = fetch(r, f, dst, (size_t)(last - first), ref->offset + first, what, err);
-  for (uint64_t b = first / bs; !s && b * bs < last; b++) {
+  dcp_status rc = get_file(r, file, &f, err);
+  if (!rc) rc = fetch(r, f, dst, (size_t)(last - first), ref->offset + first, what, err);
+  for (uint64_t b = first / bs; !rc && b * bs < last; b++) {
     const uint8_t *blk = dst + (b * bs - first);
     if (XXH3_64bits(blk, block_raw_len(ref, b)) != ref->block_checksums[b])
-      s = dcpi_fail(err, DCP_ECORRUPT,
+      rc = dcpi_fail(err, DCP_ECORRUPT,
                     "checksum mismatch in %s/%s, block %llu (file offset %llu) of %s",
                     r->rt->path, file, (unsigned long long)b,
                     (unsigned long long)(ref->offset + b * bs), what);
   }
-  return s;
+  return rc;
 }
 
 dcp_status dcpi_block_read(dcpi_block_reader *r, const char *file, const dcp_storage_ref *ref,
@@ -408,8 +408,8 @@ dcp_status dcpi_block_read(dcpi_block_reader *r, const char *file, const dcp_sto
                      what, (unsigned long long)first, (unsigned long long)last,
                      (unsigned long long)ref->raw_length);
   dcp_storage_file *f = NULL;
-  dcp_status s = get_file(r, file, &f, err);
-  if (s) return s;
+  dcp_status rc = get_file(r, file, &f, err);
+  if (rc) return rc;
   uint64_t bs = ref->block_size, b0 = first / bs, b1 = (last + bs - 1) / bs;
   uint64_t per_window = READ_WINDOW / bs ? READ_WINDOW / bs : 1;
   uint64_t stored_at = ref->offset;
@@ -417,18 +417,18 @@ dcp_status dcpi_block_read(dcpi_block_reader *r, const char *file, const dcp_sto
     for (uint64_t b = 0; b < b0; b++) stored_at += ref->block_stored_lengths[b];
   else
     stored_at += b0 * bs;
-  for (uint64_t w0 = b0; w0 < b1 && !s; w0 += per_window) {
+  for (uint64_t w0 = b0; w0 < b1 && !rc; w0 += per_window) {
     uint64_t w1 = w0 + per_window < b1 ? w0 + per_window : b1;
-    s = read_window(r, f, file, ref, w0, w1, stored_at, what, err);
+    rc = read_window(r, f, file, ref, w0, w1, stored_at, what, err);
     size_t raw = 0;
     for (uint64_t b = w0; b < w1; b++) {
       raw += block_raw_len(ref, b);
       stored_at += dcpi_codec_zstd(ref->codec) ? ref->block_stored_lengths[b]
                                                : block_raw_len(ref, b);
     }
-    if (!s) s = sink(arg, w0 * bs, r->raw, raw, err);
+    if (!rc) rc = sink(arg, w0 * bs, r->raw, raw, err);
   }
-  return s;
+  return rc;
 }
 
 /* ---- coalescing ----------------------------------------------------------- */
@@ -490,21 +490,21 @@ dcp_status dcpi_block_prefetch(dcpi_block_reader *r, const dcpi_block_req *reqs,
   pending *p = malloc((n ? n : 1) * sizeof *p);
   if (!p) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
   size_t m = 0;
-  dcp_status s = DCP_OK;
-  for (size_t i = 0; i < n && !s; i++) {
+  dcp_status rc = DCP_OK;
+  for (size_t i = 0; i < n && !rc; i++) {
     const dcpi_block_req *q = &reqs[i];
     if (q->first >= q->last || q->last > q->ref->raw_length) continue;
     uint64_t a, b;
     stored_range(q->ref, q->first, q->last, &a, &b);
     if (b - a > COALESCE_ITEM_MAX) continue;
-    s = get_file(r, q->file, &p[m].f, err);
+    rc = get_file(r, q->file, &p[m].f, err);
     p[m].start = a, p[m].end = b;
     m++;
   }
-  if (!s) qsort(p, m, sizeof *p, cmp_pending);
+  if (!rc) qsort(p, m, sizeof *p, cmp_pending);
   /* Merge only exactly adjacent (or overlapping) ranges: a merged read
    * never fetches a byte that no request needs. */
-  for (size_t i = 0; i < m && !s;) {
+  for (size_t i = 0; i < m && !rc;) {
     size_t j = i + 1;
     uint64_t end = p[i].end;
     while (j < m && p[j].f == p[i].f && p[j].start <= end &&
@@ -512,11 +512,11 @@ dcp_status dcpi_block_prefetch(dcpi_block_reader *r, const dcpi_block_req *reqs,
       if (p[j].end > end) end = p[j].end;
       j++;
     }
-    if (j - i > 1) s = add_span(r, p[i].f, p[i].start, end, err);
+    if (j - i > 1) rc = add_span(r, p[i].f, p[i].start, end, err);
     i = j;
   }
   free(p);
-  return s;
+  return rc;
 }
 
 void dcpi_block_prefetch_drop(dcpi_block_reader *r) {

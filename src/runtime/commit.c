@@ -127,39 +127,39 @@ static dcp_status add_rank(dcpi_md *md, const dcpi_global_plan *gp, const char *
   uint8_t kind;
   if (!dcpi_r_varint(&r, &file_length))
     return dcpi_fail(err, DCP_ECORRUPT, "malformed write results from rank %d", rank);
-  dcp_status s = DCP_OK;
+  dcp_status rc = DCP_OK;
   /* the copies of replicated items this rank holds come first */
-  while (!s && dcpi_r_left(&r) && r.p[r.pos] == DCPI_RESULT_REPLICA) {
+  while (!rc && dcpi_r_left(&r) && r.p[r.pos] == DCPI_RESULT_REPLICA) {
     dcpi_r_u8(&r, &kind);
-    s = add_replica(rp, &r, rank, err);
+    rc = add_replica(rp, &r, rank, err);
   }
-  if (s || !dcpi_r_left(&r)) return s; /* wrote nothing: no data file */
+  if (rc || !dcpi_r_left(&r)) return rc; /* wrote nothing: no data file */
   char name[DCPI_NAME_MAX];
   dcpi_name_data(name, rank, 0, tag);
   uint32_t file;
-  s = dcpi_md_add_file(md, name, &file, err);
-  if (!s) s = dcpi_md_set_file_length(md, file, file_length, err);
-  while (!s && dcpi_r_left(&r)) {
+  rc = dcpi_md_add_file(md, name, &file, err);
+  if (!rc) rc = dcpi_md_set_file_length(md, file, file_length, err);
+  while (!rc && dcpi_r_left(&r)) {
     result res;
-    if ((s = next_result(&r, rank, sc, &res, err))) break;
+    if ((rc = next_result(&r, rank, sc, &res, err))) break;
     res.ref.file = file;
     if (res.kind == DCPI_RESULT_CHUNK && res.gidx < dcpi_global_plan_item_count(gp) &&
         !seen_items[res.gidx]) {
       dcpi_gp_item it;
       dcpi_global_plan_item(gp, (size_t)res.gidx, &it);
       seen_items[res.gidx] = 1;
-      s = dcpi_md_add_chunk(md, it.tensor, it.offset, it.size, &res.ref, err);
+      rc = dcpi_md_add_chunk(md, it.tensor, it.offset, it.size, &res.ref, err);
     } else if (res.kind == DCPI_RESULT_BYTES && res.gidx < dcpi_global_plan_bytes_count(gp) &&
                !seen_bytes[res.gidx]) {
       dcpi_gp_bytes b;
       dcpi_global_plan_bytes(gp, (size_t)res.gidx, &b);
       seen_bytes[res.gidx] = 1;
-      s = dcpi_md_add_bytes(md, b.key, b.scope, b.rank, &res.ref, err);
+      rc = dcpi_md_add_bytes(md, b.key, b.scope, b.rank, &res.ref, err);
     } else {
-      s = dcpi_fail(err, DCP_ECORRUPT, "rank %d reported an unknown or repeated piece", rank);
+      rc = dcpi_fail(err, DCP_ECORRUPT, "rank %d reported an unknown or repeated piece", rank);
     }
   }
-  return s;
+  return rc;
 }
 
 static dcp_status check_all_written(const uint8_t *seen, size_t n, const char *what,
@@ -174,37 +174,37 @@ static dcp_status build(dcpi_md *md, const dcpi_commit_args *a, const uint8_t *a
                         const size_t *lens, int32_t world, dcpi_err *err) {
   const dcpi_global_plan *gp = a->gp;
   const dcp_save_options *opts = a->opts;
-  dcp_status s = dcpi_md_set_world(md, world, err);
-  if (!s) s = dcpi_md_set_identity(md, a->ident->id, a->ident->generation, -1, err);
+  dcp_status rc = dcpi_md_set_world(md, world, err);
+  if (!rc) rc = dcpi_md_set_identity(md, a->ident->id, a->ident->generation, -1, err);
   size_t nt = dcpi_global_plan_tensor_count(gp);
-  for (size_t t = 0; t < nt && !s; t++) {
+  for (size_t t = 0; t < nt && !rc; t++) {
     dcpi_gp_tensor gt;
     dcpi_global_plan_tensor(gp, t, &gt);
-    s = dcpi_md_add_tensor(md, gt.fqn, gt.dtype, gt.ndim, gt.shape, -1, NULL, NULL, err);
+    rc = dcpi_md_add_tensor(md, gt.fqn, gt.dtype, gt.ndim, gt.shape, -1, NULL, NULL, err);
   }
-  for (size_t k = 0; k < opts->nkv && !s; k++)
-    s = dcpi_md_add_kv(md, opts->kv_keys[k], opts->kv_values[k], err);
+  for (size_t k = 0; k < opts->nkv && !rc; k++)
+    rc = dcpi_md_add_kv(md, opts->kv_keys[k], opts->kv_values[k], err);
   size_t ni = dcpi_global_plan_item_count(gp), nb = dcpi_global_plan_bytes_count(gp);
   uint8_t *seen_items = calloc(ni ? ni : 1, 1), *seen_bytes = calloc(nb ? nb : 1, 1);
   scratch sc = {0};
   replicas rp = {0};
-  if (!s && (!seen_items || !seen_bytes)) s = dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  if (!rc && (!seen_items || !seen_bytes)) rc = dcpi_fail(err, DCP_ENOMEM, "out of memory");
   size_t at = 0;
-  for (int32_t r = 0; r < world && !s; at += lens[r], r++)
-    s = add_rank(md, gp, a->ident->tag, r, all + at, lens[r], seen_items, seen_bytes, &sc, &rp,
+  for (int32_t r = 0; r < world && !rc; at += lens[r], r++)
+    rc = add_rank(md, gp, a->ident->tag, r, all + at, lens[r], seen_items, seen_bytes, &sc, &rp,
                  err);
   replicas_free(&rp);
-  if (!s) s = check_all_written(seen_items, ni, "write item", err);
-  if (!s) s = check_all_written(seen_bytes, nb, "bytes item", err);
+  if (!rc) rc = check_all_written(seen_items, ni, "write item", err);
+  if (!rc) rc = check_all_written(seen_bytes, nb, "bytes item", err);
   free(seen_items), free(seen_bytes), free(sc.cks), free(sc.lens);
-  return s;
+  return rc;
 }
 
 /* Rank 0: may this save commit? Only while it holds the directory's lease
  * and the directory still holds the checkpoint the save started over. */
 static dcp_status may_commit(dcpi_rt *rt, const dcpi_commit_args *a) {
-  dcp_status s = dcpi_lease_check(a->lease, &rt->err);
-  return s ? s : dcpi_base_unchanged(rt, a->base, &rt->err);
+  dcp_status rc = dcpi_lease_check(a->lease, &rt->err);
+  return rc ? rc : dcpi_base_unchanged(rt, a->base, &rt->err);
 }
 
 static dcp_status write_metadata(dcpi_rt *rt, const dcpi_commit_args *a, const uint8_t *all,
@@ -212,18 +212,18 @@ static dcp_status write_metadata(dcpi_rt *rt, const dcpi_commit_args *a, const u
   dcpi_md *md;
   void *enc = NULL;
   size_t enc_len = 0;
-  dcp_status s = dcpi_md_create(&md);
-  if (s) return dcpi_fail(&rt->err, s, "out of memory for metadata");
-  s = build(md, a, all, lens, rt->ctx->world_size, &rt->err);
-  if (!s) s = dcpi_md_encode(md, &enc, &enc_len, &rt->err);
+  dcp_status rc = dcpi_md_create(&md);
+  if (rc) return dcpi_fail(&rt->err, rc, "out of memory for metadata");
+  rc = build(md, a, all, lens, rt->ctx->world_size, &rt->err);
+  if (!rc) rc = dcpi_md_encode(md, &enc, &enc_len, &rt->err);
   dcpi_md_free(md);
-  if (!s) s = may_commit(rt, a);
+  if (!rc) rc = may_commit(rt, a);
   char tmp[DCPI_NAME_MAX];
   dcpi_name_metadata_tmp(tmp, a->ident->tag);
-  if (!s) s = dcpi_rt_write_file_atomic(rt, DCPI_METADATA_NAME, tmp, enc, enc_len, &rt->err);
+  if (!rc) rc = dcpi_rt_write_file_atomic(rt, DCPI_METADATA_NAME, tmp, enc, enc_len, &rt->err);
   free(enc);
-  if (!s) dcpi_remove_other_saves(rt, a->ident->tag);
-  return s;
+  if (!rc) dcpi_remove_other_saves(rt, a->ident->tag);
+  return rc;
 }
 
 dcp_status dcpi_commit(dcpi_rt *rt, const dcpi_commit_args *a) {
@@ -240,11 +240,11 @@ dcp_status dcpi_commit(dcpi_rt *rt, const dcpi_commit_args *a) {
     dcpi_wbuf_free(&msg);
     return dcpi_rt_agree(rt, dcpi_fail(&rt->err, status, "out of memory"));
   }
-  dcp_status s = dcpi_rt_gather_bytes(rt, msg.data, msg.len, 0, &all, &lens);
+  dcp_status rc = dcpi_rt_gather_bytes(rt, msg.data, msg.len, 0, &all, &lens);
   dcpi_wbuf_free(&msg);
-  if (s) return s;
-  if (rt->ctx->rank == 0) s = write_metadata(rt, a, all, lens);
+  if (rc) return rc;
+  if (rt->ctx->rank == 0) rc = write_metadata(rt, a, all, lens);
   free(all);
   free(lens);
-  return dcpi_rt_agree(rt, s);
+  return dcpi_rt_agree(rt, rc);
 }

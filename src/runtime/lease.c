@@ -384,16 +384,16 @@ static dcp_status try_create(dcpi_lease *l, bool *claimed, dcpi_err *err) {
   *claimed = false;
   dcpi_err e2;
   dcpi_err_clear(&e2);
-  dcp_status s = write_file(l, l->name, DCP_FILE_WRITE | DCP_FILE_EXCL, rec, n, &e2);
+  dcp_status rc = write_file(l, l->name, DCP_FILE_WRITE | DCP_FILE_EXCL, rec, n, &e2);
   int64_t t1 = mono_ns(), step = l->step_ms * MS;
-  if (s == DCP_EEXIST) return DCP_EEXIST;
-  if (s) {
+  if (rc == DCP_EEXIST) return DCP_EEXIST;
+  if (rc) {
     /* Our file may exist, empty or partial. Within step nobody can have
      * judged it, so it is still ours to remove; later, leave it to be
      * broken like any empty lease file. */
     if (t1 - t0 < step) remove_quiet(l, l->name);
     if (err) *err = e2;
-    return s;
+    return rc;
   }
   if (t1 - t0 >= step) {
     /* Slow: a breaker may have judged our file while it was still empty;
@@ -401,7 +401,7 @@ static dcp_status try_create(dcpi_lease *l, bool *claimed, dcpi_err *err) {
     sleep_until(t1 + 2 * step);
     content c;
     dcpi_lease_record r;
-    if ((s = read_content(l, l->name, &c, err))) return s;
+    if ((rc = read_content(l, l->name, &c, err))) return rc;
     if (!is_ours(l, &c, &r) || c.len != n || memcmp(c.buf, rec, n) != 0) return DCP_OK;
   }
   pthread_mutex_lock(&l->mu);
@@ -419,8 +419,8 @@ typedef enum { SEEN_VACANT, SEEN_CHANGED, SEEN_LIVE, SEEN_BREAKABLE } seen_kind;
  * content to break). */
 static dcp_status inspect(dcpi_lease *l, content *judged, seen_kind *kind, dcpi_err *err) {
   content c;
-  dcp_status s = read_content(l, l->name, &c, err);
-  if (s) return s;
+  dcp_status rc = read_content(l, l->name, &c, err);
+  if (rc) return rc;
   if (!c.present) return *kind = SEEN_VACANT, DCP_OK;
   dcpi_lease_record r;
   if (c.len == c.size && dcpi_lease_record_parse(c.buf, c.len, &r)) {
@@ -444,7 +444,7 @@ static dcp_status inspect(dcpi_lease *l, content *judged, seen_kind *kind, dcpi_
    * it, or one writing it right now (which takes less than step). */
   sleep_ns(2 * l->step_ms * MS);
   content again;
-  if ((s = read_content(l, l->name, &again, err))) return s;
+  if ((rc = read_content(l, l->name, &again, err))) return rc;
   if (!again.present) return *kind = SEEN_VACANT, DCP_OK;
   if (!same_content(&c, &again)) return *kind = SEEN_CHANGED, DCP_OK;
   *judged = again;
@@ -690,42 +690,42 @@ dcp_status dcpi_lease_acquire(dcpi_rt *rt, const char *name, int64_t ttl_ms, dcp
     return dcpi_fail(err, DCP_EINVAL, "lease: ttl %" PRId64 " ms is outside %d..%d ms", ttl_ms,
                      DCPI_LEASE_TTL_MIN_MS, DCPI_LEASE_TTL_MAX_MS);
   dcpi_lease *l = NULL;
-  dcp_status s = lease_new(rt, name, ttl_ms, &l, err);
-  if (s || !l->enforced) {
-    if (s) lease_free(l);
+  dcp_status rc = lease_new(rt, name, ttl_ms, &l, err);
+  if (rc || !l->enforced) {
+    if (rc) lease_free(l);
     else *out = l;
-    return s;
+    return rc;
   }
   bool claimed = false;
   for (int attempt = 0; attempt < MAX_ATTEMPTS && !claimed; attempt++) {
-    s = try_create(l, &claimed, err);
-    if (s == DCP_OK) continue;
-    if (s != DCP_EEXIST) break;
+    rc = try_create(l, &claimed, err);
+    if (rc == DCP_OK) continue;
+    if (rc != DCP_EEXIST) break;
     content judged;
     seen_kind kind;
-    s = inspect(l, &judged, &kind, err);
-    if (s) break;
+    rc = inspect(l, &judged, &kind, err);
+    if (rc) break;
     if (kind == SEEN_VACANT || kind == SEEN_CHANGED) continue;
-    s = try_break(l, &judged, &claimed, err);
-    if (s) break;
+    rc = try_break(l, &judged, &claimed, err);
+    if (rc) break;
   }
-  if (!s && !claimed)
-    s = dcpi_fail(err, DCP_EBUSY,
+  if (!rc && !claimed)
+    rc = dcpi_fail(err, DCP_EBUSY,
                   "checkpoint directory %s: lease '%s' is contended; gave up after %d rounds",
                   l->root, l->name, MAX_ATTEMPTS);
-  if (!s && !(l->registered = held_add(l->nonce))) {
+  if (!rc && !(l->registered = held_add(l->nonce))) {
     remove_quiet(l, l->name);
-    s = dcpi_fail(err, DCP_ENOMEM, "lease: out of memory");
+    rc = dcpi_fail(err, DCP_ENOMEM, "lease: out of memory");
   }
-  if (!s && pthread_create(&l->thread, NULL, renew_main, l) != 0) {
+  if (!rc && pthread_create(&l->thread, NULL, renew_main, l) != 0) {
     remove_quiet(l, l->name);
-    s = dcpi_fail(err, DCP_ENOMEM, "lease: cannot start the renewal thread");
-  } else if (!s) {
+    rc = dcpi_fail(err, DCP_ENOMEM, "lease: cannot start the renewal thread");
+  } else if (!rc) {
     l->thread_started = true;
   }
-  if (s) {
+  if (rc) {
     lease_free(l);
-    return s;
+    return rc;
   }
   *out = l;
   return DCP_OK;
@@ -754,21 +754,21 @@ dcp_status dcpi_lease_check(dcpi_lease *l, dcpi_err *err) {
   if (!l->enforced) return DCP_OK;
   pthread_mutex_lock(&l->mu);
   check_time_locked(l);
-  dcp_status s = l->lost ? stale_locked(l, err) : DCP_OK;
+  dcp_status rc = l->lost ? stale_locked(l, err) : DCP_OK;
   pthread_mutex_unlock(&l->mu);
-  if (s) return s;
+  if (rc) return rc;
   content c;
   dcpi_lease_record r;
-  if ((s = read_content(l, l->name, &c, err))) return s;
+  if ((rc = read_content(l, l->name, &c, err))) return rc;
   char why[400] = "";
   bool ours = is_ours(l, &c, &r);
   if (!ours) not_ours_reason(&c, why, sizeof why);
   pthread_mutex_lock(&l->mu);
   if (!ours) lose_locked(l, "%s", why);
   check_time_locked(l);
-  s = l->lost ? stale_locked(l, err) : DCP_OK;
+  rc = l->lost ? stale_locked(l, err) : DCP_OK;
   pthread_mutex_unlock(&l->mu);
-  return s;
+  return rc;
 }
 
 void dcpi_lease_release(dcpi_lease *l) {

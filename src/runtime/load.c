@@ -23,21 +23,21 @@
  * under the merge (a newer save completed) leaves rt->data_file_gone set. */
 static dcp_status read_metadata(dcpi_rt *rt, uint8_t **data, size_t *len) {
   dcpi_err probe;
-  dcp_status s = dcpi_rt_read_file(rt, DCPI_METADATA_NAME, data, len, &probe);
-  if (s == DCP_ENOTFOUND) s = dcpi_merge_rank_metadata(rt, data, len, &probe);
-  if (s == DCP_ENOTFOUND && rt->data_file_gone) return dcpi_fail(&rt->err, s, "%s", probe.msg);
-  if (s == DCP_ENOTFOUND)
+  dcp_status rc = dcpi_rt_read_file(rt, DCPI_METADATA_NAME, data, len, &probe);
+  if (rc == DCP_ENOTFOUND) rc = dcpi_merge_rank_metadata(rt, data, len, &probe);
+  if (rc == DCP_ENOTFOUND && rt->data_file_gone) return dcpi_fail(&rt->err, rc, "%s", probe.msg);
+  if (rc == DCP_ENOTFOUND)
     return dcpi_fail(&rt->err, DCP_EINCOMPLETE,
                      "%s has no committed %s: the checkpoint is incomplete or absent", rt->path,
                      DCPI_METADATA_NAME);
-  if (s) return dcpi_fail(&rt->err, s, "%s", probe.msg);
+  if (rc) return dcpi_fail(&rt->err, rc, "%s", probe.msg);
   return DCP_OK;
 }
 
 static dcp_status open_view(dcpi_rt *rt, const uint8_t *data, size_t len, dcp_meta **out) {
-  dcp_status s = dcp_meta_open_memory(rt->ctx, data, len, out);
-  if (s) dcpi_fail(&rt->err, s, "%s/%s: %s", rt->path, DCPI_METADATA_NAME, rt->ctx->last.msg);
-  return s;
+  dcp_status rc = dcp_meta_open_memory(rt->ctx, data, len, out);
+  if (rc) dcpi_fail(&rt->err, rc, "%s/%s: %s", rt->path, DCPI_METADATA_NAME, rt->ctx->last.msg);
+  return rc;
 }
 
 /* With every rank reading .metadata itself: did they all read the same
@@ -46,9 +46,9 @@ static dcp_status open_view(dcpi_rt *rt, const uint8_t *data, size_t len, dcp_me
 static dcp_status agree_same(dcpi_rt *rt, const uint8_t *data, size_t len, bool *same) {
   int64_t h = (int64_t)(XXH3_64bits(data, len) & INT64_MAX);
   int64_t v[2] = {h, -h}; /* min(h) == -min(-h): every rank has the same h */
-  dcp_status s = dcpi_rt_allreduce(rt, v, 2, DCP_REDUCE_MIN);
-  *same = !s && v[0] == -v[1];
-  return s;
+  dcp_status rc = dcpi_rt_allreduce(rt, v, 2, DCP_REDUCE_MIN);
+  *same = !rc && v[0] == -v[1];
+  return rc;
 }
 
 /* Phase 1: every rank ends with a view of the same .metadata. *replaced:
@@ -58,37 +58,37 @@ static dcp_status fetch_metadata(dcpi_rt *rt, const dcp_load_options *o, dcp_met
   uint8_t *data = NULL;
   size_t len = 0;
   bool everyone = o->flags & DCP_LOAD_METADATA_PER_RANK;
-  dcp_status s = dcpi_rt_open_storage(rt, 0);
-  if (!s && (everyone || rt->ctx->rank == 0)) s = read_metadata(rt, &data, &len);
-  if ((s = dcpi_rt_agree(rt, s))) {
+  dcp_status rc = dcpi_rt_open_storage(rt, 0);
+  if (!rc && (everyone || rt->ctx->rank == 0)) rc = read_metadata(rt, &data, &len);
+  if ((rc = dcpi_rt_agree(rt, rc))) {
     int64_t gone = rt->data_file_gone; /* a part went under a rank's merge */
-    if (s == DCP_ENOTFOUND && !dcpi_rt_allreduce(rt, &gone, 1, DCP_REDUCE_MAX))
+    if (rc == DCP_ENOTFOUND && !dcpi_rt_allreduce(rt, &gone, 1, DCP_REDUCE_MAX))
       *replaced = gone > 0;
     goto out;
   }
   if (everyone) {
     bool same = false;
-    if ((s = agree_same(rt, data, len, &same))) goto out;
+    if ((rc = agree_same(rt, data, len, &same))) goto out;
     if (!same) {
       *replaced = true;
-      s = dcpi_fail(&rt->err, DCP_ENOTFOUND, "the ranks read different %s at %s (a save "
+      rc = dcpi_fail(&rt->err, DCP_ENOTFOUND, "the ranks read different %s at %s (a save "
                     "replaced it meanwhile)", DCPI_METADATA_NAME, rt->path);
       goto out;
     }
   } else {
     uint64_t n = len;
-    if ((s = dcpi_rt_bcast(rt, &n, sizeof n, 0))) goto out;
+    if ((rc = dcpi_rt_bcast(rt, &n, sizeof n, 0))) goto out;
     if (rt->ctx->rank != 0 && !(data = malloc(n ? (size_t)n : 1)))
-      s = dcpi_fail(&rt->err, DCP_ENOMEM, "out of memory for %llu bytes of metadata",
+      rc = dcpi_fail(&rt->err, DCP_ENOMEM, "out of memory for %llu bytes of metadata",
                     (unsigned long long)n);
     len = (size_t)n;
     /* a rank that could not allocate leaves the others to the deadline */
-    if (!s && (s = dcpi_rt_bcast(rt, data, len, 0))) goto out;
+    if (!rc && (rc = dcpi_rt_bcast(rt, data, len, 0))) goto out;
   }
-  s = dcpi_rt_agree(rt, s ? s : open_view(rt, data, len, meta));
+  rc = dcpi_rt_agree(rt, rc ? rc : open_view(rt, data, len, meta));
 out:
   free(data);
-  return s;
+  return rc;
 }
 
 /* ---- planning ----------------------------------------------------------- */
@@ -104,8 +104,8 @@ static dcp_status lookup(void *arg, const char *fqn, size_t fqn_len, dcpi_saved_
     return dcpi_fail(err, DCP_ENOTFOUND, "the checkpoint has no tensor '%s'", fqn);
   dcp_meta_tensor(m, ti, &info);
   const int64_t *off = NULL, *sz = NULL;
-  dcp_status s = info.chunk_count ? dcpi_meta_chunk_boxes(m, ti, &off, &sz, err) : DCP_OK;
-  if (s) return s;
+  dcp_status rc = info.chunk_count ? dcpi_meta_chunk_boxes(m, ti, &off, &sz, err) : DCP_OK;
+  if (rc) return rc;
   *out = (dcpi_saved_tensor){.fqn = info.fqn, .dtype = info.dtype, .ndim = info.ndim,
                              .shape = dcpi_meta_tensor_shape(m, ti),
                              .nchunks = (size_t)info.chunk_count, .chunk_off = off,
@@ -171,26 +171,26 @@ static dcp_status read_bytes_items(dcpi_block_reader *br, dcp_meta *m, const dcp
   size_t n = st->nbytes;
   dcp_bytes_info *found = malloc((n ? n : 1) * sizeof *found);
   dcpi_block_req *reqs = malloc((n ? n : 1) * sizeof *reqs);
-  dcp_status s = found && reqs ? DCP_OK : dcpi_fail(err, DCP_ENOMEM, "out of memory");
-  for (size_t i = 0; !s && i < n; i++) {
+  dcp_status rc = found && reqs ? DCP_OK : dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  for (size_t i = 0; !rc && i < n; i++) {
     const dcpi_bytes_item *b = &st->bytes[i];
     reqs[i] = (dcpi_block_req){NULL, &found[i].ref, 0, b->len};
-    s = find_bytes(m, b, st->rank, world, &found[i], err);
-    if (!s && b->len) s = dcpi_load_file_of(m, &found[i].ref, &reqs[i].file, err);
+    rc = find_bytes(m, b, st->rank, world, &found[i], err);
+    if (!rc && b->len) rc = dcpi_load_file_of(m, &found[i].ref, &reqs[i].file, err);
   }
   size_t m_reqs = 0; /* the non-empty ones, packed to the front */
-  for (size_t i = 0; !s && i < n; i++)
+  for (size_t i = 0; !rc && i < n; i++)
     if (st->bytes[i].len) reqs[m_reqs++] = reqs[i];
-  if (!s && m_reqs > 1) s = dcpi_block_prefetch(br, reqs, m_reqs, err);
-  for (size_t i = 0, k = 0; !s && i < n; i++)
+  if (!rc && m_reqs > 1) rc = dcpi_block_prefetch(br, reqs, m_reqs, err);
+  for (size_t i = 0, k = 0; !rc && i < n; i++)
     if (st->bytes[i].len) {
-      s = read_one_bytes(br, &st->bytes[i], reqs[k].file, reqs[k].ref, err);
+      rc = read_one_bytes(br, &st->bytes[i], reqs[k].file, reqs[k].ref, err);
       k++;
     }
   dcpi_block_prefetch_drop(br);
   free(found);
   free(reqs);
-  return s;
+  return rc;
 }
 
 /* ---- driver ------------------------------------------------------------- */
@@ -210,15 +210,15 @@ static dcp_status read_all(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
   dcp_stats *stats = &rt->ctx->stats;
   uint64_t io0 = storage_bytes_read(rt);
   dcpi_load_counts counts = {0};
-  dcp_status s = dcpi_load_exec(rt, m, st, plan, sc, br, !(o->flags & DCP_LOAD_NO_PIPELINE),
+  dcp_status rc = dcpi_load_exec(rt, m, st, plan, sc, br, !(o->flags & DCP_LOAD_NO_PIPELINE),
                      o->max_inflight_bytes, &counts);
-  if (!s) s = read_bytes_items(br, m, st, rt->ctx->world_size, &rt->err);
+  if (!rc) rc = read_bytes_items(br, m, st, rt->ctx->world_size, &rt->err);
   stats->data_read_bytes = storage_bytes_read(rt) - io0;
   stats->read_payload_bytes = counts.payload;
   stats->dedup_sent_bytes = counts.sent;
   stats->dedup_recv_bytes = counts.recv;
-  if (!s) stats->data_bytes = (uint64_t)plan->total_bytes;
-  return s;
+  if (!rc) stats->data_bytes = (uint64_t)plan->total_bytes;
+  return rc;
 }
 
 /* How often a load starts over when a data file vanished while it read:
@@ -235,24 +235,24 @@ static dcp_status run(dcpi_rt *rt, dcp_state *st, const dcp_load_options *o, boo
   dcpi_load_sched sc = {0};
   dcpi_block_reader *br = NULL;
   double t = dcpi_now();
-  dcp_status s = fetch_metadata(rt, o, &meta, replaced);
-  if (!s) {
+  dcp_status rc = fetch_metadata(rt, o, &meta, replaced);
+  if (!rc) {
     dcp_status ls = dcpi_load_plan_from_state(
         st, &(dcpi_saved_source){.lookup = lookup, .arg = meta}, &plan, &rt->err);
     /* the block reader too, before anyone depends on this rank's reads */
     if (!ls) ls = dcpi_block_reader_create(rt, &br, &rt->err);
-    s = dcpi_rt_agree(rt, ls);
+    rc = dcpi_rt_agree(rt, ls);
   }
-  if (!s) s = dcpi_load_schedule(rt, st, o, &sc);
+  if (!rc) rc = dcpi_load_schedule(rt, st, o, &sc);
   stats->dedup_path = sc.path;
   stats->dedup_groups = sc.ngroups;
   stats->plan_s = dcpi_now() - t;
   t = dcpi_now();
-  if (!s) {
-    s = dcpi_rt_agree(rt, read_all(rt, meta, st, plan, &sc, o, br));
+  if (!rc) {
+    rc = dcpi_rt_agree(rt, read_all(rt, meta, st, plan, &sc, o, br));
     /* which rank's data file went: ask them all (failures only) */
     int64_t gone = rt->data_file_gone;
-    if (s == DCP_ENOTFOUND && !dcpi_rt_allreduce(rt, &gone, 1, DCP_REDUCE_MAX))
+    if (rc == DCP_ENOTFOUND && !dcpi_rt_allreduce(rt, &gone, 1, DCP_REDUCE_MAX))
       *replaced = gone > 0;
   }
   stats->read_s = dcpi_now() - t;
@@ -260,7 +260,7 @@ static dcp_status run(dcpi_rt *rt, dcp_state *st, const dcp_load_options *o, boo
   dcpi_load_sched_free(&sc);
   dcpi_load_plan_free(plan);
   dcp_meta_free(meta);
-  return s;
+  return rc;
 }
 
 dcp_status dcp_load(dcp_ctx *ctx, dcp_state *st, const char *path,
@@ -269,20 +269,20 @@ dcp_status dcp_load(dcp_ctx *ctx, dcp_state *st, const char *path,
   dcpi_rt rt;
   dcpi_rt_begin(&rt, ctx, path);
   dcp_load_options o;
-  dcp_status s = DCP_OK;
+  dcp_status rc = DCP_OK;
   if (!ctx->comm) {
     dcpi_fail(&rt.err, DCP_EINVAL, "load: this context has no collective (a detached rank of a "
               "world of %d): set coll in its config", ctx->world_size);
     return dcpi_rt_end(&rt);
   }
   if (!st || st->ctx != ctx)
-    s = dcpi_fail(&rt.err, DCP_EINVAL, "load: the state is NULL or from another context");
+    rc = dcpi_fail(&rt.err, DCP_EINVAL, "load: the state is NULL or from another context");
   else if (!path || !*path)
-    s = dcpi_fail(&rt.err, DCP_EINVAL, "load: empty checkpoint path");
+    rc = dcpi_fail(&rt.err, DCP_EINVAL, "load: empty checkpoint path");
   else
-    s = dcpi_load_options_effective(opts, &o, &rt.err);
-  if (s) {
-    dcpi_rt_agree(&rt, s);
+    rc = dcpi_load_options_effective(opts, &o, &rt.err);
+  if (rc) {
+    dcpi_rt_agree(&rt, rc);
     return dcpi_rt_end(&rt);
   }
   bool replaced = false;
@@ -311,10 +311,10 @@ dcp_status dcp_meta_open(dcp_ctx *ctx, const char *path, dcp_meta **out) {
   dcpi_err_clear(&rt.err);
   uint8_t *data = NULL;
   size_t len = 0;
-  dcp_status s = path && *path ? dcpi_rt_open_storage(&rt, 0)
+  dcp_status rc = path && *path ? dcpi_rt_open_storage(&rt, 0)
                                : dcpi_fail(&rt.err, DCP_EINVAL, "empty checkpoint path");
-  if (!s) s = read_metadata(&rt, &data, &len);
-  if (!s) s = open_view(&rt, data, len, out);
+  if (!rc) rc = read_metadata(&rt, &data, &len);
+  if (!rc) rc = open_view(&rt, data, len, out);
   free(data);
   if (rt.st) ctx->storage->close(rt.st);
   return dcpi_ctx_report(ctx, &rt.err);

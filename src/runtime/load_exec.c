@@ -69,10 +69,10 @@ static dcp_status read_overlap(dcpi_block_reader *br, dcp_meta *m, const dcp_sta
   size_t ti;
   dcp_chunk_info ci;
   const char *file;
-  dcp_status s = dcp_meta_find_tensor(m, t->fqn, &ti);
-  if (!s) s = dcp_meta_chunk(m, ti, ov->saved_chunk, &ci);
-  if (s) return dcpi_fail(err, s, "tensor '%s': saved chunk %u unavailable", t->fqn, ov->saved_chunk);
-  if ((s = dcpi_load_file_of(m, &ci.ref, &file, err))) return s;
+  dcp_status rc = dcp_meta_find_tensor(m, t->fqn, &ti);
+  if (!rc) rc = dcp_meta_chunk(m, ti, ov->saved_chunk, &ci);
+  if (rc) return dcpi_fail(err, rc, "tensor '%s': saved chunk %u unavailable", t->fqn, ov->saved_chunk);
+  if ((rc = dcpi_load_file_of(m, &ci.ref, &file, err))) return rc;
   char what[512], box[256];
   snprintf(what, sizeof what, "tensor '%.200s' chunk %s", t->fqn,
            dcpi_box_str(ci.box.ndim, ci.box.offset, ci.box.size, box, sizeof box));
@@ -98,34 +98,34 @@ static dcp_status prefetch_overlaps(dcpi_block_reader *br, dcp_meta *m, const dc
   size_t n = b - a;
   dcpi_block_req *reqs = malloc(n * sizeof *reqs);
   dcp_storage_ref *refs = malloc(n * sizeof *refs);
-  dcp_status s = reqs && refs ? DCP_OK : dcpi_fail(err, DCP_ENOMEM, "out of memory");
-  for (size_t i = 0; !s && i < n; i++) {
+  dcp_status rc = reqs && refs ? DCP_OK : dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  for (size_t i = 0; !rc && i < n; i++) {
     const dcpi_overlap *ov = &plan->overlaps[a + i];
     const dcpi_tensor_item *t = &st->tensors[st->chunks[ov->dest_chunk].tensor];
     size_t ti;
     dcp_chunk_info ci;
     const char *file;
     if (dcp_meta_find_tensor(m, t->fqn, &ti) || dcp_meta_chunk(m, ti, ov->saved_chunk, &ci))
-      s = dcpi_fail(err, DCP_ECORRUPT, "tensor '%s': saved chunk %u unavailable", t->fqn,
+      rc = dcpi_fail(err, DCP_ECORRUPT, "tensor '%s': saved chunk %u unavailable", t->fqn,
                     ov->saved_chunk);
-    else if (!(s = dcpi_load_file_of(m, &ci.ref, &file, err))) {
+    else if (!(rc = dcpi_load_file_of(m, &ci.ref, &file, err))) {
       refs[i] = ci.ref;
       reqs[i] = (dcpi_block_req){file, &refs[i], (uint64_t)ov->src_first, (uint64_t)ov->src_last};
     }
   }
-  if (!s) s = dcpi_block_prefetch(br, reqs, n, err);
+  if (!rc) rc = dcpi_block_prefetch(br, reqs, n, err);
   free(reqs);
   free(refs);
-  return s;
+  return rc;
 }
 
 dcp_status dcpi_load_read_chunk(dcpi_block_reader *br, dcp_meta *m, const dcp_state *st,
                                 const dcpi_load_plan *plan, size_t chunk, dcpi_err *err) {
   size_t a = plan->chunk_first[chunk], b = plan->chunk_first[chunk + 1];
-  dcp_status s = b - a > 1 ? prefetch_overlaps(br, m, st, plan, a, b, err) : DCP_OK;
-  for (size_t i = a; !s && i < b; i++) s = read_overlap(br, m, st, &plan->overlaps[i], err);
+  dcp_status rc = b - a > 1 ? prefetch_overlaps(br, m, st, plan, a, b, err) : DCP_OK;
+  for (size_t i = a; !rc && i < b; i++) rc = read_overlap(br, m, st, &plan->overlaps[i], err);
   dcpi_block_prefetch_drop(br);
-  return s;
+  return rc;
 }
 
 /* ---- running a schedule --------------------------------------------------- */
@@ -223,9 +223,9 @@ static dcp_status bcast_unit(dcpi_rt *rt, exec *x, const dcpi_bcast_unit *u, uin
       memcpy(pack + at, c->data, (size_t)c->nbytes);
       at += (size_t)c->nbytes;
     }
-  dcp_status s = dcpi_rt_group_bcast(rt, u->members, u->nmembers, buf, (size_t)u->bytes,
+  dcp_status rc = dcpi_rt_group_bcast(rt, u->members, u->nmembers, buf, (size_t)u->bytes,
                                      u->reader);
-  if (s) return s;
+  if (rc) return rc;
   if (u->packed && !reader)
     for (size_t i = 0, at = 0; i < u->count; i++) {
       const dcpi_chunk_item *c = &chunks[x->sc->items[u->first + i]];

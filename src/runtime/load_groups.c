@@ -58,10 +58,10 @@ dcp_status dcpi_load_groups_build(const dcpi_load_key *const *keys, const size_t
   dcpi_rank_requests *req = calloc((size_t)world, sizeof *req);
   dcpi_read_key *rk = malloc((total ? total : 1) * sizeof *rk);
   int64_t *coords = malloc((total ? total : 1) * 2 * sizeof *coords);
-  dcp_status s = DCP_OK;
+  dcp_status rc = DCP_OK;
   *out = NULL;
   if (!req || !rk || !coords) {
-    s = dcpi_fail(err, DCP_ENOMEM, "read dedup: out of memory for %zu request keys", total);
+    rc = dcpi_fail(err, DCP_ENOMEM, "read dedup: out of memory for %zu request keys", total);
   } else {
     size_t at = 0;
     for (int32_t r = 0; r < world; r++) {
@@ -73,12 +73,12 @@ dcp_status dcpi_load_groups_build(const dcpi_load_key *const *keys, const size_t
         rk[at] = (dcpi_read_key){"", 2, coords + 2 * at, ZERO2, keys[r][i].bytes};
       }
     }
-    s = dcpi_read_groups_build(req, (size_t)world, world, policy, out, err);
+    rc = dcpi_read_groups_build(req, (size_t)world, world, policy, out, err);
   }
   free(req);
   free(rk);
   free(coords);
-  return s;
+  return rc;
 }
 
 int64_t dcpi_load_groups_find(const dcpi_read_groups *g, const dcpi_load_key *k) {
@@ -126,9 +126,9 @@ dcp_status dcpi_load_layout_groups(const dcp_state *st, int32_t world,
    * rank there. */
   size_t *count = calloc((size_t)world, sizeof *count);
   bool *used = calloc(st->ntensors ? st->ntensors : 1, sizeof *used);
-  dcp_status s = DCP_OK;
+  dcp_status rc = DCP_OK;
   if (!count || !used) {
-    s = dcpi_fail(err, DCP_ENOMEM, "read dedup: out of memory");
+    rc = dcpi_fail(err, DCP_ENOMEM, "read dedup: out of memory");
     goto out;
   }
   /* every tensor declared with a layout, even where this rank's box is
@@ -148,7 +148,7 @@ dcp_status dcpi_load_layout_groups(const dcp_state *st, int32_t world,
   dcpi_load_key **keys = calloc((size_t)world, sizeof *keys);
   size_t *n = calloc((size_t)world, sizeof *n);
   if (!pool || !keys || !n) {
-    s = dcpi_fail(err, DCP_ENOMEM, "read dedup: out of memory for %zu layout requests", total);
+    rc = dcpi_fail(err, DCP_ENOMEM, "read dedup: out of memory for %zu layout requests", total);
   } else {
     size_t at = 0;
     for (int32_t r = 0; r < world; r++) {
@@ -169,8 +169,8 @@ dcp_status dcpi_load_layout_groups(const dcp_state *st, int32_t world,
         keys[r][n[r]++] = dcpi_load_key_of(ti->fqn, ti->fqn_len, ti->ndim, off, sz, numel * es);
       }
     }
-    s = dcpi_load_groups_build((const dcpi_load_key *const *)keys, n, world, policy, out, err);
-    if (!s) *usable = true;
+    rc = dcpi_load_groups_build((const dcpi_load_key *const *)keys, n, world, policy, out, err);
+    if (!rc) *usable = true;
   }
   free(pool);
   free(keys);
@@ -178,7 +178,7 @@ dcp_status dcpi_load_layout_groups(const dcp_state *st, int32_t world,
 out:
   free(count);
   free(used);
-  return s;
+  return rc;
 }
 
 /* A 60-bit hash of everything members must agree on about group i. */
@@ -243,12 +243,12 @@ dcp_status dcpi_load_sched_build(const dcpi_read_groups *g, int32_t rank,
                                  dcpi_err *err) {
   entry *e = malloc((nkeys ? nkeys : 1) * sizeof *e);
   size_t ne = 0, nmem = 0;
-  dcp_status s = DCP_OK;
+  dcp_status rc = DCP_OK;
   if (!e) return dcpi_fail(err, DCP_ENOMEM, "read dedup: out of memory");
   for (size_t i = 0; i < nkeys; i++) {
     int64_t gi = dcpi_load_groups_find(g, &keys[i]);
     if (gi < 0) {
-      s = dcpi_fail(err, DCP_EINVAL, "read dedup: chunk %u is in no group", chunk_of[i]);
+      rc = dcpi_fail(err, DCP_EINVAL, "read dedup: chunk %u is in no group", chunk_of[i]);
       goto out;
     }
     const dcpi_read_group *grp = &g->groups[gi];
@@ -270,7 +270,7 @@ dcp_status dcpi_load_sched_build(const dcpi_read_groups *g, int32_t rank,
   sc->units = malloc((ne ? ne : 1) * sizeof *sc->units);
   sc->members = malloc((nmem ? nmem : 1) * sizeof *sc->members);
   if (!sc->items || !sc->units || !sc->members) {
-    s = dcpi_fail(err, DCP_ENOMEM, "read dedup: out of memory for %zu broadcasts", ne);
+    rc = dcpi_fail(err, DCP_ENOMEM, "read dedup: out of memory for %zu broadcasts", ne);
     goto out;
   }
   /* Cut each run of one (members, reader) into units: an item of at least
@@ -306,7 +306,7 @@ dcp_status dcpi_load_sched_build(const dcpi_read_groups *g, int32_t rank,
   (void)nchunks;
 out:
   free(e);
-  return s;
+  return rc;
 }
 
 /* ---- the collective decision -------------------------------------------- */
@@ -347,12 +347,12 @@ static dcp_status gather_hosts(dcpi_rt *rt, uint64_t **out) {
   uint64_t *all = malloc(world * sizeof *all);
   if (!all) /* the peers are left to their deadline in the allgather */
     return dcpi_fail(&rt->err, DCP_ENOMEM, "read dedup: out of memory for %zu host ids", world);
-  dcp_status s = dcpi_rt_allgather(rt, &mine, sizeof mine, all);
+  dcp_status rc = dcpi_rt_allgather(rt, &mine, sizeof mine, all);
   size_t same = 1;
-  while (!s && same < world && all[same] == all[0]) same++;
-  if (s || same == world) {
+  while (!rc && same < world && all[same] == all[0]) same++;
+  if (rc || same == world) {
     free(all);
-    return s;
+    return rc;
   }
   *out = all;
   return DCP_OK;
@@ -365,33 +365,33 @@ static dcp_status exchange_groups(dcpi_rt *rt, const dcpi_load_key *keys, size_t
   size_t world = (size_t)rt->ctx->world_size;
   uint64_t mine = nkeys, *counts = malloc(world * sizeof *counts);
   if (!counts) return dcpi_fail(&rt->err, DCP_ENOMEM, "read dedup: out of memory");
-  dcp_status s = dcpi_rt_allgather(rt, &mine, sizeof mine, counts);
+  dcp_status rc = dcpi_rt_allgather(rt, &mine, sizeof mine, counts);
   dcpi_load_key *send = NULL, *all = NULL;
   const dcpi_load_key **lists = NULL;
   size_t *n = NULL;
   uint64_t most = 0;
-  for (size_t r = 0; !s && r < world; r++)
+  for (size_t r = 0; !rc && r < world; r++)
     if (counts[r] > most) most = counts[r];
-  if (!s) {
+  if (!rc) {
     /* a failure here leaves the peers to their deadline in the allgather */
     send = calloc(most ? (size_t)most : 1, sizeof *send);
     all = malloc((most ? (size_t)most : 1) * world * sizeof *all);
     lists = malloc(world * sizeof *lists);
     n = malloc(world * sizeof *n);
     if (!send || !all || !lists || !n)
-      s = dcpi_fail(&rt->err, DCP_ENOMEM, "read dedup: out of memory for %llu x %zu keys",
+      rc = dcpi_fail(&rt->err, DCP_ENOMEM, "read dedup: out of memory for %llu x %zu keys",
                     (unsigned long long)most, world);
   }
-  if (!s) {
+  if (!rc) {
     if (nkeys) memcpy(send, keys, nkeys * sizeof *keys);
-    s = dcpi_rt_allgather(rt, send, (size_t)most * sizeof *send, all);
+    rc = dcpi_rt_allgather(rt, send, (size_t)most * sizeof *send, all);
   }
-  if (!s) {
+  if (!rc) {
     for (size_t r = 0; r < world; r++) {
       lists[r] = all + r * (size_t)most;
       n[r] = (size_t)counts[r];
     }
-    s = dcpi_load_groups_build((const dcpi_load_key *const *)lists, n, (int32_t)world, policy,
+    rc = dcpi_load_groups_build((const dcpi_load_key *const *)lists, n, (int32_t)world, policy,
                                out, &rt->err);
   }
   free(counts);
@@ -399,7 +399,7 @@ static dcp_status exchange_groups(dcpi_rt *rt, const dcpi_load_key *keys, size_t
   free(all);
   free(lists);
   free(n);
-  return s;
+  return rc;
 }
 
 enum { L_FAIL, L_MODE, L_MODE2, L_POL, L_POL2, L_NEED, L_A, L_B = L_A + 3, L_COUNT = L_B + 3 };
@@ -411,11 +411,11 @@ dcp_status dcpi_load_schedule(dcpi_rt *rt, const dcp_state *st, const dcp_load_o
   memset(sc, 0, sizeof *sc);
   sc->nchunks = st->nchunks;
   sc->role = calloc(st->nchunks ? st->nchunks : 1, 1);
-  dcp_status s = sc->role ? DCP_OK : dcpi_fail(&rt->err, DCP_ENOMEM, "out of memory");
+  dcp_status rc = sc->role ? DCP_OK : dcpi_fail(&rt->err, DCP_ENOMEM, "out of memory");
   /* The same on every rank (one plugin): no collective at all without
    * group broadcasts. */
   if (world == 1 || !(ctx->coll->caps & DCP_COLL_CAP_GROUPS) || !ctx->coll->group_bcast)
-    return s;
+    return rc;
   uint32_t mode = (uint32_t)o->read_dedup;
   dcpi_balance_policy policy = o->reader_policy == DCP_POLICY_LOWEST_RANK
                                    ? DCPI_BALANCE_LOWEST_RANK
@@ -428,27 +428,27 @@ dcp_status dcpi_load_schedule(dcpi_rt *rt, const dcp_state *st, const dcp_load_o
   uint64_t *hosts = NULL;
   bool usable = false;
   int64_t v[L_COUNT] = {0};
-  if (!s && local_on) s = own_keys(st, &keys, &chunk_of, &nkeys, &rt->err);
-  if (!s && local_on) s = dcpi_load_layout_groups(st, world, policy, &usable, &g, &rt->err);
-  if (!s && usable) dcpi_load_agreement_lanes(g, ctx->rank, keys, nkeys, v + L_A, v + L_B);
-  v[L_FAIL] = s != DCP_OK;
+  if (!rc && local_on) rc = own_keys(st, &keys, &chunk_of, &nkeys, &rt->err);
+  if (!rc && local_on) rc = dcpi_load_layout_groups(st, world, policy, &usable, &g, &rt->err);
+  if (!rc && usable) dcpi_load_agreement_lanes(g, ctx->rank, keys, nkeys, v + L_A, v + L_B);
+  v[L_FAIL] = rc != DCP_OK;
   v[L_MODE] = mode, v[L_MODE2] = (int64_t)mode * mode;
   v[L_POL] = policy, v[L_POL2] = (int64_t)policy * policy;
   v[L_NEED] = local_on && !usable;
   dcp_status c = dcpi_rt_allreduce(rt, v, L_COUNT, DCP_REDUCE_SUM);
   if (c) {
-    s = c;
+    rc = c;
     goto out;
   }
   if (v[L_FAIL]) goto agree;
   /* all equal iff n * sum(x^2) == sum(x)^2 */
   if (v[L_MODE2] * world != v[L_MODE] * v[L_MODE] || v[L_POL2] * world != v[L_POL] * v[L_POL]) {
-    s = dcpi_fail(&rt->err, DCP_EINVAL,
+    rc = dcpi_fail(&rt->err, DCP_EINVAL,
                   "load: the ranks passed different read_dedup or reader_policy options");
     goto agree;
   }
   if (!local_on) goto agree; /* the same on every rank now */
-  if ((s = gather_hosts(rt, &hosts))) goto agree;
+  if ((rc = gather_hosts(rt, &hosts))) goto agree;
   bool agreed = !memcmp(v + L_A, v + L_B, 3 * sizeof *v);
   if (!v[L_NEED] && agreed) {
     sc->path = DCPI_DEDUP_LAYOUT;
@@ -456,23 +456,23 @@ dcp_status dcpi_load_schedule(dcpi_rt *rt, const dcp_state *st, const dcp_load_o
     dcpi_read_groups_free(g);
     g = NULL;
     sc->path = DCPI_DEDUP_EXCHANGE;
-    if ((s = exchange_groups(rt, keys, nkeys, policy, &g))) goto agree;
+    if ((rc = exchange_groups(rt, keys, nkeys, policy, &g))) goto agree;
   }
-  if (hosts && (s = dcpi_read_groups_prefer_hosts(g, hosts, policy, &rt->err))) goto agree;
-  s = dcpi_load_sched_build(g, ctx->rank, keys, chunk_of, nkeys, st->nchunks, sc, &rt->err);
-  if (!s) {
+  if (hosts && (rc = dcpi_read_groups_prefer_hosts(g, hosts, policy, &rt->err))) goto agree;
+  rc = dcpi_load_sched_build(g, ctx->rank, keys, chunk_of, nkeys, st->nchunks, sc, &rt->err);
+  if (!rc) {
     sc->pack = malloc(sc->max_pack ? (size_t)sc->max_pack : 1);
     sc->runits = malloc((sc->nunits ? sc->nunits : 1) * sizeof *sc->runits);
     sc->own = malloc((st->nchunks ? st->nchunks : 1) * sizeof *sc->own);
     if (!sc->pack || !sc->runits || !sc->own)
-      s = dcpi_fail(&rt->err, DCP_ENOMEM, "read dedup: out of memory for the schedule");
+      rc = dcpi_fail(&rt->err, DCP_ENOMEM, "read dedup: out of memory for the schedule");
   }
 agree:
-  s = dcpi_rt_agree(rt, s);
+  rc = dcpi_rt_agree(rt, rc);
 out:
   free(keys);
   free(chunk_of);
   free(hosts);
   dcpi_read_groups_free(g);
-  return s;
+  return rc;
 }

@@ -79,8 +79,8 @@ static dcp_status guard(part_job *j, dcpi_err *err) {
                      "collective cannot replace it safely (remove it or save elsewhere)",
                      rt->path);
   dcpi_parts p;
-  dcp_status s = dcpi_parts_scan(rt, &p, err);
-  if (s) return s;
+  dcp_status rc = dcpi_parts_scan(rt, &p, err);
+  if (rc) return rc;
   uint64_t newest = dcpi_parts_max_seq(&p, j->st->rank);
   char legacy[DCPI_NAME_MAX];
   snprintf(legacy, sizeof legacy, DCPI_RANK_METADATA_FMT, (int)j->st->rank);
@@ -108,39 +108,39 @@ static dcp_status write_pieces(part_job *j, dcpi_md *md, const uint32_t *tid, dc
   const char *name = j->data;
   dcpi_block_writer *w = NULL;
   uint32_t file = 0;
-  dcp_status s = DCP_OK;
-  for (size_t i = 0; !s && i < st->nchunks + st->nbytes; i++) {
+  dcp_status rc = DCP_OK;
+  for (size_t i = 0; !rc && i < st->nchunks + st->nbytes; i++) {
     const dcpi_chunk_item *c = i < st->nchunks ? &st->chunks[i] : NULL;
     const dcpi_bytes_item *b = c ? NULL : &st->bytes[i - st->nchunks];
     if (c && (c->nbytes == 0 || !writes_chunk(st, c))) continue;
-    if (!w && !(s = dcpi_md_add_file(md, name, &file, err)))
-      s = dcpi_block_writer_open(rt, name, o->block_size, o->flags & DCP_SAVE_COMPRESS,
+    if (!w && !(rc = dcpi_md_add_file(md, name, &file, err)))
+      rc = dcpi_block_writer_open(rt, name, o->block_size, o->flags & DCP_SAVE_COMPRESS,
                                  o->zstd_level, &w, err);
     dcpi_ref ref = {0};
-    if (!s)
-      s = dcpi_block_writer_put_rows(w, c ? c->data : b->data, c ? (uint64_t)c->nbytes : b->len,
+    if (!rc)
+      rc = dcpi_block_writer_put_rows(w, c ? c->data : b->data, c ? (uint64_t)c->nbytes : b->len,
                                      c ? dcpi_chunk_row_bytes(c) : 0, &ref, err);
     dcp_storage_ref sr = {.file = file, .codec = ref.codec, .block_size = ref.block_size,
                           .offset = ref.offset, .stored_length = ref.stored_length,
                           .raw_length = ref.raw_length, .block_count = ref.block_count,
                           .block_checksums = ref.checksums, .block_stored_lengths = ref.stored_lens};
-    if (!s && c) s = dcpi_md_add_chunk(md, tid[c->tensor], c->box.offset, c->box.size, &sr, err);
-    if (!s && b)
-      s = dcpi_md_add_bytes(md, b->key, b->scope, b->scope == DCP_SCOPE_PER_RANK ? st->rank : -1,
+    if (!rc && c) rc = dcpi_md_add_chunk(md, tid[c->tensor], c->box.offset, c->box.size, &sr, err);
+    if (!rc && b)
+      rc = dcpi_md_add_bytes(md, b->key, b->scope, b->scope == DCP_SCOPE_PER_RANK ? st->rank : -1,
                             &sr, err);
-    if (!s) rt->ctx->stats.items_written++, rt->ctx->stats.data_bytes += sr.raw_length;
+    if (!rc) rt->ctx->stats.items_written++, rt->ctx->stats.data_bytes += sr.raw_length;
     dcpi_ref_free(&ref);
   }
   if (w) {
     dcp_status l = dcpi_md_set_file_length(md, file, dcpi_block_writer_length(w), err);
-    dcp_status c = dcpi_block_writer_close(w, s == DCP_OK, s ? NULL : err);
-    if (!s) s = l;
-    if (!s) s = c;
+    dcp_status c = dcpi_block_writer_close(w, rc == DCP_OK, rc ? NULL : err);
+    if (!rc) rc = l;
+    if (!rc) rc = c;
     /* the data file's directory entry is durable before <rank>.metadata
      * names it */
-    if (!s) s = dcpi_rt_sync_dir(rt, err);
+    if (!rc) rc = dcpi_rt_sync_dir(rt, err);
   }
-  return s;
+  return rc;
 }
 
 static dcp_status build_and_write(part_job *j, dcpi_err *err) {
@@ -148,38 +148,38 @@ static dcp_status build_and_write(part_job *j, dcpi_err *err) {
   const dcp_state *st = j->st;
   const dcp_save_options *o = j->o;
   dcpi_md *md;
-  dcp_status s = dcpi_md_create(&md);
-  if (s) return dcpi_fail(err, s, "out of memory for metadata");
+  dcp_status rc = dcpi_md_create(&md);
+  if (rc) return dcpi_fail(err, rc, "out of memory for metadata");
   uint32_t *tid = malloc((st->ntensors ? st->ntensors : 1) * sizeof *tid);
-  if (!tid) s = dcpi_fail(err, DCP_ENOMEM, "out of memory");
-  if (!s) s = dcpi_md_set_world(md, st->world_size, err);
-  if (!s) s = dcpi_md_set_identity(md, j->ident.id, j->ident.generation, st->rank, err);
-  for (size_t t = 0; !s && t < st->ntensors; t++)
-    s = dcpi_md_add_tensor(md, st->tensors[t].fqn, st->tensors[t].dtype, st->tensors[t].ndim,
+  if (!tid) rc = dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  if (!rc) rc = dcpi_md_set_world(md, st->world_size, err);
+  if (!rc) rc = dcpi_md_set_identity(md, j->ident.id, j->ident.generation, st->rank, err);
+  for (size_t t = 0; !rc && t < st->ntensors; t++)
+    rc = dcpi_md_add_tensor(md, st->tensors[t].fqn, st->tensors[t].dtype, st->tensors[t].ndim,
                            st->tensors[t].shape, -1, NULL, &tid[t], err);
-  for (size_t k = 0; !s && k < o->nkv; k++) s = dcpi_md_add_kv(md, o->kv_keys[k], o->kv_values[k], err);
+  for (size_t k = 0; !rc && k < o->nkv; k++) rc = dcpi_md_add_kv(md, o->kv_keys[k], o->kv_values[k], err);
   double t0 = dcpi_now();
-  if (!s) s = write_pieces(j, md, tid, err);
+  if (!rc) rc = write_pieces(j, md, tid, err);
   rt->ctx->stats.write_s = dcpi_now() - t0;
   void *enc = NULL;
   size_t len = 0;
   t0 = dcpi_now();
-  if (!s) s = dcpi_md_encode(md, &enc, &len, err);
+  if (!rc) rc = dcpi_md_encode(md, &enc, &len, err);
   char tmp[DCPI_NAME_MAX + 8];
   snprintf(tmp, sizeof tmp, "%s.tmp", j->part);
-  if (!s) s = dcpi_lease_check(j->lease, err);
+  if (!rc) rc = dcpi_lease_check(j->lease, err);
   uint64_t size;
   dcpi_err probe;
-  if (!s && dcpi_rt_file_size(rt, DCPI_METADATA_NAME, &size, &probe) == DCP_OK)
-    s = dcpi_fail(err, DCP_ESTALE,
+  if (!rc && dcpi_rt_file_size(rt, DCPI_METADATA_NAME, &size, &probe) == DCP_OK)
+    rc = dcpi_fail(err, DCP_ESTALE,
                   "a coordinated checkpoint was committed at %s while rank %d's part was "
                   "written; the part is not committed", rt->path, (int)st->rank);
-  if (!s) s = dcpi_rt_write_file_atomic(rt, j->part, tmp, enc, len, err);
+  if (!rc) rc = dcpi_rt_write_file_atomic(rt, j->part, tmp, enc, len, err);
   rt->ctx->stats.commit_s = dcpi_now() - t0;
   free(enc);
   free(tid);
   dcpi_md_free(md);
-  return s;
+  return rc;
 }
 
 /* Remove a part (first: it un-commits) and then its data file. */
@@ -269,8 +269,8 @@ static void clean_up(part_job *j) {
  * overwrite (the checkpoint is not loadable until every rank saved). */
 static dcp_status remove_own(part_job *j, dcpi_err *err) {
   dcpi_parts p;
-  dcp_status s = dcpi_parts_scan(j->rt, &p, err);
-  if (s) return s;
+  dcp_status rc = dcpi_parts_scan(j->rt, &p, err);
+  if (rc) return rc;
   for (size_t i = 0; i < p.nall; i++)
     if (p.all[i].rank == j->st->rank) remove_part(j->rt, &p.all[i]);
   dcpi_parts_free(&p);
@@ -292,15 +292,15 @@ dcp_status dcpi_local_save(dcpi_rt *rt, const dcp_state *st, const dcp_save_opti
   dcpi_tag_of(j.ident.id, j.ident.tag);
   char lease[DCPI_NAME_MAX];
   dcpi_name_rank_lease(lease, st->rank);
-  dcp_status s = dcpi_rt_open_storage(rt, DCP_STORAGE_CREATE);
-  if (!s) s = dcpi_lease_acquire(rt, lease, rt->ctx->lease_ms, &j.lease, err);
-  if (!s) s = guard(&j, err);
-  if (!s && (o->flags & DCP_SAVE_OVERWRITE) && (o->flags & DCP_SAVE_IN_PLACE))
-    s = remove_own(&j, err);
+  dcp_status rc = dcpi_rt_open_storage(rt, DCP_STORAGE_CREATE);
+  if (!rc) rc = dcpi_lease_acquire(rt, lease, rt->ctx->lease_ms, &j.lease, err);
+  if (!rc) rc = guard(&j, err);
+  if (!rc && (o->flags & DCP_SAVE_OVERWRITE) && (o->flags & DCP_SAVE_IN_PLACE))
+    rc = remove_own(&j, err);
   dcpi_name_data(j.data, st->rank, j.ident.generation, j.ident.tag);
   dcpi_name_part(j.part, st->rank, st->world_size, j.ident.generation, j.ident.tag);
-  if (!s) s = build_and_write(&j, err);
-  if (!s) clean_up(&j);
+  if (!rc) rc = build_and_write(&j, err);
+  if (!rc) clean_up(&j);
   dcpi_lease_release(j.lease);
-  return s;
+  return rc;
 }

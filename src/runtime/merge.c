@@ -100,11 +100,11 @@ static int seen_before(merger *g, dcpi_strmap *map, const void *key, size_t len,
 static dcp_status read_named(dcpi_rt *rt, const char *name, dcp_meta **out, dcpi_err *err) {
   uint8_t *data = NULL;
   size_t len = 0;
-  dcp_status s = dcpi_rt_read_file(rt, name, &data, &len, err);
-  if (!s && (s = dcp_meta_open_memory(rt->ctx, data, len, out)))
-    dcpi_fail(err, s, "%s/%s: %s", rt->path, name, dcp_ctx_last_error(rt->ctx));
+  dcp_status rc = dcpi_rt_read_file(rt, name, &data, &len, err);
+  if (!rc && (rc = dcp_meta_open_memory(rt->ctx, data, len, out)))
+    dcpi_fail(err, rc, "%s/%s: %s", rt->path, name, dcp_ctx_last_error(rt->ctx));
   free(data);
-  return s;
+  return rc;
 }
 
 /* The merged id of tensor ti of rank r's view, adding it on first sight;
@@ -122,9 +122,9 @@ static dcp_status merged_tensor(merger *g, dcp_meta *m, size_t ti, int32_t r, ui
                        "(dtype or shape)", r, info.fqn);
     return DCP_OK;
   }
-  dcp_status s = dcpi_md_add_tensor(g->md, info.fqn, info.dtype, info.ndim, info.shape, -1, NULL,
+  dcp_status rc = dcpi_md_add_tensor(g->md, info.fqn, info.dtype, info.ndim, info.shape, -1, NULL,
                                     tid, g->err);
-  if (s) return s;
+  if (rc) return rc;
   const char *key = own(g, info.fqn, len);
   if (!key || DCPI_RESERVE(g->forms, g->forms_cap, (size_t)*tid + 1) ||
       dcpi_strmap_put(&g->tensors, key, len, *tid, NULL) < 0)
@@ -220,15 +220,15 @@ static dcp_status add_files(merger *g, dcp_meta *m, int32_t r, uint32_t *file_ma
     const char *name;
     dcp_meta_file(m, f, &name);
     uint64_t length = 0;
-    dcp_status s = dcpi_md_add_file(g->md, name, &file_map[f], g->err);
-    if (!s && dcp_meta_file_length(m, f, &length) == DCP_OK)
-      s = dcpi_md_set_file_length(g->md, file_map[f], length, g->err);
-    if (s == DCP_EEXIST)
+    dcp_status rc = dcpi_md_add_file(g->md, name, &file_map[f], g->err);
+    if (!rc && dcp_meta_file_length(m, f, &length) == DCP_OK)
+      rc = dcpi_md_set_file_length(g->md, file_map[f], length, g->err);
+    if (rc == DCP_EEXIST)
       return dcpi_fail(g->err, DCP_ECORRUPT,
                        "rank %d's metadata names data file '%s', which an earlier rank's "
                        "metadata names too (a duplicated or copied <rank>.metadata?)", (int)r,
                        name);
-    if (s) return s;
+    if (rc) return rc;
   }
   return DCP_OK;
 }
@@ -242,16 +242,16 @@ static dcp_status add_rank(merger *g, dcp_meta *m, int32_t r, int32_t world) {
   size_t nf = dcp_meta_file_count(m);
   uint32_t *file_map = malloc((nf ? nf : 1) * sizeof *file_map);
   if (!file_map) return dcpi_fail(g->err, DCP_ENOMEM, "out of memory");
-  dcp_status s = add_files(g, m, r, file_map);
-  if (!s) s = add_chunks(g, m, r, file_map);
-  if (!s) s = add_bytes(g, m, r, file_map);
-  for (size_t k = 0; !s && r == 0 && k < dcp_meta_kv_count(m); k++) {
+  dcp_status rc = add_files(g, m, r, file_map);
+  if (!rc) rc = add_chunks(g, m, r, file_map);
+  if (!rc) rc = add_bytes(g, m, r, file_map);
+  for (size_t k = 0; !rc && r == 0 && k < dcp_meta_kv_count(m); k++) {
     const char *key, *value;
     dcp_meta_kv(m, k, &key, &value);
-    s = dcpi_md_add_kv(g->md, key, value, g->err);
+    rc = dcpi_md_add_kv(g->md, key, value, g->err);
   }
   free(file_map);
-  return s;
+  return rc;
 }
 
 /* ---- 0.2 per-rank metadata (<rank>.metadata) ----------------------------- */
@@ -270,9 +270,9 @@ static dcp_status check_no_extra(dcpi_rt *rt, int32_t world, dcpi_err *err) {
   uint64_t size;
   dcpi_err probe;
   snprintf(name, sizeof name, DCPI_RANK_METADATA_FMT, world);
-  dcp_status s = dcpi_rt_file_size(rt, name, &size, &probe);
-  if (s == DCP_ENOTFOUND) return DCP_OK;
-  if (s) return dcpi_fail(err, s, "%s", probe.msg);
+  dcp_status rc = dcpi_rt_file_size(rt, name, &size, &probe);
+  if (rc == DCP_ENOTFOUND) return DCP_OK;
+  if (rc) return dcpi_fail(err, rc, "%s", probe.msg);
   return dcpi_fail(err, DCP_ECORRUPT,
                    "%s holds %s, but rank 0's metadata names a world of %d: per-rank metadata "
                    "of saves with different world sizes are mixed (remove the stale files)",
@@ -290,9 +290,9 @@ static dcp_status check_complete(dcpi_rt *rt, int32_t world, dcpi_err *err) {
     uint64_t size;
     dcpi_err probe;
     snprintf(name, sizeof name, DCPI_RANK_METADATA_FMT, r);
-    dcp_status s = dcpi_rt_file_size(rt, name, &size, &probe);
-    if (s && s != DCP_ENOTFOUND) return dcpi_fail(err, s, "%s", probe.msg);
-    if (s == DCP_ENOTFOUND && n++ < 8)
+    dcp_status rc = dcpi_rt_file_size(rt, name, &size, &probe);
+    if (rc && rc != DCP_ENOTFOUND) return dcpi_fail(err, rc, "%s", probe.msg);
+    if (rc == DCP_ENOTFOUND && n++ < 8)
       snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s%d", n > 1 ? ", " : "",
                r);
   }
@@ -306,25 +306,25 @@ static dcp_status check_complete(dcpi_rt *rt, int32_t world, dcpi_err *err) {
 static dcp_status merge_legacy(dcpi_rt *rt, uint8_t **data, size_t *len, dcpi_err *err) {
   merger g = {.err = err};
   dcp_meta *m0 = NULL;
-  dcp_status s = read_legacy(rt, 0, &m0, err);
-  if (s) return s;
+  dcp_status rc = read_legacy(rt, 0, &m0, err);
+  if (rc) return rc;
   int32_t world = dcp_meta_world_size(m0);
-  s = check_complete(rt, world, err);
-  if (!s && (s = dcpi_md_create(&g.md))) dcpi_fail(err, s, "out of memory");
-  if (!s) s = dcpi_md_set_world(g.md, world, err);
-  if (!s) s = add_rank(&g, m0, 0, world);
+  rc = check_complete(rt, world, err);
+  if (!rc && (rc = dcpi_md_create(&g.md))) dcpi_fail(err, rc, "out of memory");
+  if (!rc) rc = dcpi_md_set_world(g.md, world, err);
+  if (!rc) rc = add_rank(&g, m0, 0, world);
   dcp_meta_free(m0);
-  for (int32_t r = 1; !s && r < world; r++) {
+  for (int32_t r = 1; !rc && r < world; r++) {
     dcp_meta *m;
-    if ((s = read_legacy(rt, r, &m, err))) break;
-    s = add_rank(&g, m, r, world);
+    if ((rc = read_legacy(rt, r, &m, err))) break;
+    rc = add_rank(&g, m, r, world);
     dcp_meta_free(m);
   }
   void *enc = NULL;
-  if (!s) s = dcpi_md_encode(g.md, &enc, len, err);
+  if (!rc) rc = dcpi_md_encode(g.md, &enc, len, err);
   merger_free(&g);
   *data = enc;
-  return s;
+  return rc;
 }
 
 /* ---- parts ------------------------------------------------------------- */
@@ -369,41 +369,41 @@ static dcp_status merge_parts(dcpi_rt *rt, const dcpi_part_save *sv, uint8_t **d
                               dcpi_err *err) {
   merger g = {.err = err};
   int32_t world = sv->parts[0].world;
-  dcp_status s = dcpi_md_create(&g.md);
-  if (s) dcpi_fail(err, s, "out of memory");
-  if (!s) s = dcpi_md_set_world(g.md, world, err);
-  for (size_t k = 0; !s && k < sv->n; k++) {
+  dcp_status rc = dcpi_md_create(&g.md);
+  if (rc) dcpi_fail(err, rc, "out of memory");
+  if (!rc) rc = dcpi_md_set_world(g.md, world, err);
+  for (size_t k = 0; !rc && k < sv->n; k++) {
     const dcpi_part *pt = &sv->parts[k];
     char name[DCPI_NAME_MAX];
     dcpi_name_part(name, pt->rank, pt->world, pt->seq, pt->tag);
     dcp_meta *m = NULL;
-    s = read_named(rt, name, &m, err);
-    if (s == DCP_ENOTFOUND) /* removed since the listing: a newer save completed */
+    rc = read_named(rt, name, &m, err);
+    if (rc == DCP_ENOTFOUND) /* removed since the listing: a newer save completed */
       rt->data_file_gone = 1;
-    if (!s) s = check_part(rt, m, pt, name, err);
+    if (!rc) rc = check_part(rt, m, pt, name, err);
     dcp_save_identity id;
-    if (!s && k == 0 && dcp_meta_identity(m, &id) == DCP_OK) /* the merged view is rank 0's save */
-      s = dcpi_md_set_identity(g.md, id.id, id.generation, -1, err);
-    if (!s) s = add_rank(&g, m, pt->rank, world);
+    if (!rc && k == 0 && dcp_meta_identity(m, &id) == DCP_OK) /* the merged view is rank 0's save */
+      rc = dcpi_md_set_identity(g.md, id.id, id.generation, -1, err);
+    if (!rc) rc = add_rank(&g, m, pt->rank, world);
     dcp_meta_free(m);
   }
   void *enc = NULL;
-  if (!s) s = dcpi_md_encode(g.md, &enc, len, err);
+  if (!rc) rc = dcpi_md_encode(g.md, &enc, len, err);
   merger_free(&g);
   *data = enc;
-  return s;
+  return rc;
 }
 
 dcp_status dcpi_merge_rank_metadata(dcpi_rt *rt, uint8_t **data, size_t *len, dcpi_err *err) {
   dcpi_parts p;
   *data = NULL;
-  dcp_status s = dcpi_parts_scan(rt, &p, err);
-  if (s) return s;
+  dcp_status rc = dcpi_parts_scan(rt, &p, err);
+  if (rc) return rc;
   const dcpi_part_save *sv = dcpi_parts_newest_complete(&p, 0);
-  if (sv) s = merge_parts(rt, sv, data, len, err);
-  else if (p.legacy) s = merge_legacy(rt, data, len, err);
-  else if (p.nsaves) s = incomplete(rt, &p, err);
-  else s = dcpi_fail(err, DCP_ENOTFOUND, "%s holds no checkpoint", rt->path);
+  if (sv) rc = merge_parts(rt, sv, data, len, err);
+  else if (p.legacy) rc = merge_legacy(rt, data, len, err);
+  else if (p.nsaves) rc = incomplete(rt, &p, err);
+  else rc = dcpi_fail(err, DCP_ENOTFOUND, "%s holds no checkpoint", rt->path);
   dcpi_parts_free(&p);
-  return s;
+  return rc;
 }

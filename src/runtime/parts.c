@@ -65,11 +65,11 @@ dcp_status dcpi_parts_group(dcpi_parts *p, dcpi_err *err) {
 dcp_status dcpi_parts_scan(dcpi_rt *rt, dcpi_parts *out, dcpi_err *err) {
   memset(out, 0, sizeof *out);
   scan sc = {out, 0};
-  dcp_status s = dcpi_rt_list(rt, on_name, &sc, err);
-  if (s == DCP_ENOMEM) dcpi_fail(err, s, "out of memory listing %s", rt->path);
-  if (!s) s = dcpi_parts_group(out, err);
-  if (s) dcpi_parts_free(out);
-  return s;
+  dcp_status rc = dcpi_rt_list(rt, on_name, &sc, err);
+  if (rc == DCP_ENOMEM) dcpi_fail(err, rc, "out of memory listing %s", rt->path);
+  if (!rc) rc = dcpi_parts_group(out, err);
+  if (rc) dcpi_parts_free(out);
+  return rc;
 }
 
 void dcpi_parts_free(dcpi_parts *p) {

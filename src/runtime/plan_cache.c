@@ -266,13 +266,13 @@ dcp_status dcpi_plan_entry_decode(const uint8_t *p, size_t len, dcpi_plan_entry 
   uint8_t *assignment = take_bytes(&r, (size_t)alen), *plans = NULL;
   size_t *lens = NULL;
   int32_t world = 0;
-  dcp_status s = assignment ? decode_plans(&r, &world, &plans, &lens, err)
+  dcp_status rc = assignment ? decode_plans(&r, &world, &plans, &lens, err)
                             : dcpi_fail(err, DCP_ENOMEM, "plan cache entry: out of memory");
-  if (!s && dcpi_r_left(&r) != 0)
-    s = dcpi_fail(err, DCP_ECORRUPT, "plan cache entry: trailing bytes");
-  if (s) {
+  if (!rc && dcpi_r_left(&r) != 0)
+    rc = dcpi_fail(err, DCP_ECORRUPT, "plan cache entry: trailing bytes");
+  if (rc) {
     free(assignment), free(plans), free(lens);
-    return s;
+    return rc;
   }
   *out = dcpi_plan_entry_new(key, gen, assignment, (size_t)alen, world, plans, lens, NULL);
   if (!*out) return dcpi_fail(err, DCP_ENOMEM, "plan cache entry: out of memory");
@@ -287,20 +287,20 @@ dcp_status dcpi_global_plan_from_encoded(const uint8_t *all, const size_t *lens,
   *out = NULL;
   dcpi_local_plan **plans = calloc((size_t)world, sizeof *plans);
   if (!plans) return dcpi_fail(err, DCP_ENOMEM, "out of memory for %d plans", world);
-  dcp_status s = DCP_OK;
+  dcp_status rc = DCP_OK;
   size_t at = 0;
-  for (int32_t r = 0; r < world && !s; at += lens[r], r++) {
-    s = dcpi_local_plan_decode(all + at, lens[r], &plans[r], err);
-    if (s) {
+  for (int32_t r = 0; r < world && !rc; at += lens[r], r++) {
+    rc = dcpi_local_plan_decode(all + at, lens[r], &plans[r], err);
+    if (rc) {
       char why[DCPI_ERR_MSG_MAX]; /* err->msg cannot be its own format argument */
       memcpy(why, err->msg, sizeof why);
-      dcpi_fail(err, s, "plan of rank %d: %.400s", r, why);
+      dcpi_fail(err, rc, "plan of rank %d: %.400s", r, why);
     }
   }
-  if (!s)
-    s = dcpi_global_plan_build((const dcpi_local_plan *const *)plans, (size_t)world, NULL, out,
+  if (!rc)
+    rc = dcpi_global_plan_build((const dcpi_local_plan *const *)plans, (size_t)world, NULL, out,
                                err);
   for (int32_t r = 0; r < world; r++) dcpi_local_plan_free(plans[r]);
   free(plans);
-  return s;
+  return rc;
 }

@@ -25,10 +25,10 @@ void dcpi_plan_file_write(dcpi_rt *rt, const dcpi_plan_entry *e) {
   dcpi_err ignored;
   dcp_storage_file *f = NULL;
   if (!w.status && !dcpi_rt_file_open(rt, DCPI_PLAN_FILE_TMP, DCP_FILE_WRITE, &f, &ignored)) {
-    dcp_status s = dcpi_rt_file_write(rt, f, w.data, w.len, &ignored);
-    if (dcpi_rt_file_close(rt, f, &ignored)) s = DCP_EIO;
-    if (!s) s = dcpi_rt_rename(rt, DCPI_PLAN_FILE_TMP, DCPI_PLAN_FILE_NAME, &ignored);
-    if (s) dcpi_rt_remove(rt, DCPI_PLAN_FILE_TMP, &ignored);
+    dcp_status rc = dcpi_rt_file_write(rt, f, w.data, w.len, &ignored);
+    if (dcpi_rt_file_close(rt, f, &ignored)) rc = DCP_EIO;
+    if (!rc) rc = dcpi_rt_rename(rt, DCPI_PLAN_FILE_TMP, DCPI_PLAN_FILE_NAME, &ignored);
+    if (rc) dcpi_rt_remove(rt, DCPI_PLAN_FILE_TMP, &ignored);
   }
   dcpi_wbuf_free(&w);
 }

@@ -50,11 +50,11 @@ bool dcpi_base_same(const dcpi_base *a, const dcpi_base *b) {
 /* The directory's parts: whether there are any, and their names' hash. */
 static dcp_status list_parts(dcpi_rt *rt, dcpi_base *out, dcpi_err *err) {
   listing l = {0};
-  dcp_status s = dcpi_rt_list(rt, collect, &l, err);
+  dcp_status rc = dcpi_rt_list(rt, collect, &l, err);
   out->parts = l.parts;
   out->parts_hash = l.parts_hash;
   listing_free(&l);
-  return s;
+  return rc;
 }
 
 dcp_status dcpi_base_read(dcpi_rt *rt, dcpi_base *out, dcpi_err *err) {
@@ -62,8 +62,8 @@ dcp_status dcpi_base_read(dcpi_rt *rt, dcpi_base *out, dcpi_err *err) {
   uint8_t *data = NULL;
   size_t len = 0;
   dcpi_err probe;
-  dcp_status s = dcpi_rt_read_file(rt, DCPI_METADATA_NAME, &data, &len, &probe);
-  if (s == DCP_OK) {
+  dcp_status rc = dcpi_rt_read_file(rt, DCPI_METADATA_NAME, &data, &len, &probe);
+  if (rc == DCP_OK) {
     out->committed = true;
     out->len = len;
     out->head = head_hash(data, len);
@@ -75,8 +75,8 @@ dcp_status dcpi_base_read(dcpi_rt *rt, dcpi_base *out, dcpi_err *err) {
       out->generation = id.generation;
     dcp_meta_free(m);
     free(data);
-  } else if (s != DCP_ENOTFOUND) {
-    return dcpi_fail(err, s, "%s", probe.msg);
+  } else if (rc != DCP_ENOTFOUND) {
+    return dcpi_fail(err, rc, "%s", probe.msg);
   }
   return list_parts(rt, out, err);
 }
@@ -85,24 +85,24 @@ dcp_status dcpi_base_peek(dcpi_rt *rt, int32_t rank, dcpi_base *out, dcpi_err *e
   memset(out, 0, sizeof *out);
   uint64_t size = 0;
   dcpi_err probe;
-  dcp_status s = dcpi_rt_file_size(rt, DCPI_METADATA_NAME, &size, &probe);
-  if (s == DCP_OK) {
+  dcp_status rc = dcpi_rt_file_size(rt, DCPI_METADATA_NAME, &size, &probe);
+  if (rc == DCP_OK) {
     uint8_t head[DCPI_BASE_HEAD];
     size_t n = size < sizeof head ? (size_t)size : sizeof head;
     dcp_storage_file *f;
-    if ((s = dcpi_rt_file_open(rt, DCPI_METADATA_NAME, DCP_FILE_READ, &f, err))) return s;
-    s = dcpi_rt_file_read(rt, f, head, n, 0, err);
+    if ((rc = dcpi_rt_file_open(rt, DCPI_METADATA_NAME, DCP_FILE_READ, &f, err))) return rc;
+    rc = dcpi_rt_file_read(rt, f, head, n, 0, err);
     dcpi_err ignored;
     dcpi_rt_file_close(rt, f, &ignored);
-    if (s) return s;
+    if (rc) return rc;
     out->committed = true, out->len = size, out->head = head_hash(head, n);
-  } else if (s != DCP_ENOTFOUND) {
-    return dcpi_fail(err, s, "%s", probe.msg);
+  } else if (rc != DCP_ENOTFOUND) {
+    return dcpi_fail(err, rc, "%s", probe.msg);
   }
-  if ((s = list_parts(rt, out, err))) return s;
+  if ((rc = list_parts(rt, out, err))) return rc;
   if (rank < 0) return DCP_OK;
   dcpi_parts p;
-  if ((s = dcpi_parts_scan(rt, &p, err))) return s;
+  if ((rc = dcpi_parts_scan(rt, &p, err))) return rc;
   out->rank_seq = dcpi_parts_max_seq(&p, rank);
   dcpi_parts_free(&p);
   return DCP_OK;
@@ -110,8 +110,8 @@ dcp_status dcpi_base_peek(dcpi_rt *rt, int32_t rank, dcpi_base *out, dcpi_err *e
 
 dcp_status dcpi_base_unchanged(dcpi_rt *rt, const dcpi_base *b, dcpi_err *err) {
   dcpi_base now;
-  dcp_status s = dcpi_base_read(rt, &now, err);
-  if (s) return s;
+  dcp_status rc = dcpi_base_read(rt, &now, err);
+  if (rc) return rc;
   if (dcpi_base_same(&now, b)) return DCP_OK;
   if (now.committed == b->committed && now.len == b->len && now.head == b->head)
     return dcpi_fail(err, DCP_ESTALE,
@@ -130,26 +130,26 @@ dcp_status dcpi_base_unchanged(dcpi_rt *rt, const dcpi_base *b, dcpi_err *err) {
 
 dcp_status dcpi_base_remove(dcpi_rt *rt, dcpi_err *err) {
   dcpi_err probe;
-  dcp_status s = dcpi_rt_remove(rt, DCPI_METADATA_NAME, &probe);
-  if (s && s != DCP_ENOTFOUND) return dcpi_fail(err, s, "%s", probe.msg);
+  dcp_status rc = dcpi_rt_remove(rt, DCPI_METADATA_NAME, &probe);
+  if (rc && rc != DCP_ENOTFOUND) return dcpi_fail(err, rc, "%s", probe.msg);
   /* no checkpoint is committed now: the parts of an uncoordinated one go
    * first (so none is ever half there), then data */
   listing l = {0};
-  if ((s = dcpi_rt_list(rt, collect, &l, err))) {
+  if ((rc = dcpi_rt_list(rt, collect, &l, err))) {
     listing_free(&l);
-    return s;
+    return rc;
   }
-  for (int pass = 0; pass < 2 && !s; pass++)
-    for (size_t i = 0; i < l.n && !s; i++) {
+  for (int pass = 0; pass < 2 && !rc; pass++)
+    for (size_t i = 0; i < l.n && !rc; i++) {
       dcpi_file_kind k = dcpi_name_parse(l.names[i], NULL);
       bool part = k == DCPI_FILE_PART || k == DCPI_FILE_LEGACY_PART;
       if (part != (pass == 0)) continue;
-      s = dcpi_rt_remove(rt, l.names[i], &probe);
-      if (s == DCP_ENOTFOUND) s = DCP_OK;
-      else if (s) dcpi_fail(err, s, "%s", probe.msg);
+      rc = dcpi_rt_remove(rt, l.names[i], &probe);
+      if (rc == DCP_ENOTFOUND) rc = DCP_OK;
+      else if (rc) dcpi_fail(err, rc, "%s", probe.msg);
     }
   listing_free(&l);
-  return s ? s : dcpi_rt_sync_dir(rt, err);
+  return rc ? rc : dcpi_rt_sync_dir(rt, err);
 }
 
 void dcpi_remove_other_saves(dcpi_rt *rt, const char *keep_tag) {

@@ -256,9 +256,9 @@ dcp_status dcpi_replica_check(dcpi_rt *rt, const dcp_state *st, const dcpi_local
   /* a rank without memory for its list sends none: rank 0 names it */
   uint8_t *all = NULL;
   size_t *lens = NULL;
-  dcp_status s = dcpi_rt_gather_bytes(rt, mine, mine ? len : 0, 0, &all, &lens);
+  dcp_status rc = dcpi_rt_gather_bytes(rt, mine, mine ? len : 0, 0, &all, &lens);
   free(mine);
-  if (s) return s;
+  if (rc) return rc;
   verdict v = {0};
   if (ctx->rank == 0) {
     lists l = {all, lens, calloc((size_t)ctx->world_size, sizeof(size_t)), ctx->world_size};
@@ -274,8 +274,8 @@ dcp_status dcpi_replica_check(dcpi_rt *rt, const dcp_state *st, const dcpi_local
   }
   free(all);
   free(lens);
-  s = dcpi_rt_bcast(rt, &v, sizeof v, 0);
-  if (s) return s;
+  rc = dcpi_rt_bcast(rt, &v, sizeof v, 0);
+  if (rc) return rc;
   v.message[sizeof v.message - 1] = '\0';
   dcp_status verdict_s = (dcp_status)v.status;
   if (rep) {
@@ -303,23 +303,23 @@ static dcp_status check(dcpi_rt *rt, dcp_state *st, uint32_t flags, dcp_replica_
   dcpi_global_plan *gp = NULL;
   uint8_t *enc = NULL, *all = NULL;
   size_t enc_len = 0, *lens = NULL;
-  dcp_status s = dcpi_local_plan_from_state(st, &so, &lp, &rt->err);
-  if (!s) s = dcpi_local_plan_encode(lp, &enc, &enc_len, &rt->err);
-  s = dcpi_rt_agree(rt, s);
-  if (!s) s = dcpi_rt_gather_bytes(rt, enc, enc_len, 0, &all, &lens);
+  dcp_status rc = dcpi_local_plan_from_state(st, &so, &lp, &rt->err);
+  if (!rc) rc = dcpi_local_plan_encode(lp, &enc, &enc_len, &rt->err);
+  rc = dcpi_rt_agree(rt, rc);
+  if (!rc) rc = dcpi_rt_gather_bytes(rt, enc, enc_len, 0, &all, &lens);
   free(enc);
-  if (!s) {
+  if (!rc) {
     dcp_status local = DCP_OK;
     if (ctx->rank == 0) local = dcpi_global_plan_from_encoded(all, lens, ctx->world_size, &gp,
                                                               &rt->err);
-    s = dcpi_rt_agree(rt, local);
+    rc = dcpi_rt_agree(rt, local);
   }
   free(all);
   free(lens);
-  if (!s) s = dcpi_replica_check(rt, st, lp, gp, flags & DCP_CHECK_REPORT_ONLY, rep);
+  if (!rc) rc = dcpi_replica_check(rt, st, lp, gp, flags & DCP_CHECK_REPORT_ONLY, rep);
   dcpi_global_plan_free(gp);
   dcpi_local_plan_free(lp);
-  return s;
+  return rc;
 }
 
 dcp_status dcp_check_replicas(dcp_ctx *ctx, dcp_state *st, uint32_t flags,
@@ -328,26 +328,26 @@ dcp_status dcp_check_replicas(dcp_ctx *ctx, dcp_state *st, uint32_t flags,
   dcp_stats keep = ctx->stats; /* the last save's or load's, kept */
   dcpi_rt rt;
   dcpi_rt_begin(&rt, ctx, NULL);
-  dcp_status s = DCP_OK;
+  dcp_status rc = DCP_OK;
   if (report && report->struct_size < 4)
-    s = dcpi_fail(&rt.err, DCP_EINVAL, "check_replicas: report struct_size %u too small",
+    rc = dcpi_fail(&rt.err, DCP_EINVAL, "check_replicas: report struct_size %u too small",
                   report->struct_size);
   else if (!st || st->ctx != ctx)
-    s = dcpi_fail(&rt.err, DCP_EINVAL, "check_replicas: the state is NULL or from another context");
+    rc = dcpi_fail(&rt.err, DCP_EINVAL, "check_replicas: the state is NULL or from another context");
   else if (flags & ~(uint32_t)DCP_CHECK_REPORT_ONLY)
-    s = dcpi_fail(&rt.err, DCP_EINVAL, "check_replicas: unknown flags 0x%x", flags);
+    rc = dcpi_fail(&rt.err, DCP_EINVAL, "check_replicas: unknown flags 0x%x", flags);
   else if (!ctx->comm)
-    s = dcpi_fail(&rt.err, DCP_EINVAL, "check_replicas: a detached rank (no collective) has "
+    rc = dcpi_fail(&rt.err, DCP_EINVAL, "check_replicas: a detached rank (no collective) has "
                   "no replicas to compare with");
-  if (s && ctx->comm) s = dcpi_rt_agree(&rt, s); /* the others fail too */
-  if (!s) s = check(&rt, st, flags, report);
-  if (s && s != DCP_EREPLICA && report && report->struct_size >= 4) {
+  if (rc && ctx->comm) rc = dcpi_rt_agree(&rt, rc); /* the others fail too */
+  if (!rc) rc = check(&rt, st, flags, report);
+  if (rc && rc != DCP_EREPLICA && report && report->struct_size >= 4) {
     /* a failure before a verdict: the report says it too */
-    dcp_replica_report full = {.struct_size = sizeof full, .status = s};
+    dcp_replica_report full = {.struct_size = sizeof full, .status = rc};
     snprintf(full.message, sizeof full.message, "%s", rt.err.msg);
     dcpi_sized_fill(report, &full, sizeof full);
   }
-  s = dcpi_rt_end(&rt);
+  rc = dcpi_rt_end(&rt);
   ctx->stats = keep;
-  return s;
+  return rc;
 }

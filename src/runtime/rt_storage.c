@@ -11,10 +11,10 @@
 static dcp_status ensure_plugin(dcpi_rt *rt) {
   if (rt->ctx->storage) return DCP_OK;
   const void *table;
-  dcp_status s = dcpi_plugin_find(DCP_PLUGIN_STORAGE, "posix", rt->ctx->plugin_path, &table,
+  dcp_status rc = dcpi_plugin_find(DCP_PLUGIN_STORAGE, "posix", rt->ctx->plugin_path, &table,
                                   &rt->err);
-  if (!s) rt->ctx->storage = table;
-  return s;
+  if (!rc) rt->ctx->storage = table;
+  return rc;
 }
 
 static dcp_status done(dcpi_rt *rt, int rc, const dcp_plugin_err *perr, const char *op,
@@ -104,22 +104,22 @@ dcp_status dcpi_rt_read_file(dcpi_rt *rt, const char *name, uint8_t **data, size
   uint64_t size;
   dcp_storage_file *f;
   *data = NULL;
-  dcp_status s = dcpi_rt_file_size(rt, name, &size, err);
-  if (s) return s;
+  dcp_status rc = dcpi_rt_file_size(rt, name, &size, err);
+  if (rc) return rc;
   if (size > SIZE_MAX / 2) return dcpi_fail(err, DCP_ECORRUPT, "'%s' is %llu bytes", name,
                                             (unsigned long long)size);
   uint8_t *buf = malloc(size ? (size_t)size : 1);
   if (!buf) return dcpi_fail(err, DCP_ENOMEM, "out of memory for '%s'", name);
-  if ((s = dcpi_rt_file_open(rt, name, DCP_FILE_READ, &f, err))) {
+  if ((rc = dcpi_rt_file_open(rt, name, DCP_FILE_READ, &f, err))) {
     free(buf);
-    return s;
+    return rc;
   }
-  s = dcpi_rt_file_read(rt, f, buf, (size_t)size, 0, err);
+  rc = dcpi_rt_file_read(rt, f, buf, (size_t)size, 0, err);
   dcpi_err ignored;
-  dcpi_rt_file_close(rt, f, s ? &ignored : err);
-  if (s) {
+  dcpi_rt_file_close(rt, f, rc ? &ignored : err);
+  if (rc) {
     free(buf);
-    return s;
+    return rc;
   }
   *data = buf;
   *len = (size_t)size;
@@ -129,15 +129,15 @@ dcp_status dcpi_rt_read_file(dcpi_rt *rt, const char *name, uint8_t **data, size
 dcp_status dcpi_rt_write_file_atomic(dcpi_rt *rt, const char *name, const char *tmp_name,
                                      const void *data, size_t len, dcpi_err *err) {
   dcp_storage_file *f;
-  dcp_status s = dcpi_rt_file_open(rt, tmp_name, DCP_FILE_WRITE, &f, err);
-  if (s) return s;
-  s = dcpi_rt_file_write(rt, f, data, len, err);
-  if (!s) s = dcpi_rt_file_sync(rt, f, err);
+  dcp_status rc = dcpi_rt_file_open(rt, tmp_name, DCP_FILE_WRITE, &f, err);
+  if (rc) return rc;
+  rc = dcpi_rt_file_write(rt, f, data, len, err);
+  if (!rc) rc = dcpi_rt_file_sync(rt, f, err);
   dcpi_err ignored;
-  dcp_status c = dcpi_rt_file_close(rt, f, s ? &ignored : err);
-  if (!s) s = c;
-  if (!s) s = dcpi_rt_rename(rt, tmp_name, name, err);
-  if (!s) s = dcpi_rt_sync_dir(rt, err);
-  if (s) dcpi_rt_remove(rt, tmp_name, &ignored); /* best effort */
-  return s;
+  dcp_status c = dcpi_rt_file_close(rt, f, rc ? &ignored : err);
+  if (!rc) rc = c;
+  if (!rc) rc = dcpi_rt_rename(rt, tmp_name, name, err);
+  if (!rc) rc = dcpi_rt_sync_dir(rt, err);
+  if (rc) dcpi_rt_remove(rt, tmp_name, &ignored); /* best effort */
+  return rc;
 }

@@ -83,9 +83,9 @@ static void job_free(save_job *j) {
  * overwrite) and make the save's identity. */
 static dcp_status claim_directory(save_job *j, dcpi_err *err) {
   dcpi_rt *rt = j->rt;
-  dcp_status s = dcpi_lease_acquire(rt, DCPI_COORD_LEASE, rt->ctx->lease_ms, &j->lease, err);
-  if (!s) s = dcpi_base_read(rt, &j->base, err);
-  if (s) return s;
+  dcp_status rc = dcpi_lease_acquire(rt, DCPI_COORD_LEASE, rt->ctx->lease_ms, &j->lease, err);
+  if (!rc) rc = dcpi_base_read(rt, &j->base, err);
+  if (rc) return rc;
   if (j->expected && !dcpi_base_same(j->expected, &j->base))
     return dcpi_fail(err, DCP_ESTALE,
                      "the checkpoint at %s changed after this async save started (another "
@@ -100,11 +100,11 @@ static dcp_status claim_directory(save_job *j, dcpi_err *err) {
     return dcpi_fail(err, DCP_EEXIST,
                      "a checkpoint saved without a collective is at %s (set "
                      "DCP_SAVE_OVERWRITE to replace it)", rt->path);
-  if ((s = dcpi_save_id_random(j->ident.id)))
-    return dcpi_fail(err, s, "no random bytes for the save's id");
+  if ((rc = dcpi_save_id_random(j->ident.id)))
+    return dcpi_fail(err, rc, "no random bytes for the save's id");
   j->ident.generation = j->base.generation + 1;
-  if (overwrite && (j->opts.flags & DCP_SAVE_IN_PLACE) && (s = dcpi_base_remove(rt, err)))
-    return s;
+  if (overwrite && (j->opts.flags & DCP_SAVE_IN_PLACE) && (rc = dcpi_base_remove(rt, err)))
+    return rc;
   if (overwrite && (j->opts.flags & DCP_SAVE_IN_PLACE)) return dcpi_base_read(rt, &j->base, err);
   return DCP_OK;
 }
@@ -118,12 +118,12 @@ static dcp_status prepare(save_job *j) {
                                                        : DCPI_BALANCE_LEAST_LOADED;
   so.block_size = j->opts.block_size;
   so.flags = j->opts.flags & DCP_SAVE_COMPRESS;
-  dcp_status s = dcpi_rt_open_storage(rt, DCP_STORAGE_CREATE);
-  if (!s && rt->ctx->rank == 0) s = claim_directory(j, err);
-  if (!s) s = dcpi_local_plan_from_state(j->st, &so, &j->lp, err);
-  if (!s) s = dcpi_local_plan_encode(j->lp, &j->plan_enc, &j->plan_len, err);
-  if (!s) s = dcpi_plan_hash(j->lp, &j->key, err);
-  return s;
+  dcp_status rc = dcpi_rt_open_storage(rt, DCP_STORAGE_CREATE);
+  if (!rc && rt->ctx->rank == 0) rc = claim_directory(j, err);
+  if (!rc) rc = dcpi_local_plan_from_state(j->st, &so, &j->lp, err);
+  if (!rc) rc = dcpi_local_plan_encode(j->lp, &j->plan_enc, &j->plan_len, err);
+  if (!rc) rc = dcpi_plan_hash(j->lp, &j->key, err);
+  return rc;
 }
 
 /* Every rank learns the identity rank 0 made (its files are named after it). */
@@ -131,8 +131,8 @@ static dcp_status learn_identity(save_job *j) {
   uint8_t msg[24];
   memcpy(msg, j->ident.id, 16);
   for (int i = 0; i < 8; i++) msg[16 + i] = (uint8_t)(j->ident.generation >> (8 * i));
-  dcp_status s = dcpi_rt_bcast(j->rt, msg, sizeof msg, 0);
-  if (s) return s;
+  dcp_status rc = dcpi_rt_bcast(j->rt, msg, sizeof msg, 0);
+  if (rc) return rc;
   memcpy(j->ident.id, msg, 16);
   j->ident.generation = 0;
   for (int i = 0; i < 8; i++) j->ident.generation |= (uint64_t)msg[16 + i] << (8 * i);
@@ -159,11 +159,11 @@ static dcp_status try_cache(save_job *j, bool *hit, dcp_status *local) {
   /* MIN over {-miss, gen, -gen}: any miss shows as -1, and min(gen) ==
    * -min(-gen) == max(gen) says every rank holds the same generation. */
   int64_t v[3] = {e ? 0 : -1, e ? e->generation : 0, e ? -e->generation : 0};
-  dcp_status s = dcpi_rt_allreduce(rt, v, 3, DCP_REDUCE_MIN);
-  *hit = !s && v[0] == 0 && v[1] == -v[2] && v[1] > 0;
+  dcp_status rc = dcpi_rt_allreduce(rt, v, 3, DCP_REDUCE_MIN);
+  *hit = !rc && v[0] == 0 && v[1] == -v[2] && v[1] > 0;
   if (!*hit) {
     dcpi_plan_cache_release(cache, e);
-    return s;
+    return rc;
   }
   j->entry = e;
   if (!(j->assignment = malloc(e->assignment_len ? e->assignment_len : 1))) {
@@ -182,8 +182,8 @@ static dcp_status try_cache(save_job *j, bool *hit, dcp_status *local) {
  * keeps using for the commit (through its reference to the entry). */
 static dcp_status remember_plan(save_job *j) {
   dcpi_rt *rt = j->rt;
-  dcp_status s = dcpi_rt_bcast(rt, &j->generation, sizeof j->generation, 0);
-  if (s) return s;
+  dcp_status rc = dcpi_rt_bcast(rt, &j->generation, sizeof j->generation, 0);
+  if (rc) return rc;
   uint8_t *copy = malloc(j->assignment_len ? j->assignment_len : 1);
   if (!copy) return DCP_OK; /* the cache is an optimisation, never an error */
   memcpy(copy, j->assignment, j->assignment_len);
@@ -247,24 +247,24 @@ static dcp_status plan(save_job *j) {
   int32_t world = rt->ctx->world_size;
   uint8_t *all = NULL;
   size_t *lens = NULL;
-  dcp_status s = dcpi_rt_gather_bytes(rt, j->plan_enc, j->plan_len, 0, &all, &lens);
-  if (s) return s;
+  dcp_status rc = dcpi_rt_gather_bytes(rt, j->plan_enc, j->plan_len, 0, &all, &lens);
+  if (rc) return rc;
   dcpi_wbuf *msgs = NULL;
   if (rt->ctx->rank == 0) {
     size_t total = 0;
     for (int32_t r = 0; r < world; r++) total += lens[r];
     /* the generation names this set of plans: 63 bits, never 0 */
     j->generation = (int64_t)(XXH3_64bits(all, total) & INT64_MAX) | 1;
-    s = dcpi_global_plan_from_encoded(all, lens, world, &j->gp, &rt->err);
+    rc = dcpi_global_plan_from_encoded(all, lens, world, &j->gp, &rt->err);
     j->gp_owned = j->gp != NULL;
-    if (!s && !(msgs = calloc((size_t)world, sizeof *msgs)))
-      s = dcpi_fail(&rt->err, DCP_ENOMEM, "out of memory");
-    if (!s) s = dcpi_save_encode_assignments(j->gp, world, msgs, &rt->err);
+    if (!rc && !(msgs = calloc((size_t)world, sizeof *msgs)))
+      rc = dcpi_fail(&rt->err, DCP_ENOMEM, "out of memory");
+    if (!rc) rc = dcpi_save_encode_assignments(j->gp, world, msgs, &rt->err);
   }
   /* rank 0 keeps every rank's plan for the cache entry */
   if (rt->ctx->rank == 0) j->all_plans = all, j->plan_lens = lens;
   else free(all), free(lens);
-  if ((s = dcpi_rt_agree(rt, s))) goto out;
+  if ((rc = dcpi_rt_agree(rt, rc))) goto out;
   const uint8_t **bufs = NULL;
   size_t *blens = NULL;
   if (msgs) {
@@ -272,13 +272,13 @@ static dcp_status plan(save_job *j) {
     blens = malloc((size_t)world * sizeof *blens);
     for (int32_t r = 0; bufs && blens && r < world; r++) bufs[r] = msgs[r].data, blens[r] = msgs[r].len;
   }
-  s = dcpi_rt_scatter_bytes(rt, bufs, blens, 0, &j->assignment, &j->assignment_len);
+  rc = dcpi_rt_scatter_bytes(rt, bufs, blens, 0, &j->assignment, &j->assignment_len);
   free(bufs);
   free(blens);
 out:
   for (int32_t r = 0; msgs && r < world; r++) dcpi_wbuf_free(&msgs[r]);
   free(msgs);
-  return s;
+  return rc;
 }
 
 /* ---- write -------------------------------------------------------------- */
@@ -297,14 +297,14 @@ static dcp_status write_piece(save_job *j, uint8_t kind, uint64_t gidx, const vo
   if (!j->writer) {
     char name[DCPI_NAME_MAX];
     dcpi_name_data(name, rt->ctx->rank, 0, j->ident.tag);
-    dcp_status s = dcpi_block_writer_open(rt, name, j->opts.block_size,
+    dcp_status rc = dcpi_block_writer_open(rt, name, j->opts.block_size,
                                           j->opts.flags & DCP_SAVE_COMPRESS,
                                           j->opts.zstd_level, &j->writer, err);
-    if (s) return s;
+    if (rc) return rc;
   }
   dcpi_ref ref;
-  dcp_status s = dcpi_block_writer_put_rows(j->writer, data, len, row_bytes, &ref, err);
-  if (s) return s;
+  dcp_status rc = dcpi_block_writer_put_rows(j->writer, data, len, row_bytes, &ref, err);
+  if (rc) return rc;
   dcpi_commit_put_result(&j->results, kind, gidx, &ref);
   dcpi_ref_free(&ref);
   rt->ctx->stats.items_written++;
@@ -334,8 +334,8 @@ static dcp_status write_assigned(save_job *j, dcpi_rbuf *r, dcpi_err *err) {
                        "%lld-byte chunk)", (unsigned long long)off, (unsigned long long)len,
                        (long long)c->nbytes);
     const uint8_t *data = c->data ? (const uint8_t *)c->data + off : NULL;
-    dcp_status s = write_piece(j, DCPI_RESULT_CHUNK, g, data, len, dcpi_chunk_row_bytes(c), err);
-    if (s) return s;
+    dcp_status rc = write_piece(j, DCPI_RESULT_CHUNK, g, data, len, dcpi_chunk_row_bytes(c), err);
+    if (rc) return rc;
   }
   if (!dcpi_r_varint(r, &n)) return dcpi_fail(err, DCP_ECORRUPT, "malformed assignment");
   for (uint64_t k = 0; k < n; k++) {
@@ -345,8 +345,8 @@ static dcp_status write_assigned(save_job *j, dcpi_rbuf *r, dcpi_err *err) {
       return dcpi_fail(err, DCP_ECORRUPT, "malformed assignment (bytes %llu)",
                        (unsigned long long)k);
     const dcpi_bytes_item *b = &st->bytes[bv.source];
-    dcp_status s = write_piece(j, DCPI_RESULT_BYTES, g, b->data, b->len, 0, err);
-    if (s) return s;
+    dcp_status rc = write_piece(j, DCPI_RESULT_BYTES, g, b->data, b->len, 0, err);
+    if (rc) return rc;
   }
   return DCP_OK;
 }
@@ -358,23 +358,23 @@ static bool rt_has_progress(const save_job *j) {
 static dcp_status write_data(save_job *j) {
   dcpi_err *err = &j->rt->err;
   dcpi_rbuf r = {j->assignment, j->assignment_len, 0};
-  dcp_status s = DCP_OK;
+  dcp_status rc = DCP_OK;
   if (rt_has_progress(j)) { /* the total first, for the progress reports */
     dcpi_rbuf sizes = r;
     j->counting = true;
-    s = write_assigned(j, &sizes, err);
+    rc = write_assigned(j, &sizes, err);
     j->counting = false;
   }
-  if (!s) s = write_assigned(j, &r, err);
-  if (!j->writer) return s;
+  if (!rc) rc = write_assigned(j, &r, err);
+  if (!j->writer) return rc;
   j->file_length = dcpi_block_writer_length(j->writer);
-  dcp_status c = dcpi_block_writer_close(j->writer, s == DCP_OK, s ? NULL : err);
+  dcp_status c = dcpi_block_writer_close(j->writer, rc == DCP_OK, rc ? NULL : err);
   j->writer = NULL;
   /* the new file's directory entry is durable before rank 0 can commit:
    * rank 0's directory sync after the commit may not cover it (sharedfs
    * keeps files in fan-out subdirectories) */
-  if (!s && !c) c = dcpi_rt_sync_dir(j->rt, err);
-  return s ? s : c;
+  if (!rc && !c) c = dcpi_rt_sync_dir(j->rt, err);
+  return rc ? rc : c;
 }
 
 /* ---- driver ------------------------------------------------------------- */
@@ -386,24 +386,24 @@ static dcp_status run(save_job *j) {
   uint64_t coll0 = stats->coll_bytes;
   bool hit = false;
   dcp_status local = DCP_OK;
-  dcp_status s = dcpi_rt_agree(rt, prepare(j));
-  if (!s) s = learn_identity(j);
+  dcp_status rc = dcpi_rt_agree(rt, prepare(j));
+  if (!rc) rc = learn_identity(j);
   /* a restarted job: its plan may be the one recorded in the directory */
-  bool seeded = !s && dcpi_plan_file_seed(rt, j->key, j->plan_enc, j->plan_len);
-  if (!s) s = try_cache(j, &hit, &local);
-  if (!s && !hit) s = plan(j);
-  if (!s && !hit) s = remember_plan(j);
-  if (!s) s = dcpi_rt_agree(rt, local);
-  if (!s && (j->opts.flags & DCP_SAVE_CHECK_REPLICAS)) /* before anything is written */
-    s = dcpi_replica_check(rt, j->st, j->lp, j->gp, false, NULL);
+  bool seeded = !rc && dcpi_plan_file_seed(rt, j->key, j->plan_enc, j->plan_len);
+  if (!rc) rc = try_cache(j, &hit, &local);
+  if (!rc && !hit) rc = plan(j);
+  if (!rc && !hit) rc = remember_plan(j);
+  if (!rc) rc = dcpi_rt_agree(rt, local);
+  if (!rc && (j->opts.flags & DCP_SAVE_CHECK_REPLICAS)) /* before anything is written */
+    rc = dcpi_replica_check(rt, j->st, j->lp, j->gp, false, NULL);
   stats->plan_s = dcpi_now() - t;
   stats->plan_cache_hit = hit;
   stats->plan_coll_bytes = stats->coll_bytes - coll0;
-  if (s) return s;
+  if (rc) return rc;
   t = dcpi_now();
-  s = dcpi_rt_agree(rt, write_data(j));
+  rc = dcpi_rt_agree(rt, write_data(j));
   stats->write_s = dcpi_now() - t;
-  if (s) return s;
+  if (rc) return rc;
   t = dcpi_now();
   dcpi_wbuf replicas = {0};
   for (size_t b = 0; b < j->st->nbytes; b++) { /* every holder's copy, for rank 0 to compare */
@@ -415,12 +415,12 @@ static dcp_status run(save_job *j) {
                          .replicas = &replicas,
                          .file_length = j->file_length, .ident = &j->ident,
                          .base = &j->base, .lease = j->lease};
-  s = dcpi_commit(rt, &ca);
+  rc = dcpi_commit(rt, &ca);
   dcpi_wbuf_free(&replicas);
   /* the plan, for a restarted job's first save (unless it came from there) */
-  if (!s && rt->ctx->rank == 0 && !(seeded && hit)) dcpi_plan_file_write(rt, j->entry);
+  if (!rc && rt->ctx->rank == 0 && !(seeded && hit)) dcpi_plan_file_write(rt, j->entry);
   stats->commit_s = dcpi_now() - t;
-  return s;
+  return rc;
 }
 
 dcp_status dcp_save(dcp_ctx *ctx, dcp_state *st, const char *path,
@@ -434,24 +434,24 @@ dcp_status dcpi_save_over(dcp_ctx *ctx, dcp_state *st, const char *path,
   dcpi_rt rt;
   dcpi_rt_begin(&rt, ctx, path);
   save_job j = {.rt = &rt, .st = st, .expected = expected};
-  dcp_status s = DCP_OK;
+  dcp_status rc = DCP_OK;
   if (!st || st->ctx != ctx)
-    s = dcpi_fail(&rt.err, DCP_EINVAL, "save: the state is NULL or from another context");
+    rc = dcpi_fail(&rt.err, DCP_EINVAL, "save: the state is NULL or from another context");
   else if (!path || !*path)
-    s = dcpi_fail(&rt.err, DCP_EINVAL, "save: empty checkpoint path");
+    rc = dcpi_fail(&rt.err, DCP_EINVAL, "save: empty checkpoint path");
   else
-    s = dcpi_save_options_effective(opts, &j.opts, &rt.err);
+    rc = dcpi_save_options_effective(opts, &j.opts, &rt.err);
   if (!ctx->comm) {
     /* a detached rank: the "none" coordination, <rank>.metadata */
-    if (!s && (j.opts.flags & DCP_SAVE_CHECK_REPLICAS))
+    if (!rc && (j.opts.flags & DCP_SAVE_CHECK_REPLICAS))
       dcpi_fail(&rt.err, DCP_EINVAL, "save: DCP_SAVE_CHECK_REPLICAS needs a collective");
-    else if (!s) dcpi_local_save(&rt, st, &j.opts, expected);
+    else if (!rc) dcpi_local_save(&rt, st, &j.opts, expected);
     return dcpi_rt_end(&rt);
   }
   /* Bad arguments on one rank still go through an agreement, so the other
    * ranks fail too instead of waiting for this one. */
-  s = s ? dcpi_rt_agree(&rt, s) : run(&j);
-  (void)s;
+  rc = rc ? dcpi_rt_agree(&rt, rc) : run(&j);
+  (void)rc;
   job_free(&j);
   return dcpi_rt_end(&rt);
 }

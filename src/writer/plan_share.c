@@ -10,24 +10,24 @@
 dcp_status dcpi_wp_send_plans(int sock, dcpi_plan_cache *c, dcpi_err *err) {
   dcpi_plan_entry *e[DCPI_PLAN_CACHE_SLOTS];
   size_t n = dcpi_plan_cache_take_unshared(c, e, DCPI_PLAN_CACHE_SLOTS);
-  dcp_status s = DCP_OK;
+  dcp_status rc = DCP_OK;
   for (size_t i = 0; i < n; i++) {
     dcpi_wbuf w = {0};
     dcpi_plan_entry_encode(e[i], &w);
-    if (!s && !w.status) s = dcpi_wp_send(sock, DCPI_WP_PLAN, w.data, w.len, -1, err);
+    if (!rc && !w.status) rc = dcpi_wp_send(sock, DCPI_WP_PLAN, w.data, w.len, -1, err);
     dcpi_wbuf_free(&w);
     dcpi_plan_cache_release(c, e[i]);
   }
-  return s;
+  return rc;
 }
 
 dcp_status dcpi_wp_plan_decode(const uint8_t *p, size_t len, dcpi_plan_entry **out,
                                dcpi_err *err) {
-  dcp_status s = dcpi_plan_entry_decode(p, len, out, err);
-  if (s == DCP_ECORRUPT) {
+  dcp_status rc = dcpi_plan_entry_decode(p, len, out, err);
+  if (rc == DCP_ECORRUPT) {
     char why[DCPI_ERR_MSG_MAX];
     snprintf(why, sizeof why, "%s", err->msg);
-    dcpi_fail(err, s, "writer protocol: bad PLAN: %.400s", why);
+    dcpi_fail(err, rc, "writer protocol: bad PLAN: %.400s", why);
   }
-  return s;
+  return rc;
 }

@@ -316,9 +316,9 @@ dcp_status dcpi_wp_open_encode(const dcpi_wp_coord *c, uint8_t **out, size_t *le
   dcpi_wbuf w = {0};
   w_coord(&w, c);
   if (w.status) {
-    dcp_status s = w.status;
+    dcp_status rc = w.status;
     dcpi_wbuf_free(&w);
-    return s;
+    return rc;
   }
   *out = w.data;
   *len = w.len;
@@ -394,9 +394,9 @@ dcp_status dcpi_wp_done_encode(uint64_t seq, dcp_status st, const char *msg,
   STATS_F64(PUT_F64)
   dcpi_w_varint(&w, stats->plan_cache_hit);
   if (w.status) {
-    dcp_status s = w.status;
+    dcp_status rc = w.status;
     dcpi_wbuf_free(&w);
-    return s;
+    return rc;
   }
   *out = w.data;
   *len = w.len;

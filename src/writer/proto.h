@@ -106,7 +106,7 @@ void dcpi_wp_coord_free(dcpi_wp_coord *c);
 
 /* Encode / decode a DONE payload: job seq, status, message, and the
  * writer's dcp_stats of the save (so dcp_async_wait can report them). */
-dcp_status dcpi_wp_done_encode(uint64_t seq, dcp_status st, const char *msg,
+dcp_status dcpi_wp_done_encode(uint64_t seq, dcp_status rc, const char *msg,
                                const dcp_stats *stats, uint8_t **out, size_t *len);
 dcp_status dcpi_wp_done_decode(const uint8_t *p, size_t len, uint64_t *seq, dcp_status *st,
                                char *msg, size_t msg_cap, dcp_stats *stats, dcpi_err *err);

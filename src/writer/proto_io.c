@@ -46,9 +46,9 @@ dcp_status dcpi_wp_send(int sock, uint16_t type, const uint8_t *p, size_t len, i
   if (!frame) return dcpi_fail(err, DCP_ENOMEM, "out of memory for a %zu-byte frame", len);
   dcpi_wp_header(frame, type, p, len);
   if (len) memcpy(frame + DCPI_WP_HEADER, p, len);
-  dcp_status s = send_all(sock, frame, DCPI_WP_HEADER + len, fd_pass, err);
+  dcp_status rc = send_all(sock, frame, DCPI_WP_HEADER + len, fd_pass, err);
   free(frame);
-  return s;
+  return rc;
 }
 
 /* Keep the first passed descriptor in *fd (when wanted); close any other. */
@@ -96,17 +96,17 @@ dcp_status dcpi_wp_recv(int sock, uint16_t *type, uint8_t **p, size_t *len, int 
   uint64_t n;
   *p = NULL;
   if (fd) *fd = -1;
-  dcp_status s = recv_all(sock, hdr, sizeof hdr, fd, &got, err);
-  if (s == DCP_EPEER && got == 0) return dcpi_fail(err, DCP_ENOTFOUND, "end of stream");
-  if (!s) s = dcpi_wp_check_header(hdr, type, &n, err);
-  if (!s && !(*p = malloc(n ? (size_t)n : 1))) s = dcpi_fail(err, DCP_ENOMEM, "out of memory");
-  if (!s) s = recv_all(sock, *p, (size_t)n, fd, &got, err);
-  if (!s) s = dcpi_wp_check_payload(hdr, *p, (size_t)n, err);
-  if (s) {
+  dcp_status rc = recv_all(sock, hdr, sizeof hdr, fd, &got, err);
+  if (rc == DCP_EPEER && got == 0) return dcpi_fail(err, DCP_ENOTFOUND, "end of stream");
+  if (!rc) rc = dcpi_wp_check_header(hdr, type, &n, err);
+  if (!rc && !(*p = malloc(n ? (size_t)n : 1))) rc = dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  if (!rc) rc = recv_all(sock, *p, (size_t)n, fd, &got, err);
+  if (!rc) rc = dcpi_wp_check_payload(hdr, *p, (size_t)n, err);
+  if (rc) {
     free(*p);
     *p = NULL;
     if (fd && *fd >= 0) close(*fd), *fd = -1;
-    return s;
+    return rc;
   }
   *len = (size_t)n;
   return DCP_OK;

@@ -98,9 +98,9 @@ static dcp_status ensure_ctx(dcpi_wsession *s, const dcpi_wp_coord *c, dcpi_err 
   cfg.storage = c->storage;
   cfg.storage_options = c->storage_options;
   cfg.plugin_path = c->plugin_path && c->plugin_path[0] ? c->plugin_path : NULL;
-  dcp_status st = dcp_ctx_create(&cfg, &s->ctx);
-  if (st)
-    return dcpi_fail(err, st, "dcp-writer (rank %d): cannot open its context: %s", c->rank,
+  dcp_status rc = dcp_ctx_create(&cfg, &s->ctx);
+  if (rc)
+    return dcpi_fail(err, rc, "dcp-writer (rank %d): cannot open its context: %s", c->rank,
                      dcp_ctx_create_error());
   if (!coord_copy(&s->coord, c)) {
     dcpi_wsession_free(s);
@@ -164,26 +164,26 @@ static dcp_status build_state(dcp_ctx *ctx, const dcpi_wp_job *job, const uint8_
                               dcp_state **out) {
   dcp_state *st = NULL;
   size_t *first = first_chunks(job);
-  dcp_status s = first ? dcp_state_create(ctx, &st) : DCP_ENOMEM;
-  for (size_t i = 0; !s && i < job->nchunks; i++)
-    if (!chunk_fits(job, &job->chunks[i])) s = DCP_ECORRUPT;
-  for (size_t i = 0; !s && i < job->ntensors; i++)
-    s = add_tensor(st, job, i, first, base, job->coord.rank);
-  for (size_t i = 0; !s && i < job->nchunks; i++) {
+  dcp_status rc = first ? dcp_state_create(ctx, &st) : DCP_ENOMEM;
+  for (size_t i = 0; !rc && i < job->nchunks; i++)
+    if (!chunk_fits(job, &job->chunks[i])) rc = DCP_ECORRUPT;
+  for (size_t i = 0; !rc && i < job->ntensors; i++)
+    rc = add_tensor(st, job, i, first, base, job->coord.rank);
+  for (size_t i = 0; !rc && i < job->nchunks; i++) {
     const dcpi_wp_chunk *c = &job->chunks[i];
     if (job->tensors[c->tensor].layout && first[c->tensor] == i) continue; /* added above */
-    s = dcp_state_add_chunk(st, job->tensors[c->tensor].fqn, c->box.offset, c->box.size,
+    rc = dcp_state_add_chunk(st, job->tensors[c->tensor].fqn, c->box.offset, c->box.size,
                             pool_at(base, c->offset, c->nbytes));
   }
-  for (size_t i = 0; !s && i < job->nbytes; i++) {
+  for (size_t i = 0; !rc && i < job->nbytes; i++) {
     const dcpi_wp_bytes *b = &job->bytes[i];
-    s = dcp_state_add_bytes(st, b->key, (dcp_scope)b->scope, pool_at(base, b->offset, b->len),
+    rc = dcp_state_add_bytes(st, b->key, (dcp_scope)b->scope, pool_at(base, b->offset, b->len),
                             (size_t)b->len);
   }
   free(first);
-  if (s && st) dcp_state_free(st), st = NULL;
+  if (rc && st) dcp_state_free(st), st = NULL;
   *out = st;
-  return s;
+  return rc;
 }
 
 static void job_options(const dcpi_wp_job *job, dcp_save_options *o) {
@@ -200,16 +200,16 @@ static void job_options(const dcpi_wp_job *job, dcp_save_options *o) {
 
 void dcpi_wsession_save(dcpi_wsession *s, const dcpi_wp_job *job, const uint8_t *base,
                         dcpi_err *err) {
-  dcp_status st = ensure_ctx(s, &job->coord, err);
-  if (st) return;
+  dcp_status rc = ensure_ctx(s, &job->coord, err);
+  if (rc) return;
   dcp_state *state = NULL;
-  if ((st = build_state(s->ctx, job, base, &state))) {
+  if ((rc = build_state(s->ctx, job, base, &state))) {
     /* Every rank's writer must still take part in the save's collectives
      * for the others to learn of the failure: save an empty state would
      * write a wrong checkpoint, so the job fails here and the peers time
      * out (DCP_ETIMEDOUT/DCP_EPEER). */
-    dcpi_fail(err, st, "dcp-writer (rank %d): rebuilding the state: %s", job->coord.rank,
-              st == DCP_ECORRUPT ? "a chunk's staged bytes do not match its box or layout"
+    dcpi_fail(err, rc, "dcp-writer (rank %d): rebuilding the state: %s", job->coord.rank,
+              rc == DCP_ECORRUPT ? "a chunk's staged bytes do not match its box or layout"
                                  : dcp_ctx_last_error(s->ctx));
     dcpi_wsession_free(s);
     return;
@@ -218,10 +218,10 @@ void dcpi_wsession_save(dcpi_wsession *s, const dcpi_wp_job *job, const uint8_t 
   job_options(job, &o);
   dcpi_base started = {.committed = job->base_committed != 0, .len = job->base_len,
                        .head = job->base_head, .rank_seq = job->base_rank_seq};
-  st = dcpi_save_over(s->ctx, state, job->path, &o, job->has_base ? &started : NULL);
+  rc = dcpi_save_over(s->ctx, state, job->path, &o, job->has_base ? &started : NULL);
   dcp_state_free(state);
-  if (st) {
-    dcpi_fail(err, st, "%s", dcp_ctx_last_error(s->ctx));
+  if (rc) {
+    dcpi_fail(err, rc, "%s", dcp_ctx_last_error(s->ctx));
     dcpi_wsession_free(s); /* a failed collective is broken: reopen next time */
   }
 }

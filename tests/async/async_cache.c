@@ -309,18 +309,18 @@ static int mode_deadline(const args *a) {
   dcp_state *st = model_state(ctx, &m, 0);
   dcp_async *h;
   OK(dcp_async_save(ctx, st, p1, NULL, &h), ctx);
-  dcp_status s = dcp_async_wait_for(h, 200);
-  CHECK(s == DCP_ETIMEDOUT, "wait_for(200 ms) on a 3 s save: %s", dcp_strerror(s));
+  dcp_status rc = dcp_async_wait_for(h, 200);
+  CHECK(rc == DCP_ETIMEDOUT, "wait_for(200 ms) on a 3 s save: %s", dcp_strerror(rc));
   CHECK(strstr(dcp_ctx_last_error(ctx), "still persisting"), "message: %s",
         dcp_ctx_last_error(ctx));
   int done = 1;
   OK(dcp_async_test(h, &done), ctx);
   CHECK(done == 0, "the save finished during a 200 ms wait");
-  s = dcp_async_wait_for(h, 0);
-  CHECK(s == DCP_ETIMEDOUT, "a polling wait_for: %s", dcp_strerror(s));
+  rc = dcp_async_wait_for(h, 0);
+  CHECK(rc == DCP_ETIMEDOUT, "a polling wait_for: %s", dcp_strerror(rc));
   pid_t pid = dcpi_async_writer_pid(ctx);
-  s = dcp_async_abort(h);
-  CHECK(s == DCP_EPEER, "abort: %s", dcp_strerror(s));
+  rc = dcp_async_abort(h);
+  CHECK(rc == DCP_EPEER, "abort: %s", dcp_strerror(rc));
   CHECK(strstr(dcp_ctx_last_error(ctx), "aborted"), "message: %s", dcp_ctx_last_error(ctx));
   OK(dcp_async_test(h, &done), ctx);
   CHECK(done == 1, "not done after abort");

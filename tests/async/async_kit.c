@@ -42,15 +42,15 @@ dcp_ctx *ak_open_ctx(const ak_args *a) {
     cfg.world_size = atoi(w);
   }
   dcp_ctx *ctx;
-  dcp_status s = dcp_ctx_create(&cfg, &ctx);
-  if (s) {
+  dcp_status rc = dcp_ctx_create(&cfg, &ctx);
+  if (rc) {
     fprintf(stderr, "rank %s: ctx: %s\n", r ? r : "0", dcp_ctx_create_error());
     exit(1);
   }
   if (dcp_ctx_world_size(ctx) > 1 &&
-      (s = dcp_async_set_coordination(ctx, a->writer_coll ? a->writer_coll : "file", a->rdv,
+      (rc = dcp_async_set_coordination(ctx, a->writer_coll ? a->writer_coll : "file", a->rdv,
                                       a->writer_opts))) {
-    fprintf(stderr, "rank %d: set coordination: %s\n", dcp_ctx_rank(ctx), dcp_strerror(s));
+    fprintf(stderr, "rank %d: set coordination: %s\n", dcp_ctx_rank(ctx), dcp_strerror(rc));
     exit(1);
   }
   return ctx;

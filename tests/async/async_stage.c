@@ -335,20 +335,20 @@ static int mode_stage_fault(const ak_args *a) {
   model_fill(&m, 22);
   OK(dcp_async_set_copy(ctx, killing_copy, NULL), ctx);
   OK(dcp_async_save(ctx, st, p, &so, &h), ctx);
-  dcp_status s = dcp_async_fence(h);
-  CHECK(s == DCP_EPEER, "fence after the writer died during staging: %s (%s)", dcp_strerror(s),
+  dcp_status rc = dcp_async_fence(h);
+  CHECK(rc == DCP_EPEER, "fence after the writer died during staging: %s (%s)", dcp_strerror(rc),
         dcp_ctx_last_error(ctx));
   CHECK(strstr(dcp_ctx_last_error(ctx), "ended") != NULL, "fence's message: %s",
         dcp_ctx_last_error(ctx));
-  s = dcp_async_wait(h);
-  CHECK(s == DCP_EPEER, "wait after a failed staging: %s", dcp_strerror(s));
+  rc = dcp_async_wait(h);
+  CHECK(rc == DCP_EPEER, "wait after a failed staging: %s", dcp_strerror(rc));
   dcp_async_free(h);
 
   /* the same without a fence: the wait alone returns the error */
   OK(dcp_async_save(ctx, st, p, &so, &h), ctx);
-  s = dcp_async_wait(h);
-  CHECK(s == DCP_EPEER, "wait (no fence) after the writer died during staging: %s",
-        dcp_strerror(s));
+  rc = dcp_async_wait(h);
+  CHECK(rc == DCP_EPEER, "wait (no fence) after the writer died during staging: %s",
+        dcp_strerror(rc));
   dcp_async_free(h);
   CHECK(committed(p), "the previous checkpoint went away");
   check_gen(ctx, p, 0, 1, 0, 21);

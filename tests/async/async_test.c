@@ -316,15 +316,15 @@ static int peer_writer_fault(const args *a, int sig) {
     CHECK(pid > 0 && kill(pid, sig) == 0, "cannot signal the writer %d", (int)pid);
   }
   int own_stalled = sig == SIGSTOP && rank == world - 1;
-  dcp_status s = own_stalled ? dcp_async_wait_for(h, a->timeout_ms) : dcp_async_wait(h);
+  dcp_status rc = own_stalled ? dcp_async_wait_for(h, a->timeout_ms) : dcp_async_wait(h);
   if (own_stalled) {
-    CHECK(s == DCP_ETIMEDOUT, "wait_for on a stalled writer: %s", dcp_strerror(s));
+    CHECK(rc == DCP_ETIMEDOUT, "wait_for on a stalled writer: %s", dcp_strerror(rc));
     pid_t pid = dcpi_async_writer_pid(ctx);
     CHECK(dcp_async_abort(h) == DCP_EPEER, "abort of the stalled save did not fail it");
     CHECK(dead(pid), "the stalled writer %d is still there after the abort", (int)pid);
   }
   double took = now_s() - t0, limit = (double)a->timeout_ms / 1e3 + 0.5 + 5.0;
-  CHECK(s != DCP_OK, "rank %d: the save with a dead writer succeeded", rank);
+  CHECK(rc != DCP_OK, "rank %d: the save with a dead writer succeeded", rank);
   CHECK(took < limit, "rank %d: wait took %.1f s, more than the deadline allows (%.1f s)", rank,
         took, limit);
   dcp_async_free(h);
@@ -413,13 +413,13 @@ static int orphan_round(const args *a, const char *p, const char *delay_ms, int 
    * it is told so (DCP_EBUSY), and it tries again */
   model_fill(&m, 6);
   st = model_state(ctx, &m);
-  dcp_status s = DCP_EBUSY;
+  dcp_status rc = DCP_EBUSY;
   int busy = 0;
-  for (double until = now_s() + 60; s == DCP_EBUSY && now_s() < until; busy++) {
-    s = dcp_save(ctx, st, p, &o);
-    if (s == DCP_EBUSY) nanosleep(&(struct timespec){0, 20000000}, NULL);
+  for (double until = now_s() + 60; rc == DCP_EBUSY && now_s() < until; busy++) {
+    rc = dcp_save(ctx, st, p, &o);
+    if (rc == DCP_EBUSY) nanosleep(&(struct timespec){0, 20000000}, NULL);
   }
-  OK(s, ctx);
+  OK(rc, ctx);
   dcp_state_free(st);
   CHECK(!stall || busy > 1, "the restarted save never met the stalled orphan's lease");
   if (stall) kill(writer, SIGCONT); /* it finds its lease lost, commits nothing */
@@ -468,8 +468,8 @@ static int mode_kill_writer(const args *a) {
   h = save_then_mutate(ctx, &m, p2, 2);
   pid_t pid = dcpi_async_writer_pid(ctx);
   CHECK(pid > 0 && kill(pid, SIGKILL) == 0, "cannot kill the writer %d", (int)pid);
-  dcp_status s = dcp_async_wait(h);
-  CHECK(s == DCP_EPEER, "wait after the writer died: %s", dcp_strerror(s));
+  dcp_status rc = dcp_async_wait(h);
+  CHECK(rc == DCP_EPEER, "wait after the writer died: %s", dcp_strerror(rc));
   CHECK(strstr(dcp_ctx_last_error(ctx), "writer"), "message: %s", dcp_ctx_last_error(ctx));
   dcp_async_free(h);
   CHECK(!committed(p2), "the killed save committed");
@@ -497,8 +497,8 @@ static int mode_notfound(const args *a) {
   dcp_async *h = NULL;
   char p[512];
   path_of(p, sizeof p, a, "never");
-  dcp_status s = dcp_async_save(ctx, st, p, NULL, &h);
-  CHECK(s == DCP_ENOTFOUND && !h, "async save without a writer: %s", dcp_strerror(s));
+  dcp_status rc = dcp_async_save(ctx, st, p, NULL, &h);
+  CHECK(rc == DCP_ENOTFOUND && !h, "async save without a writer: %s", dcp_strerror(rc));
   CHECK(strstr(dcp_ctx_last_error(ctx), "/nonexistent/dcp-writer"), "message: %s",
         dcp_ctx_last_error(ctx));
   dcp_state_free(st);

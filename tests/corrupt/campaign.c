@@ -125,18 +125,18 @@ static int affected(const campaign *c, const trial *tr, const rg_region **out, i
   return n;
 }
 
-static bool status_ok(const trial *tr, const rg_region *r, dcp_status s) {
-  return s == DCP_ECORRUPT || (s == DCP_EVERSION && r->version && !tr->truncate);
+static bool status_ok(const trial *tr, const rg_region *r, dcp_status rc) {
+  return rc == DCP_ECORRUPT || (rc == DCP_EVERSION && r->version && !tr->truncate);
 }
 
 /* Whether a failure (s, msg) names one of the regions rs (filtered by
  * want_per_rank: -1 any, else regions with per_rank == want_per_rank). */
 static bool names_one(const trial *tr, const rg_region **rs, int n, int want_per_rank,
-                      dcp_status s, const char *msg, bool for_verify) {
+                      dcp_status rc, const char *msg, bool for_verify) {
   for (int i = 0; i < n; i++) {
     const rg_region *r = rs[i];
     if (want_per_rank >= 0 && r->type != RG_META && r->per_rank != (bool)want_per_rank) continue;
-    if (!status_ok(tr, r, s)) continue;
+    if (!status_ok(tr, r, rc)) continue;
     if (!strstr(msg, r->need[0]) || !strstr(msg, r->need[1])) continue;
     if (for_verify && r->verify_need[0] && !strstr(msg, r->verify_need)) continue;
     return true;
@@ -153,7 +153,7 @@ static bool any_of(const rg_region **rs, int n, bool per_rank) {
 /* ---- reporting ----------------------------------------------------------------- */
 
 static void failure(campaign *c, const trial *tr, const char *check, const char *why,
-                    dcp_status s, const char *msg) {
+                    dcp_status rc, const char *msg) {
   int shown = c->t.undetected + c->t.wrong + c->t.unclear;
   if (c->t.last_failed != tr->n) c->t.failed++;
   c->t.last_failed = tr->n;
@@ -168,7 +168,7 @@ static void failure(campaign *c, const trial *tr, const char *check, const char 
   const rg_region *r = rg_find(&c->map, tr->file, tr->at);
   fprintf(stderr, "FAIL trial %d: %s (bit %d) of %s/%s at %" PRIu64 " (%s, +%" PRIu64 "): %s %s: %s: %s\n",
           tr->n, tr->truncate ? "cut" : "flip", tr->bit, c->live[f->kind], f->name, tr->at,
-          r ? r->what : "?", r ? tr->at - r->start : 0, check, why, dcp_strerror(s), msg);
+          r ? r->what : "?", r ? tr->at - r->start : 0, check, why, dcp_strerror(rc), msg);
 }
 
 /* Judge one check's outcome. */

@@ -169,9 +169,9 @@ static void arena_free(arena *a) {
 
 /* ---- save ----------------------------------------------------------------- */
 
-static int check(dcp_status s, const char *what, dcp_ctx *ctx) {
-  if (s == DCP_OK) return 0;
-  fprintf(stderr, "corrupt campaign: %s: %s: %s\n", what, dcp_strerror(s),
+static int check(dcp_status rc, const char *what, dcp_ctx *ctx) {
+  if (rc == DCP_OK) return 0;
+  fprintf(stderr, "corrupt campaign: %s: %s: %s\n", what, dcp_strerror(rc),
           ctx ? dcp_ctx_last_error(ctx) : dcp_ctx_create_error());
   return -1;
 }
@@ -290,10 +290,10 @@ int cm_save(const cm_env *env, cm_kind k, const char *dir) {
 
 /* ---- load ------------------------------------------------------------------ */
 
-static void result_of(cm_result *out, dcp_status s, dcp_ctx *ctx) {
-  out->status = s;
+static void result_of(cm_result *out, dcp_status rc, dcp_ctx *ctx) {
+  out->status = rc;
   out->exact = false;
-  snprintf(out->msg, sizeof out->msg, "%s", s ? dcp_ctx_last_error(ctx) : "");
+  snprintf(out->msg, sizeof out->msg, "%s", rc ? dcp_ctx_last_error(ctx) : "");
 }
 
 #define POISON 0xA5
@@ -303,26 +303,26 @@ void cm_load_whole(dcp_ctx *ctx, cm_kind k, const char *dir, cm_result *out) {
   arena a = {0};
   uint8_t *tbuf[8], *bbuf[8];
   dcp_state *st = NULL;
-  dcp_status s = dcp_state_create(ctx, &st);
+  dcp_status rc = dcp_state_create(ctx, &st);
   int64_t zero[2] = {0, 0};
-  for (size_t i = 0; i < sp->ntensors && !s; i++) {
+  for (size_t i = 0; i < sp->ntensors && !rc; i++) {
     const cm_tensor *t = &sp->tensors[i];
     size_t len = (size_t)numel(t) * t->esize;
     tbuf[i] = arena_alloc(&a, len);
     memset(tbuf[i], POISON, len);
-    s = dcp_state_add_tensor(st, t->fqn, t->dtype, t->ndim, t->shape);
-    if (!s) s = dcp_state_add_chunk(st, t->fqn, zero, t->shape, tbuf[i]);
+    rc = dcp_state_add_tensor(st, t->fqn, t->dtype, t->ndim, t->shape);
+    if (!rc) rc = dcp_state_add_chunk(st, t->fqn, zero, t->shape, tbuf[i]);
   }
-  for (size_t i = 0; i < sp->nbytes && !s; i++) {
+  for (size_t i = 0; i < sp->nbytes && !rc; i++) {
     const cm_bytes *b = &sp->bytes[i];
     if (b->scope != DCP_SCOPE_REPLICATED) continue;
     bbuf[i] = arena_alloc(&a, b->len);
     memset(bbuf[i], POISON, b->len);
-    s = dcp_state_add_bytes(st, b->key, b->scope, b->len ? bbuf[i] : NULL, b->len);
+    rc = dcp_state_add_bytes(st, b->key, b->scope, b->len ? bbuf[i] : NULL, b->len);
   }
-  if (!s) s = dcp_load(ctx, st, dir, NULL);
-  result_of(out, s, ctx);
-  if (!s) {
+  if (!rc) rc = dcp_load(ctx, st, dir, NULL);
+  result_of(out, rc, ctx);
+  if (!rc) {
     bool same = true;
     for (size_t i = 0; i < sp->ntensors; i++) {
       const cm_tensor *t = &sp->tensors[i];

@@ -60,9 +60,9 @@ static dcp_ctx *open_ctx(const fc_env *env, const args *a, const char *rdv, long
     cfg.world_size = env->world;
   }
   dcp_ctx *ctx;
-  dcp_status s = dcp_ctx_create(&cfg, &ctx);
-  if (s && tolerant) return *why = s, NULL;
-  FC_CHECK(s == DCP_OK, "context: %s (%s)", dcp_strerror(s), dcp_ctx_create_error());
+  dcp_status rc = dcp_ctx_create(&cfg, &ctx);
+  if (rc && tolerant) return *why = rc, NULL;
+  FC_CHECK(rc == DCP_OK, "context: %s (%s)", dcp_strerror(rc), dcp_ctx_create_error());
   if (env->world > 1)
     FC_CHECK(dcp_async_set_coordination(ctx, "file", rdv, NULL) == DCP_OK, "coordination: %s",
              dcp_ctx_last_error(ctx));

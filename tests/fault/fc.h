@@ -221,6 +221,6 @@ void fc_trial(const fc_env *env, dcp_ctx *ctx, long t, unsigned phases);
 
 /* The fault phase of trial t on a rank whose context could not be created
  * (a world of short deadline under load): record s as its save's outcome. */
-void fc_trial_no_context(const fc_env *env, long t, dcp_status s, const char *msg);
+void fc_trial_no_context(const fc_env *env, long t, dcp_status rc, const char *msg);
 
 #endif

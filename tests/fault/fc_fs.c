@@ -108,8 +108,8 @@ static void walk_files(const char *dir, names *out) {
 
 void fc_check_files(dcp_ctx *ctx, const char *path) {
   dcp_meta *meta;
-  dcp_status s = dcp_meta_open(ctx, path, &meta);
-  FC_CHECK(s == DCP_OK, "metadata of %s: %s (%s)", path, dcp_strerror(s),
+  dcp_status rc = dcp_meta_open(ctx, path, &meta);
+  FC_CHECK(rc == DCP_OK, "metadata of %s: %s (%s)", path, dcp_strerror(rc),
            dcp_ctx_last_error(ctx));
   names want = {0}, have = {0};
   names_add(&want, ".metadata");

@@ -214,20 +214,20 @@ dcp_status fc_save(dcp_ctx *ctx, const fc_model *m, uint32_t gen, const char *pa
 #ifdef FC_HAVE_SAVE_ID
   o.save_id = gen; /* an uncoordinated save's identity (coordinated saves ignore it) */
 #endif
-  dcp_status s;
+  dcp_status rc;
   if (async) {
     dcp_async *h = NULL;
-    s = dcp_async_save(ctx, st, path, &o, &h);
+    rc = dcp_async_save(ctx, st, path, &o, &h);
     dcp_state_free(st);
     fc_bufs_free(&b); /* staged: the save must not need them any more */
-    if (!s) s = dcp_async_wait(h);
+    if (!rc) rc = dcp_async_wait(h);
     dcp_async_free(h);
-    return s;
+    return rc;
   }
-  s = dcp_save(ctx, st, path, &o);
+  rc = dcp_save(ctx, st, path, &o);
   dcp_state_free(st);
   fc_bufs_free(&b);
-  return s;
+  return rc;
 }
 
 dcp_status fc_load(dcp_ctx *ctx, const fc_model *m, uint32_t gen, const char *path,
@@ -236,11 +236,11 @@ dcp_status fc_load(dcp_ctx *ctx, const fc_model *m, uint32_t gen, const char *pa
   fc_bufs b;
   fc_bufs_poison(m, rank, &b);
   dcp_state *st = make_state(ctx, m, &b);
-  dcp_status s = dcp_load(ctx, st, path, NULL);
+  dcp_status rc = dcp_load(ctx, st, path, NULL);
   dcp_state_free(st);
   *exact = fc_bufs_equal(m, rank, gen, &b);
   fc_bufs_free(&b);
-  return s;
+  return rc;
 }
 
 dcp_status fc_load_either(dcp_ctx *ctx, const fc_model *m, uint32_t gen_a, uint32_t gen_b,
@@ -249,11 +249,11 @@ dcp_status fc_load_either(dcp_ctx *ctx, const fc_model *m, uint32_t gen_a, uint3
   fc_bufs b;
   fc_bufs_poison(m, rank, &b);
   dcp_state *st = make_state(ctx, m, &b);
-  dcp_status s = dcp_load(ctx, st, path, NULL);
+  dcp_status rc = dcp_load(ctx, st, path, NULL);
   dcp_state_free(st);
   *which = fc_bufs_equal(m, rank, gen_a, &b) ? 0 : fc_bufs_equal(m, rank, gen_b, &b) ? 1 : -1;
   fc_bufs_free(&b);
-  return s;
+  return rc;
 }
 
 dcp_status fc_load_match(dcp_ctx *ctx, const fc_model *m, const char *path,
@@ -270,11 +270,11 @@ dcp_status fc_load_match(dcp_ctx *ctx, const fc_model *m, const char *path,
   fc_bufs b;
   fc_bufs_poison(&whole, rank, &b);
   dcp_state *st = state_of(ctx, rank, &whole, &b, own_world);
-  dcp_status s = dcp_load(ctx, st, path, NULL);
+  dcp_status rc = dcp_load(ctx, st, path, NULL);
   dcp_state_free(st);
   *which = -1;
   for (int i = 0; i < n && *which < 0; i++)
     if (bufs_equal(&whole, rank, gens[i], &b, own_world)) *which = i;
   fc_bufs_free(&b);
-  return s;
+  return rc;
 }

@@ -136,8 +136,8 @@ static dcp_ctx *run_ctx(const fc_power_args *a, const char *opts, int rank) {
   cfg.timeout_ms = 60000;
   if (a->world > 1) cfg.rank = rank, cfg.world_size = a->world; /* detached */
   dcp_ctx *ctx;
-  dcp_status s = dcp_ctx_create(&cfg, &ctx);
-  FC_CHECK(s == DCP_OK, "context: %s (%s)", dcp_strerror(s), dcp_ctx_create_error());
+  dcp_status rc = dcp_ctx_create(&cfg, &ctx);
+  FC_CHECK(rc == DCP_OK, "context: %s (%s)", dcp_strerror(rc), dcp_ctx_create_error());
   return ctx;
 }
 
@@ -161,9 +161,9 @@ static void run_child(const fc_power_args *a, const fc_model *m, const pseq *q, 
     snprintf(path, sizeof path, "%s/ck/%s", run, q->dirs[g->dir]);
     snprintf(text, sizeof text, "begin %d", i);
     if (!fc_journal_mark(journal, text)) _exit(EXIT_POWER_OFF);
-    dcp_status s = fc_save(ctx[q->s[i].rank], m, g->gen, path, g->flags, a->async);
-    snprintf(text, sizeof text, "end %d %d %.3000s", i, (int)s,
-             s ? dcp_ctx_last_error(ctx[q->s[i].rank]) : "");
+    dcp_status rc = fc_save(ctx[q->s[i].rank], m, g->gen, path, g->flags, a->async);
+    snprintf(text, sizeof text, "end %d %d %.3000s", i, (int)rc,
+             rc ? dcp_ctx_last_error(ctx[q->s[i].rank]) : "");
     if (!fc_journal_mark(journal, text)) _exit(EXIT_POWER_OFF);
   }
   for (int r = 0; r < a->world; r++) {
@@ -299,11 +299,11 @@ static void load_fault(camp *c, fc_rng *r, const char *path, const uint32_t *gen
   unlink(probe_path);
   fc_write_file(c->lctl, "probe=1\n");
   int which = -1;
-  dcp_status s = fc_load_match(c->fctx, &c->m, path, gens, n, &which);
+  dcp_status rc = fc_load_match(c->fctx, &c->m, path, gens, n, &which);
   unlink(c->lctl);
-  FC_CHECK(s == clean && (s != DCP_OK || which == clean_which),
+  FC_CHECK(rc == clean && (rc != DCP_OK || which == clean_which),
            "the fault plugin without a fault changed a load of %s: %s, not %s", path,
-           dcp_strerror(s), dcp_strerror(clean));
+           dcp_strerror(rc), dcp_strerror(clean));
   char *probe = fc_read_file(probe_path);
   if (!probe) return; /* the backend never opened (no directory): nothing to fault */
   int avail[LF_ACTIONS], na = 0;
@@ -323,7 +323,7 @@ static void load_fault(camp *c, fc_rng *r, const char *path, const uint32_t *gen
            (unsigned long long)fc_range(r, 1, counts[k]), colon + 1);
   fc_write_file(c->lctl, spec);
   size_t notes = count_lines(fired_path);
-  s = fc_load_match(c->fctx, &c->m, path, gens, n, &which);
+  rc = fc_load_match(c->fctx, &c->m, path, gens, n, &which);
   unlink(c->lctl);
   if (count_lines(fired_path) == notes) {
     c->lf_unfired++; /* a merged read retried, say: the n-th read never came */
@@ -331,7 +331,7 @@ static void load_fault(camp *c, fc_rng *r, const char *path, const uint32_t *gen
   }
   c->lf[k][0]++;
   char detail[8192];
-  if (s == DCP_OK) {
+  if (rc == DCP_OK) {
     if (clean == DCP_OK && which == clean_which) {
       c->lf[k][2]++;
       return;
@@ -345,7 +345,7 @@ static void load_fault(camp *c, fc_rng *r, const char *path, const uint32_t *gen
   }
   if (!dcp_ctx_last_error(c->fctx)[0]) {
     c->lf_wrong++;
-    snprintf(detail, sizeof detail, "%s with %s: %s and no message", path, spec, dcp_strerror(s));
+    snprintf(detail, sizeof detail, "%s with %s: %s and no message", path, spec, dcp_strerror(rc));
     fail_note(c, "a load under a storage fault failed without a message", detail);
     return;
   }
@@ -389,11 +389,11 @@ static void check_state(camp *c, const fc_journal *j, uint64_t cut, const char *
     char path[4400];
     snprintf(path, sizeof path, "%s/%s", c->crash, c->q.dirs[d]);
     int which = -1;
-    dcp_status s = fc_load_match(c->lctx, &c->m, path, cands, nc, &which);
+    dcp_status rc = fc_load_match(c->lctx, &c->m, path, cands, nc, &which);
     const char *msg = dcp_ctx_last_error(c->lctx);
     int o;
     bool new_done = newest >= 0 && gs[newest].done;
-    if (s == DCP_OK) {
+    if (rc == DCP_OK) {
       if (newest < 0 || which < 0)
         o = O_WRONG;
       else if (which == 0)
@@ -406,12 +406,12 @@ static void check_state(camp *c, const fc_journal *j, uint64_t cut, const char *
       o = new_done ? O_LOST_NEW : prior >= 0 ? O_LOST_OLD : O_ERROR;
     }
     c->out[o]++;
-    if (s == DCP_OK && which >= 0 && d > newest_ok_dir && newest >= 0)
+    if (rc == DCP_OK && which >= 0 && d > newest_ok_dir && newest >= 0)
       newest_ok_dir = d, newest_ok_gen = which == 0 ? newest : prior;
     char detail[4000];
     snprintf(detail, sizeof detail, "%s: load %s%s%s; newest save generation %d %s, previous "
              "committed generation %d; state: %s",
-             c->q.dirs[d], dcp_strerror(s), s ? " — " : "", s ? msg : "",
+             c->q.dirs[d], dcp_strerror(rc), rc ? " — " : "", rc ? msg : "",
              newest >= 0 ? (int)c->q.g[newest].gen : 0,
              newest < 0 ? "(none begun)" : new_done ? "(returned OK)" : "(in flight)",
              prior >= 0 ? (int)c->q.g[prior].gen : 0, desc);
@@ -439,8 +439,8 @@ static void check_state(camp *c, const fc_journal *j, uint64_t cut, const char *
     } else if (o == O_NOMSG) {
       fail_note(c, "the load failed without a message", detail);
     }
-    if (lf_here && s == DCP_OK && which >= 0 && (lf_dir < 0 || d == lf_any))
-      lf_dir = d, lf_s = s, lf_which = which, lf_nc = nc, memcpy(lf_cands, cands, sizeof cands);
+    if (lf_here && rc == DCP_OK && which >= 0 && (lf_dir < 0 || d == lf_any))
+      lf_dir = d, lf_s = rc, lf_which = which, lf_nc = nc, memcpy(lf_cands, cands, sizeof cands);
   }
   if (lf_dir >= 0) {
     char path[4400];
@@ -535,8 +535,8 @@ static dcp_ctx *load_ctx(const fc_power_args *a, const char *storage, const char
   cfg.plugin_path = a->plugins;
   cfg.timeout_ms = 60000;
   dcp_ctx *ctx;
-  dcp_status s = dcp_ctx_create(&cfg, &ctx);
-  FC_CHECK(s == DCP_OK, "context: %s (%s)", dcp_strerror(s), dcp_ctx_create_error());
+  dcp_status rc = dcp_ctx_create(&cfg, &ctx);
+  FC_CHECK(rc == DCP_OK, "context: %s (%s)", dcp_strerror(rc), dcp_ctx_create_error());
   return ctx;
 }
 

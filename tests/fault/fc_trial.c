@@ -145,9 +145,9 @@ static void phase_prev(const fc_env *env, dcp_ctx *ctx, long t, const fc_model *
   trial_file(p, "oplog", -1, log, sizeof log);
   snprintf(ctl, sizeof ctl, "probe=1\nlog=%s\n", log);
   fc_write_file(p->ctl, ctl);
-  dcp_status s = fc_save(ctx, m, (uint32_t)(2 * t + 1), p->prev, 0, env->async);
+  dcp_status rc = fc_save(ctx, m, (uint32_t)(2 * t + 1), p->prev, 0, env->async);
   unlink(p->ctl);
-  FC_CHECK(s == DCP_OK, "the clean save of prev failed: %s (%s)", dcp_strerror(s),
+  FC_CHECK(rc == DCP_OK, "the clean save of prev failed: %s (%s)", dcp_strerror(rc),
            dcp_ctx_last_error(ctx));
   /* rank 0 committed last: every rank's operations of the save are logged */
   if (env->rank == 0) fc_check_commit_order(log);
@@ -158,10 +158,10 @@ static void phase_prev(const fc_env *env, dcp_ctx *ctx, long t, const fc_model *
 }
 
 /* <trial>/status.<rank>: "<code> <message>" of this rank's faulted save. */
-static void write_status(const paths *p, int rank, dcp_status s, const char *msg) {
+static void write_status(const paths *p, int rank, dcp_status rc, const char *msg) {
   char path[4300], text[1200];
   trial_file(p, "status", rank, path, sizeof path);
-  snprintf(text, sizeof text, "%d %.1000s\n", (int)s, msg);
+  snprintf(text, sizeof text, "%d %.1000s\n", (int)rc, msg);
   for (char *c = strchr(text, ' ') + 1; *c && c[1]; c++)
     if (*c == '\n') *c = ' ';
   fc_write_file(path, text);
@@ -174,9 +174,9 @@ static void save_in_child(const fc_env *env, dcp_ctx *ctx, long t, const fc_mode
   pid_t pid = fork();
   FC_CHECK(pid >= 0, "fork: %s", strerror(errno));
   if (pid == 0) {
-    dcp_status s = fc_save(ctx, m, (uint32_t)(2 * t + 2), target_of(env, t, p),
+    dcp_status rc = fc_save(ctx, m, (uint32_t)(2 * t + 2), target_of(env, t, p),
                            overwrites(env, t) ? DCP_SAVE_OVERWRITE : 0, false);
-    write_status(p, env->rank, s, dcp_ctx_last_error(ctx));
+    write_status(p, env->rank, rc, dcp_ctx_last_error(ctx));
     _exit(0); /* the parent owns ctx: no exit handlers here */
   }
   int ws;
@@ -211,9 +211,9 @@ static void phase_fault(const fc_env *env, dcp_ctx *ctx, long t, const fc_model 
   if (mine && f.kill && env->fork_kills) {
     save_in_child(env, ctx, t, m, p);
   } else {
-    dcp_status s = fc_save(ctx, m, (uint32_t)(2 * t + 2), target_of(env, t, p),
+    dcp_status rc = fc_save(ctx, m, (uint32_t)(2 * t + 2), target_of(env, t, p),
                            overwrites(env, t) ? DCP_SAVE_OVERWRITE : 0, env->async);
-    write_status(p, env->rank, s, dcp_ctx_last_error(ctx));
+    write_status(p, env->rank, rc, dcp_ctx_last_error(ctx));
   }
   unlink(p->ctl);
   if (env->resync_ms > 0 && fc_trial_kills(env, t)) {
@@ -296,21 +296,21 @@ static dcp_status check_target(const fc_env *env, dcp_ctx *ctx, long t, const fc
   const char *target = target_of(env, t, p);
   bool ow = overwrites(env, t);
   /* a fresh directory cannot hold the old generation: compare with the new only */
-  dcp_status s = fc_load_either(ctx, m, ow ? (uint32_t)(2 * t + 1) : 0, (uint32_t)(2 * t + 2),
+  dcp_status rc = fc_load_either(ctx, m, ow ? (uint32_t)(2 * t + 1) : 0, (uint32_t)(2 * t + 2),
                                 target, which);
-  FC_CHECK(s != DCP_OK || *which >= 0, "UNDETECTED: %s loaded without error but with wrong bytes",
+  FC_CHECK(rc != DCP_OK || *which >= 0, "UNDETECTED: %s loaded without error but with wrong bytes",
            target);
-  FC_CHECK(s == DCP_OK || s == DCP_EINCOMPLETE || s == DCP_ECORRUPT || s == DCP_ENOTFOUND,
-           "loading the faulted save gave %s (%s), not a refusal", dcp_strerror(s),
+  FC_CHECK(rc == DCP_OK || rc == DCP_EINCOMPLETE || rc == DCP_ECORRUPT || rc == DCP_ENOTFOUND,
+           "loading the faulted save gave %s (%s), not a refusal", dcp_strerror(rc),
            dcp_ctx_last_error(ctx));
-  FC_CHECK(s == DCP_OK || dcp_ctx_last_error(ctx)[0], "a refusal without a message");
-  if (dcp_ctx_rank(ctx) == 0 && s != DCP_EINCOMPLETE) {
+  FC_CHECK(rc == DCP_OK || dcp_ctx_last_error(ctx)[0], "a refusal without a message");
+  if (dcp_ctx_rank(ctx) == 0 && rc != DCP_EINCOMPLETE) {
     dcp_verify_report rep = {.struct_size = sizeof rep};
     dcp_status v = dcp_verify(ctx, target, &rep);
-    FC_CHECK((s == DCP_OK) == (v == DCP_OK), "load said %s but verify said %s (%s)",
-             dcp_strerror(s), dcp_strerror(v), rep.first_problem);
+    FC_CHECK((rc == DCP_OK) == (v == DCP_OK), "load said %s but verify said %s (%s)",
+             dcp_strerror(rc), dcp_strerror(v), rep.first_problem);
   }
-  return s;
+  return rc;
 }
 
 /* Lines in the file at path (0 when it does not exist). */
@@ -335,9 +335,9 @@ static void check_load_fault(const fc_env *env, dcp_ctx *ctx, long t, const fc_m
   if (fc_range(&r, 0, 2) != 0) return;
   bool exact = false;
   fc_write_file(p->ctl, "probe=1\n");
-  dcp_status s = fc_load(ctx, m, (uint32_t)(2 * t + 1), p->prev, &exact);
+  dcp_status rc = fc_load(ctx, m, (uint32_t)(2 * t + 1), p->prev, &exact);
   unlink(p->ctl);
-  FC_CHECK(s == DCP_OK && exact, "the probing load of prev failed: %s", dcp_strerror(s));
+  FC_CHECK(rc == DCP_OK && exact, "the probing load of prev failed: %s", dcp_strerror(rc));
   char probe_path[4300], fired_at[4300], spec[128];
   snprintf(probe_path, sizeof probe_path, "%s.probe.%d", p->ctl, env->rank);
   char *probe = fc_read_file(probe_path);
@@ -370,25 +370,25 @@ static void check_load_fault(const fc_env *env, dcp_ctx *ctx, long t, const fc_m
    * it for the save's fault; a new line says the load's fault fired */
   fired_path(env, env->rank, fired_at, sizeof fired_at);
   size_t notes = count_lines(fired_at);
-  s = fc_load(ctx, m, (uint32_t)(2 * t + 1), p->prev, &exact);
+  rc = fc_load(ctx, m, (uint32_t)(2 * t + 1), p->prev, &exact);
   unlink(p->ctl);
-  FC_CHECK(s != DCP_OK || exact, "UNDETECTED: a load with a failing storage operation gave "
+  FC_CHECK(rc != DCP_OK || exact, "UNDETECTED: a load with a failing storage operation gave "
            "wrong bytes");
   if (mine && count_lines(fired_at) > notes) {
     /* a failed merged read is retried piecewise (blocks.c): then the load
      * may still succeed, byte-exact (checked above) */
-    FC_CHECK(s == DCP_OK || s == DCP_EIO || (lie && s == DCP_ECORRUPT),
-             "the load with %s returned %s (%s)", spec, dcp_strerror(s), dcp_ctx_last_error(ctx));
-    FC_CHECK(s == DCP_OK || dcp_ctx_last_error(ctx)[0], "the load with %s failed without a "
+    FC_CHECK(rc == DCP_OK || rc == DCP_EIO || (lie && rc == DCP_ECORRUPT),
+             "the load with %s returned %s (%s)", spec, dcp_strerror(rc), dcp_ctx_last_error(ctx));
+    FC_CHECK(rc == DCP_OK || dcp_ctx_last_error(ctx)[0], "the load with %s failed without a "
              "message", spec);
     char done[4300], what[200];
     trial_file(p, "load_fault", -1, done, sizeof done);
-    snprintf(what, sizeof what, "%s:%s", spec, s == DCP_OK ? "recovered" : "refused");
+    snprintf(what, sizeof what, "%s:%s", spec, rc == DCP_OK ? "recovered" : "refused");
     fc_write_file(done, what); /* read by rank 0 after the retry (a collective) */
   }
-  s = fc_load(ctx, m, (uint32_t)(2 * t + 1), p->prev, &exact);
-  FC_CHECK(s == DCP_OK && exact, "prev does not load after the load fault: %s",
-           dcp_strerror(s));
+  rc = fc_load(ctx, m, (uint32_t)(2 * t + 1), p->prev, &exact);
+  FC_CHECK(rc == DCP_OK && exact, "prev does not load after the load fault: %s",
+           dcp_strerror(rc));
 }
 
 /* The outcome's class; fails the process on a save that reported success
@@ -439,15 +439,15 @@ static void retry_clean(const fc_env *env, dcp_ctx *ctx, long t, const fc_model 
   trial_file(p, "oplog_retry", -1, log, sizeof log);
   snprintf(ctl, sizeof ctl, "log=%s\n", log);
   fc_write_file(p->ctl, ctl);
-  dcp_status s = fc_save(ctx, m, (uint32_t)(2 * t + 2), target, DCP_SAVE_OVERWRITE, env->async);
+  dcp_status rc = fc_save(ctx, m, (uint32_t)(2 * t + 2), target, DCP_SAVE_OVERWRITE, env->async);
   unlink(p->ctl);
-  FC_CHECK(s == DCP_OK, "the clean save after the fault failed: %s (%s)", dcp_strerror(s),
+  FC_CHECK(rc == DCP_OK, "the clean save after the fault failed: %s (%s)", dcp_strerror(rc),
            dcp_ctx_last_error(ctx));
   if (env->rank == 0) fc_check_commit_order(log);
   bool exact = false;
-  s = fc_load(ctx, m, (uint32_t)(2 * t + 2), target, &exact);
-  FC_CHECK(s == DCP_OK && exact, "the clean save after the fault does not load intact: %s (%s)",
-           dcp_strerror(s), dcp_ctx_last_error(ctx));
+  rc = fc_load(ctx, m, (uint32_t)(2 * t + 2), target, &exact);
+  FC_CHECK(rc == DCP_OK && exact, "the clean save after the fault does not load intact: %s (%s)",
+           dcp_strerror(rc), dcp_ctx_last_error(ctx));
   if (env->rank != 0) return;
   fc_check_files(ctx, target);
   if (!overwrites(env, t)) fc_check_files(ctx, p->prev);
@@ -478,9 +478,9 @@ static void phase_check(const fc_env *env, dcp_ctx *ctx, long t, const fc_model 
   bool ow = overwrites(env, t);
   if (!ow) {
     bool exact = false;
-    dcp_status s = fc_load(ctx, m, (uint32_t)(2 * t + 1), p->prev, &exact);
-    FC_CHECK(s == DCP_OK && exact, "the previous checkpoint does not load intact: %s (%s)%s",
-             dcp_strerror(s), dcp_ctx_last_error(ctx), s ? "" : ", wrong bytes");
+    dcp_status rc = fc_load(ctx, m, (uint32_t)(2 * t + 1), p->prev, &exact);
+    FC_CHECK(rc == DCP_OK && exact, "the previous checkpoint does not load intact: %s (%s)%s",
+             dcp_strerror(rc), dcp_ctx_last_error(ctx), rc ? "" : ", wrong bytes");
   }
   int which = -1;
   dcp_status loaded = check_target(env, ctx, t, m, p, &which);
@@ -504,7 +504,7 @@ static void drop_earlier(const fc_env *env, long t) {
   FC_CHECK(system(cmd) == 0, "cannot remove trial %ld", t - 1);
 }
 
-void fc_trial_no_context(const fc_env *env, long t, dcp_status s, const char *msg) {
+void fc_trial_no_context(const fc_env *env, long t, dcp_status rc, const char *msg) {
   paths p;
   paths_of(env, t, &p);
   char fired[4300];
@@ -521,7 +521,7 @@ void fc_trial_no_context(const fc_env *env, long t, dcp_status s, const char *ms
     trial_file(&p, "fault", -1, path, sizeof path);
     fc_write_file(path, f.spec);
   }
-  write_status(&p, env->rank, s, msg);
+  write_status(&p, env->rank, rc, msg);
 }
 
 void fc_trial(const fc_env *env, dcp_ctx *ctx, long t, unsigned phases) {

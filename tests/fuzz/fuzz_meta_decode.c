@@ -30,9 +30,9 @@ static uint64_t walk_tensor(dcp_meta *m, size_t t) {
   if (dcp_meta_find_tensor(m, ti.fqn, &idx) != DCP_OK || idx != t) __builtin_trap();
   for (uint64_t c = 0; c < ti.chunk_count; c++) {
     dcp_chunk_info ci;
-    dcp_status s = dcp_meta_chunk(m, t, c, &ci);
-    if (s != DCP_OK) {
-      if (s != DCP_ECORRUPT) __builtin_trap();
+    dcp_status rc = dcp_meta_chunk(m, t, c, &ci);
+    if (rc != DCP_OK) {
+      if (rc != DCP_ECORRUPT) __builtin_trap();
       break;
     }
     acc += touch_ref(&ci.ref) + (uint64_t)ci.box.ndim;
@@ -72,12 +72,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   dcp_ctx *ctx = NULL;
   if (dcp_ctx_create(NULL, &ctx) != DCP_OK) return 0;
   dcp_meta *m = NULL;
-  dcp_status s = dcp_meta_open_memory(ctx, data, size, &m);
-  if (s == DCP_OK) {
+  dcp_status rc = dcp_meta_open_memory(ctx, data, size, &m);
+  if (rc == DCP_OK) {
     volatile uint64_t sink = walk_tables(m);
     for (size_t t = 0; t < dcp_meta_tensor_count(m); t++) sink += walk_tensor(m, t);
     (void)sink;
-  } else if (m != NULL || (s != DCP_ECORRUPT && s != DCP_EVERSION && s != DCP_ENOMEM)) {
+  } else if (m != NULL || (rc != DCP_ECORRUPT && rc != DCP_EVERSION && rc != DCP_ENOMEM)) {
     __builtin_trap();
   }
   dcp_meta_free(m);

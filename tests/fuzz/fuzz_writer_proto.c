@@ -19,9 +19,9 @@
 static void plan_roundtrip(const uint8_t *p, size_t len) {
   dcpi_err err;
   dcpi_plan_entry *a = NULL, *b = NULL;
-  dcp_status s = dcpi_wp_plan_decode(p, len, &a, &err);
-  if (s != DCP_OK) {
-    if (s != DCP_ECORRUPT && s != DCP_ENOMEM) __builtin_trap();
+  dcp_status rc = dcpi_wp_plan_decode(p, len, &a, &err);
+  if (rc != DCP_OK) {
+    if (rc != DCP_ECORRUPT && rc != DCP_ENOMEM) __builtin_trap();
     return;
   }
   dcpi_wbuf w1 = {0}, w2 = {0};
@@ -41,9 +41,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static void job_roundtrip(const uint8_t *p, size_t len) {
   dcpi_err err;
   dcpi_wp_job a, b;
-  dcp_status s = dcpi_wp_job_decode(p, len, &a, &err);
-  if (s != DCP_OK) {
-    if (s != DCP_ECORRUPT && s != DCP_ENOMEM) __builtin_trap();
+  dcp_status rc = dcpi_wp_job_decode(p, len, &a, &err);
+  if (rc != DCP_OK) {
+    if (rc != DCP_ECORRUPT && rc != DCP_ENOMEM) __builtin_trap();
     dcpi_wp_job_free(&a);
     return;
   }
@@ -68,9 +68,9 @@ static void done_roundtrip(const uint8_t *p, size_t len) {
   dcp_status st = DCP_OK, st2 = DCP_OK;
   char msg[256], msg2[256];
   dcp_stats stats = {.struct_size = sizeof stats}, stats2 = stats;
-  dcp_status s = dcpi_wp_done_decode(p, len, &seq, &st, msg, sizeof msg, &stats, &err);
-  if (s != DCP_OK) {
-    if (s != DCP_ECORRUPT && s != DCP_ENOMEM) __builtin_trap();
+  dcp_status rc = dcpi_wp_done_decode(p, len, &seq, &st, msg, sizeof msg, &stats, &err);
+  if (rc != DCP_OK) {
+    if (rc != DCP_ECORRUPT && rc != DCP_ENOMEM) __builtin_trap();
     return;
   }
   uint8_t *e = NULL;
@@ -89,15 +89,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint64_t len = 0;
   const uint8_t *p = data + DCPI_WP_HEADER;
   size_t plen = size - DCPI_WP_HEADER;
-  dcp_status s = dcpi_wp_check_header(data, &type, &len, &err);
-  if (s == DCP_OK) {
+  dcp_status rc = dcpi_wp_check_header(data, &type, &len, &err);
+  if (rc == DCP_OK) {
     if (type < DCPI_WP_SAVE || type > DCPI_WP_PLAN || len > DCPI_WP_MAX_PAYLOAD) __builtin_trap();
     if (len == plen) {
-      s = dcpi_wp_check_payload(data, p, plen, &err);
-      if (s != DCP_OK && s != DCP_ECORRUPT) __builtin_trap();
+      rc = dcpi_wp_check_payload(data, p, plen, &err);
+      if (rc != DCP_OK && rc != DCP_ECORRUPT) __builtin_trap();
     }
   } else {
-    if (s != DCP_ECORRUPT && s != DCP_EVERSION) __builtin_trap();
+    if (rc != DCP_ECORRUPT && rc != DCP_EVERSION) __builtin_trap();
     type = (uint16_t)(DCPI_WP_SAVE + data[0] % 3);
   }
   if (type == DCPI_WP_SAVE) job_roundtrip(p, plen);

@@ -7,8 +7,8 @@
 #include "metadata/meta.h"
 
 /* Abort with the reason when an add fails (the inputs here are fixed). */
-static void ok(dcp_status s, const dcpi_err *err) {
-  if (s == DCP_OK) return;
+static void ok(dcp_status rc, const dcpi_err *err) {
+  if (rc == DCP_OK) return;
   fprintf(stderr, "gen_meta_corpus: %s\n", err->msg);
   exit(1);
 }

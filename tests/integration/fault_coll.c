@@ -149,7 +149,7 @@ int fc_register(const char *name) {
       .barrier = f_barrier, .bcast = f_bcast, .allgather = f_allgather, .gatherv = f_gatherv,
       .scatterv = f_scatterv, .allreduce_i64 = f_allreduce,
       .group_bcast = inner->group_bcast ? f_group_bcast : NULL};
-  dcp_status s = dcp_plugin_register(DCP_PLUGIN_COLL, &table);
-  if (s) fprintf(stderr, "fault coll: register: %s\n", dcp_strerror(s));
-  return s ? -1 : 0;
+  dcp_status rc = dcp_plugin_register(DCP_PLUGIN_COLL, &table);
+  if (rc) fprintf(stderr, "fault coll: register: %s\n", dcp_strerror(rc));
+  return rc ? -1 : 0;
 }

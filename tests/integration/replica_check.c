@@ -64,8 +64,8 @@ static dcp_ctx *open_ctx(const args *a, int fault) {
     cfg.rendezvous = a->rendezvous;
   }
   dcp_ctx *ctx;
-  dcp_status s = dcp_ctx_create(&cfg, &ctx);
-  CHECK(s == DCP_OK, "ctx_create: %s: %s", dcp_strerror(s), dcp_ctx_create_error());
+  dcp_status rc = dcp_ctx_create(&cfg, &ctx);
+  CHECK(rc == DCP_OK, "ctx_create: %s: %s", dcp_strerror(rc), dcp_ctx_create_error());
   g_rank = dcp_ctx_rank(ctx);
   return ctx;
 }
@@ -199,15 +199,15 @@ static void run_flip(dcp_ctx *ctx, const args *a) {
   check_message(rep.message, a, &oddm, odd);
   if (rank == 0) printf("report: %s\n", rep.message);
 
-  dcp_status s = dcp_check_replicas(ctx, m.st, 0, &rep);
-  CHECK(s == DCP_EREPLICA, "check gave %s, want DCP_EREPLICA", dcp_strerror(s));
+  dcp_status rc = dcp_check_replicas(ctx, m.st, 0, &rep);
+  CHECK(rc == DCP_EREPLICA, "check gave %s, want DCP_EREPLICA", dcp_strerror(rc));
   CHECK(dcp_ctx_last_status(ctx) == DCP_EREPLICA);
   check_message(dcp_ctx_last_error(ctx), a, &oddm, odd);
 
   /* a checked save fails on every rank, nothing committed */
   o = checked(DCP_SAVE_OVERWRITE);
-  s = dcp_save(ctx, m.st, a->dir, &o);
-  CHECK(s == DCP_EREPLICA, "the checked save gave %s (%s), want DCP_EREPLICA", dcp_strerror(s),
+  rc = dcp_save(ctx, m.st, a->dir, &o);
+  CHECK(rc == DCP_EREPLICA, "the checked save gave %s (%s), want DCP_EREPLICA", dcp_strerror(rc),
         dcp_ctx_last_error(ctx));
   check_message(dcp_ctx_last_error(ctx), a, &oddm, odd);
   if (rank == 0) printf("save: %s\n", dcp_ctx_last_error(ctx));
@@ -217,9 +217,9 @@ static void run_flip(dcp_ctx *ctx, const args *a) {
   /* a mismatch in a REPLICATED bytes item is caught too */
   if (rank == odd) m.cfg[0] ^= 4;
   if (rank == odd) memcpy(m.w, good.w, (size_t)(good.bw.size[0] * good.bw.size[1]) * 4);
-  s = dcp_check_replicas(ctx, m.st, 0, NULL);
-  CHECK(s == DCP_EREPLICA && strstr(dcp_ctx_last_error(ctx), "replicated bytes item 'cfg'"),
-        "bytes: %s: %s", dcp_strerror(s), dcp_ctx_last_error(ctx));
+  rc = dcp_check_replicas(ctx, m.st, 0, NULL);
+  CHECK(rc == DCP_EREPLICA && strstr(dcp_ctx_last_error(ctx), "replicated bytes item 'cfg'"),
+        "bytes: %s: %s", dcp_strerror(rc), dcp_ctx_last_error(ctx));
   /* bad arguments fail on every rank; a detached rank cannot check */
   CHECK(dcp_check_replicas(ctx, m.st, 0x80, NULL) == DCP_EINVAL);
   CHECK(strstr(dcp_ctx_last_error(ctx), "unknown flags"), "%s", dcp_ctx_last_error(ctx));
@@ -267,8 +267,8 @@ static void run_async(dcp_ctx *ctx, const args *a) {
   if (rank == odd) m.w[1] = -m.w[1]; /* the sign bit */
   o = checked(DCP_SAVE_OVERWRITE);
   OK(dcp_async_save(ctx, m.st, a->dir, &o, &h), ctx);
-  dcp_status s = dcp_async_wait(h);
-  CHECK(s == DCP_EREPLICA, "the async checked save gave %s (%s)", dcp_strerror(s),
+  dcp_status rc = dcp_async_wait(h);
+  CHECK(rc == DCP_EREPLICA, "the async checked save gave %s (%s)", dcp_strerror(rc),
         dcp_ctx_last_error(ctx));
   model oddm = {0};
   OK(dcp_layout_box(m.lw, W_SHAPE, odd, &oddm.bw), ctx);
@@ -291,11 +291,11 @@ static void run_fault(dcp_ctx *ctx, const args *a, int in_save) {
   if (rank == a->fault_rank) CHECK(fc_arm(FC_EXIT, "gatherv", 2, NULL) == 0);
   dcp_save_options o = checked(0);
   double t0 = now_s();
-  dcp_status s = in_save ? dcp_save(ctx, m.st, a->dir, &o) : dcp_check_replicas(ctx, m.st, 0, NULL);
+  dcp_status rc = in_save ? dcp_save(ctx, m.st, a->dir, &o) : dcp_check_replicas(ctx, m.st, 0, NULL);
   double took = now_s() - t0, limit = (double)a->timeout_ms / 1e3 + 5.0;
   CHECK(rank != a->fault_rank, "the faulty rank returned from its call");
-  CHECK(s == DCP_ETIMEDOUT || s == DCP_EPEER, "%s gave %s (%s), want a peer error",
-        in_save ? "save" : "check", dcp_strerror(s), dcp_ctx_last_error(ctx));
+  CHECK(rc == DCP_ETIMEDOUT || rc == DCP_EPEER, "%s gave %s (%s), want a peer error",
+        in_save ? "save" : "check", dcp_strerror(rc), dcp_ctx_last_error(ctx));
   CHECK(took <= limit, "returned after %.2f s, past the deadline + 5 s", took);
   printf("rank %d: %s failed after %.2f s: %s\n", rank, in_save ? "save" : "check", took,
          dcp_ctx_last_error(ctx));

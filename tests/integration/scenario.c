@@ -675,8 +675,8 @@ static dcp_ctx *open_ctx(const args *a) {
     cfg.rendezvous = a->rendezvous;
   }
   dcp_ctx *ctx;
-  dcp_status s = dcp_ctx_create(&cfg, &ctx);
-  CHECK(s == DCP_OK, "ctx_create: %s: %s", dcp_strerror(s), dcp_ctx_create_error());
+  dcp_status rc = dcp_ctx_create(&cfg, &ctx);
+  CHECK(rc == DCP_OK, "ctx_create: %s: %s", dcp_strerror(rc), dcp_ctx_create_error());
   g_rank = dcp_ctx_rank(ctx);
   return ctx;
 }
@@ -728,13 +728,13 @@ static int not_waited_for(const args *a, int32_t r) {
 /* A survivor of the fault: its call failed with a peer error, within the
  * deadline plus the margin. It records that in <dir>.nohang.<rank>, then
  * waits (bounded) until every other survivor has too. */
-static void nohang_check(dcp_ctx *ctx, const args *a, const char *what, dcp_status s,
+static void nohang_check(dcp_ctx *ctx, const args *a, const char *what, dcp_status rc,
                          double took) {
   int32_t world = dcp_ctx_world_size(ctx), rank = dcp_ctx_rank(ctx);
   double limit = (double)a->timeout_ms / 1e3 + NOHANG_MARGIN_S;
-  CHECK(s == DCP_ETIMEDOUT || s == DCP_EPEER,
+  CHECK(rc == DCP_ETIMEDOUT || rc == DCP_EPEER,
         "%s with rank %d %sed gave %s (%s), wanted DCP_ETIMEDOUT or DCP_EPEER", what,
-        a->fault_rank, a->fault, dcp_strerror(s), dcp_ctx_last_error(ctx));
+        a->fault_rank, a->fault, dcp_strerror(rc), dcp_ctx_last_error(ctx));
   CHECK(dcp_ctx_last_error(ctx)[0], "%s failed without a message", what);
   CHECK(took <= limit, "%s returned after %.2f s, past the deadline %lld ms + %.0f s", what, took,
         a->timeout_ms, NOHANG_MARGIN_S);
@@ -743,10 +743,10 @@ static void nohang_check(dcp_ctx *ctx, const args *a, const char *what, dcp_stat
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   FILE *f = fopen(tmp, "w");
   CHECK(f, "open %s", tmp);
-  fprintf(f, "error %d %.3f\n", (int)s, took);
+  fprintf(f, "error %d %.3f\n", (int)rc, took);
   CHECK(fclose(f) == 0 && rename(tmp, path) == 0, "write %s", path);
   printf("rank %d: %s failed after %.2f s (deadline %lld ms): %s: %s\n", rank, what, took,
-         a->timeout_ms, dcp_strerror(s), dcp_ctx_last_error(ctx));
+         a->timeout_ms, dcp_strerror(rc), dcp_ctx_last_error(ctx));
   double t0 = now_s();
   for (int32_t r = 0; r < world; r++) {
     struct stat sb;
@@ -765,10 +765,10 @@ static void run_faulty(dcp_ctx *ctx, const args *a, const char *what,
                        dcp_state *st, const void *opts) {
   if (dcp_ctx_rank(ctx) == a->fault_rank) fault_arm(a);
   double t0 = now_s();
-  dcp_status s = fn(ctx, st, a->dir, opts);
+  dcp_status rc = fn(ctx, st, a->dir, opts);
   CHECK(dcp_ctx_rank(ctx) != a->fault_rank || !strcmp(a->fault, "pause"),
-        "the fault at %s never fired (%s gave %s)", a->fault_at, what, dcp_strerror(s));
-  nohang_check(ctx, a, what, s, now_s() - t0);
+        "the fault at %s never fired (%s gave %s)", a->fault_at, what, dcp_strerror(rc));
+  nohang_check(ctx, a, what, rc, now_s() - t0);
 }
 
 static dcp_status save_fn(dcp_ctx *ctx, dcp_state *st, const char *dir, const void *o) {
@@ -797,12 +797,12 @@ static void do_save(dcp_ctx *ctx, const args *a) {
     free_model(&m);
     return;
   }
-  dcp_status s = dcp_save(ctx, m.st, a->dir, &o);
+  dcp_status rc = dcp_save(ctx, m.st, a->dir, &o);
   if (a->expect_exists) {
-    CHECK(s == DCP_EEXIST, "save over a committed checkpoint gave %s, wanted DCP_EEXIST",
-          dcp_strerror(s));
+    CHECK(rc == DCP_EEXIST, "save over a committed checkpoint gave %s, wanted DCP_EEXIST",
+          dcp_strerror(rc));
   } else {
-    CHECK(s == DCP_OK, "save: %s: %s", dcp_strerror(s), dcp_ctx_last_error(ctx));
+    CHECK(rc == DCP_OK, "save: %s: %s", dcp_strerror(rc), dcp_ctx_last_error(ctx));
     dcp_stats st = {.struct_size = sizeof st};
     dcp_ctx_stats(ctx, &st);
     if (rank == 0) {
@@ -829,8 +829,8 @@ static void do_save(dcp_ctx *ctx, const args *a) {
     if (a->save_twice) {
       /* same geometry again: every rank reuses the cached global plan */
       o.flags |= DCP_SAVE_OVERWRITE;
-      s = dcp_save(ctx, m.st, a->dir, &o);
-      CHECK(s == DCP_OK, "second save: %s: %s", dcp_strerror(s), dcp_ctx_last_error(ctx));
+      rc = dcp_save(ctx, m.st, a->dir, &o);
+      CHECK(rc == DCP_OK, "second save: %s: %s", dcp_strerror(rc), dcp_ctx_last_error(ctx));
       dcp_stats st2 = {.struct_size = sizeof st2};
       dcp_ctx_stats(ctx, &st2);
       CHECK(st.plan_cache_hit == 0 && st2.plan_cache_hit == 1,
@@ -871,10 +871,10 @@ static void do_load(dcp_ctx *ctx, const args *a) {
     return;
   }
   double t0 = now_s();
-  dcp_status s = dcp_load(ctx, m.st, a->dir, &lo);
+  dcp_status rc = dcp_load(ctx, m.st, a->dir, &lo);
   double took = now_s() - t0;
   if (a->corrupt) {
-    CHECK(s == DCP_ECORRUPT, "load of a corrupt checkpoint gave %s: %s", dcp_strerror(s),
+    CHECK(rc == DCP_ECORRUPT, "load of a corrupt checkpoint gave %s: %s", dcp_strerror(rc),
           dcp_ctx_last_error(ctx));
     CHECK(strstr(dcp_ctx_last_error(ctx), "checksum mismatch"), "message: %s",
           dcp_ctx_last_error(ctx));
@@ -885,13 +885,13 @@ static void do_load(dcp_ctx *ctx, const args *a) {
     return;
   }
   if (a->dedup_mismatch) {
-    CHECK(s == DCP_EINVAL, "load with mismatched read_dedup gave %s", dcp_strerror(s));
+    CHECK(rc == DCP_EINVAL, "load with mismatched read_dedup gave %s", dcp_strerror(rc));
     free_model(&m);
     if (rank == 0) printf("load: mismatched options refused on every rank: %s\n",
                           dcp_ctx_last_error(ctx));
     return;
   }
-  CHECK(s == DCP_OK, "load: %s: %s", dcp_strerror(s), dcp_ctx_last_error(ctx));
+  CHECK(rc == DCP_OK, "load: %s: %s", dcp_strerror(rc), dcp_ctx_last_error(ctx));
   verify(&m, rank, same_world);
   dcp_stats st = {.struct_size = sizeof st};
   dcp_ctx_stats(ctx, &st);
@@ -908,8 +908,8 @@ static void do_load(dcp_ctx *ctx, const args *a) {
   if (!same_world && !a->no_bytes) {
     /* a PER_RANK item cannot be loaded into another world size */
     build(ctx, &m, world, a->load_tp, 0, 1);
-    s = dcp_load(ctx, m.st, a->dir, &lo);
-    CHECK(s == DCP_ESCOPE, "PER_RANK load across world sizes gave %s", dcp_strerror(s));
+    rc = dcp_load(ctx, m.st, a->dir, &lo);
+    CHECK(rc == DCP_ESCOPE, "PER_RANK load across world sizes gave %s", dcp_strerror(rc));
     free_model(&m);
   }
   if (rank == 0) printf("load: world %d tp %d: verified\n", world, a->load_tp);

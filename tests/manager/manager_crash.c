@@ -145,24 +145,24 @@ static int trainer(const trial_cfg *c) {
   o.keep_every = c->keep_every;
   o.flags = DCP_MANAGER_QUIET;
   dcp_manager *m = NULL;
-  dcp_status s;
-  for (int tries = 0; (s = dcp_manager_open(ctx, c->root, &o, &m)) == DCP_EBUSY && tries < 200;
+  dcp_status rc;
+  for (int tries = 0; (rc = dcp_manager_open(ctx, c->root, &o, &m)) == DCP_EBUSY && tries < 200;
        tries++)
     sleep_ms(10); /* the killed trainer's root lease: broken once seen dead */
   /* a collective that timed out on a loaded machine is not the manager's
    * failure: this trial's trainer gives up (exit 1, counted) */
 #define GIVE_UP(s) \
   if ((s) == DCP_ETIMEDOUT || (s) == DCP_EPEER) _exit(1)
-  GIVE_UP(s);
-  MK_CHECK(s == DCP_OK, "rank %d: open: %s", c->rank, dcp_ctx_last_error(ctx));
+  GIVE_UP(rc);
+  MK_CHECK(rc == DCP_OK, "rank %d: open: %s", c->rank, dcp_ctx_last_error(ctx));
   int64_t step = -1;
-  s = dcp_manager_resume(m, 0, &step);
-  GIVE_UP(s);
-  MK_CHECK(s == DCP_OK || s == DCP_ENOTFOUND, "resume: %s", dcp_ctx_last_error(ctx));
+  rc = dcp_manager_resume(m, 0, &step);
+  GIVE_UP(rc);
+  MK_CHECK(rc == DCP_OK || rc == DCP_ENOTFOUND, "resume: %s", dcp_ctx_last_error(ctx));
   if (step >= 0) {
-    s = dcp_manager_load(m, step, md.st, NULL);
-    GIVE_UP(s);
-    MK_CHECK(s == DCP_OK, "load %" PRId64 ": %s", step, dcp_ctx_last_error(ctx));
+    rc = dcp_manager_load(m, step, md.st, NULL);
+    GIVE_UP(rc);
+    MK_CHECK(rc == DCP_OK, "load %" PRId64 ": %s", step, dcp_ctx_last_error(ctx));
     MK_CHECK(mk_model_is(&md, step), "resumed step %" PRId64 " is not bit for bit", step);
   }
   say(c->report_fd, "ready %" PRId64 "\n", step);
@@ -173,19 +173,19 @@ static int trainer(const trial_cfg *c) {
     /* the previous async save first, so that its outcome is known here */
     int64_t prev = dcp_manager_pending_step(m);
     if (prev >= 0) {
-      s = dcp_manager_wait(m, -1);
-      if (s) break; /* a peer gone (an earlier trial's leftovers): stop */
+      rc = dcp_manager_wait(m, -1);
+      if (rc) break; /* a peer gone (an earlier trial's leftovers): stop */
       say(c->report_fd, "durable %" PRId64 "\n", prev);
     }
     int async = rnd() % 3 != 0;
-    s = async ? dcp_manager_save_async(m, k, md.st, NULL) : dcp_manager_save(m, k, md.st, NULL);
+    rc = async ? dcp_manager_save_async(m, k, md.st, NULL) : dcp_manager_save(m, k, md.st, NULL);
     /* a save may meet what a killed trial left (a writer's lease, a slow
      * peer): not an error of the manager; this trainer stops there */
-    MK_CHECK(s == DCP_OK || s == DCP_EBUSY || s == DCP_ESTALE || s == DCP_EPEER ||
-                 s == DCP_ETIMEDOUT,
-             "rank %d: save %" PRId64 ": %s: %s", c->rank, k, dcp_strerror(s),
+    MK_CHECK(rc == DCP_OK || rc == DCP_EBUSY || rc == DCP_ESTALE || rc == DCP_EPEER ||
+                 rc == DCP_ETIMEDOUT,
+             "rank %d: save %" PRId64 ": %s: %s", c->rank, k, dcp_strerror(rc),
              dcp_ctx_last_error(ctx));
-    if (s) break;
+    if (rc) break;
     if (!async) say(c->report_fd, "durable %" PRId64 "\n", k);
   }
   int64_t last = dcp_manager_pending_step(m);
@@ -237,9 +237,9 @@ static int64_t check_root(const char *root, int64_t durable, int trial) {
   }
   for (size_t i = 0; i < n; i++) mid_delete += v[i].state == DCP_STEP_INCOMPLETE && v[i].step < newest;
   int64_t step = -1;
-  dcp_status s = dcp_manager_resume(m, DCP_RESUME_VERIFY, &step);
-  MK_CHECK(s == DCP_OK || (s == DCP_ENOTFOUND && durable < 0), "trial %d: resume: %s", trial,
-           dcp_strerror(s));
+  dcp_status rc = dcp_manager_resume(m, DCP_RESUME_VERIFY, &step);
+  MK_CHECK(rc == DCP_OK || (rc == DCP_ENOTFOUND && durable < 0), "trial %d: resume: %s", trial,
+           dcp_strerror(rc));
   MK_CHECK(step == newest, "trial %d: resume %" PRId64 ", newest committed %" PRId64, trial, step,
            newest);
   MK_CHECK(step >= durable, "trial %d: the newest loadable step %" PRId64
@@ -376,14 +376,14 @@ static int preempt_rank(const char *root, const char *rdv, int32_t rank, int32_t
   o.flags = DCP_MANAGER_QUIET;
   o.keep_last = 2;
   dcp_manager *m = NULL;
-  dcp_status s;
-  for (int tries = 0; (s = dcp_manager_open(ctx, root, &o, &m)) == DCP_EBUSY && tries < 200;
+  dcp_status rc;
+  for (int tries = 0; (rc = dcp_manager_open(ctx, root, &o, &m)) == DCP_EBUSY && tries < 200;
        tries++)
     sleep_ms(10);
-  MK_CHECK(s == DCP_OK, "open: %s", dcp_ctx_last_error(ctx));
+  MK_CHECK(rc == DCP_OK, "open: %s", dcp_ctx_last_error(ctx));
   MK_CHECK(dcp_manager_install_signal_handler(m) == DCP_OK, "handler");
   int64_t step = -1;
-  s = dcp_manager_resume(m, 0, &step);
+  rc = dcp_manager_resume(m, 0, &step);
   int64_t k = step < 0 ? 1 : step + 1;
   /* ready: the harness may signal from now on */
   if (rank == 0) {
@@ -396,17 +396,17 @@ static int preempt_rank(const char *root, const char *rdv, int32_t rank, int32_t
     mk_model_fill(&md, k); /* a training step */
     sleep_ms(1);
     int go = 0;
-    s = dcp_manager_should_save(m, &go);
-    if (s) {
+    rc = dcp_manager_should_save(m, &go);
+    if (rc) {
       MK_CHECK(expect_dead_peer, "rank %d: should_save: %s", rank, dcp_ctx_last_error(ctx));
-      MK_CHECK((s == DCP_ETIMEDOUT || s == DCP_EPEER) && !go, "status %s", dcp_strerror(s));
+      MK_CHECK((rc == DCP_ETIMEDOUT || rc == DCP_EPEER) && !go, "status %s", dcp_strerror(rc));
       MK_CHECK(strstr(dcp_ctx_last_error(ctx), "no preemption save"), "%s",
                dcp_ctx_last_error(ctx));
       _exit(5); /* the clear error, no hang; the context's collective is broken */
     }
     if (!go) continue;
-    s = dcp_manager_save_now(m, k, md.st, NULL, 20000);
-    MK_CHECK(s == DCP_OK, "rank %d: preemption save %" PRId64 ": %s", rank, k,
+    rc = dcp_manager_save_now(m, k, md.st, NULL, 20000);
+    MK_CHECK(rc == DCP_OK, "rank %d: preemption save %" PRId64 ": %s", rank, k,
              dcp_ctx_last_error(ctx));
     if (rank == 0) printf("preempted at step %" PRId64 "\n", k);
     fflush(stdout);

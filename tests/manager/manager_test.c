@@ -98,9 +98,9 @@ static void data_file_of(const char *root, int64_t step, char *out, size_t cap) 
 
 static void save_ok(dcp_manager *m, mk_model *md, int64_t step, int async) {
   mk_model_fill(md, step);
-  dcp_status s = async ? dcp_manager_save_async(m, step, md->st, NULL)
+  dcp_status rc = async ? dcp_manager_save_async(m, step, md->st, NULL)
                        : dcp_manager_save(m, step, md->st, NULL);
-  MK_CHECK(s == DCP_OK, "save %" PRId64 ": %s", step, dcp_strerror(s));
+  MK_CHECK(rc == DCP_OK, "save %" PRId64 ": %s", step, dcp_strerror(rc));
   if (async) {
     memset(md->w, 0xee, (size_t)md->len * sizeof *md->w); /* staged: free to change */
     MK_CHECK(dcp_manager_pending_step(m) == step, "pending");
@@ -110,8 +110,8 @@ static void save_ok(dcp_manager *m, mk_model *md, int64_t step, int async) {
 static void load_is(dcp_manager *m, mk_model *md, int64_t step) {
   memset(md->w, 0, (size_t)md->len * sizeof *md->w);
   memset(md->tag, 0, sizeof md->tag);
-  dcp_status s = dcp_manager_load(m, step, md->st, NULL);
-  MK_CHECK(s == DCP_OK, "load %" PRId64 ": %s", step, dcp_strerror(s));
+  dcp_status rc = dcp_manager_load(m, step, md->st, NULL);
+  MK_CHECK(rc == DCP_OK, "load %" PRId64 ": %s", step, dcp_strerror(rc));
   MK_CHECK(mk_model_is(md, step), "step %" PRId64 " does not load bit for bit", step);
 }
 

@@ -213,14 +213,14 @@ static void check_ctx_world(int size) {
   cfg.world_size = size + 1;
   dcp_ctx *ctx = NULL;
   dcp_plugin_err err = {{0}}; /* for CHECK_RC's message: the create error */
-  dcp_status s = dcp_ctx_create(&cfg, &ctx);
+  dcp_status rc = dcp_ctx_create(&cfg, &ctx);
   snprintf(err.msg, sizeof err.msg, "%s", dcp_ctx_create_error());
-  CHECK_RC(s, DCP_EINVAL);
+  CHECK_RC(rc, DCP_EINVAL);
   CHECK(ctx == NULL && strstr(dcp_ctx_create_error(), "collective has"));
   cfg.world_size = size;
-  s = dcp_ctx_create(&cfg, &ctx);
+  rc = dcp_ctx_create(&cfg, &ctx);
   snprintf(err.msg, sizeof err.msg, "%s", dcp_ctx_create_error());
-  CHECK_RC(s, DCP_OK);
+  CHECK_RC(rc, DCP_OK);
   CHECK(dcp_ctx_world_size(ctx) == size);
   dcp_ctx_free(ctx);
 }

@@ -324,11 +324,11 @@ static int run_stall(const char *plugin_file, const char *dir, int slow) {
   CHECK(dcp_state_create(ctx, &st) == DCP_OK);
   CHECK(dcp_state_add_bytes(st, "step", DCP_SCOPE_REPLICATED, &step, sizeof step) == DCP_OK);
   double t0 = ctk_now_ms();
-  dcp_status s = dcp_save(ctx, st, dir, NULL);
+  dcp_status rc = dcp_save(ctx, st, dir, NULL);
   double took = ctk_now_ms() - t0;
-  fprintf(stderr, "rank %d: save gave %s after %.0f ms: %s\n", rank, dcp_strerror(s), took,
+  fprintf(stderr, "rank %d: save gave %s after %.0f ms: %s\n", rank, dcp_strerror(rc), took,
           dcp_ctx_last_error(ctx));
-  CHECK(s == DCP_ETIMEDOUT || s == DCP_EPEER);
+  CHECK(rc == DCP_ETIMEDOUT || rc == DCP_EPEER);
   CHECK(took < 2 * TIMEOUT_MS + 5000);
   dcp_state_free(st);
   if (slow) { /* until the late rank has come and stopped: nothing stays pending */
@@ -344,7 +344,7 @@ static int run_stall(const char *plugin_file, const char *dir, int slow) {
   fprintf(stderr, "rank %d: dcp_ctx_free returned after %.0f ms\n", rank, freed);
   CHECK(freed < 1000);
   snprintf(path, sizeof path, "%s.nohang.%d", dir, rank);
-  snprintf(text, sizeof text, "error %d %.3f free %.3f\n", (int)s, took / 1e3, freed / 1e3);
+  snprintf(text, sizeof text, "error %d %.3f free %.3f\n", (int)rc, took / 1e3, freed / 1e3);
   write_report(path, text);
   wait_reports(dir, world);
   return 0; /* without MPI_Finalize: mpirun ends the job */

@@ -64,9 +64,9 @@ dcp_ctx *tu_scratch_ctx(const char *prefix, char *dir, size_t dir_cap, char *plu
   cfg.storage = "posix";
   cfg.plugin_path = plugins;
   dcp_ctx *ctx = NULL;
-  dcp_status s = dcp_ctx_create(&cfg, &ctx);
-  if (s) fprintf(stderr, "%s\n", dcp_ctx_create_error());
-  assert_int_equal(s, DCP_OK);
+  dcp_status rc = dcp_ctx_create(&cfg, &ctx);
+  if (rc) fprintf(stderr, "%s\n", dcp_ctx_create_error());
+  assert_int_equal(rc, DCP_OK);
   return ctx;
 }
 

@@ -213,9 +213,9 @@ static inline void g_add_chunks(tu_rng *shuffle, const g_model *m, dcpi_md *md, 
   for (size_t i = 0; i < total; i++) {
     size_t t = all[p[i]] / G_MAXC, c = all[p[i]] % G_MAXC;
     const g_chunk *ch = &m->t[t].chunks[c];
-    dcp_status s = dcpi_md_add_chunk(md, tid[t], ch->off, ch->size, &ch->r.ref, &err);
-    if (s != DCP_OK) fprintf(stderr, "add_chunk: %s\n", err.msg);
-    assert_int_equal(s, DCP_OK);
+    dcp_status rc = dcpi_md_add_chunk(md, tid[t], ch->off, ch->size, &ch->r.ref, &err);
+    if (rc != DCP_OK) fprintf(stderr, "add_chunk: %s\n", err.msg);
+    assert_int_equal(rc, DCP_OK);
   }
   free(all);
   free(p);
@@ -236,18 +236,18 @@ static inline dcpi_md *g_build(const g_model *m, tu_rng *shuffle) {
   g_perm(shuffle, p, m->nt);
   for (size_t i = 0; i < m->nt; i++) {
     const g_tensor *t = &m->t[p[i]];
-    dcp_status s = dcpi_md_add_tensor(md, t->fqn, t->dt, t->ndim, t->shape, t->mesh,
+    dcp_status rc = dcpi_md_add_tensor(md, t->fqn, t->dt, t->ndim, t->shape, t->mesh,
                                       t->mesh >= 0 ? t->map : NULL, &tid[p[i]], &err);
-    if (s != DCP_OK) fprintf(stderr, "add_tensor: %s\n", err.msg);
-    assert_int_equal(s, DCP_OK);
+    if (rc != DCP_OK) fprintf(stderr, "add_tensor: %s\n", err.msg);
+    assert_int_equal(rc, DCP_OK);
   }
   g_add_chunks(shuffle, m, md, tid);
   g_perm(shuffle, p, m->nb);
   for (size_t i = 0; i < m->nb; i++) {
     const g_bytes *b = &m->b[p[i]];
-    dcp_status s = dcpi_md_add_bytes(md, b->key, b->scope, b->rank, &b->r.ref, &err);
-    if (s != DCP_OK) fprintf(stderr, "add_bytes: %s\n", err.msg);
-    assert_int_equal(s, DCP_OK);
+    dcp_status rc = dcpi_md_add_bytes(md, b->key, b->scope, b->rank, &b->r.ref, &err);
+    if (rc != DCP_OK) fprintf(stderr, "add_bytes: %s\n", err.msg);
+    assert_int_equal(rc, DCP_OK);
   }
   g_perm(shuffle, p, m->nk);
   for (size_t i = 0; i < m->nk; i++) assert_int_equal(dcpi_md_add_kv(md, m->kkey[p[i]], m->kval[p[i]], &err), DCP_OK);
@@ -259,9 +259,9 @@ static inline void *g_encode(const g_model *m, tu_rng *shuffle, size_t *len) {
   dcpi_md *md = g_build(m, shuffle);
   void *buf = NULL;
   dcpi_err err;
-  dcp_status s = dcpi_md_encode(md, &buf, len, &err);
-  if (s != DCP_OK) fprintf(stderr, "encode: %s\n", err.msg);
-  assert_int_equal(s, DCP_OK);
+  dcp_status rc = dcpi_md_encode(md, &buf, len, &err);
+  if (rc != DCP_OK) fprintf(stderr, "encode: %s\n", err.msg);
+  assert_int_equal(rc, DCP_OK);
   dcpi_md_free(md);
   return buf;
 }

@@ -64,9 +64,9 @@ static uint8_t *slurp(const char *path, size_t *len) {
   return buf;
 }
 
-static dcp_status check(fixture *f, dcp_status s) {
-  if (s) fprintf(stderr, "  (%s) %s\n", dcp_strerror(s), dcp_ctx_last_error(f->ctx));
-  return s;
+static dcp_status check(fixture *f, dcp_status rc) {
+  if (rc) fprintf(stderr, "  (%s) %s\n", dcp_strerror(rc), dcp_ctx_last_error(f->ctx));
+  return rc;
 }
 
 /* A safetensors file read back with the library's parser. */
@@ -82,10 +82,10 @@ static void st_open(const char *path, st_file *sf) {
   dcpi_err err;
   assert_int_equal(dcpi_st_header_len(sf->buf, sf->len, &hlen, &err), DCP_OK);
   assert_int_equal(hlen % 8, 0);
-  dcp_status s = dcpi_st_parse((const char *)sf->buf + 8, (size_t)hlen, sf->len - 8 - hlen,
+  dcp_status rc = dcpi_st_parse((const char *)sf->buf + 8, (size_t)hlen, sf->len - 8 - hlen,
                                &sf->h, &err);
-  if (s) fprintf(stderr, "%s\n", err.msg);
-  assert_int_equal(s, DCP_OK);
+  if (rc) fprintf(stderr, "%s\n", err.msg);
+  assert_int_equal(rc, DCP_OK);
 }
 
 static void st_close(st_file *sf) {
@@ -456,11 +456,11 @@ static void test_hostile_headers(void **state) {
     assert_int_equal(st_write_raw(path_of(f, name), hs, c->header, data, c->data_len), 0);
     char ck[64];
     snprintf(ck, sizeof ck, "ck%zu", i);
-    dcp_status s = dcp_import_safetensors(f->ctx, path_of(f, name), path_of(f, ck), 0);
+    dcp_status rc = dcp_import_safetensors(f->ctx, path_of(f, name), path_of(f, ck), 0);
     const char *msg = dcp_ctx_last_error(f->ctx);
-    if (s != DCP_ECORRUPT || !strstr(msg, c->reason) || !strstr(msg, name))
-      fprintf(stderr, "case '%s': %s: %s\n", c->what, dcp_strerror(s), msg);
-    assert_int_equal(s, DCP_ECORRUPT);
+    if (rc != DCP_ECORRUPT || !strstr(msg, c->reason) || !strstr(msg, name))
+      fprintf(stderr, "case '%s': %s: %s\n", c->what, dcp_strerror(rc), msg);
+    assert_int_equal(rc, DCP_ECORRUPT);
     assert_non_null(strstr(msg, c->reason));
     assert_non_null(strstr(msg, name));
     struct stat sb;
@@ -689,9 +689,9 @@ static void test_hf_cache_strict_output(void **state) {
     snprintf(at, sizeof at, "%s/%s", ck, planted[i]);
     assert_int_equal(mkdir(path_of(f, ck), 0755), 0);
     make_link(f, path_of(f, "victim"), at);
-    dcp_status s = dcp_import_safetensors(
+    dcp_status rc = dcp_import_safetensors(
         f->ctx, path_of(f, "hub/snapshots/two/model.safetensors.index.json"), path_of(f, ck), 0);
-    assert_int_equal(s, DCP_EIO);
+    assert_int_equal(rc, DCP_EIO);
     assert_non_null(strstr(dcp_ctx_last_error(f->ctx), "symbolic link"));
     size_t n;
     uint8_t *v = slurp(path_of(f, "victim"), &n);
@@ -780,10 +780,10 @@ static void write_wide_index(fixture *f, const char *file, bool distinct) {
 static double timed_import(fixture *f, const char *src, const char *ck, dcp_status want) {
   struct timespec a, b;
   clock_gettime(CLOCK_MONOTONIC, &a);
-  dcp_status s = dcp_import_safetensors(f->ctx, path_of(f, src), path_of(f, ck), 0);
+  dcp_status rc = dcp_import_safetensors(f->ctx, path_of(f, src), path_of(f, ck), 0);
   clock_gettime(CLOCK_MONOTONIC, &b);
-  if (s != want) check(f, s);
-  assert_int_equal(s, want);
+  if (rc != want) check(f, rc);
+  assert_int_equal(rc, want);
   return (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
 }
 

@@ -37,9 +37,9 @@ static dcp_status save_small(dcp_ctx *ctx, const char *path) {
   float w[8];
   uint64_t step;
   dcp_state *st = small_state(ctx, w, &step);
-  dcp_status s = dcp_save(ctx, st, path, NULL);
+  dcp_status rc = dcp_save(ctx, st, path, NULL);
   dcp_state_free(st);
-  return s;
+  return rc;
 }
 
 /* Load "w" and "step" from path and check their values. */
@@ -53,13 +53,13 @@ static dcp_status load_small(dcp_ctx *ctx, const char *path) {
   assert_int_equal(dcp_state_add_tensor(st, "w", DCP_F32, 1, shape), DCP_OK);
   assert_int_equal(dcp_state_add_chunk(st, "w", zero, shape, w), DCP_OK);
   assert_int_equal(dcp_state_add_bytes(st, "step", DCP_SCOPE_REPLICATED, &step, 8), DCP_OK);
-  dcp_status s = dcp_load(ctx, st, path, NULL);
+  dcp_status rc = dcp_load(ctx, st, path, NULL);
   dcp_state_free(st);
-  if (s == DCP_OK) {
+  if (rc == DCP_OK) {
     assert_memory_equal(w, want, sizeof w);
     assert_int_equal(step, want_step);
   }
-  return s;
+  return rc;
 }
 
 
@@ -339,11 +339,11 @@ static dcp_status save_none(hk_fixture *f, int32_t rank, int32_t world, const ch
   dcp_save_options_init(&o);
   o.flags = DCP_SAVE_OVERWRITE;
   o.save_id = g_save_id;
-  dcp_status s = dcp_save(ctx, st, f->ckpt, &o);
-  if (s) fprintf(stderr, "save rank %d: %s\n", rank, dcp_ctx_last_error(ctx));
+  dcp_status rc = dcp_save(ctx, st, f->ckpt, &o);
+  if (rc) fprintf(stderr, "save rank %d: %s\n", rank, dcp_ctx_last_error(ctx));
   dcp_state_free(st);
   dcp_ctx_free(ctx);
-  return s;
+  return rc;
 }
 
 /* Load "w" of a world of 2 (4 elements) on f->ctx, plus bytes `key`
@@ -356,10 +356,10 @@ static dcp_status load_none(hk_fixture *f, const char *key, uint64_t *value) {
   assert_int_equal(dcp_state_add_tensor(st, "w", DCP_U8, 1, shape), DCP_OK);
   assert_int_equal(dcp_state_add_chunk(st, "w", zero, shape, w), DCP_OK);
   if (key) assert_int_equal(dcp_state_add_bytes(st, key, DCP_SCOPE_REPLICATED, value, 8), DCP_OK);
-  dcp_status s = dcp_load(f->ctx, st, f->ckpt, NULL);
+  dcp_status rc = dcp_load(f->ctx, st, f->ckpt, NULL);
   dcp_state_free(st);
-  if (s == DCP_OK) assert_true(w[0] == 0 && w[1] == 1 && w[2] == 10 && w[3] == 11);
-  return s;
+  if (rc == DCP_OK) assert_true(w[0] == 0 && w[1] == 1 && w[2] == 10 && w[3] == 11);
+  return rc;
 }
 
 /* Copy the file ckpt/from to ckpt/to. */

@@ -192,9 +192,9 @@ static dcp_status load_w(hk_fixture *f, uint8_t *dst) {
   assert_int_equal(dcp_state_create(f->ctx, &ld), DCP_OK);
   assert_int_equal(dcp_state_add_tensor(ld, "w", DCP_U8, 1, shape), DCP_OK);
   assert_int_equal(dcp_state_add_chunk(ld, "w", zero, shape, dst), DCP_OK);
-  dcp_status s = dcp_load(f->ctx, ld, f->ckpt, NULL);
+  dcp_status rc = dcp_load(f->ctx, ld, f->ckpt, NULL);
   dcp_state_free(ld);
-  return s;
+  return rc;
 }
 
 /* Saved chunks that overlap — alone, or with a gap that makes their

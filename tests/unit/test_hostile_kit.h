@@ -239,15 +239,15 @@ static inline dcp_status hk_open_craft(dcp_ctx *ctx, const hk_craft *c, dcp_stat
   size_t len;
   uint8_t *buf = hk_craft_meta(c, &len);
   dcp_meta *m = NULL;
-  dcp_status s = dcp_meta_open_memory(ctx, buf, len, &m);
+  dcp_status rc = dcp_meta_open_memory(ctx, buf, len, &m);
   *chunk = DCP_OK;
-  if (s == DCP_OK) {
+  if (rc == DCP_OK) {
     dcp_chunk_info ci;
     *chunk = dcp_meta_chunk(m, 0, 0, &ci);
   }
   dcp_meta_free(m);
   free(buf);
-  return s;
+  return rc;
 }
 
 #endif

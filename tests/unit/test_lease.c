@@ -135,11 +135,11 @@ typedef struct holder {
   int rep; /* child → parent */
 } holder;
 
-static void send_reply(int fd, dcp_status s, const dcpi_err *e) {
+static void send_reply(int fd, dcp_status rc, const dcpi_err *e) {
   reply r;
   memset(&r, 0, sizeof r);
-  r.status = s;
-  if (s && e) snprintf(r.msg, sizeof r.msg, "%s", e->msg);
+  r.status = rc;
+  if (rc && e) snprintf(r.msg, sizeof r.msg, "%s", e->msg);
   if (write(fd, &r, sizeof r) != (ssize_t)sizeof r) _exit(3);
 }
 
@@ -449,10 +449,10 @@ static void test_dead_holder_elsewhere(void **state) {
     dcpi_lease *l = NULL;
     dcpi_err e;
     int busy = 0;
-    dcp_status s;
+    dcp_status rc;
     for (;;) {
-      s = dcpi_lease_acquire(&rt, ".lock", 300, &l, &e);
-      if (s != DCP_EBUSY) break;
+      rc = dcpi_lease_acquire(&rt, ".lock", 300, &l, &e);
+      if (rc != DCP_EBUSY) break;
       busy++;
       char want[64];
       snprintf(want, sizeof want, "pid %d,", (int)h.pid);
@@ -461,7 +461,7 @@ static void test_dead_holder_elsewhere(void **state) {
       sleep_ms(10);
     }
     int64_t got = dcpi_lease_wall_ms();
-    assert_int_equal(s, DCP_OK);
+    assert_int_equal(rc, DCP_OK);
     assert_true(busy > 5);
     if (got <= free_at) fail_msg("taken %" PRId64 " ms before expiry + grace", free_at - got);
     assert_true(got < free_at + 2000);
@@ -626,13 +626,13 @@ static void racer(fixture *fx, race_shared *sh, int idx, const char *owner) {
   while (mono_ms() < give_up) {
     dcpi_lease *l = NULL;
     dcpi_err e;
-    dcp_status s = dcpi_lease_acquire(&rt, ".lock", RACE_TTL, &l, &e);
-    if (s == DCP_EBUSY) {
+    dcp_status rc = dcpi_lease_acquire(&rt, ".lock", RACE_TTL, &l, &e);
+    if (rc == DCP_EBUSY) {
       atomic_fetch_add(&sh->busy, 1);
       sleep_ms(1 + rand() % 8);
       continue;
     }
-    if (s) {
+    if (rc) {
       if (atomic_fetch_add(&sh->errors, 1) == 0)
         snprintf(sh->first_error, sizeof sh->first_error, "%s", e.msg);
       _exit(3);

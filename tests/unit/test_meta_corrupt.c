@@ -27,12 +27,12 @@ static dcp_status open_and_walk(const void *buf, size_t len, size_t *chunk_fail)
   dcp_ctx *ctx;
   assert_int_equal(dcp_ctx_create(NULL, &ctx), DCP_OK);
   dcp_meta *v = (dcp_meta *)&v; /* must be reset to NULL on failure */
-  dcp_status s = dcp_meta_open_memory(ctx, buf, len, &v);
+  dcp_status rc = dcp_meta_open_memory(ctx, buf, len, &v);
   *chunk_fail = 0;
-  if (s != DCP_OK) {
+  if (rc != DCP_OK) {
     assert_null(v);
     assert_true(strlen(dcp_ctx_last_error(ctx)) > 0);
-    assert_int_equal(dcp_ctx_last_status(ctx), s);
+    assert_int_equal(dcp_ctx_last_status(ctx), rc);
   }
   for (size_t t = 0; v && t < dcp_meta_tensor_count(v); t++) {
     dcp_tensor_info ti;
@@ -55,7 +55,7 @@ static dcp_status open_and_walk(const void *buf, size_t len, size_t *chunk_fail)
   }
   dcp_meta_free(v);
   dcp_ctx_free(ctx);
-  return s;
+  return rc;
 }
 
 /* Recompute every section checksum (where the directory still makes sense)
@@ -132,9 +132,9 @@ static void test_resealed_flips(void **state) {
       else copy[at] = (uint8_t)tu_rng_next(&rng);
     }
     reseal(copy, len);
-    dcp_status s = open_and_walk(copy, len, &fails);
-    assert_true(s == DCP_OK || s == DCP_ECORRUPT);
-    if (s == DCP_OK) opened++;
+    dcp_status rc = open_and_walk(copy, len, &fails);
+    assert_true(rc == DCP_OK || rc == DCP_ECORRUPT);
+    if (rc == DCP_OK) opened++;
     else refused++;
   }
   printf("# resealed edits: %zu opened, %zu refused\n", opened, refused);
@@ -302,9 +302,9 @@ static dcp_status try_variant(const variant *v, dcp_status *chunk) {
   dcp_ctx *ctx;
   assert_int_equal(dcp_ctx_create(NULL, &ctx), DCP_OK);
   dcp_meta *m = NULL;
-  dcp_status s = dcp_meta_open_memory(ctx, buf, len, &m);
+  dcp_status rc = dcp_meta_open_memory(ctx, buf, len, &m);
   *chunk = DCP_OK;
-  if (s == DCP_OK) {
+  if (rc == DCP_OK) {
     dcp_chunk_info ci;
     *chunk = dcp_meta_chunk(m, 0, 0, &ci);
     if (*chunk != DCP_OK) printf("#   chunk: %s\n", dcp_ctx_last_error(ctx));
@@ -314,7 +314,7 @@ static dcp_status try_variant(const variant *v, dcp_status *chunk) {
   dcp_meta_free(m);
   dcp_ctx_free(ctx);
   free(buf);
-  return s;
+  return rc;
 }
 
 /* The baseline itself is valid, so each variant fails for its own reason. */

@@ -135,9 +135,9 @@ static void test_roundtrip_random(void **state) {
     dcp_ctx *ctx;
     assert_int_equal(dcp_ctx_create(NULL, &ctx), DCP_OK);
     dcp_meta *v = NULL;
-    dcp_status s = dcp_meta_open_memory(ctx, buf, len, &v);
-    if (s != DCP_OK) fprintf(stderr, "open: %s\n", dcp_ctx_last_error(ctx));
-    assert_int_equal(s, DCP_OK);
+    dcp_status rc = dcp_meta_open_memory(ctx, buf, len, &v);
+    if (rc != DCP_OK) fprintf(stderr, "open: %s\n", dcp_ctx_last_error(ctx));
+    assert_int_equal(rc, DCP_OK);
     memset(buf, 0xee, len); /* the view holds its own copy */
     free(buf);
     assert_int_equal(dcp_meta_tensor_count(v), m->nt);

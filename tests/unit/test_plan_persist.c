@@ -57,9 +57,9 @@ static dcp_stats save(tu_fixture *f, model *m, bool extra) {
   dcp_save_options o;
   dcp_save_options_init(&o);
   o.flags = DCP_SAVE_OVERWRITE;
-  dcp_status s = dcp_save(f->ctx, st, f->ckpt, &o);
-  if (s) fprintf(stderr, "%s\n", dcp_ctx_last_error(f->ctx));
-  assert_int_equal(s, DCP_OK);
+  dcp_status rc = dcp_save(f->ctx, st, f->ckpt, &o);
+  if (rc) fprintf(stderr, "%s\n", dcp_ctx_last_error(f->ctx));
+  assert_int_equal(rc, DCP_OK);
   dcp_stats stats = {.struct_size = sizeof stats};
   dcp_ctx_stats(f->ctx, &stats);
   dcp_state_free(st);

@@ -76,10 +76,10 @@ static dcp_status save_gen(dcp_ctx *ctx, const char *path, uint64_t gen, uint32_
   o.flags = flags;
   o.save_id = gen;
   o.block_size = 4096;
-  dcp_status s = dcp_save(ctx, st, path, &o);
+  dcp_status rc = dcp_save(ctx, st, path, &o);
   dcp_state_free(st);
   free(w);
-  return s;
+  return rc;
 }
 
 /* Save generation gen as every rank of a world of `world` in turn
@@ -107,9 +107,9 @@ static dcp_status load_gen_flags(dcp_ctx *ctx, const char *path, uint32_t flags,
   dcp_load_options lo;
   dcp_load_options_init(&lo);
   lo.flags = flags;
-  dcp_status s = dcp_load(ctx, st, path, &lo);
+  dcp_status rc = dcp_load(ctx, st, path, &lo);
   dcp_state_free(st);
-  if (s) return s;
+  if (rc) return rc;
   for (int64_t i = 0; i < ROWS; i++)
     for (int64_t j = 0; j < COLS; j++)
       if (w[i * COLS + j] != value(*gen, i, j)) {
@@ -128,9 +128,9 @@ static dcp_status load_gen(dcp_ctx *ctx, const char *path, uint64_t *gen) {
 /* The generation the checkpoint at path loads as (it must load). */
 static uint64_t loaded(const fixture *f) {
   uint64_t gen = 0;
-  dcp_status s = load_gen(f->ctx, f->ckpt, &gen);
-  if (s) fprintf(stderr, "load: %s\n", dcp_ctx_last_error(f->ctx));
-  assert_int_equal(s, DCP_OK);
+  dcp_status rc = load_gen(f->ctx, f->ckpt, &gen);
+  if (rc) fprintf(stderr, "load: %s\n", dcp_ctx_last_error(f->ctx));
+  assert_int_equal(rc, DCP_OK);
   return gen;
 }
 
@@ -420,13 +420,13 @@ static void sleep_ms(long ms) {
  * holds the directory; the child's exit code says how it ended. */
 static int child_save(const fixture *f, uint64_t gen) {
   dcp_ctx *ctx = context(f, 0, 1, 300);
-  dcp_status s = DCP_EBUSY;
-  for (int tries = 0; s == DCP_EBUSY && tries < 200; tries++) {
-    s = save_gen(ctx, f->ckpt, gen, DCP_SAVE_OVERWRITE);
-    if (s == DCP_EBUSY) sleep_ms(5);
+  dcp_status rc = DCP_EBUSY;
+  for (int tries = 0; rc == DCP_EBUSY && tries < 200; tries++) {
+    rc = save_gen(ctx, f->ckpt, gen, DCP_SAVE_OVERWRITE);
+    if (rc == DCP_EBUSY) sleep_ms(5);
   }
   dcp_ctx_free(ctx);
-  return s == DCP_OK ? 0 : s == DCP_EBUSY ? 2 : 3;
+  return rc == DCP_OK ? 0 : rc == DCP_EBUSY ? 2 : 3;
 }
 
 /* A save killed with SIGKILL at a random moment of an overwrite: the
@@ -474,14 +474,14 @@ static void test_concurrent_savers(void **state) {
     int bad = 0;
     for (int r = 0; r < ROUNDS; r++) {
       uint64_t gen = 100 * (uint64_t)(c + 1) + (uint64_t)r;
-      dcp_status s = save_gen(ctx, f->ckpt, gen, DCP_SAVE_OVERWRITE);
-      if (s == DCP_OK) { /* O_APPEND: one line per write, whole */
+      dcp_status rc = save_gen(ctx, f->ckpt, gen, DCP_SAVE_OVERWRITE);
+      if (rc == DCP_OK) { /* O_APPEND: one line per write, whole */
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         char line[32];
         int n = snprintf(line, sizeof line, "%llu\n", (unsigned long long)gen);
         bad |= fd < 0 || write(fd, line, (size_t)n) != n;
         close(fd);
-      } else if (s != DCP_EBUSY && s != DCP_ESTALE) {
+      } else if (rc != DCP_EBUSY && rc != DCP_ESTALE) {
         fprintf(stderr, "saver %d: %s\n", c, dcp_ctx_last_error(ctx));
         bad = 1;
       }
@@ -493,9 +493,9 @@ static void test_concurrent_savers(void **state) {
   int loads = 0, alive = SAVERS;
   while (alive) {
     uint64_t gen = 0;
-    dcp_status s = load_gen(f->ctx, f->ckpt, &gen);
-    if (s) fprintf(stderr, "load during the saves: %s\n", dcp_ctx_last_error(f->ctx));
-    assert_int_equal(s, DCP_OK);
+    dcp_status rc = load_gen(f->ctx, f->ckpt, &gen);
+    if (rc) fprintf(stderr, "load during the saves: %s\n", dcp_ctx_last_error(f->ctx));
+    assert_int_equal(rc, DCP_OK);
     loads++;
     alive = 0;
     for (int c = 0; c < SAVERS; c++) alive += pids[c] && waitpid(pids[c], NULL, WNOHANG) == 0;
@@ -541,14 +541,14 @@ static void test_loads_during_overwrites(void **state) {
   uint64_t last = 0;
   while (waitpid(pid, NULL, WNOHANG) == 0) {
     uint64_t gen = 0;
-    dcp_status s = load_gen(f->ctx, f->ckpt, &gen);
-    if (s && s != DCP_ESTALE)
+    dcp_status rc = load_gen(f->ctx, f->ckpt, &gen);
+    if (rc && rc != DCP_ESTALE)
       fprintf(stderr, "load %d during the overwrites: %s\n", loads, dcp_ctx_last_error(f->ctx));
     /* DCP_ESTALE: replaced under every attempt (only on a slow machine) */
-    assert_true(s == DCP_OK || s == DCP_ESTALE);
-    stale += s == DCP_ESTALE;
-    assert_true(s || gen >= last); /* never an older checkpoint than one seen */
-    last = s ? last : gen;
+    assert_true(rc == DCP_OK || rc == DCP_ESTALE);
+    stale += rc == DCP_ESTALE;
+    assert_true(rc || gen >= last); /* never an older checkpoint than one seen */
+    last = rc ? last : gen;
     loads++;
   }
   assert_int_equal(loaded(f), 59);
@@ -598,12 +598,12 @@ static void test_per_rank_metadata_during_overwrites(void **state) {
     int bad = !fp;
     for (int i = 0; i < LOADS && !bad; i++) {
       uint64_t gen = 0;
-      dcp_status s = load_gen_flags(ctx, f->ckpt, DCP_LOAD_METADATA_PER_RANK, &gen);
+      dcp_status rc = load_gen_flags(ctx, f->ckpt, DCP_LOAD_METADATA_PER_RANK, &gen);
       /* DCP_ESTALE: replaced under every attempt (a slow machine); 0 in the log */
-      if (s && s != DCP_ESTALE)
+      if (rc && rc != DCP_ESTALE)
         fprintf(stderr, "rank %d load %d: %s\n", (int)r, i, dcp_ctx_last_error(ctx));
-      bad = (s && s != DCP_ESTALE) ||
-            fprintf(fp, "%llu\n", (unsigned long long)(s ? 0 : gen)) < 0;
+      bad = (rc && rc != DCP_ESTALE) ||
+            fprintf(fp, "%llu\n", (unsigned long long)(rc ? 0 : gen)) < 0;
     }
     if (fp) fclose(fp);
     dcp_ctx_free(ctx);

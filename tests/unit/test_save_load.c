@@ -55,9 +55,9 @@ static dcp_status save_default(fixture *f, uint32_t flags) {
   dcp_save_options_init(&o);
   o.flags = flags;
   o.block_size = 4096; /* many blocks, so partial reads are visible */
-  dcp_status s = dcp_save(f->ctx, st, f->ckpt, &o);
+  dcp_status rc = dcp_save(f->ctx, st, f->ckpt, &o);
   dcp_state_free(st);
-  return s;
+  return rc;
 }
 
 static uint64_t file_size(const fixture *f, const char *name) {
@@ -136,9 +136,9 @@ static void roundtrip(void **state, uint32_t flags) {
   assert_int_equal(dcp_state_add_tensor(ld, "b", DCP_BF16, 1, bshape), DCP_OK);
   assert_int_equal(dcp_state_add_chunk(ld, "b", zero, bshape, b), DCP_OK);
   assert_int_equal(dcp_state_add_bytes(ld, "step", DCP_SCOPE_REPLICATED, &step, 8), DCP_OK);
-  dcp_status s = dcp_load(f->ctx, ld, f->ckpt, NULL);
-  if (s) fprintf(stderr, "%s\n", dcp_ctx_last_error(f->ctx));
-  assert_int_equal(s, DCP_OK);
+  dcp_status rc = dcp_load(f->ctx, ld, f->ckpt, NULL);
+  if (rc) fprintf(stderr, "%s\n", dcp_ctx_last_error(f->ctx));
+  assert_int_equal(rc, DCP_OK);
   for (int64_t i = 0; i < ROWS; i++)
     for (int64_t j = 0; j < 25; j++) {
       assert_true(left[i * 25 + j] == w_value(i, j));
@@ -328,10 +328,10 @@ static dcp_status save_rank(dcp_ctx *ctx, const char *path, float *half, float *
   dcp_save_options_init(&o);
   o.flags = flags;
   o.save_id = save_id;
-  dcp_status s = dcp_save(ctx, st, path, &o);
+  dcp_status rc = dcp_save(ctx, st, path, &o);
   dcp_state_free(st);
   dcp_layout_free(l);
-  return s;
+  return rc;
 }
 
 /* Flip one bit of the stored bytes of the copy of b.by_hand that rank r's

@@ -62,8 +62,8 @@ static void test_job_roundtrip(void **state) {
     uint8_t *q = malloc(len);
     memcpy(q, p, len);
     q[i] ^= 0xA5;
-    dcp_status s = dcpi_wp_job_decode(q, len, &d, &err);
-    assert_true(s == DCP_OK || s == DCP_ECORRUPT);
+    dcp_status rc = dcpi_wp_job_decode(q, len, &d, &err);
+    assert_true(rc == DCP_OK || rc == DCP_ECORRUPT);
     dcpi_wp_job_free(&d);
     free(q);
   }
@@ -140,7 +140,7 @@ static void test_done_and_header(void **state) {
   uint8_t *p, hdr[DCPI_WP_HEADER];
   size_t len;
   uint64_t seq;
-  dcp_status st;
+  dcp_status rc;
   char msg[64];
   dcpi_err err;
   dcp_stats sent = {.struct_size = sizeof sent, .plan_s = 0.25, .total_s = 1.5,
@@ -148,9 +148,9 @@ static void test_done_and_header(void **state) {
                     .plan_cache_hit = 1, .plan_coll_bytes = 40};
   dcp_stats got;
   assert_int_equal(dcpi_wp_done_encode(9, DCP_EIO, "disk on fire", &sent, &p, &len), DCP_OK);
-  assert_int_equal(dcpi_wp_done_decode(p, len, &seq, &st, msg, sizeof msg, &got, &err), DCP_OK);
+  assert_int_equal(dcpi_wp_done_decode(p, len, &seq, &rc, msg, sizeof msg, &got, &err), DCP_OK);
   assert_int_equal(seq, 9);
-  assert_int_equal(st, DCP_EIO);
+  assert_int_equal(rc, DCP_EIO);
   assert_string_equal(msg, "disk on fire");
   assert_true(got.plan_s == 0.25 && got.total_s == 1.5);
   assert_int_equal(got.bytes_written, 123456789);
@@ -158,7 +158,7 @@ static void test_done_and_header(void **state) {
   assert_int_equal(got.plan_cache_hit, 1);
   assert_int_equal(got.plan_coll_bytes, 40);
   for (size_t cut = 0; cut < len; cut++) /* every truncation is refused */
-    assert_int_equal(dcpi_wp_done_decode(p, cut, &seq, &st, msg, sizeof msg, &got, &err),
+    assert_int_equal(dcpi_wp_done_decode(p, cut, &seq, &rc, msg, sizeof msg, &got, &err),
                      DCP_ECORRUPT);
   dcpi_wp_header(hdr, DCPI_WP_DONE, p, len);
   uint16_t type;

@@ -162,10 +162,10 @@ dcp_ctx *cli_context(const char *label, bool quiet) {
   return ctx;
 }
 
-int cli_fail(const char *cmd, dcp_ctx *ctx, dcp_status s) {
+int cli_fail(const char *cmd, dcp_ctx *ctx, dcp_status rc) {
   cli_progress_done();
   const char *msg = ctx ? dcp_ctx_last_error(ctx) : "";
-  fprintf(stderr, "dcp %s: %s%s%s\n", cmd, dcp_strerror(s), *msg ? ": " : "", msg);
+  fprintf(stderr, "dcp %s: %s%s%s\n", cmd, dcp_strerror(rc), *msg ? ": " : "", msg);
   return CLI_ERROR;
 }
 

@@ -55,7 +55,7 @@ void cli_progress_done(void);
 
 /* Print "dcp CMD: reason: message" on stderr for a failing status and
  * return CLI_ERROR. */
-int cli_fail(const char *cmd, dcp_ctx *ctx, dcp_status s);
+int cli_fail(const char *cmd, dcp_ctx *ctx, dcp_status rc);
 
 /* Create the missing parent directories of path (not path itself: the
  * library creates that one). False after printing why. */

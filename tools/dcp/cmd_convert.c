@@ -98,17 +98,17 @@ static const char verify_help[] =
     "             2 usage,\n"
     "             3 error: no such directory, I/O, a newer format, ...\n";
 
-static json_t *verify_json(const char *path, const dcp_verify_report *r, dcp_status s) {
+static json_t *verify_json(const char *path, const dcp_verify_report *r, dcp_status rc) {
   json_t *o = cli_json_new("verify");
   json_object_set_new(o, "checkpoint", json_string(path));
-  json_object_set_new(o, "ok", json_boolean(!s));
+  json_object_set_new(o, "ok", json_boolean(!rc));
   json_object_set_new(o, "tensors", json_integer((json_int_t)r->tensors));
   json_object_set_new(o, "chunks", json_integer((json_int_t)r->chunks));
   json_object_set_new(o, "bytes_items", json_integer((json_int_t)r->bytes_items));
   json_object_set_new(o, "blocks", json_integer((json_int_t)r->blocks));
   json_object_set_new(o, "bytes", json_integer((json_int_t)r->bytes));
-  json_object_set_new(o, "problems", json_integer((json_int_t)(s ? r->problems : 0)));
-  json_object_set_new(o, "first_problem", s ? json_string(r->first_problem) : json_null());
+  json_object_set_new(o, "problems", json_integer((json_int_t)(rc ? r->problems : 0)));
+  json_object_set_new(o, "first_problem", rc ? json_string(r->first_problem) : json_null());
   return o;
 }
 

@@ -122,13 +122,13 @@ static double max_abs(dcp_dtype dt, const uint8_t *x, const uint8_t *y, size_t n
 /* Read window [at, at + n) of tensor i of s; on failure fill r. */
 static bool read_side(diff_run *d, side *s, char name, size_t i, uint64_t at, size_t n,
                       result *r) {
-  dcp_status st = dcp_read_tensor_range(d->ctx, s->path, s->m, i, at, s->buf, n);
-  if (!st) return true;
+  dcp_status rc = dcp_read_tensor_range(d->ctx, s->path, s->m, i, at, s->buf, n);
+  if (!rc) return true;
   r->v = UNREADABLE;
   r->side = name;
-  r->status = st;
+  r->status = rc;
   snprintf(r->message, sizeof r->message, "%s", dcp_ctx_last_error(d->ctx));
-  if (st != DCP_ECORRUPT && st != DCP_EINCOMPLETE) d->hard_error = true;
+  if (rc != DCP_ECORRUPT && rc != DCP_EINCOMPLETE) d->hard_error = true;
   return false;
 }
 

@@ -143,8 +143,8 @@ static dcp_status list_all(dcp_manager *m, dcp_step_info **v, size_t *n) {
   *v = NULL;
   size_t cap = 0;
   for (;;) {
-    dcp_status s = dcp_manager_list(m, *v, cap, n);
-    if (s || *n <= cap) return s;
+    dcp_status rc = dcp_manager_list(m, *v, cap, n);
+    if (rc || *n <= cap) return rc;
     free(*v);
     cap = *n + 8;
     if (!(*v = malloc(cap * sizeof **v))) return DCP_ENOMEM;

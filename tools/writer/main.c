@@ -60,9 +60,9 @@ static uint64_t run_job(dcpi_wsession *s, const uint8_t *p, size_t len, int pool
                         dcpi_err *err) {
   dcpi_wp_job job;
   const uint8_t *base = NULL;
-  dcp_status st = dcpi_wp_job_decode(p, len, &job, err);
-  if (!st) st = map_pool(pool_fd, job.pool_size, &base, err);
-  if (!st) {
+  dcp_status rc = dcpi_wp_job_decode(p, len, &job, err);
+  if (!rc) rc = map_pool(pool_fd, job.pool_size, &base, err);
+  if (!rc) {
     test_delay();
     dcpi_wsession_save(s, &job, base, err);
   }
