@@ -345,7 +345,7 @@ static void test_diff_goes_on_after_damage(void **state) {
   expect("diff badb ck", 3, NULL); /* a side that cannot be opened */
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_help_and_usage),
       cmocka_unit_test(test_import_inspect_verify),
@@ -355,5 +355,5 @@ int main(void) {
       cmocka_unit_test(test_verify_corrupt),
       cmocka_unit_test(test_diff_goes_on_after_damage),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return TU_RUN(tests, setup, teardown);
 }

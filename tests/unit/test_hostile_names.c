@@ -255,7 +255,7 @@ static void test_good_names_roundtrip(void **state) {
   dcp_state_free(ld);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_state_names, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_huge_name, hk_setup, hk_teardown),
@@ -265,5 +265,5 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_safetensors_names, hk_setup, hk_teardown),
       cmocka_unit_test_setup_teardown(test_good_names_roundtrip, hk_setup, hk_teardown),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN(tests, NULL, NULL);
 }
