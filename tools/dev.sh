@@ -48,7 +48,9 @@ build() { # build DIR [cmake args...]
 # valgrind memcheck over every unit test executable of build/, JOBS at a
 # time; a failing test's log is printed. Left out: test_coll_gloo, whose
 # forked ranks talk over TCP under 1-2 s deadlines that valgrind's slowdown
-# turns into timeouts (it runs under ASan+UBSan and TSan instead).
+# turns into timeouts, and test_coll_gloo_store, where libgloo hands the
+# store its serialised addresses with uninitialised padding, which memcheck
+# reports at our send (both run under ASan+UBSan and TSan instead).
 # tests/valgrind.supp lists the leaks tests make on purpose.
 memcheck_one() { # memcheck_one TEST LOGDIR
   local name=$1 logs=$2
@@ -66,7 +68,7 @@ memcheck_units() {
   local logs names
   logs=$(mktemp -d)
   names=$(cd build/tests && find . -maxdepth 1 -type f -executable -name 'test_*' -printf '%f\n' |
-          grep -v -x -e test_coll_gloo | sort)
+          grep -v -x -e test_coll_gloo -e test_coll_gloo_store | sort)
   export -f memcheck_one
   export ROOT
   echo "$names" | xargs -P "$JOBS" -I{} bash -c 'memcheck_one "$1" "$2"' _ {} "$logs"
