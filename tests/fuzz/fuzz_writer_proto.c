@@ -4,7 +4,7 @@
  * the payload is decoded as the header's message type (as its first
  * byte's choice when the header is bad, so mutated headers do not hide the
  * decoders). Properties checked: a header that passes gives a known type
- * and a bounded length; a decoded SAVE job or PLAN entry re-encodes,
+ * and a bounded length; a decoded SAVE job, PLAN entry or OPEN config re-encodes,
  * decodes again, and encodes to the same bytes; a decoded DONE re-encodes
  * and decodes to the same seq, status and message. */
 #include <stdint.h>
@@ -62,6 +62,29 @@ static void job_roundtrip(const uint8_t *p, size_t len) {
   dcpi_wp_job_free(&b);
 }
 
+/* An OPEN payload that decodes re-encodes to bytes that decode again, and
+ * those encode to the same bytes (the coordination config round-trips). */
+static void open_roundtrip(const uint8_t *p, size_t len) {
+  dcpi_err err;
+  dcpi_wp_coord a, b;
+  dcp_status rc = dcpi_wp_open_decode(p, len, &a, &err);
+  if (rc != DCP_OK) {
+    if (rc != DCP_ECORRUPT && rc != DCP_ENOMEM) __builtin_trap();
+    dcpi_wp_coord_free(&a);
+    return;
+  }
+  uint8_t *e1 = NULL, *e2 = NULL;
+  size_t n1 = 0, n2 = 0;
+  if (dcpi_wp_open_encode(&a, &e1, &n1) != DCP_OK) __builtin_trap();
+  if (dcpi_wp_open_decode(e1, n1, &b, &err) != DCP_OK) __builtin_trap();
+  if (dcpi_wp_open_encode(&b, &e2, &n2) != DCP_OK || n1 != n2 || memcmp(e1, e2, n1) != 0)
+    __builtin_trap();
+  free(e1);
+  free(e2);
+  dcpi_wp_coord_free(&a);
+  dcpi_wp_coord_free(&b);
+}
+
 static void done_roundtrip(const uint8_t *p, size_t len) {
   dcpi_err err;
   uint64_t seq = 0, seq2 = 0;
@@ -91,17 +114,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t plen = size - DCPI_WP_HEADER;
   dcp_status rc = dcpi_wp_check_header(data, &type, &len, &err);
   if (rc == DCP_OK) {
-    if (type < DCPI_WP_SAVE || type > DCPI_WP_PLAN || len > DCPI_WP_MAX_PAYLOAD) __builtin_trap();
+    if (type < DCPI_WP_SAVE || type > DCPI_WP_OPEN || len > DCPI_WP_MAX_PAYLOAD) __builtin_trap();
     if (len == plen) {
       rc = dcpi_wp_check_payload(data, p, plen, &err);
       if (rc != DCP_OK && rc != DCP_ECORRUPT) __builtin_trap();
     }
   } else {
     if (rc != DCP_ECORRUPT && rc != DCP_EVERSION) __builtin_trap();
-    type = (uint16_t)(DCPI_WP_SAVE + data[0] % 3);
+    type = (uint16_t)(DCPI_WP_SAVE + data[0] % 4);
   }
   if (type == DCPI_WP_SAVE) job_roundtrip(p, plen);
   if (type == DCPI_WP_DONE) done_roundtrip(p, plen);
   if (type == DCPI_WP_PLAN) plan_roundtrip(p, plen);
+  if (type == DCPI_WP_OPEN) open_roundtrip(p, plen);
   return 0;
 }
