@@ -19,6 +19,7 @@
 #include "manager/policy.h"
 #include "manager/steps.h"
 #include "runtime/lease.h"
+#include "runtime/plan_persist.h"
 #include "runtime/rt.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -375,6 +376,27 @@ dcp_status dcp_manager_gc_result(const dcp_manager *m, dcp_manager_gc_report *ou
 
 /* ---- saving ------------------------------------------------------------------------ */
 
+/* Rank 0: the step's recorded save plan (.plan) becomes the root's, so that
+ * a restarted job's first save into a new step directory finds it there
+ * (the save looks next to its checkpoint, then in the parent directory:
+ * runtime/plan_persist.h). Best effort: a missing copy only costs the
+ * restarted job one plan gather. */
+static void keep_plan(dcp_manager *m, int64_t step) {
+  char path[4200];
+  dcp_manager_step_path(m, step, path, sizeof path);
+  dcpi_rt srt = {.ctx = m->ctx, .path = path};
+  dcpi_err_clear(&srt.err);
+  dcpi_err ignored;
+  uint8_t *data = NULL;
+  size_t len = 0;
+  if (!dcpi_rt_open_storage(&srt, 0) &&
+      !dcpi_rt_read_file(&srt, DCPI_PLAN_FILE_NAME, &data, &len, &ignored))
+    dcpi_rt_write_file_atomic(&m->rt, DCPI_PLAN_FILE_NAME, DCPI_PLAN_FILE_TMP, data, len,
+                              &ignored);
+  if (srt.st) m->ctx->storage->close(srt.st);
+  free(data);
+}
+
 /* After step is durable on every rank: latest, then retention. Collective. */
 static void finish_durable(dcp_manager *m, int64_t step) {
   if (step > m->newest) m->newest = step;
@@ -386,6 +408,7 @@ static void finish_durable(dcp_manager *m, int64_t step) {
     int len = snprintf(line, sizeof line, "step-%" PRId64 "\n", step);
     rc = dcpi_rt_write_file_atomic(&m->rt, DCPI_LATEST_NAME, DCPI_LATEST_TMP, line, (size_t)len,
                                   &err);
+    if (!rc) keep_plan(m, step);
   }
   rc = dcpi_manager_agree(m, rc, &err);
   memset(&m->last_gc, 0, sizeof m->last_gc);

@@ -3,6 +3,7 @@
  * (plan_persist.h, docs/format.md ".plan"). */
 #include "runtime/plan_persist.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -92,6 +93,35 @@ done:
   return out;
 }
 
+/* The directory that holds `path` (path without its last component and the
+ * slashes around it) into out; false when it does not fit. */
+static bool parent_dir(const char *path, char *out, size_t cap) {
+  size_t n = strlen(path);
+  while (n > 1 && path[n - 1] == '/') n--;
+  size_t cut = n;
+  while (cut > 0 && path[cut - 1] != '/') cut--;
+  if (cut == 0) return snprintf(out, cap, ".") < (int)cap;
+  while (cut > 1 && path[cut - 1] == '/') cut--;
+  if (cut >= cap) return false;
+  memcpy(out, path, cut);
+  out[cut] = '\0';
+  return true;
+}
+
+/* The parent directory's .plan (a manager's root keeps its newest step's
+ * there): read through a storage handle of its own. */
+static dcp_status read_parent_plan(dcpi_rt *rt, uint8_t **data, size_t *len) {
+  char parent[4096];
+  if (!rt->path || !parent_dir(rt->path, parent, sizeof parent)) return DCP_ENOTFOUND;
+  dcpi_rt prt = {.ctx = rt->ctx, .path = parent};
+  dcpi_err_clear(&prt.err);
+  dcpi_err ignored;
+  dcp_status rc = dcpi_rt_open_storage(&prt, 0);
+  if (!rc) rc = dcpi_rt_read_file(&prt, DCPI_PLAN_FILE_NAME, data, len, &ignored);
+  if (prt.st) rt->ctx->storage->close(prt.st);
+  return rc;
+}
+
 bool dcpi_plan_file_seed(dcpi_rt *rt, dcpi_plan_key key, const uint8_t *plan, size_t plan_len) {
   dcpi_plan_cache *cache = dcpi_ctx_plan_cache(rt->ctx);
   if (!cache) return false;
@@ -103,7 +133,9 @@ bool dcpi_plan_file_seed(dcpi_rt *rt, dcpi_plan_key key, const uint8_t *plan, si
   uint8_t *data = NULL;
   size_t len = 0;
   dcpi_err ignored;
-  if (dcpi_rt_read_file(rt, DCPI_PLAN_FILE_NAME, &data, &len, &ignored)) return false;
+  if (dcpi_rt_read_file(rt, DCPI_PLAN_FILE_NAME, &data, &len, &ignored) &&
+      read_parent_plan(rt, &data, &len))
+    return false;
   dcpi_plan_entry *e = dcpi_plan_file_accept(data, len, rt->ctx->rank, rt->ctx->world_size, key,
                                              plan, plan_len, &ignored);
   free(data);

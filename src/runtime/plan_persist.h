@@ -4,7 +4,8 @@
  * After a save, rank 0 writes the plan cache entry of that save (every
  * rank's encoded local plan: docs/format.md, ".plan") into the checkpoint
  * directory. A save whose context has no cache entry for its plan key reads
- * that file on every rank and accepts it only when it is intact and holds
+ * that file on every rank (or, when the directory has none, the one in the
+ * directory above, where a checkpoint manager keeps its newest step's) and accepts it only when it is intact and holds
  * exactly this rank's encoded plan (same rank, world, options, fqns,
  * shapes, boxes, scopes) in this rank's slot, for this world size; it then
  * rebuilds the global plan from the recorded plans, takes its own

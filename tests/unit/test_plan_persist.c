@@ -232,12 +232,73 @@ static void test_tampered_gathers(void **state) {
   free(file);
 }
 
+/* A manager's steps: each save goes into a new step directory, which has
+ * no .plan yet; the root keeps its newest durable step's, and a restarted
+ * job's first save into the next step finds it there — a hit with the
+ * collective bytes of an in-memory hit — and loads back exactly. A root
+ * .plan of another state is refused like any other. */
+static void test_manager_new_step_hits(void **state) {
+  tu_fixture *f = *state;
+  static model m;
+  dcp_manager *mg = NULL;
+  assert_int_equal(dcp_manager_open(f->ctx, f->ckpt, NULL, &mg), DCP_OK);
+  fill(&m, 100);
+  dcp_state *st = make_state(f, &m, false);
+  assert_int_equal(dcp_manager_save(mg, 1, st, NULL), DCP_OK);
+  dcp_stats first = {.struct_size = sizeof first};
+  dcp_ctx_stats(f->ctx, &first);
+  assert_int_equal(first.plan_cache_hit, 0);
+  assert_int_equal(dcp_manager_save(mg, 2, st, NULL), DCP_OK);
+  dcp_stats again = {.struct_size = sizeof again};
+  dcp_ctx_stats(f->ctx, &again);
+  assert_int_equal(again.plan_cache_hit, 1);
+  dcp_manager_free(mg);
+  char p[sizeof f->ckpt + 16];
+  snprintf(p, sizeof p, "%s/%s", f->ckpt, DCPI_PLAN_FILE_NAME);
+  FILE *fp = fopen(p, "rb");
+  assert_non_null(fp); /* the root's copy */
+  fclose(fp);
+
+  restart(f);
+  assert_int_equal(dcp_manager_open(f->ctx, f->ckpt, NULL, &mg), DCP_OK);
+  fill(&m, 300);
+  assert_int_equal(dcp_manager_save(mg, 3, st, NULL), DCP_OK);
+  dcp_stats restarted = {.struct_size = sizeof restarted};
+  dcp_ctx_stats(f->ctx, &restarted);
+  assert_int_equal(restarted.plan_cache_hit, 1);
+  assert_int_equal(restarted.plan_coll_bytes, again.plan_coll_bytes);
+  assert_true(restarted.plan_coll_bytes < first.plan_coll_bytes);
+  print_message("manager restart, first save into a new step: plan collective bytes %llu "
+                "(a gather: %llu)\n", (unsigned long long)restarted.plan_coll_bytes,
+                (unsigned long long)first.plan_coll_bytes);
+  model *got = calloc(1, sizeof *got);
+  assert_non_null(got);
+  dcp_state *gs = make_state(f, got, false);
+  assert_int_equal(dcp_manager_load(mg, 3, gs, NULL), DCP_OK);
+  assert_memory_equal(got->w, m.w, sizeof m.w);
+  assert_memory_equal(got->v, m.v, sizeof m.v);
+  dcp_state_free(gs);
+  free(got);
+
+  /* another state after a restart: the root's plan is not its plan */
+  restart(f);
+  dcp_state *other = make_state(f, &m, true);
+  assert_int_equal(dcp_manager_save(mg, 4, other, NULL), DCP_OK);
+  dcp_stats changed = {.struct_size = sizeof changed};
+  dcp_ctx_stats(f->ctx, &changed);
+  assert_int_equal(changed.plan_cache_hit, 0);
+  dcp_state_free(other);
+  dcp_manager_free(mg);
+  dcp_state_free(st);
+}
+
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_restart_hits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_other_state_gathers, setup, teardown),
       cmocka_unit_test_setup_teardown(test_other_world_gathers, setup, teardown),
       cmocka_unit_test_setup_teardown(test_tampered_gathers, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_manager_new_step_hits, setup, teardown),
   };
   return TU_RUN(tests, NULL, NULL);
 }
