@@ -539,8 +539,9 @@ typedef enum dcp_policy {
 #define DCP_SAVE_COMPRESS 2u  /* zstd-compress each block (kept raw when that
                                  does not make it smaller) */
 #define DCP_SAVE_IN_PLACE 4u  /* with DCP_SAVE_OVERWRITE: un-commit and remove
-                                 the old checkpoint first, so that the
-                                 directory never holds both (less space; no
+                                 the old checkpoint before writing (once the
+                                 plan and any replica check passed), so that
+                                 the directory never holds both (less space; no
                                  checkpoint at path until the new one commits) */
 #define DCP_SAVE_CHECK_REPLICAS 8u /* before writing, compare every holder's
                                  copy of each replicated box and bytes item

@@ -79,8 +79,9 @@ static void job_free(save_job *j) {
 /* ---- prepare ------------------------------------------------------------ */
 
 /* Rank 0: take the directory's lease, then record what the directory
- * holds (refused unless overwriting; un-committed first for an in-place
- * overwrite) and make the save's identity. */
+ * holds (refused unless overwriting) and make the save's identity. An
+ * in-place overwrite un-commits the old checkpoint later (remove_in_place),
+ * once nothing can refuse the save any more. */
 static dcp_status claim_directory(save_job *j, dcpi_err *err) {
   dcpi_rt *rt = j->rt;
   dcp_status rc = dcpi_lease_acquire(rt, DCPI_COORD_LEASE, rt->ctx->lease_ms, &j->lease, err);
@@ -103,10 +104,19 @@ static dcp_status claim_directory(save_job *j, dcpi_err *err) {
   if ((rc = dcpi_save_id_random(j->ident.id)))
     return dcpi_fail(err, rc, "no random bytes for the save's id");
   j->ident.generation = j->base.generation + 1;
-  if (overwrite && (j->opts.flags & DCP_SAVE_IN_PLACE) && (rc = dcpi_base_remove(rt, err)))
-    return rc;
-  if (overwrite && (j->opts.flags & DCP_SAVE_IN_PLACE)) return dcpi_base_read(rt, &j->base, err);
   return DCP_OK;
+}
+
+/* Rank 0, for DCP_SAVE_OVERWRITE | DCP_SAVE_IN_PLACE: un-commit and remove
+ * the old checkpoint. Only after the plan and the replica check: a save that
+ * a bad plan or a replica mismatch refuses must leave the old checkpoint as
+ * it was (the directory's lease keeps other savers out meanwhile). */
+static dcp_status remove_in_place(save_job *j) {
+  dcpi_rt *rt = j->rt;
+  uint32_t both = DCP_SAVE_OVERWRITE | DCP_SAVE_IN_PLACE;
+  if (rt->ctx->rank != 0 || (j->opts.flags & both) != both) return DCP_OK;
+  dcp_status rc = dcpi_base_remove(rt, &rt->err);
+  return rc ? rc : dcpi_base_read(rt, &j->base, &rt->err);
 }
 
 static dcp_status prepare(save_job *j) {
@@ -396,6 +406,7 @@ static dcp_status run(save_job *j) {
   if (!rc) rc = dcpi_rt_agree(rt, local);
   if (!rc && (j->opts.flags & DCP_SAVE_CHECK_REPLICAS)) /* before anything is written */
     rc = dcpi_replica_check(rt, j->st, j->lp, j->gp, false, NULL);
+  if (!rc) rc = dcpi_rt_agree(rt, remove_in_place(j));
   stats->plan_s = dcpi_now() - t;
   stats->plan_cache_hit = hit;
   stats->plan_coll_bytes = stats->coll_bytes - coll0;

@@ -213,6 +213,13 @@ static void run_flip(dcp_ctx *ctx, const args *a) {
   if (rank == 0) printf("save: %s\n", dcp_ctx_last_error(ctx));
   /* the previous checkpoint still loads, bit for bit */
   load_equal(ctx, a, &good);
+  /* in place too: the old checkpoint is un-committed only once the check
+   * passed, so a refused in-place overwrite leaves it loadable */
+  o = checked(DCP_SAVE_OVERWRITE | DCP_SAVE_IN_PLACE);
+  rc = dcp_save(ctx, m.st, a->dir, &o);
+  CHECK(rc == DCP_EREPLICA, "the checked in-place save gave %s (%s), want DCP_EREPLICA",
+        dcp_strerror(rc), dcp_ctx_last_error(ctx));
+  load_equal(ctx, a, &good);
 
   /* a mismatch in a REPLICATED bytes item is caught too */
   if (rank == odd) m.cfg[0] ^= 4;

@@ -327,6 +327,24 @@ static void test_identity_and_files(void **state) {
   assert_int_equal(ck_find(f->ckpt, "data-", ".dcp", NULL, 0), 1);
   assert_int_equal(save_gen(f->ctx, f->ckpt, 5, 0), DCP_EEXIST);
   assert_int_equal(loaded(f), 4);
+  /* an in-place overwrite that its plan refuses (a tensor not covered)
+   * leaves the old checkpoint committed: nothing is removed before the
+   * save can no longer be refused */
+  dcp_state *st;
+  int64_t shape[2] = {ROWS, COLS}, off[2] = {0, 0}, half[2] = {ROWS / 2, COLS};
+  float *w = calloc((size_t)ROWS * COLS, sizeof *w);
+  assert_non_null(w);
+  assert_int_equal(dcp_state_create(f->ctx, &st), DCP_OK);
+  assert_int_equal(dcp_state_add_tensor(st, "w", DCP_F32, 2, shape), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(st, "w", off, half, w), DCP_OK);
+  dcp_save_options o;
+  dcp_save_options_init(&o);
+  o.flags = DCP_SAVE_OVERWRITE | DCP_SAVE_IN_PLACE;
+  assert_int_not_equal(dcp_save(f->ctx, st, f->ckpt, &o), DCP_OK);
+  dcp_state_free(st);
+  free(w);
+  assert_int_equal(loaded(f), 4);
+  assert_int_equal(ck_find(f->ckpt, "data-", ".dcp", NULL, 0), 1);
 }
 
 /* The commit's compare step: a save commits only while the directory holds
