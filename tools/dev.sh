@@ -22,7 +22,7 @@ ROOT=$PWD
 JOBS=${JOBS:-$(nproc)}
 
 PACKAGES=(build-essential cmake pkg-config libcmocka-dev libxxhash-dev libzstd-dev libjansson-dev clang
-          libclang-rt-14-dev libopenmpi-dev openmpi-bin libgloo-dev valgrind iproute2
+          libclang-rt-14-dev libopenmpi-dev openmpi-bin libgloo-dev valgrind iproute2 nftables
           python3-torch python3-numpy python3-dev
           python3-pip python3-setuptools python3-wheel python3-venv)
 
