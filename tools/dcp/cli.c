@@ -25,46 +25,68 @@ static bool allows(const char *allowed, const char *name) {
 static bool set_option(cli_args *a, const char *name, const char *value) {
   if (!strcmp(name, "to")) a->to = value;
   else if (!strcmp(name, "max-shard-size")) a->max_shard = value;
+  else if (!strcmp(name, "keep-last")) a->keep_last = value;
+  else if (!strcmp(name, "keep-every")) a->keep_every = value;
   else if (!strcmp(name, "json")) a->json = true;
   else if (!strcmp(name, "link")) a->link = true;
+  else if (!strcmp(name, "dry-run")) a->dry_run = true;
   else return false;
   return true;
 }
 
 static bool takes_value(const char *name) {
-  return !strcmp(name, "to") || !strcmp(name, "max-shard-size");
+  return !strcmp(name, "to") || !strcmp(name, "max-shard-size") || !strcmp(name, "keep-last") ||
+         !strcmp(name, "keep-every");
 }
 
-bool cli_parse(int argc, char **argv, const char *allowed, cli_args *a) {
+/* One "--name[=value]" at argv[*i] (advancing *i over a separate value). */
+static bool parse_long(const char *cmd, int argc, char **argv, int *i, const char *allowed,
+                       cli_args *a) {
+  const char *arg = argv[*i];
+  char name[64];
+  const char *eq = strchr(arg + 2, '='), *value = NULL;
+  size_t n = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+  snprintf(name, sizeof name, "%.*s", (int)(n < 63 ? n : 63), arg + 2);
+  if (!allows(allowed, name))
+    return fprintf(stderr, "dcp %s: unknown option '%s'\n", cmd, arg), false;
+  if (takes_value(name)) {
+    value = eq ? eq + 1 : (*i + 1 < argc ? argv[++*i] : NULL);
+    if (!value || !*value)
+      return fprintf(stderr, "dcp %s: option --%s needs a value\n", cmd, name), false;
+  } else if (eq) {
+    return fprintf(stderr, "dcp %s: option --%s takes no value\n", cmd, name), false;
+  }
+  return set_option(a, name, value);
+}
+
+bool cli_parse(const char *cmd, int argc, char **argv, const char *allowed, cli_args *a) {
   memset(a, 0, sizeof *a);
   for (int i = 0; i < argc; i++) {
     const char *arg = argv[i];
     if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
       a->help = true;
-      continue;
-    }
-    if (!strcmp(arg, "-q") || !strcmp(arg, "--quiet")) {
+    } else if (!strcmp(arg, "-q") || !strcmp(arg, "--quiet")) {
       a->quiet = true;
-      continue;
-    }
-    if (strncmp(arg, "--", 2) || !arg[2]) {
-      if (a->npos == 2) return fprintf(stderr, "dcp: unexpected argument '%s'\n", arg), false;
+    } else if (!strncmp(arg, "--", 2) && arg[2]) {
+      if (!parse_long(cmd, argc, argv, &i, allowed, a)) return false;
+    } else if (arg[0] == '-' && arg[1] && arg[1] != '-') {
+      return fprintf(stderr, "dcp %s: unknown option '%s'\n", cmd, arg), false;
+    } else if (a->npos == 2) {
+      return fprintf(stderr, "dcp %s: unexpected argument '%s'\n", cmd, arg), false;
+    } else {
       a->pos[a->npos++] = arg;
-      continue;
     }
-    char name[64];
-    const char *eq = strchr(arg + 2, '='), *value = NULL;
-    size_t n = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
-    snprintf(name, sizeof name, "%.*s", (int)(n < 63 ? n : 63), arg + 2);
-    if (!allows(allowed, name)) return fprintf(stderr, "dcp: unknown option '%s'\n", arg), false;
-    if (takes_value(name)) {
-      value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-      if (!value || !*value) return fprintf(stderr, "dcp: option --%s needs a value\n", name), false;
-    } else if (eq) {
-      return fprintf(stderr, "dcp: option --%s takes no value\n", name), false;
-    }
-    set_option(a, name, value);
   }
+  return true;
+}
+
+bool cli_parse_count(const char *s, uint64_t min, uint64_t max, uint64_t *out) {
+  if (!s || !isdigit((unsigned char)*s)) return false;
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (*end || errno == ERANGE || v < min || v > max) return false;
+  *out = v;
   return true;
 }
 

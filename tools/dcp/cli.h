@@ -25,19 +25,25 @@ enum {
   "  -h, --help   this help\n"
 
 /* Options every subcommand takes, plus up to two positional arguments and
- * the value of --to. */
+ * the values of the commands' own options, as given (the parser reads no
+ * numbers: see cli_parse_count and cli_parse_size). */
 typedef struct cli_args {
   const char *pos[2];
   int npos;
   const char *to;
   const char *max_shard;
+  const char *keep_last, *keep_every; /* gc */
   bool json, link, quiet, help;
+  bool dry_run; /* gc */
 } cli_args;
 
 /* Parse argv (after the subcommand name). `allowed` lists the accepted
- * long options besides --json, --quiet and --help ("to,link,..."). Returns
- * false (after printing why) on a usage error. */
-bool cli_parse(int argc, char **argv, const char *allowed, cli_args *a);
+ * long options besides --json, --quiet and --help ("to,link,..."; the
+ * known ones: to, link, max-shard-size, keep-last, keep-every, dry-run).
+ * A lone "-" is an argument; any other word that starts with '-' and is
+ * not an accepted option is an unknown option. Returns false (after
+ * printing why on stderr, naming cmd) on a usage error. */
+bool cli_parse(const char *cmd, int argc, char **argv, const char *allowed, cli_args *a);
 
 /* A single-rank context over the posix plugin. Progress (of the library's
  * phases; label names the command's own) goes to stderr
@@ -67,6 +73,10 @@ bool cli_make_parents(const char *cmd, const char *path);
  * rc (CLI_ERROR when printing fails). */
 json_t *cli_json_new(const char *cmd);
 int cli_json_finish(json_t *root, int rc, dcp_ctx *ctx, dcp_status s);
+
+/* A whole decimal number in [min, max] into *out ("12"; no sign, no
+ * spaces). False when malformed or out of range. */
+bool cli_parse_count(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 
 /* "5GB", "500MiB", "1024" into bytes (decimal units KB MB GB TB, binary
  * KiB MiB GiB TiB, case-insensitive). False when malformed. */

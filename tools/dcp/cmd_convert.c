@@ -21,7 +21,7 @@ static const char import_help[] =
 
 int cmd_import(int argc, char **argv) {
   cli_args a;
-  if (!cli_parse(argc, argv, "to,link", &a)) return CLI_USAGE;
+  if (!cli_parse("import", argc, argv, "to,link", &a)) return CLI_USAGE;
   if (a.help) return fputs(import_help, stdout), CLI_OK;
   if (a.npos != 1 || !a.to) return fputs(import_help, stderr), CLI_USAGE;
   if (!cli_make_parents("import", a.to)) return CLI_ERROR;
@@ -59,7 +59,7 @@ static const char export_help[] =
 int cmd_export(int argc, char **argv) {
   cli_args a;
   uint64_t max = 0;
-  if (!cli_parse(argc, argv, "to,max-shard-size", &a)) return CLI_USAGE;
+  if (!cli_parse("export", argc, argv, "to,max-shard-size", &a)) return CLI_USAGE;
   if (a.help) return fputs(export_help, stdout), CLI_OK;
   if (a.npos != 1 || !a.to) return fputs(export_help, stderr), CLI_USAGE;
   if (a.max_shard && !cli_parse_size(a.max_shard, &max)) {
@@ -114,7 +114,7 @@ static json_t *verify_json(const char *path, const dcp_verify_report *r, dcp_sta
 
 int cmd_verify(int argc, char **argv) {
   cli_args a;
-  if (!cli_parse(argc, argv, "", &a)) return CLI_USAGE;
+  if (!cli_parse("verify", argc, argv, "", &a)) return CLI_USAGE;
   if (a.help) return fputs(verify_help, stdout), CLI_OK;
   if (a.npos != 1) return fputs(verify_help, stderr), CLI_USAGE;
   dcp_ctx *ctx = cli_context("verify", a.quiet);

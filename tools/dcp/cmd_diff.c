@@ -255,7 +255,7 @@ static const char diff_help[] =
 
 int cmd_diff(int argc, char **argv) {
   diff_run d = {0};
-  if (!cli_parse(argc, argv, "", &d.args)) return CLI_USAGE;
+  if (!cli_parse("diff", argc, argv, "", &d.args)) return CLI_USAGE;
   if (d.args.help) return fputs(diff_help, stdout), CLI_OK;
   if (d.args.npos != 2) return fputs(diff_help, stderr), CLI_USAGE;
   if (!(d.ctx = cli_context("diff", d.args.quiet))) return CLI_ERROR;

@@ -91,7 +91,7 @@ static json_t *ls_json(dcp_meta *m, const char *path) {
 
 int cmd_ls(int argc, char **argv) {
   cli_args a;
-  if (!cli_parse(argc, argv, "", &a)) return CLI_USAGE;
+  if (!cli_parse("ls", argc, argv, "", &a)) return CLI_USAGE;
   if (a.help) return fputs(ls_help, stdout), CLI_OK;
   if (a.npos != 1) return fputs(ls_help, stderr), CLI_USAGE;
   int rc = CLI_OK;
@@ -228,7 +228,7 @@ static const char inspect_help[] =
 
 int cmd_inspect(int argc, char **argv) {
   cli_args a;
-  if (!cli_parse(argc, argv, "", &a)) return CLI_USAGE;
+  if (!cli_parse("inspect", argc, argv, "", &a)) return CLI_USAGE;
   if (a.help) return fputs(inspect_help, stdout), CLI_OK;
   if (a.npos != 1) return fputs(inspect_help, stderr), CLI_USAGE;
   int rc = CLI_OK;

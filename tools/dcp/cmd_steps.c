@@ -1,7 +1,8 @@
 /* cmd_steps.c — `dcp steps ROOT [--json]` and `dcp gc ROOT --keep-last N
  * [--keep-every M] [--dry-run] [--json]`: the step directories of a
  * checkpoint manager's root (docs/manager.md), and its retention run by
- * hand. Options are parsed here (the shared parser knows no numbers). */
+ * hand. Options go through the shared parser (cli_parse), the result
+ * through cli_json_finish. */
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -46,96 +47,51 @@ static const char gc_help[] =
     "\nexit status: 0 ok, 2 usage, 3 error (no such root, another manager holds\n"
     "it, a deletion failed)\n";
 
+/* The parsed command line: the shared options, then gc's numbers. */
 typedef struct steps_args {
+  cli_args c;
   const char *root;
-  bool json, quiet, help, dry_run;
-  long long keep_last, keep_every;
+  uint64_t keep_last, keep_every;
 } steps_args;
 
-/* A non-negative decimal integer. */
-static bool parse_count(const char *s, long long *out) {
-  if (!s || !*s) return false;
-  char *end;
-  long long v = strtoll(s, &end, 10);
-  if (*end || v < 0) return false;
-  *out = v;
-  return true;
+/* Usage error: the reason, then the command's usage, on stderr. */
+static bool usage_error(const char *cmd, const char *help, const char *why) {
+  fprintf(stderr, "dcp %s: %s\n\n%s", cmd, why, help);
+  return false;
 }
 
-static bool parse(const char *cmd, int argc, char **argv, bool gc, steps_args *a) {
-  *a = (steps_args){.keep_last = -1, .keep_every = 0};
-  for (int i = 0; i < argc; i++) {
-    const char *s = argv[i];
-    const char *val = NULL;
-    char name[32] = "";
-    if (!strncmp(s, "--", 2)) {
-      const char *eq = strchr(s, '=');
-      size_t n = eq ? (size_t)(eq - s) : strlen(s);
-      if (n >= sizeof name) n = sizeof name - 1;
-      memcpy(name, s, n);
-      name[n] = '\0';
-      val = eq ? eq + 1 : NULL;
-    }
-    if (!strcmp(s, "--json")) a->json = true;
-    else if (!strcmp(s, "-q") || !strcmp(s, "--quiet")) a->quiet = true;
-    else if (!strcmp(s, "-h") || !strcmp(s, "--help")) a->help = true;
-    else if (gc && !strcmp(s, "--dry-run")) a->dry_run = true;
-    else if (gc && (!strcmp(name, "--keep-last") || !strcmp(name, "--keep-every"))) {
-      if (!val) val = i + 1 < argc ? argv[++i] : NULL;
-      long long *dst = !strcmp(name, "--keep-last") ? &a->keep_last : &a->keep_every;
-      if (!parse_count(val, dst)) {
-        fprintf(stderr, "dcp %s: %s needs a non-negative integer, not '%s'\n", cmd, name,
-                val ? val : "");
-        return false;
-      }
-    } else if (s[0] == '-' && s[1]) {
-      fprintf(stderr, "dcp %s: unknown option '%s'\n", cmd, s);
-      return false;
-    } else if (!a->root) {
-      a->root = s;
-    } else {
-      fprintf(stderr, "dcp %s: one ROOT only ('%s' is extra)\n", cmd, s);
-      return false;
-    }
+/* gc's --keep-last (required, 1 .. UINT32_MAX) and --keep-every (1 ..). */
+static bool parse_policy(const char *help, steps_args *a) {
+  char why[160];
+  if (!a->c.keep_last) return usage_error("gc", help, "--keep-last N is required");
+  if (!cli_parse_count(a->c.keep_last, 1, UINT32_MAX, &a->keep_last)) {
+    snprintf(why, sizeof why, "--keep-last takes a whole number from 1 to %" PRIu32 ", not '%s'",
+             UINT32_MAX, a->c.keep_last);
+    return usage_error("gc", help, why);
   }
-  if (a->help) return true;
-  if (!a->root) {
-    fprintf(stderr, "dcp %s: ROOT is missing\n", cmd);
-    return false;
-  }
-  if (gc && a->keep_last < 0) {
-    fprintf(stderr, "dcp gc: --keep-last N is required\n");
-    return false;
-  }
-  if (gc && a->keep_last == 0) {
-    fprintf(stderr, "dcp gc: --keep-last 0 would keep no step (the newest durable one is "
-                    "kept anyway): give N >= 1\n");
-    return false;
-  }
-  if (gc && a->keep_last > (long long)UINT32_MAX) {
-    fprintf(stderr, "dcp gc: --keep-last %lld is too large\n", a->keep_last);
-    return false;
+  if (a->c.keep_every && !cli_parse_count(a->c.keep_every, 1, INT64_MAX, &a->keep_every)) {
+    snprintf(why, sizeof why, "--keep-every takes a whole number >= 1, not '%s'",
+             a->c.keep_every);
+    return usage_error("gc", help, why);
   }
   return true;
 }
 
-/* {"command", "exit_code", "error"} as docs/cli.md's convention has them. */
-static int finish_json(json_t *o, int rc, dcp_ctx *ctx, dcp_status s) {
-  json_object_set_new(o, "exit_code", json_integer(rc));
-  if (s) {
-    json_t *e = json_object();
-    json_object_set_new(e, "status", json_integer(s));
-    json_object_set_new(e, "reason", json_string(dcp_strerror(s)));
-    json_object_set_new(e, "message", json_string(ctx ? dcp_ctx_last_error(ctx) : ""));
-    json_object_set_new(o, "error", e);
-  } else {
-    json_object_set_new(o, "error", json_null());
+/* The command line of `dcp steps` (gc false) or `dcp gc`. False after a
+ * usage error was printed; a->c.help set means print the help. */
+static bool parse(const char *cmd, const char *help, int argc, char **argv, bool gc,
+                  steps_args *a) {
+  *a = (steps_args){.root = NULL};
+  if (!cli_parse(cmd, argc, argv, gc ? "keep-last,keep-every,dry-run" : "", &a->c)) return false;
+  if (a->c.help) return true;
+  if (!a->c.npos) return usage_error(cmd, help, "ROOT is missing");
+  if (a->c.npos > 1) {
+    char why[300];
+    snprintf(why, sizeof why, "one ROOT only ('%.200s' is extra)", a->c.pos[1]);
+    return usage_error(cmd, help, why);
   }
-  char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-  json_decref(o);
-  if (!text || printf("%s\n", text) < 0) rc = CLI_ERROR;
-  free(text);
-  return rc;
+  a->root = a->c.pos[0];
+  return !gc || parse_policy(help, a);
 }
 
 /* The listing (malloc'd) of m into *v, *n. */
@@ -171,10 +127,17 @@ static int open_manager(const char *cmd, const steps_args *a, bool read_only, dc
   dcp_manager_options o;
   dcp_manager_options_init(&o);
   o.flags = (read_only ? DCP_MANAGER_READ_ONLY : DCP_MANAGER_NO_AUTO_GC) |
-            (a->quiet || a->json ? DCP_MANAGER_QUIET : 0);
+            (a->c.quiet || a->c.json ? DCP_MANAGER_QUIET : 0);
   if (!read_only) {
     o.keep_last = (uint32_t)a->keep_last;
-    o.keep_every = (uint64_t)a->keep_every;
+    o.keep_every = a->keep_every;
+  }
+  if (!read_only) { /* a writable open creates a missing root: gc must not */
+    dcp_manager_options ro = o;
+    ro.flags = DCP_MANAGER_READ_ONLY | DCP_MANAGER_QUIET;
+    if ((*s = dcp_manager_open(*ctx, a->root, &ro, m))) return CLI_ERROR;
+    dcp_manager_free(*m);
+    *m = NULL;
   }
   *s = dcp_manager_open(*ctx, a->root, &o, m);
   return *s ? CLI_ERROR : CLI_OK;
@@ -188,8 +151,8 @@ static const char *note_of(const dcp_step_info *v) {
 
 int cmd_steps(int argc, char **argv) {
   steps_args a;
-  if (!parse("steps", argc, argv, false, &a)) return CLI_USAGE;
-  if (a.help) return fputs(steps_help, stdout), CLI_OK;
+  if (!parse("steps", steps_help, argc, argv, false, &a)) return CLI_USAGE;
+  if (a.c.help) return fputs(steps_help, stdout), CLI_OK;
   dcp_ctx *ctx = NULL;
   dcp_manager *m = NULL;
   dcp_status s;
@@ -198,9 +161,8 @@ int cmd_steps(int argc, char **argv) {
   size_t n = 0;
   if (!rc && (s = list_all(m, &v, &n))) rc = CLI_ERROR;
   int64_t latest = rc ? -1 : read_latest(a.root);
-  if (a.json) {
-    json_t *o = json_object();
-    json_object_set_new(o, "command", json_string("steps"));
+  if (a.c.json) {
+    json_t *o = cli_json_new("steps");
     json_object_set_new(o, "root", json_string(a.root));
     if (!rc) {
       json_t *arr = json_array();
@@ -215,7 +177,7 @@ int cmd_steps(int argc, char **argv) {
       json_object_set_new(o, "steps", arr);
       json_object_set_new(o, "latest", latest >= 0 ? json_integer(latest) : json_null());
     }
-    rc = finish_json(o, rc, ctx, s);
+    rc = cli_json_finish(o, rc, ctx, s);
   } else if (rc) {
     rc = ctx ? cli_fail("steps", ctx, s) : rc;
   } else {
@@ -232,8 +194,8 @@ int cmd_steps(int argc, char **argv) {
 
 int cmd_gc(int argc, char **argv) {
   steps_args a;
-  if (!parse("gc", argc, argv, true, &a)) return CLI_USAGE;
-  if (a.help) return fputs(gc_help, stdout), CLI_OK;
+  if (!parse("gc", gc_help, argc, argv, true, &a)) return CLI_USAGE;
+  if (a.c.help) return fputs(gc_help, stdout), CLI_OK;
   dcp_ctx *ctx = NULL;
   dcp_manager *m = NULL;
   dcp_status s;
@@ -242,38 +204,38 @@ int cmd_gc(int argc, char **argv) {
   dcp_step_info *v = NULL;
   size_t n = 0;
   if (!rc && (s = list_all(m, &v, &n))) rc = CLI_ERROR;
+  bool listed = !rc; /* v is NULL for an empty root */
   dcp_manager_gc_report r = {.struct_size = sizeof r};
-  if (!rc && (s = dcp_manager_gc(m, a.dry_run ? DCP_GC_DRY_RUN : 0, &r))) rc = CLI_ERROR;
+  if (!rc && (s = dcp_manager_gc(m, a.c.dry_run ? DCP_GC_DRY_RUN : 0, &r))) rc = CLI_ERROR;
   /* a step the policy deleted and that is still listed was not deleted */
   dcp_step_info *after = NULL;
   size_t nafter = 0;
-  if (v && !a.dry_run && list_all(m, &after, &nafter)) nafter = 0;
-  for (size_t i = 0; v && !a.dry_run && i < n; i++)
+  if (listed && !a.c.dry_run && list_all(m, &after, &nafter)) nafter = 0;
+  for (size_t i = 0; listed && !a.c.dry_run && i < n; i++)
     for (size_t j = 0; !v[i].keep && j < nafter; j++)
       if (after[j].step == v[i].step) v[i].keep = -1; /* still there */
   free(after);
-  if (a.json) {
-    json_t *o = json_object();
-    json_object_set_new(o, "command", json_string("gc"));
+  if (a.c.json) {
+    json_t *o = cli_json_new("gc");
     json_object_set_new(o, "root", json_string(a.root));
-    json_object_set_new(o, "dry_run", json_boolean(a.dry_run));
-    json_object_set_new(o, "keep_last", json_integer(a.keep_last));
-    json_object_set_new(o, "keep_every", a.keep_every ? json_integer(a.keep_every) : json_null());
-    if (v) {
+    json_object_set_new(o, "dry_run", json_boolean(a.c.dry_run));
+    json_object_set_new(o, "keep_last", json_integer((json_int_t)a.keep_last));
+    json_object_set_new(o, "keep_every", a.keep_every ? json_integer((json_int_t)a.keep_every) : json_null());
+    if (listed) {
       json_t *del = json_array(), *kept = json_array();
       for (size_t i = 0; i < n; i++)
         json_array_append_new(v[i].keep == 0 ? del : kept, json_integer(v[i].step));
-      json_object_set_new(o, a.dry_run ? "would_delete" : "deleted", del);
+      json_object_set_new(o, a.c.dry_run ? "would_delete" : "deleted", del);
       json_object_set_new(o, "kept", kept);
       json_object_set_new(o, "failed", json_integer((json_int_t)r.failed));
       json_object_set_new(o, "kept_bytes", json_integer((json_int_t)r.kept_bytes));
     }
-    rc = finish_json(o, rc, ctx, s);
+    rc = cli_json_finish(o, rc, ctx, s);
   } else {
-    for (size_t i = 0; v && i < n; i++)
+    for (size_t i = 0; listed && i < n; i++)
       if (v[i].keep <= 0)
         printf("%s\t%" PRId64 "\t%s\n",
-               v[i].keep < 0 ? "not deleted" : a.dry_run ? "would delete" : "deleted", v[i].step,
+               v[i].keep < 0 ? "not deleted" : a.c.dry_run ? "would delete" : "deleted", v[i].step,
                v[i].note);
     if (rc) rc = ctx ? cli_fail("gc", ctx, s) : rc;
   }
