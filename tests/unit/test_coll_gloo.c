@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dcp.h"
 #include "dcp_plugin.h"
 
 #define NEED_PLUGIN()   \
@@ -635,6 +636,37 @@ static void test_link_never_read(void **state) {
   ctk_victim_drop(victim);
 }
 
+/* A failing open through dcp_ctx_create (the table registered under its
+ * name): the core names the plugin and the op, the plugin adds only what
+ * failed, so each appears once ("gloo: open: ..." , never "open: open:").
+ * One rank of two opens alone and times out waiting for the other; an
+ * unknown option fails before any wait. */
+static void check_open_message(const char *opts, int world, const char *want) {
+  dcp_ctx_config cfg;
+  dcp_ctx_config_init(&cfg);
+  cfg.world_size = world;
+  cfg.coll = "gloo";
+  cfg.coll_options = opts;
+  cfg.rendezvous = ctk_dir;
+  cfg.timeout_ms = 300;
+  dcp_ctx *ctx = NULL;
+  assert_int_not_equal(dcp_ctx_create(&cfg, &ctx), DCP_OK);
+  assert_null(ctx);
+  const char *msg = dcp_ctx_create_error();
+  if (strncmp(msg, want, strlen(want)) || strstr(msg, "open: open") || strstr(msg + 5, "gloo: "))
+    fail_msg("message \"%s\", want it to start \"%s\" with each prefix once", msg, want);
+}
+
+static void test_open_message_once(void **state) {
+  (void)state;
+  NEED_PLUGIN();
+  ctk_fresh_dir("dcp-coll-gloo");
+  assert_int_equal(dcp_plugin_register(DCP_PLUGIN_COLL, ctk_P), DCP_OK);
+  check_open_message("color=red", 1, "gloo: open: unknown option \"color\" (known: job, ");
+  check_open_message(NULL, 2, "gloo: open: timed out after 300 ms waiting for the hello of rank(s) 1");
+  ctk_remove_dir(ctk_dir);
+}
+
 static int setup(void **state) {
   (void)state;
   ctk_P = ctk_load_plugin("gloo", 1);
@@ -663,6 +695,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_two_jobs_one_dir),
       cmocka_unit_test(test_links_planted),
       cmocka_unit_test(test_link_never_read),
+      cmocka_unit_test(test_open_message_once),
   };
   return TU_RUN(tests, setup, NULL);
 }

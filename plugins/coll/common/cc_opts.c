@@ -2,6 +2,7 @@
 #include "cc_opts.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,13 +42,13 @@ static int set_value(const dcpi_cc_opt *o, const char *v, size_t vlen, const cha
     *(uint64_t *)o->out = (uint64_t)x;
     return DCP_OK;
   bad_size:
-    return dcp_plugin_fail(err, DCP_EINVAL, "%s: %s must be a decimal number in [%llu, %llu]", who,
+    return dcp_plugin_fail(err, DCP_EINVAL, "%s%s must be a decimal number in [%llu, %llu]", who,
                            o->key, (unsigned long long)o->lo, (unsigned long long)o->hi);
   }
   if (vlen == 0 || vlen > o->max)
-    return dcp_plugin_fail(err, DCP_EINVAL, "%s: %s= must be 1..%zu bytes", who, o->key, o->max);
+    return dcp_plugin_fail(err, DCP_EINVAL, "%s%s= must be 1..%zu bytes", who, o->key, o->max);
   if (o->kind == DCPI_CC_OPT_NAME && strspn(v, NAME_CHARS) < vlen)
-    return dcp_plugin_fail(err, DCP_EINVAL, "%s: %s=\"%.*s\": want 1..%zu of [A-Za-z0-9_-]", who,
+    return dcp_plugin_fail(err, DCP_EINVAL, "%s%s=\"%.*s\": want 1..%zu of [A-Za-z0-9_-]", who,
                            o->key, (int)vlen, v, o->max);
   memcpy(o->out, v, vlen);
   ((char *)o->out)[vlen] = '\0';
@@ -59,7 +60,7 @@ static int parse_item(const char *item, size_t ilen, const dcpi_cc_opt *known, s
                       const char *who, dcp_plugin_err *err) {
   const char *eq = memchr(item, '=', ilen);
   if (!eq)
-    return dcp_plugin_fail(err, DCP_EINVAL, "%s: option \"%.*s\" is not key=value", who, (int)ilen,
+    return dcp_plugin_fail(err, DCP_EINVAL, "%soption \"%.*s\" is not key=value", who, (int)ilen,
                            item);
   size_t klen = (size_t)(eq - item);
   for (size_t i = 0; i < n; i++) {
@@ -70,12 +71,15 @@ static int parse_item(const char *item, size_t ilen, const dcpi_cc_opt *known, s
   }
   char list[200];
   known_list(known, n, list, sizeof list);
-  return dcp_plugin_fail(err, DCP_EINVAL, "%s: unknown option \"%.*s\" (known: %s)", who, (int)klen,
+  return dcp_plugin_fail(err, DCP_EINVAL, "%sunknown option \"%.*s\" (known: %s)", who, (int)klen,
                          item, list);
 }
 
 int dcpi_cc_parse_options(const char *opts, const dcpi_cc_opt *known, size_t n, const char *who,
                           dcp_plugin_err *err) {
+  char pre[80] = ""; /* "who: ", or nothing */
+  if (who && *who) snprintf(pre, sizeof pre, "%s: ", who);
+  who = pre;
   while (opts && *opts) {
     size_t ilen = strcspn(opts, ",");
     if (ilen) {

@@ -33,8 +33,9 @@ typedef struct dcpi_cc_opt {
   int *given;      /* set to 1 when the key appears (NULL: not wanted) */
 } dcpi_cc_opt;
 
-/* Parses opts (NULL: none) against known[0..n); who starts every message
- * ("file coll", "gloo", ...). DCP_OK or DCP_EINVAL. */
+/* Parses opts (NULL: none) against known[0..n); who, when not NULL or
+ * empty, starts every message ("file coll: ..."; NULL where the core's own
+ * "<plugin>: open: " is context enough). DCP_OK or DCP_EINVAL. */
 int dcpi_cc_parse_options(const char *opts, const dcpi_cc_opt *known, size_t n, const char *who,
                           dcp_plugin_err *err);
 

@@ -150,10 +150,11 @@ struct Deadline {
   Clock::time_point end;
   explicit Deadline(int64_t timeout_ms) : end(Clock::now() + ms(timeout_ms)) {}
   bool passed() const { return Clock::now() >= end; }
-  // What is left, at least 1 ms (gloo treats 0 as "no timeout").
+  // What is left, at least 1 ms (gloo treats 0 as "no timeout"); past
+  // the deadline, DCP_ETIMEDOUT "timed out <what>".
   ms left(const char *what) const {
     auto now = Clock::now();
-    if (now >= end) fail(DCP_ETIMEDOUT, "%s: timed out", what);
+    if (now >= end) fail(DCP_ETIMEDOUT, "timed out %s", what);
     auto l = std::chrono::duration_cast<ms>(end - now);
     return l.count() < 1 ? ms(1) : l;
   }
@@ -162,7 +163,7 @@ struct Deadline {
 // What is left of d for gloo's connect, which waits up to five times its
 // context's timeout for a peer's connection (at least 1 ms).
 ms connect_timeout(const Deadline &d) {
-  ms l = d.left("open: connect");
+  ms l = d.left("before connecting");
   return l.count() >= 5 ? l / 5 : ms(1);
 }
 
@@ -462,7 +463,7 @@ void parse_options(dcp_comm *c, const char *opts) {
       {"store", DCPI_CC_OPT_TEXT, kHostMax + 7, 0, 0, store, nullptr},
   };
   dcp_plugin_err e;
-  if (dcpi_cc_parse_options(opts, known, sizeof known / sizeof *known, "gloo", &e))
+  if (dcpi_cc_parse_options(opts, known, sizeof known / sizeof *known, nullptr, &e))
     fail(DCP_EINVAL, "%s", e.msg);
   c->job = job;
   c->host = host;
@@ -504,7 +505,7 @@ class NoSigpipe {
 template <typename F>
 int guarded(dcp_comm *c, dcp_plugin_err *err, const char *op, F &&fn) {
   if (c->broken)
-    return dcp_plugin_fail(err, DCP_EPEER, "%s: communicator broken by an earlier failure: %s", op,
+    return dcp_plugin_fail(err, DCP_EPEER, "communicator broken by an earlier failure: %s",
                            c->why.c_str());
   NoSigpipe no_sigpipe;
   int code = DCP_OK;
@@ -524,8 +525,8 @@ int guarded(dcp_comm *c, dcp_plugin_err *err, const char *op, F &&fn) {
     code = DCP_EIO, msg = "unknown C++ exception";
   }
   c->broken = true;
-  c->why = std::string(op) + ": " + msg;
-  return dcp_plugin_fail(err, code, "%s: %s", op, msg.c_str());
+  c->why = std::string(op) + ": " + msg;  // names the op: later calls are other ops
+  return dcp_plugin_fail(err, code, "%s", msg.c_str());
 }
 
 // Argument checks before any traffic: a failure here does not break c.
@@ -556,10 +557,16 @@ void post_send(gloo::Context &ctx, Out &m, int peer, uint64_t slot, const void *
   }
 }
 
-void wait_send(Out &m, const Deadline &d, const char *op) {
-  if (!m.hb->waitSend(d.left(op))) fail(DCP_EIO, "%s: send to rank %d aborted", op, m.peer);
-  if (m.db && !m.db->waitSend(d.left(op)))
-    fail(DCP_EIO, "%s: send to rank %d aborted", op, m.peer);
+// "sending to rank 3" (or receiving) for the messages of a wait.
+std::string peer_what(const char *verb, int peer) {
+  return std::string(verb) + " rank " + std::to_string(peer);
+}
+
+void wait_send(Out &m, const Deadline &d) {
+  std::string what = peer_what("sending to", m.peer);
+  if (!m.hb->waitSend(d.left(what.c_str()))) fail(DCP_EIO, "send to rank %d aborted", m.peer);
+  if (m.db && !m.db->waitSend(d.left(what.c_str())))
+    fail(DCP_EIO, "send to rank %d aborted", m.peer);
 }
 
 // An incoming message of an expected length into dst.
@@ -581,8 +588,10 @@ void post_recv_hdr(gloo::Context &ctx, In &m, int peer, uint64_t slot, void *dst
 
 // Waits for the header and posts the payload's receive; false on a length
 // mismatch (the payload is then drained into scratch).
-bool wait_hdr_post_data(gloo::Context &ctx, In &m, const Deadline &d, const char *op) {
-  if (!m.hb->waitRecv(d.left(op))) fail(DCP_EIO, "%s: receive from rank %d aborted", op, m.peer);
+bool wait_hdr_post_data(gloo::Context &ctx, In &m, const Deadline &d) {
+  std::string what = peer_what("receiving from", m.peer);
+  if (!m.hb->waitRecv(d.left(what.c_str())))
+    fail(DCP_EIO, "receive from rank %d aborted", m.peer);
   bool ok = m.hdr == m.expect;
   if (m.hdr) {
     void *p = m.dst;
@@ -596,9 +605,9 @@ bool wait_hdr_post_data(gloo::Context &ctx, In &m, const Deadline &d, const char
   return ok;
 }
 
-void wait_data(In &m, const Deadline &d, const char *op) {
-  if (m.db && !m.db->waitRecv(d.left(op)))
-    fail(DCP_EIO, "%s: receive from rank %d aborted", op, m.peer);
+void wait_data(In &m, const Deadline &d) {
+  if (m.db && !m.db->waitRecv(d.left(peer_what("receiving from", m.peer).c_str())))
+    fail(DCP_EIO, "receive from rank %d aborted", m.peer);
 }
 
 // ---------------------------------------------------------------------------
@@ -679,28 +688,28 @@ void open_tcp(dcp_comm *c) {
   c->ctx = ctx;
   if (c->size > 1) {
     gloo::BarrierOptions b(c->ctx);
-    b.setTimeout(d.left("open: barrier"));
+    b.setTimeout(d.left("before the barrier"));
     gloo::barrier(b);
   }
 }
 
 int g_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *err) {
-  if (!out) return dcp_plugin_fail(err, DCP_EINVAL, "open: out is NULL");
+  if (!out) return dcp_plugin_fail(err, DCP_EINVAL, "out is NULL");
   *out = nullptr;
   if (!cfg || !DCP_HAS_FIELD(cfg, dcp_coll_config, timeout_ms))
-    return dcp_plugin_fail(err, DCP_EINVAL, "open: config too small or NULL");
+    return dcp_plugin_fail(err, DCP_EINVAL, "config too small or NULL");
   if (cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
-    return dcp_plugin_fail(err, DCP_EINVAL, "open: rank %d of world %d is out of range",
+    return dcp_plugin_fail(err, DCP_EINVAL, "rank %d of world %d is out of range",
                            (int)cfg->rank, (int)cfg->world_size);
   if (cfg->timeout_ms <= 0 || cfg->timeout_ms > INT64_MAX / 1000000)
-    return dcp_plugin_fail(err, DCP_EINVAL, "open: timeout_ms must be > 0 (got %lld)",
+    return dcp_plugin_fail(err, DCP_EINVAL, "timeout_ms must be > 0 (got %lld)",
                            (long long)cfg->timeout_ms);
   const char *opts = DCP_HAS_FIELD(cfg, dcp_coll_config, options) ? cfg->options : nullptr;
   dcp_comm *c = nullptr;
   try {
     c = new dcp_comm;
   } catch (...) {
-    return dcp_plugin_fail(err, DCP_ENOMEM, "open: out of memory");
+    return dcp_plugin_fail(err, DCP_ENOMEM, "out of memory");
   }
   c->rank = cfg->rank;
   c->size = cfg->world_size;
@@ -733,7 +742,7 @@ int g_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *err) {
       ctx->setTimeout(ms(c->timeout_ms));
       c->ctx = ctx;
       gloo::BarrierOptions b(c->ctx);
-      b.setTimeout(d.left("open: barrier"));
+      b.setTimeout(d.left("before the barrier"));
       gloo::barrier(b);
     } catch (...) {
       if (c->rank == 0) remove_tree(sdir);
@@ -780,8 +789,8 @@ int g_barrier(dcp_comm *c, dcp_plugin_err *err) {
 }
 
 int g_bcast(dcp_comm *c, void *buf, size_t len, int32_t root, dcp_plugin_err *err) {
-  ARGCHECK(root >= 0 && root < c->size, "bcast: root %d out of range", (int)root);
-  ARGCHECK(buf || !len, "bcast: buf is NULL");
+  ARGCHECK(root >= 0 && root < c->size, "root %d out of range", (int)root);
+  ARGCHECK(buf || !len, "buf is NULL");
   return guarded(c, err, "bcast", [&] {
     if (c->size == 1 || len == 0) return;
     gloo::BroadcastOptions o(c->ctx);
@@ -793,8 +802,8 @@ int g_bcast(dcp_comm *c, void *buf, size_t len, int32_t root, dcp_plugin_err *er
 }
 
 int g_allgather(dcp_comm *c, const void *send, size_t len, void *recv, dcp_plugin_err *err) {
-  ARGCHECK((send && recv) || !len, "allgather: NULL buffer");
-  ARGCHECK(len <= SIZE_MAX / (size_t)c->size, "allgather: %zu bytes times %d ranks overflows", len,
+  ARGCHECK((send && recv) || !len, "NULL buffer");
+  ARGCHECK(len <= SIZE_MAX / (size_t)c->size, "%zu bytes times %d ranks overflows", len,
            (int)c->size);
   return guarded(c, err, "allgather", [&] {
     if (len == 0) return;
@@ -813,24 +822,24 @@ int g_allgather(dcp_comm *c, const void *send, size_t len, void *recv, dcp_plugi
 /* The root's side of gatherv / scatterv: lens given, its own entry equal
  * to its len, a total that fits, and a buffer (buf) for a non-empty total. */
 int check_root_lens(const dcp_comm *c, const size_t *lens, size_t len, int32_t root,
-                    const void *buf, const char *op, dcp_plugin_err *err) {
-  ARGCHECK(lens, "%s: lens is NULL at the root", op);
-  ARGCHECK(lens[root] == len, "%s: lens[%d] = %zu but the root's own length is %zu", op,
-           (int)root, lens[root], len);
+                    const void *buf, dcp_plugin_err *err) {
+  ARGCHECK(lens, "lens is NULL at the root");
+  ARGCHECK(lens[root] == len, "lens[%d] = %zu but the root's own length is %zu", (int)root,
+           lens[root], len);
   size_t total = 0;
   for (int32_t r = 0; r < c->size; r++) {
-    ARGCHECK(lens[r] <= SIZE_MAX - total, "%s: total length overflows", op);
+    ARGCHECK(lens[r] <= SIZE_MAX - total, "total length overflows");
     total += lens[r];
   }
-  ARGCHECK(buf || !total, "%s: the root's buffer is NULL", op);
+  ARGCHECK(buf || !total, "the root's buffer is NULL");
   return DCP_OK;
 }
 
 int g_gatherv(dcp_comm *c, const void *send, size_t len, void *recv, const size_t *lens,
               int32_t root, dcp_plugin_err *err) {
-  ARGCHECK(root >= 0 && root < c->size, "gatherv: root %d out of range", (int)root);
-  ARGCHECK(send || !len, "gatherv: send is NULL");
-  if (c->rank == root && check_root_lens(c, lens, len, root, recv, "gatherv", err))
+  ARGCHECK(root >= 0 && root < c->size, "root %d out of range", (int)root);
+  ARGCHECK(send || !len, "send is NULL");
+  if (c->rank == root && check_root_lens(c, lens, len, root, recv, err))
     return DCP_EINVAL;
   return guarded(c, err, "gatherv", [&] {
     Deadline d(c->timeout_ms);
@@ -838,7 +847,7 @@ int g_gatherv(dcp_comm *c, const void *send, size_t len, void *recv, const size_
     if (c->rank != root) {
       Out m;
       post_send(*c->ctx, m, root, slot, send, len);
-      wait_send(m, d, "gatherv");
+      wait_send(m, d);
       return;
     }
     std::vector<In> in((size_t)c->size);
@@ -853,10 +862,10 @@ int g_gatherv(dcp_comm *c, const void *send, size_t len, void *recv, const size_
     }
     int bad = -1;
     for (int32_t r = 0; r < c->size; r++)
-      if (r != root && !wait_hdr_post_data(*c->ctx, in[(size_t)r], d, "gatherv") && bad < 0)
+      if (r != root && !wait_hdr_post_data(*c->ctx, in[(size_t)r], d) && bad < 0)
         bad = r;
     for (int32_t r = 0; r < c->size; r++)
-      if (r != root) wait_data(in[(size_t)r], d, "gatherv");
+      if (r != root) wait_data(in[(size_t)r], d);
     if (bad >= 0)
       fail(DCP_EINVAL, "rank %d sent %llu bytes, lens[%d] = %zu", bad,
            (unsigned long long)in[(size_t)bad].hdr, bad, lens[bad]);
@@ -865,9 +874,9 @@ int g_gatherv(dcp_comm *c, const void *send, size_t len, void *recv, const size_
 
 int g_scatterv(dcp_comm *c, const void *send, const size_t *lens, void *recv, size_t len,
                int32_t root, dcp_plugin_err *err) {
-  ARGCHECK(root >= 0 && root < c->size, "scatterv: root %d out of range", (int)root);
-  ARGCHECK(recv || !len, "scatterv: recv is NULL");
-  if (c->rank == root && check_root_lens(c, lens, len, root, send, "scatterv", err))
+  ARGCHECK(root >= 0 && root < c->size, "root %d out of range", (int)root);
+  ARGCHECK(recv || !len, "recv is NULL");
+  if (c->rank == root && check_root_lens(c, lens, len, root, send, err))
     return DCP_EINVAL;
   return guarded(c, err, "scatterv", [&] {
     Deadline d(c->timeout_ms);
@@ -875,8 +884,8 @@ int g_scatterv(dcp_comm *c, const void *send, const size_t *lens, void *recv, si
     if (c->rank != root) {
       In m;
       post_recv_hdr(*c->ctx, m, root, slot, recv, len);
-      bool ok = wait_hdr_post_data(*c->ctx, m, d, "scatterv");
-      wait_data(m, d, "scatterv");
+      bool ok = wait_hdr_post_data(*c->ctx, m, d);
+      wait_data(m, d);
       if (!ok)
         fail(DCP_EINVAL, "root %d sent %llu bytes, this rank expects %zu", (int)root,
              (unsigned long long)m.hdr, len);
@@ -893,7 +902,7 @@ int g_scatterv(dcp_comm *c, const void *send, const size_t *lens, void *recv, si
       src += lens[r];
     }
     for (int32_t r = 0; r < c->size; r++)
-      if (r != root) wait_send(out[(size_t)r], d, "scatterv");
+      if (r != root) wait_send(out[(size_t)r], d);
   });
 }
 
@@ -915,8 +924,8 @@ void red_max(void *c_, const void *a_, const void *b_, size_t n) {
 
 int g_allreduce_i64(dcp_comm *c, int64_t *vals, size_t n, uint32_t op, dcp_plugin_err *err) {
   ARGCHECK(op == DCP_REDUCE_MIN || op == DCP_REDUCE_MAX || op == DCP_REDUCE_SUM,
-           "allreduce_i64: unknown op %u", (unsigned)op);
-  ARGCHECK(vals || !n, "allreduce_i64: vals is NULL");
+           "unknown op %u", (unsigned)op);
+  ARGCHECK(vals || !n, "vals is NULL");
   return guarded(c, err, "allreduce_i64", [&] {
     if (n == 0 || c->size == 1) return;
     gloo::AllreduceOptions o(c->ctx);
@@ -929,18 +938,18 @@ int g_allreduce_i64(dcp_comm *c, int64_t *vals, size_t n, uint32_t op, dcp_plugi
 
 int g_group_bcast(dcp_comm *c, const int32_t *ranks, size_t n, void *buf, size_t len,
                   int32_t root, dcp_plugin_err *err) {
-  ARGCHECK(ranks && n >= 1 && n <= (size_t)c->size, "group_bcast: bad group (n = %zu)", n);
-  ARGCHECK(buf || !len, "group_bcast: buf is NULL");
+  ARGCHECK(ranks && n >= 1 && n <= (size_t)c->size, "bad group (n = %zu)", n);
+  ARGCHECK(buf || !len, "buf is NULL");
   bool self = false, has_root = false;
   for (size_t i = 0; i < n; i++) {
-    ARGCHECK(ranks[i] >= 0 && ranks[i] < c->size, "group_bcast: rank %d out of range",
+    ARGCHECK(ranks[i] >= 0 && ranks[i] < c->size, "rank %d out of range",
              (int)ranks[i]);
-    ARGCHECK(i == 0 || ranks[i] > ranks[i - 1], "group_bcast: ranks are not ascending");
+    ARGCHECK(i == 0 || ranks[i] > ranks[i - 1], "ranks are not ascending");
     self |= ranks[i] == c->rank;
     has_root |= ranks[i] == root;
   }
-  ARGCHECK(self, "group_bcast: rank %d is not in the group", (int)c->rank);
-  ARGCHECK(has_root, "group_bcast: root %d is not in the group", (int)root);
+  ARGCHECK(self, "rank %d is not in the group", (int)c->rank);
+  ARGCHECK(has_root, "root %d is not in the group", (int)root);
   return guarded(c, err, "group_bcast", [&] {
     if (n == 1) return;
     std::vector<int32_t> key(ranks, ranks + n);
@@ -958,13 +967,13 @@ int g_group_bcast(dcp_comm *c, const int32_t *ranks, size_t n, void *buf, size_t
       for (size_t i = 0; i < n; i++)
         if (ranks[i] != root) post_send(*c->ctx, out[i], ranks[i], slot, buf, len);
       for (size_t i = 0; i < n; i++)
-        if (ranks[i] != root) wait_send(out[i], d, "group_bcast");
+        if (ranks[i] != root) wait_send(out[i], d);
       return;
     }
     In m;
     post_recv_hdr(*c->ctx, m, root, slot, buf, len);
-    bool ok = wait_hdr_post_data(*c->ctx, m, d, "group_bcast");
-    wait_data(m, d, "group_bcast");
+    bool ok = wait_hdr_post_data(*c->ctx, m, d);
+    wait_data(m, d);
     if (!ok)
       fail(DCP_EINVAL, "root %d sent %llu bytes, this rank expects %zu", (int)root,
            (unsigned long long)m.hdr, len);
