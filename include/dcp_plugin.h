@@ -352,7 +352,7 @@ typedef struct dcp_coll_plugin {
    * network stack of one machine), different otherwise. Local and cheap
    * (not collective), callable any time between open and close. Read dedup
    * keeps a group's reader on the host of most of its members
-   * (docs/planner.md). dcp-coll-gloo provides it. */
+   * (docs/planner.md). dcp-coll-mpi, -gloo and -file provide it. */
   uint64_t (*host_id)(const dcp_comm *c);
 } dcp_coll_plugin;
 

@@ -35,12 +35,18 @@
 #   host_kill     both ranks of host 1 SIGKILLed during an overwrite: the
 #                 ranks of host 0 fail in time, the checkpoint still loads
 #                 exactly on the remaining host.
+#   host_readers  read dedup over the file collective, then mpi (when
+#                 found), with 3 ranks on 2 hosts (2 + 1, then 1 + 2):
+#                 the lone rank reads and sends nothing, each tensor is
+#                 read once (host_reader.c; the readers are on the host of
+#                 most members, as with gloo).
 #   mpi_matrix    Open MPI launching into the namespaces (its rsh launcher
 #                 with tests/hosts/mpi_agent.sh, TCP between hosts): save
 #                 on 2 x 2, load on 4 x 1 and on 1 x 3.
 #
 # Environment (set by tests/hosts/CMakeLists.txt): DCP_SCENARIO, DCP_CLI,
-# DCP_ASYNC_TEST, DCP_WRITER, DCP_PLUGIN_PATH, MPIEXEC (optional).
+# DCP_ASYNC_TEST, DCP_WRITER, DCP_HOST_READER, DCP_PLUGIN_PATH, MPIEXEC
+# (optional).
 # Exit 77 (skipped) where namespaces cannot be created.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -74,6 +80,38 @@ await_pause() {
     [ $n -gt 600 ] && fail "the faulty rank never reached its fault"
     sleep 0.05
   done
+}
+
+# mpi_run "HOST:SLOTS,..." NP PROGRAM ARGS...: Open MPI launching into the
+# namespaces (the agent runs its daemon for host "dcph-...-i" inside that
+# namespace), TCP between them; ranks fill the hosts in order.
+mpi_run() {
+  local H=$1 np=$2
+  shift 2
+  timeout -k 5 90 "$MPIEXEC" --allow-run-as-root --oversubscribe -np "$np" -H "$H" \
+    --mca plm_rsh_agent "$here/mpi_agent.sh" --mca plm_rsh_no_tree_spawn 1 \
+    --mca oob_tcp_if_include "198.18.$HOSTS_SUB.0/24" --mca btl self,tcp \
+    --mca btl_tcp_if_include "198.18.$HOSTS_SUB.0/24" --mca pml ob1 \
+    -x DCP_PLUGIN_PATH -x OMPI_MCA_mpi_yield_when_idle=1 "$@"
+}
+
+# readers_check PREFIX WORLD "AWAY...": host_reader.c's statistics
+# (PREFIX.R = "payload sent received path"): read dedup ran, each tensor
+# was read once in all, and the ranks AWAY from the host of most ranks
+# read and sent nothing (the readers are on the receivers' host).
+readers_check() {
+  local prefix=$1 world=$2 away=" $3 " r payload sent recv path total=0
+  for ((r = 0; r < world; r++)); do
+    read -r payload sent recv path < "$prefix.$r" || fail "no statistics from rank $r"
+    [ "$path" != 0 ] || fail "rank $r: no read dedup (path 0)"
+    if [[ $away == *" $r "* ]]; then
+      [ "$payload" = 0 ] && [ "$sent" = 0 ] ||
+        fail "rank $r, away from the host of most ranks, read $payload bytes and sent $sent"
+    fi
+    total=$((total + payload))
+  done
+  [ "$total" = $((8 * 64 * 64 * 4)) ] || fail "the ranks read $total bytes, not each tensor once"
+  rm -f "$prefix".*
 }
 
 FAULT="--timeout-ms 3000 --fault-rank 2"
@@ -170,20 +208,32 @@ host_kill)
   run_job 60 "0 0" --mode load --load-tp 2 || fail "the checkpoint does not load afterwards"
   "$DCP_CLI" verify "$D" --quiet || fail "dcp verify"
   ;;
+host_readers)
+  hosts_up 2
+  R=$DCP_HOST_READER
+  # the file collective: ranks spread "0 0 1", then "0 1 1"
+  for spread in "0 0 1:2" "0 1 1:0"; do
+    hosts=(${spread%%:*})
+    for r in 0 1 2; do
+      host_run "${hosts[$r]}" "$r" 3 "$R" --coll file --dir "$D" --rendezvous "$work/rdv" \
+        --out "$work/reads"
+    done
+    ranks_wait 60 || fail "file: save and load on hosts ${spread%%:*}"
+    readers_check "$work/reads" 3 "${spread##*:}"
+  done
+  [ -n "${MPIEXEC:-}" ] || { echo "hosts: $case_name: no mpiexec, mpi not checked"; exit 0; }
+  n0=$(host_ns 0) n1=$(host_ns 1)
+  mpi_run "$n0:2,$n1:1" 3 "$R" --coll mpi --dir "$D" --out "$work/reads" ||
+    fail "mpi: save and load on hosts 0 0 1"
+  readers_check "$work/reads" 3 2
+  mpi_run "$n0:1,$n1:2" 3 "$R" --coll mpi --dir "$D" --out "$work/reads" ||
+    fail "mpi: save and load on hosts 0 1 1"
+  readers_check "$work/reads" 3 0
+  ;;
 mpi_matrix)
   [ -n "${MPIEXEC:-}" ] || hosts_skip "no mpiexec"
   hosts_up 4
-  # the agent runs Open MPI's daemon for host "dcph-...-i" inside that namespace
-  mpi() { # mpi "HOST:SLOTS,..." NP args...
-    local H=$1 np=$2
-    shift 2
-    timeout -k 5 90 "$MPIEXEC" --allow-run-as-root --oversubscribe -np "$np" -H "$H" \
-      --mca plm_rsh_agent "$here/mpi_agent.sh" --mca plm_rsh_no_tree_spawn 1 \
-      --mca oob_tcp_if_include "198.18.$HOSTS_SUB.0/24" --mca btl self,tcp \
-      --mca btl_tcp_if_include "198.18.$HOSTS_SUB.0/24" --mca pml ob1 \
-      -x DCP_PLUGIN_PATH -x OMPI_MCA_mpi_yield_when_idle=1 \
-      "$DCP_SCENARIO" --coll mpi --dir "$D" "$@"
-  }
+  mpi() { mpi_run "$1" "$2" "$DCP_SCENARIO" --coll mpi --dir "$D" "${@:3}"; }
   n0=$(host_ns 0) n1=$(host_ns 1) n2=$(host_ns 2) n3=$(host_ns 3)
   mpi "$n0:2,$n1:2" 4 --mode save --save-tp 2 || fail "mpi: save on 2 hosts x 2 ranks"
   mpi "$n0:1,$n1:1,$n2:1,$n3:1" 4 --mode load --load-tp 4 || fail "mpi: load on 4 hosts x 1 rank"

@@ -70,6 +70,9 @@
  *
  * Nothing is fsynced: the files are ephemeral and only visibility between
  * processes matters (close-to-open consistency on NFS-like file systems).
+ *
+ * Host id (the table's host_id, for read dedup): common/cc_host.h, computed
+ * at open, the id the gloo and mpi collectives report too.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -86,6 +89,7 @@
 
 #include "cc_file.h"
 #include "cc_handshake.h"
+#include "cc_host.h"
 #include "cc_opts.h"
 #include "dcp_plugin.h"
 #include "fx_codec.h"
@@ -133,6 +137,7 @@ struct dcp_comm {
   group_seq *groups;
   size_t ngroups, gcap;
   struct rank0_open *opening; /* rank 0's handshake during round 0 of open */
+  uint64_t host;              /* host_id (cc_host.h) */
 };
 
 /* One file a round waits for. */
@@ -800,6 +805,7 @@ static int configure(dcp_comm *c, const dcp_coll_config *cfg, dcp_plugin_err *er
   c->rank = cfg->rank;
   c->size = cfg->world_size;
   c->timeout_ms = cfg->timeout_ms;
+  c->host = dcpi_cc_host_id();
   c->dir = strdup(cfg->rendezvous);
   if (!c->dir) return dcp_plugin_fail(err, DCP_ENOMEM, "file coll: out of memory");
   const char *opts = DCP_HAS_FIELD(cfg, dcp_coll_config, options) ? cfg->options : NULL;
@@ -967,6 +973,7 @@ static void f_close(dcp_comm *c) {
 /* Accessors. */
 static int32_t f_rank(const dcp_comm *c) { return c ? c->rank : -1; }
 static int32_t f_size(const dcp_comm *c) { return c ? c->size : 0; }
+static uint64_t f_host_id(const dcp_comm *c) { return c ? c->host : 0; }
 
 static const dcp_coll_plugin file_plugin = {
     .abi_version = DCP_PLUGIN_ABI_VERSION,
@@ -984,6 +991,7 @@ static const dcp_coll_plugin file_plugin = {
     .scatterv = f_scatterv,
     .allreduce_i64 = f_allreduce,
     .group_bcast = f_group_bcast,
+    .host_id = f_host_id,
 };
 
 /* The plugin's only exported symbol. */

@@ -67,8 +67,8 @@
  * place, and read with O_NOFOLLOW, regular files only (common/cc_file.h):
  * a link planted in the directory is never written through or read.
  *
- * Host id (the table's host_id, for read dedup): the kernel's boot id and
- * this process's network namespace, hashed (this_host).
+ * Host id (the table's host_id, for read dedup): common/cc_host.h, the
+ * same id the mpi and file collectives report.
  *
  * SIGPIPE: gloo writes to its sockets without MSG_NOSIGNAL, so a write to a
  * peer that has exited would kill this process. Every entry point blocks
@@ -111,6 +111,7 @@
 
 #include "cc_file.h"
 #include "cc_handshake.h"
+#include "cc_host.h"
 #include "cc_opts.h"
 #include "cc_store.h"
 #include "dcp_plugin.h"
@@ -367,7 +368,7 @@ struct dcp_comm {
   bool broken = false;
   std::string why;                             // the failure that broke it
   std::map<std::vector<int32_t>, uint64_t> groups;  // group -> slot key
-  uint64_t host_key = 1;                            // host_id (see this_host)
+  uint64_t host_key = 1;                            // host_id (cc_host.h)
 };
 
 namespace {
@@ -614,29 +615,6 @@ void wait_data(In &m, const Deadline &d) {
 // The table's functions
 // ---------------------------------------------------------------------------
 
-// An id of this host for host_id: FNV-1a of the kernel's boot id (one per
-// machine and boot) and the inode of this process's network namespace (one
-// per network stack: containers or namespaces on one machine are hosts of
-// their own, as their traffic to each other is network traffic). Never 0.
-uint64_t this_host() {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](const void *p, size_t n) {
-    for (size_t i = 0; i < n; i++) h = (h ^ static_cast<const unsigned char *>(p)[i]) * 1099511628211ull;
-  };
-  char boot[64] = "";
-  if (FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r")) {
-    if (!fgets(boot, sizeof boot, f)) boot[0] = '\0';
-    fclose(f);
-  }
-  mix(boot, strlen(boot));
-  struct stat st;
-  if (stat("/proc/self/ns/net", &st) == 0) {
-    mix(&st.st_dev, sizeof st.st_dev);
-    mix(&st.st_ino, sizeof st.st_ino);
-  }
-  return h ? h : 1;
-}
-
 // The address this rank listens on: host=, iface= (in attr), or the one
 // that routes toward the store's host.
 gloo::transport::tcp::attr listen_attr(const dcp_comm *c, const char *store_host, uint16_t port) {
@@ -714,7 +692,7 @@ int g_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *err) {
   c->rank = cfg->rank;
   c->size = cfg->world_size;
   c->timeout_ms = cfg->timeout_ms;
-  c->host_key = this_host();
+  c->host_key = dcpi_cc_host_id();
   int rc = guarded(c, err, "open", [&] {
     parse_options(c, opts);
     if (!c->store.empty()) {

@@ -59,6 +59,13 @@
  * stays initialised, close returns at once, and it is up to the program to
  * exit (under mpirun a process that exits without MPI_Finalize ends the job
  * and mpirun kills the stalled rank) or to call MPI_Abort.
+ *
+ * Host id (the table's host_id, for read dedup): common/cc_host.h, computed
+ * at open, the id the gloo and file collectives report too. Not MPI's node
+ * numbering: MPI_Comm_split_type is collective with no deadline, and
+ * neither it nor MPI_Get_processor_name (the host name) tells apart
+ * network namespaces of one machine, between which traffic is network
+ * traffic.
  */
 #include <limits.h>
 #include <mpi.h>
@@ -68,6 +75,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cc_host.h"
 #include "cc_opts.h"
 #include "dcp_plugin.h"
 
@@ -101,6 +109,7 @@ struct dcp_comm {
   int broken;            /* an operation failed or was abandoned */
   char why[160];         /* the first failure's message, for later refusals */
   batch *abandoned;      /* rounds that may still complete */
+  uint64_t host;         /* host_id (cc_host.h) */
 };
 
 /* Process-wide state, guarded by mu: whether MPI is ours to finalise, how
@@ -707,6 +716,7 @@ static int m_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *er
   if (!c) return dcp_plugin_fail(err, DCP_ENOMEM, "mpi coll: out of memory");
   c->comm = MPI_COMM_NULL;
   c->timeout_ms = cfg->timeout_ms;
+  c->host = dcpi_cc_host_id();
   int has_opts = DCP_HAS_FIELD(cfg, dcp_coll_config, options);
   int rc = parse_options(c, has_opts ? cfg->options : NULL, err);
   if (!rc) rc = ensure_mpi(c, err);
@@ -788,6 +798,7 @@ static void m_close(dcp_comm *c) {
 /* Accessors. */
 static int32_t m_rank(const dcp_comm *c) { return c ? c->rank : -1; }
 static int32_t m_size(const dcp_comm *c) { return c ? c->size : 0; }
+static uint64_t m_host_id(const dcp_comm *c) { return c ? c->host : 0; }
 
 static const dcp_coll_plugin mpi_plugin = {
     .abi_version = DCP_PLUGIN_ABI_VERSION,
@@ -805,6 +816,7 @@ static const dcp_coll_plugin mpi_plugin = {
     .scatterv = m_scatterv,
     .allreduce_i64 = m_allreduce,
     .group_bcast = m_group_bcast,
+    .host_id = m_host_id,
 };
 
 /* The plugin's only exported symbol. */
