@@ -15,6 +15,18 @@ typedef struct {
   PyObject *cb_type, *cb_value, *cb_tb; /* what a callback raised (reported after the call) */
 } dcpi_py_manager;
 
+/* Run the statement (one call into libdcp that sets rc) with the context c
+ * marked busy and the GIL released: the one way every method below calls
+ * the manager. */
+#define UNLOCKED(c, ...)       \
+  do {                         \
+    dcpi_py_ctx_enter(c);      \
+    Py_BEGIN_ALLOW_THREADS     \
+    __VA_ARGS__;               \
+    Py_END_ALLOW_THREADS       \
+    dcpi_py_ctx_leave(c);      \
+  } while (0)
+
 /* Keep the first exception a callback raised (the GIL held). */
 static void keep_error(dcpi_py_manager *pm) {
   if (!PyErr_Occurred()) return;
@@ -150,11 +162,7 @@ static PyObject *manager_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
   }
   dcp_status rc;
   dcp_manager *m = NULL;
-  dcpi_py_ctx_enter(c);
-  Py_BEGIN_ALLOW_THREADS
-  rc = dcp_manager_open(c->ctx, PyBytes_AS_STRING(root_bytes), &o, &m);
-  Py_END_ALLOW_THREADS
-  dcpi_py_ctx_leave(c);
+  UNLOCKED(c, rc = dcp_manager_open(c->ctx, PyBytes_AS_STRING(root_bytes), &o, &m));
   if (rc) {
     dcpi_py_raise_ctx(c->ctx, rc);
     goto fail;
@@ -214,12 +222,8 @@ static PyObject *do_save(dcpi_py_manager *pm, PyObject *args, PyObject *kw, int 
   }
   dcp_status rc;
   if (async) c->async_used = 1;
-  dcpi_py_ctx_enter(c);
-  Py_BEGIN_ALLOW_THREADS
-  rc = async ? dcp_manager_save_async(pm->m, (int64_t)step, a.state->st, &a.opts)
-             : dcp_manager_save(pm->m, (int64_t)step, a.state->st, &a.opts);
-  Py_END_ALLOW_THREADS
-  dcpi_py_ctx_leave(c);
+  UNLOCKED(c, rc = async ? dcp_manager_save_async(pm->m, (int64_t)step, a.state->st, &a.opts)
+                        : dcp_manager_save(pm->m, (int64_t)step, a.state->st, &a.opts));
   dcpi_py_save_args_free(&a);
   return result(pm, rc, Py_NewRef(Py_None));
 }
@@ -247,11 +251,7 @@ static PyObject *m_wait(PyObject *self, PyObject *args, PyObject *kw) {
   dcpi_py_ctx *c = usable(pm);
   if (!c) return NULL;
   dcp_status rc;
-  dcpi_py_ctx_enter(c);
-  Py_BEGIN_ALLOW_THREADS
-  rc = dcp_manager_wait(pm->m, ms);
-  Py_END_ALLOW_THREADS
-  dcpi_py_ctx_leave(c);
+  UNLOCKED(c, rc = dcp_manager_wait(pm->m, ms));
   return result(pm, rc, Py_NewRef(Py_None));
 }
 
@@ -261,12 +261,21 @@ static PyObject *m_abort(PyObject *self, PyObject *unused) {
   dcpi_py_ctx *c = usable(pm);
   if (!c) return NULL;
   dcp_status rc;
-  dcpi_py_ctx_enter(c);
-  Py_BEGIN_ALLOW_THREADS
-  rc = dcp_manager_abort(pm->m);
-  Py_END_ALLOW_THREADS
-  dcpi_py_ctx_leave(c);
+  UNLOCKED(c, rc = dcp_manager_abort(pm->m));
   return result(pm, rc, Py_NewRef(Py_None));
+}
+
+/* Every step of m into *v (malloc'd, *n entries; the GIL not needed). */
+static dcp_status list_steps(dcp_manager *m, dcp_step_info **v, size_t *n) {
+  size_t cap = 0;
+  *v = NULL;
+  for (;;) { /* the root may grow between the calls */
+    dcp_status rc = dcp_manager_list(m, *v, cap, n);
+    if (rc || *n <= cap) return rc;
+    free(*v);
+    cap = *n + 8;
+    if (!(*v = malloc(cap * sizeof **v))) return DCP_ENOMEM;
+  }
 }
 
 /* steps() -> list of (step, state name, bytes, keep, note) */
@@ -276,23 +285,9 @@ static PyObject *m_steps(PyObject *self, PyObject *unused) {
   dcpi_py_ctx *c = usable(pm);
   if (!c) return NULL;
   dcp_step_info *v = NULL;
-  size_t n = 0, cap = 0;
+  size_t n = 0;
   dcp_status rc;
-  dcpi_py_ctx_enter(c);
-  Py_BEGIN_ALLOW_THREADS
-  for (;;) { /* the root may grow between the calls */
-    rc = dcp_manager_list(pm->m, v, cap, &n);
-    if (rc || n <= cap) break;
-    free(v);
-    cap = n + 8;
-    v = malloc(cap * sizeof *v);
-    if (!v) {
-      rc = DCP_ENOMEM;
-      break;
-    }
-  }
-  Py_END_ALLOW_THREADS
-  dcpi_py_ctx_leave(c);
+  UNLOCKED(c, rc = list_steps(pm->m, &v, &n));
   PyObject *list = rc ? NULL : PyList_New((Py_ssize_t)n);
   for (size_t i = 0; list && i < n; i++) {
     PyObject *t = Py_BuildValue("(LsKOs)", (long long)v[i].step, dcp_step_state_name(v[i].state),
@@ -316,11 +311,7 @@ static PyObject *m_resume(PyObject *self, PyObject *args, PyObject *kw) {
   if (!c) return NULL;
   int64_t step = -1;
   dcp_status rc;
-  dcpi_py_ctx_enter(c);
-  Py_BEGIN_ALLOW_THREADS
-  rc = dcp_manager_resume(pm->m, verify ? DCP_RESUME_VERIFY : 0, &step);
-  Py_END_ALLOW_THREADS
-  dcpi_py_ctx_leave(c);
+  UNLOCKED(c, rc = dcp_manager_resume(pm->m, verify ? DCP_RESUME_VERIFY : 0, &step));
   if (rc == DCP_ENOTFOUND) return result(pm, DCP_OK, Py_NewRef(Py_None));
   return result(pm, rc, rc ? NULL : PyLong_FromLongLong((long long)step));
 }
@@ -343,11 +334,7 @@ static PyObject *m_load(PyObject *self, PyObject *args, PyObject *kw) {
     return NULL;
   }
   dcp_status rc;
-  dcpi_py_ctx_enter(c);
-  Py_BEGIN_ALLOW_THREADS
-  rc = dcp_manager_load(pm->m, (int64_t)step, a.state->st, &a.opts);
-  Py_END_ALLOW_THREADS
-  dcpi_py_ctx_leave(c);
+  UNLOCKED(c, rc = dcp_manager_load(pm->m, (int64_t)step, a.state->st, &a.opts));
   dcpi_py_load_args_free(&a);
   return result(pm, rc, Py_NewRef(Py_None));
 }
@@ -371,11 +358,7 @@ static PyObject *m_gc(PyObject *self, PyObject *args, PyObject *kw) {
   if (!c) return NULL;
   dcp_manager_gc_report r = {.struct_size = sizeof r};
   dcp_status rc;
-  dcpi_py_ctx_enter(c);
-  Py_BEGIN_ALLOW_THREADS
-  rc = dcp_manager_gc(pm->m, dry ? DCP_GC_DRY_RUN : 0, &r);
-  Py_END_ALLOW_THREADS
-  dcpi_py_ctx_leave(c);
+  UNLOCKED(c, rc = dcp_manager_gc(pm->m, dry ? DCP_GC_DRY_RUN : 0, &r));
   return result(pm, rc, rc ? NULL : report_dict(&r));
 }
 
@@ -420,11 +403,7 @@ static PyObject *m_should_save(PyObject *self, PyObject *unused) {
   if (!c) return NULL;
   int go = 0;
   dcp_status rc;
-  dcpi_py_ctx_enter(c);
-  Py_BEGIN_ALLOW_THREADS
-  rc = dcp_manager_should_save(pm->m, &go);
-  Py_END_ALLOW_THREADS
-  dcpi_py_ctx_leave(c);
+  UNLOCKED(c, rc = dcp_manager_should_save(pm->m, &go));
   return result(pm, rc, rc ? NULL : PyBool_FromLong(go));
 }
 
@@ -447,11 +426,8 @@ static PyObject *m_save_now(PyObject *self, PyObject *args, PyObject *kw) {
   }
   dcp_status rc;
   c->async_used = 1;
-  dcpi_py_ctx_enter(c);
-  Py_BEGIN_ALLOW_THREADS
-  rc = dcp_manager_save_now(pm->m, (int64_t)step, a.state->st, &a.opts, (int64_t)grace);
-  Py_END_ALLOW_THREADS
-  dcpi_py_ctx_leave(c);
+  UNLOCKED(c, rc = dcp_manager_save_now(pm->m, (int64_t)step, a.state->st, &a.opts,
+                                        (int64_t)grace));
   dcpi_py_save_args_free(&a);
   return result(pm, rc, Py_NewRef(Py_None));
 }
