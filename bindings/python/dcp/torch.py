@@ -391,6 +391,14 @@ def save(state_dict, *, checkpoint_id=None, storage_writer=None, planner=None,
     del keep
 
 
+def _completed():
+    """A future that is already done (the staging of a save that staged
+    before async_save returned)."""
+    f = concurrent.futures.Future()
+    f.set_result(None)
+    return f
+
+
 class _Persisted:
     """The persisted completion of an async save, future-like; done() never
     blocks (no thread waits on the handle, so the context stays usable)."""
@@ -403,15 +411,23 @@ class _Persisted:
     def done(self):
         return self._h is None or self._h.done()
 
+    def _wait(self, timeout):
+        """Wait for the save to persist (what the subclass's handle is)."""
+        self._h.wait(timeout)
+
+    def _what(self):
+        """The save, as a TimeoutError names it."""
+        return "the save to %s" % self._path
+
     def _finish(self, timeout):
         if self._h is None:
             return
         try:
-            self._h.wait(timeout)
+            self._wait(timeout)
         except _dcp.TimedOutError:
             if timeout is not None:
                 raise concurrent.futures.TimeoutError(
-                    "the save to %s is still persisting" % self._path) from None
+                    "%s is still persisting" % self._what()) from None
             raise
         except _dcp.Error as e:
             self._error = e
@@ -474,12 +490,7 @@ class AsyncSaveFuture(_Persisted):
 
     def __init__(self, handle, background=False):
         super().__init__(handle)
-        if background:
-            self.staging_completion = _Staged(self)
-        else:
-            staged = concurrent.futures.Future()
-            staged.set_result(None)
-            self.staging_completion = staged
+        self.staging_completion = _Staged(self) if background else _completed()
         self.upload_completion = self
 
     def fence(self):
@@ -514,26 +525,16 @@ class _ManagerSave(AsyncSaveFuture):
     def __init__(self, manager, step):
         self._m, self._step, self._path = manager, step, manager.step_path(step)
         self._error, self._h = None, True
-        staged = concurrent.futures.Future()
-        staged.set_result(None)
-        self.staging_completion, self.upload_completion = staged, self
+        self.staging_completion, self.upload_completion = _completed(), self
 
     def done(self):
         return self._h is None or self._m.pending_step != self._step
 
-    def _finish(self, timeout):
-        if self._h is None:
-            return
-        try:
-            self._m.wait(timeout)
-        except _dcp.TimedOutError:
-            if timeout is not None:
-                raise concurrent.futures.TimeoutError(
-                    "step %d is still persisting" % self._step) from None
-            raise
-        except _dcp.Error as e:
-            self._error = e
-        self._h = None
+    def _wait(self, timeout):
+        self._m.wait(timeout)
+
+    def _what(self):
+        return "step %d" % self._step
 
     def abort(self):
         if self._h is not None:
