@@ -18,11 +18,8 @@ losses by step, and the step resumed from.
 """
 
 import argparse
-import faulthandler
 import os
 import random
-import signal
-import sys
 import time
 
 import numpy as np
@@ -30,8 +27,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-import dcp
 import dcp.pytorch as dt
+from dcp_testkit import file_context, finish_rank, init_rank, run_trainer
 
 
 def make_model():
@@ -76,13 +73,7 @@ def main():
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--every", type=int, default=3)
     a = ap.parse_args()
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    faulthandler.register(signal.SIGUSR1, all_threads=True)  # stacks on a hang
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-
-    dist.init_process_group("gloo", init_method="file://" + os.path.join(a.work, "pg"),
-                            rank=rank, world_size=world)
+    rank, world = init_rank(a.work)
     model = torch.nn.parallel.DistributedDataParallel(make_model())
     model.register_comm_hook(None, per_param_allreduce)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
@@ -91,11 +82,7 @@ def main():
     np.random.seed(200 + rank)
     random.seed(300 + rank)
 
-    rdv = os.path.join(a.work, "rdv")
-    os.makedirs(rdv, exist_ok=True)
-    ctx = dcp.Context(rank=rank, world_size=world, coll="file", rendezvous=rdv,
-                      timeout_ms=120000)
-    ctx.set_async_coordination("file", rdv)
+    ctx = file_context(a.work, rank, world)
 
     start = 0
     if a.mode == "resume":
@@ -140,20 +127,11 @@ def main():
         while True:
             time.sleep(1)
 
-    torch.save({"model": model.module.state_dict(), "optim": opt.state_dict(),
-                "losses": losses, "start": start},
-               os.path.join(a.out, "rank%d.pt" % rank))
+    results = {"model": model.module.state_dict(), "optim": opt.state_dict(),
+               "losses": losses, "start": start}
     del fut, pending  # the handles use the context
-    ctx.async_shutdown()
-    ctx.close()
-    dist.barrier()
+    finish_rank(ctx, a.out, rank, results)
 
 
 if __name__ == "__main__":
-    main()
-    # torch 1.13's gloo process group sometimes hangs in its destructor at
-    # interpreter exit (about 1 run in 15 here, in ranks that finished
-    # everything); the results are written and libdcp's context is closed,
-    # so leave without tearing torch down.
-    sys.stdout.flush()
-    os._exit(0)
+    run_trainer(main)

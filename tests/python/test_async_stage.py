@@ -4,14 +4,13 @@ AsyncSave.fence() / `with handle:` waits for it, the handle keeps the
 staged state alive until then, Context.async_prepare() readies the writer
 and pool. Run: python3 test_async_stage.py."""
 
-import os
-import tempfile
 import unittest
 
 import numpy as np
 
 import dcp
 from dcp import _dcp
+from dcp_testkit import DcpCase
 
 N = 1 << 20
 
@@ -21,18 +20,12 @@ class BadBool:
         raise ValueError("no truth value")
 
 
-class Staging(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory(prefix="dcp-py-stage-")
-        self.ctx = dcp.Context()
+class Staging(DcpCase):
+    tmp_prefix = "dcp-py-stage-"
 
     def tearDown(self):
         self.ctx.async_shutdown()
-        self.ctx.close()
-        self.tmp.cleanup()
-
-    def path(self, name):
-        return os.path.join(self.tmp.name, name)
+        super().tearDown()
 
     def load(self, name):
         got = np.full(N, -1, dtype=np.float32)

@@ -13,20 +13,11 @@ import numpy as np
 
 import dcp
 from dcp import _dcp
+from dcp_testkit import DcpCase
 
 
-class Base(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory(prefix="dcp-py-")
-        self.dir = self.tmp.name
-        self.ctx = dcp.Context()
-
-    def tearDown(self):
-        self.ctx.close()
-        self.tmp.cleanup()
-
-    def path(self, name):
-        return os.path.join(self.dir, name)
+class Base(DcpCase):
+    pass
 
 
 class RoundTrip(Base):

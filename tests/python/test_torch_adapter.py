@@ -10,7 +10,6 @@ model_prefix="". Run: python3 this file."""
 
 import os
 import random
-import tempfile
 import unittest
 
 import numpy as np
@@ -18,6 +17,7 @@ import torch
 
 import dcp
 import dcp.pytorch as dt
+from dcp_testkit import DcpCase
 
 
 def make(seed=0):
@@ -48,17 +48,8 @@ def state_bytes(model, opt):
     return out
 
 
-class Adapter(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory(prefix="dcp-torch-")
-        self.ctx = dcp.Context()
-
-    def tearDown(self):
-        self.ctx.close()
-        self.tmp.cleanup()
-
-    def path(self, name):
-        return os.path.join(self.tmp.name, name)
+class Adapter(DcpCase):
+    tmp_prefix = "dcp-torch-"
 
     def assertSameState(self, a, b):
         self.assertEqual(sorted(a), sorted(b))

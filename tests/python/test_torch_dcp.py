@@ -14,13 +14,13 @@ Run: python3 this file."""
 import os
 import struct
 import json
-import tempfile
 import unittest
 
 import torch
 
 import dcp
 import dcp.torch as dt
+from dcp_testkit import DcpCase
 
 
 class Opaque:
@@ -99,17 +99,8 @@ def snapshot(*stateful):
     return out
 
 
-class TorchDCP(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory(prefix="dcp-tdcp-")
-        self.ctx = dcp.Context()
-
-    def tearDown(self):
-        self.ctx.close()
-        self.tmp.cleanup()
-
-    def path(self, name):
-        return os.path.join(self.tmp.name, name)
+class TorchDCP(DcpCase):
+    tmp_prefix = "dcp-tdcp-"
 
     def assertSame(self, a, b, where=""):
         if torch.is_tensor(a):

@@ -15,16 +15,13 @@ The dump (OUT/rank<r>.pt) maps each item name to (offset, tensor).
 """
 
 import argparse
-import faulthandler
-import os
-import signal
-import sys
 
 import torch
 import torch.distributed as dist
 
 import dcp
 import dcp.pytorch as dt
+from dcp_testkit import file_context, finish_rank, init_rank, run_trainer
 
 D, F = 6, 20  # model width and hidden width (F splits 4 and 2 ways)
 
@@ -112,17 +109,8 @@ def main():
     ap.add_argument("--ckpt", required=True)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    dist.init_process_group("gloo", init_method="file://" + os.path.join(a.work, "pg"),
-                            rank=rank, world_size=world)
-    rdv = os.path.join(a.work, "rdv")
-    os.makedirs(rdv, exist_ok=True)
-    ctx = dcp.Context(rank=rank, world_size=world, coll="file", rendezvous=rdv,
-                      timeout_ms=120000)
-    ctx.set_async_coordination("file", rdv)
+    rank, world = init_rank(a.work)
+    ctx = file_context(a.work, rank, world)
 
     model = TPMLP(world, rank, seed=7 if a.mode == "save" else 8)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
@@ -136,13 +124,8 @@ def main():
         assert dt.load(ctx, a.ckpt, model=model, optimizer=opt, rng=False) == {"step": 3}
     tensors = dump(model, opt, rank)
     loss = train_step(model, opt, 3)
-    torch.save({"tensors": tensors, "loss3": loss}, os.path.join(a.out, "rank%d.pt" % rank))
-    ctx.async_shutdown()
-    ctx.close()
-    dist.barrier()
+    finish_rank(ctx, a.out, rank, {"tensors": tensors, "loss3": loss})
 
 
 if __name__ == "__main__":
-    main()
-    sys.stdout.flush()
-    os._exit(0)  # see ddp_trainer.py: torch 1.13's gloo teardown may hang
+    run_trainer(main)
