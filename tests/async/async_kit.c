@@ -55,3 +55,35 @@ dcp_ctx *ak_open_ctx(const ak_args *a) {
   }
   return ctx;
 }
+
+void ak_rows_alloc(int rank, int world, int64_t nrows, int64_t ncols, size_t nbig,
+                   int64_t *row0, int64_t *rows, float **w, uint8_t **big) {
+  int64_t per = (nrows + world - 1) / world;
+  *row0 = per * rank < nrows ? per * rank : nrows;
+  *rows = *row0 + per < nrows ? per : nrows - *row0;
+  *w = calloc((size_t)(*rows * ncols) + 1, sizeof **w);
+  *big = nbig ? malloc(nbig) : NULL;
+  if (!*w || (nbig && !*big)) {
+    fprintf(stderr, "rank %d: out of memory\n", rank);
+    exit(1);
+  }
+}
+
+/* Exits 1 unless rc is DCP_OK. */
+static void must(dcp_ctx *ctx, dcp_status rc, const char *what) {
+  if (!rc) return;
+  fprintf(stderr, "rank %d: %s: %s: %s\n", dcp_ctx_rank(ctx), what, dcp_strerror(rc),
+          dcp_ctx_last_error(ctx));
+  exit(1);
+}
+
+void ak_rows_add(dcp_ctx *ctx, dcp_state *st, int64_t nrows, int64_t ncols, int64_t row0,
+                 int64_t rows, float *w, uint8_t *big, size_t nbig) {
+  int64_t shape[2] = {nrows, ncols}, off[2] = {row0, 0}, size[2] = {rows, ncols};
+  must(ctx, dcp_state_add_tensor(st, "w", DCP_F32, 2, shape), "declare w");
+  must(ctx, dcp_state_add_chunk(st, "w", off, size, w), "add w's rows");
+  if (!big) return;
+  int64_t bshape[1] = {(int64_t)nbig}, boff[1] = {0};
+  must(ctx, dcp_state_add_tensor(st, "big", DCP_U8, 1, bshape), "declare big");
+  must(ctx, dcp_state_add_chunk(st, "big", boff, bshape, big), "add big");
+}

@@ -1,7 +1,10 @@
-/* async_kit.h — what the async test programs share: their command line
- * and the trainer's context. */
+/* async_kit.h — what the async test programs share: their command line,
+ * the trainer's context, and the row-split tensor their models hold. */
 #ifndef DCP_TEST_ASYNC_KIT_H
 #define DCP_TEST_ASYNC_KIT_H
+
+#include <stddef.h>
+#include <stdint.h>
 
 #include "dcp.h"
 
@@ -30,5 +33,18 @@ void ak_parse(int argc, char **argv, ak_args *a);
  * one rank the writers coordinate over writer_coll in rdv. Exits 1 with the
  * reason on failure. */
 dcp_ctx *ak_open_ctx(const ak_args *a);
+
+/* The rows of an [nrows, ncols] f32 tensor that rank `rank` of world holds,
+ * ceil-divided (the last ranks may hold fewer, or none): the first at
+ * *row0, *rows of them, in *w (zeroed, never NULL); and *big, nbig bytes,
+ * when nbig > 0 (else NULL). Exits 1 when out of memory. */
+void ak_rows_alloc(int rank, int world, int64_t nrows, int64_t ncols, size_t nbig,
+                   int64_t *row0, int64_t *rows, float **w, uint8_t **big);
+
+/* Declare on st the f32 tensor "w" [nrows, ncols] with this rank's rows
+ * (row0, rows at w) as its chunk and, when big is not NULL, the u8 tensor
+ * "big" of nbig bytes, whole. Exits 1 on an error, with ctx's reason. */
+void ak_rows_add(dcp_ctx *ctx, dcp_state *st, int64_t nrows, int64_t ncols, int64_t row0,
+                 int64_t rows, float *w, uint8_t *big, size_t nbig);
 
 #endif

@@ -73,12 +73,7 @@ static void big_fill(uint8_t *b, uint32_t gen) {
 static void model_alloc(model *m, int rank, int world, int big) {
   memset(m, 0, sizeof *m);
   m->rank = rank, m->world = world;
-  int64_t per = (ROWS + world - 1) / world;
-  m->row0 = per * rank < ROWS ? per * rank : ROWS;
-  m->rows = m->row0 + per < ROWS ? per : ROWS - m->row0;
-  m->w = calloc((size_t)(m->rows * COLS) + 1, sizeof *m->w);
-  m->big = big ? malloc(BIG) : NULL;
-  CHECK(m->w && (!big || m->big), "out of memory");
+  ak_rows_alloc(rank, world, ROWS, COLS, big ? BIG : 0, &m->row0, &m->rows, &m->w, &m->big);
 }
 
 static void model_fill(model *m, uint32_t gen) {
@@ -95,14 +90,7 @@ static void model_free(model *m) {
 static dcp_state *model_state(dcp_ctx *ctx, model *m) {
   dcp_state *st;
   OK(dcp_state_create(ctx, &st), ctx);
-  int64_t shape[2] = {ROWS, COLS}, off[2] = {m->row0, 0}, size[2] = {m->rows, COLS};
-  OK(dcp_state_add_tensor(st, "w", DCP_F32, 2, shape), ctx);
-  OK(dcp_state_add_chunk(st, "w", off, size, m->w), ctx);
-  if (m->big) {
-    int64_t bshape[1] = {(int64_t)BIG}, boff[1] = {0};
-    OK(dcp_state_add_tensor(st, "big", DCP_U8, 1, bshape), ctx);
-    OK(dcp_state_add_chunk(st, "big", boff, bshape, m->big), ctx);
-  }
+  ak_rows_add(ctx, st, ROWS, COLS, m->row0, m->rows, m->w, m->big, BIG);
   OK(dcp_state_add_bytes(st, "step", DCP_SCOPE_PER_RANK, &m->step, sizeof m->step), ctx);
   return st;
 }

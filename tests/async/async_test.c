@@ -59,12 +59,7 @@ typedef struct model {
 static void model_alloc(model *m, int rank, int world, int big) {
   memset(m, 0, sizeof *m);
   m->rank = rank, m->world = world;
-  int64_t per = (ROWS + world - 1) / world;
-  m->row0 = per * rank < ROWS ? per * rank : ROWS;
-  m->rows = m->row0 + per < ROWS ? per : ROWS - m->row0;
-  m->w = calloc((size_t)(m->rows * COLS) + 1, sizeof *m->w);
-  m->big = big ? malloc(BIG) : NULL;
-  CHECK(m->w && (!big || m->big), "out of memory");
+  ak_rows_alloc(rank, world, ROWS, COLS, big ? BIG : 0, &m->row0, &m->rows, &m->w, &m->big);
 }
 
 static void model_fill(model *m, uint32_t gen) {
@@ -86,19 +81,12 @@ static void model_free(model *m) {
 static dcp_state *model_state(dcp_ctx *ctx, model *m) {
   dcp_state *st;
   OK(dcp_state_create(ctx, &st), ctx);
-  int64_t shape[2] = {ROWS, COLS}, off[2] = {m->row0, 0}, size[2] = {m->rows, COLS};
-  OK(dcp_state_add_tensor(st, "w", DCP_F32, 2, shape), ctx);
-  OK(dcp_state_add_chunk(st, "w", off, size, m->w), ctx);
+  ak_rows_add(ctx, st, ROWS, COLS, m->row0, m->rows, m->w, m->big, BIG);
   int64_t rshape[1] = {100}, roff[1] = {0};
   OK(dcp_state_add_tensor(st, "rep", DCP_I64, 1, rshape), ctx);
   OK(dcp_state_add_chunk(st, "rep", roff, rshape, m->rep), ctx);
   OK(dcp_state_add_bytes(st, "cfg", DCP_SCOPE_REPLICATED, m->cfg, sizeof m->cfg), ctx);
   OK(dcp_state_add_bytes(st, "rng", DCP_SCOPE_PER_RANK, m->rng, sizeof m->rng), ctx);
-  if (m->big) {
-    int64_t bshape[1] = {(int64_t)BIG};
-    OK(dcp_state_add_tensor(st, "big", DCP_U8, 1, bshape), ctx);
-    OK(dcp_state_add_chunk(st, "big", roff, bshape, m->big), ctx);
-  }
   return st;
 }
 
