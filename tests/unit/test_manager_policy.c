@@ -25,96 +25,87 @@ static void decide(const dcpi_retention *p, const dcpi_step_entry *e, size_t n, 
   assert_int_equal(dcpi_retention_decide(p, e, n, v, sum), DCP_OK);
 }
 
-static void test_keep_last(void **state) {
-  (void)state;
-  dcpi_step_entry e[] = {{10, C, 1, 0}, {20, C, 1, 0}, {30, C, 1, 0}, {40, C, 1, 0}};
-  dcpi_retention p = {.keep_last = 2};
-  dcpi_verdict v[4];
-  dcpi_decision_summary sum;
-  decide(&p, e, 4, v, &sum);
-  assert_int_equal(v[0], DCPI_DELETE_OLD);
-  assert_int_equal(v[1], DCPI_DELETE_OLD);
-  assert_int_equal(v[2], DCPI_KEEP_LAST);
-  assert_int_equal(v[3], DCPI_KEEP_NEWEST);
-  assert_int_equal(sum.deleted, 2);
-  assert_int_equal(sum.anchor, 40);
-  assert_int_equal(sum.kept_bytes, 2);
-  p.keep_last = 0; /* keep everything */
-  decide(&p, e, 4, v, &sum);
-  assert_int_equal(sum.deleted, 0);
-}
+/* One decision and what it must give: the verdicts, and the summary's
+ * fields where they are not NC (not checked). */
+typedef struct rule_case {
+  const char *what;
+  dcpi_retention p;
+  size_t n;
+  dcpi_step_entry e[6];
+  dcpi_verdict want[6];
+  int64_t deleted, anchor, kept_bytes, over_budget; /* NC: not checked */
+} rule_case;
 
-static void test_keep_every_and_pinned(void **state) {
-  (void)state;
-  dcpi_step_entry e[] = {{100, C, 1, 0}, {150, C, 1, 1}, {175, C, 1, 0}, {200, C, 1, 0},
-                         {250, C, 1, 0}, {300, C, 1, 0}};
-  dcpi_retention p = {.keep_last = 1, .keep_every = 100};
-  dcpi_verdict v[6];
-  decide(&p, e, 6, v, NULL);
-  assert_int_equal(v[0], DCPI_KEEP_EVERY);
-  assert_int_equal(v[1], DCPI_KEEP_PINNED);
-  assert_int_equal(v[2], DCPI_DELETE_OLD);
-  assert_int_equal(v[3], DCPI_KEEP_EVERY);
-  assert_int_equal(v[4], DCPI_DELETE_OLD);
-  assert_int_equal(v[5], DCPI_KEEP_NEWEST);
-}
+#define NC INT64_MIN
+#define ANY NC, NC, NC, NC
 
-/* The newest committed step is kept whatever else: pending, corrupt and
- * incomplete steps above it do not count as newer. */
-static void test_anchor_is_newest_committed(void **state) {
-  (void)state;
-  dcpi_step_entry e[] = {{1, C, 5, 0}, {2, C, 5, 0}, {3, X, 0, 0}, {4, I, 0, 0}, {5, P, 0, 0}};
-  dcpi_retention p = {.keep_last = 1, .max_bytes = 1};
-  dcpi_verdict v[5];
-  dcpi_decision_summary sum;
-  decide(&p, e, 5, v, &sum);
-  assert_int_equal(v[0], DCPI_DELETE_OLD);
-  assert_int_equal(v[1], DCPI_KEEP_NEWEST);
-  assert_int_equal(v[2], DCPI_KEEP_CORRUPT);
-  assert_int_equal(v[3], DCPI_DELETE_ABANDONED);
-  assert_int_equal(v[4], DCPI_KEEP_PENDING);
-  assert_int_equal(sum.anchor, 2);
-  assert_true(sum.over_budget); /* 5 bytes kept, budget 1: the anchor stays */
-  p.keep_incomplete = true;
-  decide(&p, e, 5, v, NULL);
-  assert_int_equal(v[3], DCPI_KEEP_INCOMPLETE);
-}
+static const rule_case rule_cases[] = {
+    {"keep_last 2: the two newest committed steps",
+     {.keep_last = 2}, 4, {{10, C, 1, 0}, {20, C, 1, 0}, {30, C, 1, 0}, {40, C, 1, 0}},
+     {DCPI_DELETE_OLD, DCPI_DELETE_OLD, DCPI_KEEP_LAST, DCPI_KEEP_NEWEST}, 2, 40, 2, NC},
+    {"keep_last 0 keeps everything",
+     {.keep_last = 0}, 4, {{10, C, 1, 0}, {20, C, 1, 0}, {30, C, 1, 0}, {40, C, 1, 0}},
+     {DCPI_KEEP_LAST, DCPI_KEEP_LAST, DCPI_KEEP_LAST, DCPI_KEEP_NEWEST}, 0, 40, 4, 0},
+    {"keep_every and a pinned step",
+     {.keep_last = 1, .keep_every = 100}, 6,
+     {{100, C, 1, 0}, {150, C, 1, 1}, {175, C, 1, 0}, {200, C, 1, 0}, {250, C, 1, 0},
+      {300, C, 1, 0}},
+     {DCPI_KEEP_EVERY, DCPI_KEEP_PINNED, DCPI_DELETE_OLD, DCPI_KEEP_EVERY, DCPI_DELETE_OLD,
+      DCPI_KEEP_NEWEST}, ANY},
+    /* the newest committed step is kept whatever else: pending, corrupt
+     * and incomplete steps above it do not count as newer; 5 bytes kept
+     * over a budget of 1, the anchor stays */
+    {"the anchor is the newest committed step",
+     {.keep_last = 1, .max_bytes = 1}, 5,
+     {{1, C, 5, 0}, {2, C, 5, 0}, {3, X, 0, 0}, {4, I, 0, 0}, {5, P, 0, 0}},
+     {DCPI_DELETE_OLD, DCPI_KEEP_NEWEST, DCPI_KEEP_CORRUPT, DCPI_DELETE_ABANDONED,
+      DCPI_KEEP_PENDING}, NC, 2, NC, 1},
+    {"keep_incomplete keeps the incomplete directory",
+     {.keep_last = 1, .max_bytes = 1, .keep_incomplete = true}, 5,
+     {{1, C, 5, 0}, {2, C, 5, 0}, {3, X, 0, 0}, {4, I, 0, 0}, {5, P, 0, 0}},
+     {DCPI_DELETE_OLD, DCPI_KEEP_NEWEST, DCPI_KEEP_CORRUPT, DCPI_KEEP_INCOMPLETE,
+      DCPI_KEEP_PENDING}, ANY},
+    {"no committed step: no anchor",
+     {.keep_last = 1}, 3, {{1, I, 0, 0}, {2, F, 0, 0}, {3, P, 0, 0}},
+     {DCPI_DELETE_ABANDONED, DCPI_KEEP_FOREIGN, DCPI_KEEP_PENDING}, 1, -1, 0, 0},
+    {"no step at all", {.keep_last = 1}, 0, {{0}}, {0}, 0, -1, 0, 0},
+    {"max_bytes deletes oldest first",
+     {.max_bytes = 30}, 5,
+     {{1, C, 10, 0}, {2, C, 10, 0}, {3, C, 10, 1}, {4, C, 10, 0}, {5, C, 10, 0}},
+     {DCPI_DELETE_BYTES, DCPI_DELETE_BYTES, DCPI_KEEP_PINNED, DCPI_KEEP_LAST, DCPI_KEEP_NEWEST},
+     2, 5, 30, 0},
+    /* only the pinned one and the anchor would remain: 20 bytes */
+    {"max_bytes below what must stay",
+     {.max_bytes = 15}, 5,
+     {{1, C, 10, 0}, {2, C, 10, 0}, {3, C, 10, 1}, {4, C, 10, 0}, {5, C, 10, 0}},
+     {DCPI_DELETE_BYTES, DCPI_DELETE_BYTES, DCPI_KEEP_PINNED, DCPI_DELETE_BYTES,
+      DCPI_KEEP_NEWEST}, 3, 5, 20, 1},
+};
 
-static void test_no_committed_step(void **state) {
-  (void)state;
-  dcpi_step_entry e[] = {{1, I, 0, 0}, {2, F, 0, 0}, {3, P, 0, 0}};
-  dcpi_retention p = {.keep_last = 1};
-  dcpi_verdict v[3];
-  dcpi_decision_summary sum;
-  decide(&p, e, 3, v, &sum);
-  assert_int_equal(v[0], DCPI_DELETE_ABANDONED);
-  assert_int_equal(v[1], DCPI_KEEP_FOREIGN);
-  assert_int_equal(v[2], DCPI_KEEP_PENDING);
-  assert_int_equal(sum.anchor, -1);
-  decide(&p, NULL, 0, NULL, &sum);
-  assert_int_equal(sum.deleted, 0);
-}
+#define CHECK_FIELD(c, got, field)                                                         \
+  do {                                                                                     \
+    if ((c)->field != NC && (int64_t)(got) != (c)->field)                                    \
+      fail_msg("%s: " #field " is %lld, want %lld", (c)->what, (long long)(got),            \
+               (long long)(c)->field);                                                     \
+  } while (0)
 
-static void test_max_bytes_oldest_first(void **state) {
+/* The rules one by one: every case of rule_cases. */
+static void test_rules(void **state) {
   (void)state;
-  dcpi_step_entry e[] = {{1, C, 10, 0}, {2, C, 10, 0}, {3, C, 10, 1}, {4, C, 10, 0},
-                         {5, C, 10, 0}};
-  dcpi_retention p = {.max_bytes = 30};
-  dcpi_verdict v[5];
-  dcpi_decision_summary sum;
-  decide(&p, e, 5, v, &sum);
-  assert_int_equal(v[0], DCPI_DELETE_BYTES);
-  assert_int_equal(v[1], DCPI_DELETE_BYTES);
-  assert_int_equal(v[2], DCPI_KEEP_PINNED);
-  assert_int_equal(v[3], DCPI_KEEP_LAST);
-  assert_int_equal(v[4], DCPI_KEEP_NEWEST);
-  assert_int_equal(sum.kept_bytes, 30);
-  assert_false(sum.over_budget);
-  p.max_bytes = 15; /* only the pinned one and the anchor would remain: 20 */
-  decide(&p, e, 5, v, &sum);
-  assert_int_equal(v[3], DCPI_DELETE_BYTES);
-  assert_int_equal(sum.kept_bytes, 20);
-  assert_true(sum.over_budget);
+  for (size_t k = 0; k < sizeof rule_cases / sizeof rule_cases[0]; k++) {
+    const rule_case *c = &rule_cases[k];
+    dcpi_verdict v[6];
+    dcpi_decision_summary sum;
+    decide(&c->p, c->n ? c->e : NULL, c->n, c->n ? v : NULL, &sum);
+    for (size_t i = 0; i < c->n; i++)
+      if (v[i] != c->want[i])
+        fail_msg("%s: step %lld is %s, want %s", c->what, (long long)c->e[i].step,
+                 dcpi_verdict_name(v[i]), dcpi_verdict_name(c->want[i]));
+    CHECK_FIELD(c, sum.deleted, deleted);
+    CHECK_FIELD(c, sum.anchor, anchor);
+    CHECK_FIELD(c, sum.kept_bytes, kept_bytes);
+    CHECK_FIELD(c, sum.over_budget, over_budget);
+  }
 }
 
 static void test_bad_input(void **state) {
@@ -239,11 +230,7 @@ static void test_exhaustive(void **state) {
 
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_keep_last),
-      cmocka_unit_test(test_keep_every_and_pinned),
-      cmocka_unit_test(test_anchor_is_newest_committed),
-      cmocka_unit_test(test_no_committed_step),
-      cmocka_unit_test(test_max_bytes_oldest_first),
+      cmocka_unit_test(test_rules),
       cmocka_unit_test(test_bad_input),
       cmocka_unit_test(test_exhaustive),
   };
