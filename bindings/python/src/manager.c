@@ -202,24 +202,37 @@ static PyObject *result(dcpi_py_manager *pm, dcp_status rc, PyObject *ok) {
 }
 
 /* save(step, state, **save options) and save_async(...) */
+/* The save or load options of kw, parsed as dcp._dcp.save / load parse
+ * them from (ctx, state, path): path names the step in their messages.
+ * 0, or -1 with an exception set (nothing left to free). */
+static int save_args(dcpi_py_ctx *c, PyObject *state, const char *path, PyObject *kw,
+                     dcpi_py_save_args *a) {
+  PyObject *t = Py_BuildValue("(OOs)", (PyObject *)c, state, path);
+  int bad = !t || dcpi_py_save_args_parse(t, kw, a);
+  if (t && bad) dcpi_py_save_args_free(a);
+  Py_XDECREF(t);
+  return bad ? -1 : 0;
+}
+
+/* The same for the load options. */
+static int load_args(dcpi_py_ctx *c, PyObject *state, PyObject *kw, dcpi_py_load_args *a) {
+  PyObject *t = Py_BuildValue("(OOs)", (PyObject *)c, state, "step");
+  int bad = !t || dcpi_py_load_args_parse(t, kw, a);
+  if (t && bad) dcpi_py_load_args_free(a);
+  Py_XDECREF(t);
+  return bad ? -1 : 0;
+}
+
 static PyObject *do_save(dcpi_py_manager *pm, PyObject *args, PyObject *kw, int async) {
   dcpi_py_ctx *c = usable(pm);
   if (!c) return NULL;
   long long step;
   PyObject *state;
   if (!PyArg_ParseTuple(args, "LO", &step, &state)) return NULL;
-  /* the save options as dcp._dcp.save takes them (ctx, state, path) */
   char path[64];
   snprintf(path, sizeof path, "step-%lld", step);
-  PyObject *targs = Py_BuildValue("(OOs)", (PyObject *)c, state, path);
-  if (!targs) return NULL;
   dcpi_py_save_args a;
-  int bad = dcpi_py_save_args_parse(targs, kw, &a);
-  Py_DECREF(targs);
-  if (bad) {
-    dcpi_py_save_args_free(&a);
-    return NULL;
-  }
+  if (save_args(c, state, path, kw, &a)) return NULL;
   dcp_status rc;
   if (async) c->async_used = 1;
   UNLOCKED(c, rc = async ? dcp_manager_save_async(pm->m, (int64_t)step, a.state->st, &a.opts)
@@ -324,15 +337,8 @@ static PyObject *m_load(PyObject *self, PyObject *args, PyObject *kw) {
   long long step;
   PyObject *state;
   if (!PyArg_ParseTuple(args, "LO", &step, &state)) return NULL;
-  PyObject *targs = Py_BuildValue("(OOs)", (PyObject *)c, state, "step");
-  if (!targs) return NULL;
   dcpi_py_load_args a;
-  int bad = dcpi_py_load_args_parse(targs, kw, &a);
-  Py_DECREF(targs);
-  if (bad) {
-    dcpi_py_load_args_free(&a);
-    return NULL;
-  }
+  if (load_args(c, state, kw, &a)) return NULL;
   dcp_status rc;
   UNLOCKED(c, rc = dcp_manager_load(pm->m, (int64_t)step, a.state->st, &a.opts));
   dcpi_py_load_args_free(&a);
@@ -415,15 +421,8 @@ static PyObject *m_save_now(PyObject *self, PyObject *args, PyObject *kw) {
   long long step, grace;
   PyObject *state;
   if (!PyArg_ParseTuple(args, "LOL", &step, &state, &grace)) return NULL;
-  PyObject *targs = Py_BuildValue("(OOs)", (PyObject *)c, state, "step");
-  if (!targs) return NULL;
   dcpi_py_save_args a;
-  int bad = dcpi_py_save_args_parse(targs, kw, &a);
-  Py_DECREF(targs);
-  if (bad) {
-    dcpi_py_save_args_free(&a);
-    return NULL;
-  }
+  if (save_args(c, state, "step", kw, &a)) return NULL;
   dcp_status rc;
   c->async_used = 1;
   UNLOCKED(c, rc = dcp_manager_save_now(pm->m, (int64_t)step, a.state->st, &a.opts,
