@@ -149,98 +149,127 @@ static const char *note_of(const dcp_step_info *v) {
   return v->state == DCP_STEP_COMMITTED ? "" : v->note;
 }
 
-int cmd_steps(int argc, char **argv) {
+/* One run of `dcp steps` or `dcp gc`: its command line, the context, the
+ * manager and the listing taken right after opening it. */
+typedef struct steps_run {
+  const char *cmd;
   steps_args a;
-  if (!parse("steps", steps_help, argc, argv, false, &a)) return CLI_USAGE;
-  if (a.c.help) return fputs(steps_help, stdout), CLI_OK;
-  dcp_ctx *ctx = NULL;
-  dcp_manager *m = NULL;
-  dcp_status s;
-  int rc = open_manager("steps", &a, true, &ctx, &m, &s);
-  dcp_step_info *v = NULL;
-  size_t n = 0;
-  if (!rc && (s = list_all(m, &v, &n))) rc = CLI_ERROR;
-  int64_t latest = rc ? -1 : read_latest(a.root);
-  if (a.c.json) {
-    json_t *o = cli_json_new("steps");
-    json_object_set_new(o, "root", json_string(a.root));
-    if (!rc) {
-      json_t *arr = json_array();
-      for (size_t i = 0; i < n; i++) {
-        json_t *e = json_object();
-        json_object_set_new(e, "step", json_integer(v[i].step));
-        json_object_set_new(e, "state", json_string(dcp_step_state_name(v[i].state)));
-        json_object_set_new(e, "bytes", json_integer((json_int_t)v[i].bytes));
-        json_object_set_new(e, "note", json_string(note_of(&v[i])));
-        json_array_append_new(arr, e);
-      }
-      json_object_set_new(o, "steps", arr);
-      json_object_set_new(o, "latest", latest >= 0 ? json_integer(latest) : json_null());
-    }
-    rc = cli_json_finish(o, rc, ctx, s);
-  } else if (rc) {
-    rc = ctx ? cli_fail("steps", ctx, s) : rc;
-  } else {
-    for (size_t i = 0; i < n; i++)
-      printf("%" PRId64 "\t%s\t%" PRIu64 "\t%s\n", v[i].step, dcp_step_state_name(v[i].state),
-             v[i].bytes, note_of(&v[i])[0] ? note_of(&v[i]) : "-");
-    if (latest >= 0) printf("latest\tstep-%" PRId64 "\n", latest);
-  }
-  free(v);
-  dcp_manager_free(m);
-  dcp_ctx_free(ctx);
+  dcp_ctx *ctx;
+  dcp_manager *m;
+  dcp_status s;     /* the failure, or DCP_OK */
+  dcp_step_info *v; /* malloc'd; NULL for an empty root */
+  size_t n;
+  bool listed;      /* v and n hold the listing */
+} steps_run;
+
+/* Parse argv, open the manager (read only for steps) and list its root.
+ * Returns the exit code so far; *done when it is final (help or a usage
+ * error: nothing was opened). */
+static int run_start(steps_run *r, const char *cmd, const char *help, int argc, char **argv,
+                     bool gc, bool *done) {
+  *r = (steps_run){.cmd = cmd};
+  *done = true;
+  if (!parse(cmd, help, argc, argv, gc, &r->a)) return CLI_USAGE;
+  if (r->a.c.help) return fputs(help, stdout), CLI_OK;
+  *done = false;
+  int rc = open_manager(cmd, &r->a, !gc, &r->ctx, &r->m, &r->s);
+  if (!rc && (r->s = list_all(r->m, &r->v, &r->n))) rc = CLI_ERROR;
+  r->listed = !rc;
   return rc;
 }
 
-int cmd_gc(int argc, char **argv) {
-  steps_args a;
-  if (!parse("gc", gc_help, argc, argv, true, &a)) return CLI_USAGE;
-  if (a.c.help) return fputs(gc_help, stdout), CLI_OK;
-  dcp_ctx *ctx = NULL;
-  dcp_manager *m = NULL;
-  dcp_status s;
-  int rc = open_manager("gc", &a, false, &ctx, &m, &s);
-  /* what the policy deletes, from the listing just before the run */
-  dcp_step_info *v = NULL;
-  size_t n = 0;
-  if (!rc && (s = list_all(m, &v, &n))) rc = CLI_ERROR;
-  bool listed = !rc; /* v is NULL for an empty root */
-  dcp_manager_gc_report r = {.struct_size = sizeof r};
-  if (!rc && (s = dcp_manager_gc(m, a.c.dry_run ? DCP_GC_DRY_RUN : 0, &r))) rc = CLI_ERROR;
-  /* a step the policy deleted and that is still listed was not deleted */
+/* Print the --json object or, on a failure, the text reason; free r.
+ * Returns the exit code. */
+static int run_end(steps_run *r, int rc, json_t *o) {
+  if (o) rc = cli_json_finish(o, rc, r->ctx, r->s);
+  else if (rc && r->ctx) rc = cli_fail(r->cmd, r->ctx, r->s);
+  free(r->v);
+  dcp_manager_free(r->m);
+  dcp_ctx_free(r->ctx);
+  return rc;
+}
+
+static json_t *steps_json(const steps_run *r, int64_t latest) {
+  json_t *o = cli_json_new("steps");
+  json_object_set_new(o, "root", json_string(r->a.root));
+  if (!r->listed) return o;
+  json_t *arr = json_array();
+  for (size_t i = 0; i < r->n; i++) {
+    const dcp_step_info *v = &r->v[i];
+    json_t *e = json_object();
+    json_object_set_new(e, "step", json_integer(v->step));
+    json_object_set_new(e, "state", json_string(dcp_step_state_name(v->state)));
+    json_object_set_new(e, "bytes", json_integer((json_int_t)v->bytes));
+    json_object_set_new(e, "note", json_string(note_of(v)));
+    json_array_append_new(arr, e);
+  }
+  json_object_set_new(o, "steps", arr);
+  json_object_set_new(o, "latest", latest >= 0 ? json_integer(latest) : json_null());
+  return o;
+}
+
+int cmd_steps(int argc, char **argv) {
+  steps_run r;
+  bool done;
+  int rc = run_start(&r, "steps", steps_help, argc, argv, false, &done);
+  if (done) return rc;
+  int64_t latest = rc ? -1 : read_latest(r.a.root);
+  if (r.a.c.json) return run_end(&r, rc, steps_json(&r, latest));
+  for (size_t i = 0; r.listed && i < r.n; i++) {
+    const dcp_step_info *v = &r.v[i];
+    printf("%" PRId64 "\t%s\t%" PRIu64 "\t%s\n", v->step, dcp_step_state_name(v->state), v->bytes,
+           note_of(v)[0] ? note_of(v) : "-");
+  }
+  if (latest >= 0) printf("latest\tstep-%" PRId64 "\n", latest);
+  return run_end(&r, rc, NULL);
+}
+
+/* Mark (keep = -1) the steps the policy deleted that are still listed:
+ * their deletion failed. */
+static void mark_not_deleted(steps_run *r) {
   dcp_step_info *after = NULL;
   size_t nafter = 0;
-  if (listed && !a.c.dry_run && list_all(m, &after, &nafter)) nafter = 0;
-  for (size_t i = 0; listed && !a.c.dry_run && i < n; i++)
-    for (size_t j = 0; !v[i].keep && j < nafter; j++)
-      if (after[j].step == v[i].step) v[i].keep = -1; /* still there */
+  if (list_all(r->m, &after, &nafter)) nafter = 0;
+  for (size_t i = 0; i < r->n; i++)
+    for (size_t j = 0; !r->v[i].keep && j < nafter; j++)
+      if (after[j].step == r->v[i].step) r->v[i].keep = -1;
   free(after);
-  if (a.c.json) {
-    json_t *o = cli_json_new("gc");
-    json_object_set_new(o, "root", json_string(a.root));
-    json_object_set_new(o, "dry_run", json_boolean(a.c.dry_run));
-    json_object_set_new(o, "keep_last", json_integer((json_int_t)a.keep_last));
-    json_object_set_new(o, "keep_every", a.keep_every ? json_integer((json_int_t)a.keep_every) : json_null());
-    if (listed) {
-      json_t *del = json_array(), *kept = json_array();
-      for (size_t i = 0; i < n; i++)
-        json_array_append_new(v[i].keep == 0 ? del : kept, json_integer(v[i].step));
-      json_object_set_new(o, a.c.dry_run ? "would_delete" : "deleted", del);
-      json_object_set_new(o, "kept", kept);
-      json_object_set_new(o, "failed", json_integer((json_int_t)r.failed));
-      json_object_set_new(o, "kept_bytes", json_integer((json_int_t)r.kept_bytes));
-    }
-    rc = cli_json_finish(o, rc, ctx, s);
-  } else {
-    for (size_t i = 0; listed && i < n; i++)
-      if (v[i].keep <= 0)
-        printf("%s\t%" PRId64 "\t%s\n",
-               v[i].keep < 0 ? "not deleted" : a.c.dry_run ? "would delete" : "deleted", v[i].step,
-               v[i].note);
-    if (rc) rc = ctx ? cli_fail("gc", ctx, s) : rc;
-  }
-  free(v);
-  dcp_manager_free(m);
-  dcp_ctx_free(ctx);
-  return rc;
+}
+
+static json_t *gc_json(const steps_run *r, const dcp_manager_gc_report *rep) {
+  const steps_args *a = &r->a;
+  json_t *o = cli_json_new("gc");
+  json_object_set_new(o, "root", json_string(a->root));
+  json_object_set_new(o, "dry_run", json_boolean(a->c.dry_run));
+  json_object_set_new(o, "keep_last", json_integer((json_int_t)a->keep_last));
+  json_object_set_new(o, "keep_every",
+                      a->keep_every ? json_integer((json_int_t)a->keep_every) : json_null());
+  if (!r->listed) return o;
+  json_t *del = json_array(), *kept = json_array();
+  for (size_t i = 0; i < r->n; i++)
+    json_array_append_new(r->v[i].keep == 0 ? del : kept, json_integer(r->v[i].step));
+  json_object_set_new(o, a->c.dry_run ? "would_delete" : "deleted", del);
+  json_object_set_new(o, "kept", kept);
+  json_object_set_new(o, "failed", json_integer((json_int_t)rep->failed));
+  json_object_set_new(o, "kept_bytes", json_integer((json_int_t)rep->kept_bytes));
+  return o;
+}
+
+int cmd_gc(int argc, char **argv) {
+  steps_run r;
+  bool done;
+  int rc = run_start(&r, "gc", gc_help, argc, argv, true, &done);
+  if (done) return rc;
+  /* what the policy deletes is in the listing taken just before the run */
+  bool dry = r.a.c.dry_run;
+  dcp_manager_gc_report rep = {.struct_size = sizeof rep};
+  if (!rc && (r.s = dcp_manager_gc(r.m, dry ? DCP_GC_DRY_RUN : 0, &rep))) rc = CLI_ERROR;
+  if (r.listed && !dry) mark_not_deleted(&r);
+  if (r.a.c.json) return run_end(&r, rc, gc_json(&r, &rep));
+  for (size_t i = 0; r.listed && i < r.n; i++)
+    if (r.v[i].keep <= 0)
+      printf("%s\t%" PRId64 "\t%s\n",
+             r.v[i].keep < 0 ? "not deleted" : dry ? "would delete" : "deleted", r.v[i].step,
+             r.v[i].note);
+  return run_end(&r, rc, NULL);
 }
