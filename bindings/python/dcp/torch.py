@@ -785,6 +785,15 @@ def _param_names(model):
     return {id(p): _clean_fqn(n) for n, p in _unwrap(model).named_parameters()}
 
 
+def _fsdp_state_dict_type(m, opts):
+    """FSDP's state_dict_type context for the FSDP model m: the full
+    state_dict with options.full_state_dict, else the sharded one."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType
+    kind = StateDictType.FULL_STATE_DICT if opts.full_state_dict \
+        else StateDictType.SHARDED_STATE_DICT
+    return FSDP.state_dict_type(m, kind)
+
+
 def get_model_state_dict(model, *, options=None):
     """The model's state_dict with clean fqns (no DDP "module." prefix); an
     FSDP model's is its SHARDED_STATE_DICT (ShardedTensors), or the full one
@@ -792,10 +801,7 @@ def get_model_state_dict(model, *, options=None):
     opts = options or StateDictOptions()
     m = _unwrap(model)
     if _is_fsdp(m):
-        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType
-        kind = StateDictType.FULL_STATE_DICT if opts.full_state_dict \
-            else StateDictType.SHARDED_STATE_DICT
-        with FSDP.state_dict_type(m, kind):
+        with _fsdp_state_dict_type(m, opts):
             sd = m.state_dict()
     else:
         sd = m.state_dict()
@@ -881,10 +887,7 @@ def set_model_state_dict(model, model_state_dict, *, options=None):
     opts = options or StateDictOptions()
     m = _unwrap(model)
     if _is_fsdp(m):
-        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType
-        kind = StateDictType.FULL_STATE_DICT if opts.full_state_dict \
-            else StateDictType.SHARDED_STATE_DICT
-        with FSDP.state_dict_type(m, kind):
+        with _fsdp_state_dict_type(m, opts):
             return m.load_state_dict(model_state_dict, strict=opts.strict)
     return m.load_state_dict(model_state_dict, strict=opts.strict)
 
