@@ -171,6 +171,38 @@ int ctk_check_allreduce(dcp_comm *c, int rank, int world, size_t many_n) {
   return 0;
 }
 
+/* A peer that dies under a point-to-point op (coll_testkit.h). */
+int ctk_scenario_exits_p2p(int rank, int world, void *arg) {
+  const ctk_p2p_case *k = arg;
+  dcp_plugin_err err = {{0}};
+  dcp_comm *c = NULL;
+  CHECK_RC(ctk_open_comm(rank, world, k->timeout_ms, NULL, &c, &err), DCP_OK);
+  CHECK_RC(ctk_P->barrier(c, &err), DCP_OK);
+  int last = world - 1;
+  if (rank == last) { /* gone without close, once the others left the barrier */
+    ctk_sleep_ms(100);
+    _exit(0);
+  }
+  unsigned char buf[64] = {0};
+  int32_t all[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  double t0 = ctk_now_ms();
+  int rc = k->op == 0   ? ctk_P->gatherv(c, buf, 8, NULL, NULL, last, &err)
+           : k->op == 1 ? ctk_P->scatterv(c, NULL, NULL, buf, 8, last, &err)
+           : k->op == 2 ? ctk_P->group_bcast(c, all, (size_t)world, buf, 8, last, &err)
+                        : ctk_P->group_bcast(c, all, (size_t)world, buf, 8, 0, &err);
+  int needs_dead = k->op != 0 && k->op != 3; /* receives from it */
+  if (rc == DCP_OK && !needs_dead) rc = ctk_P->barrier(c, &err);
+  double el = ctk_now_ms() - t0;
+  if (getenv("DCP_TEST_VERBOSE"))
+    fprintf(stderr, "rank %d op %d: %d after %.0f ms: %s\n", rank, k->op, rc, el, err.msg);
+  CHECK(rc == DCP_EPEER || rc == DCP_ETIMEDOUT, "op %d: %d (%s)", k->op, rc, err.msg);
+  CHECK(el < (double)k->timeout_ms + 2000, "op %d: %.0f ms", k->op, el);
+  CHECK(!k->want || strstr(err.msg, k->want), "op %d: \"%s\" lacks \"%s\"", k->op, err.msg,
+        k->want);
+  ctk_P->close(c);
+  return 0;
+}
+
 /* A stale session of an earlier job must not be taken (coll_testkit.h). */
 int ctk_scenario_stale(int rank, int world, void *arg) {
   int late_root = *(const int *)arg;

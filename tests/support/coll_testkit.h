@@ -96,6 +96,22 @@ int ctk_scenario_stale(int rank, int world, void *arg);
  * (const char *[2]). Each job's allgathers see only its own ranks. */
 int ctk_scenario_two_jobs(int idx, int world, void *arg);
 
+/* Scenario for ctk_run_ranks(3, ...): after a barrier the last rank
+ * exits (no close) while the others start the op that needs it, arg a
+ * ctk_p2p_case: op 0 gatherv to it, 1 scatterv from it, 2 group_bcast
+ * from it, 3 group_bcast to it from rank 0. Every other rank must get
+ * DCP_EPEER or DCP_ETIMEDOUT by timeout_ms + 2 s, never hang; a rank whose
+ * part of the op needs nothing from the dead one may succeed, and must
+ * then fail so in the barrier that follows. The failure's message must
+ * contain want (when not NULL). */
+#define CTK_P2P_OPS 4
+typedef struct ctk_p2p_case {
+  int op;
+  int64_t timeout_ms; /* the communicator's */
+  const char *want;   /* in the message of the failure, or NULL */
+} ctk_p2p_case;
+int ctk_scenario_exits_p2p(int rank, int world, void *arg);
+
 /* The victim of the planted-link tests: a file outside the rendezvous
  * directory, in a fresh directory of its own, that no collective may ever
  * write through. ctk_victim_make writes it (its path into victim,

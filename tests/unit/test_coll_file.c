@@ -272,6 +272,22 @@ static void test_timeout_exits_early(void **state) {
   ctk_remove_dir(ctk_dir);
 }
 
+/* The last rank exits while the others are in a point-to-point op that
+ * needs it (ctk_scenario_exits_p2p): nothing tells them but its missing
+ * files, so they fail with DCP_ETIMEDOUT at the deadline, never later,
+ * naming it once (scatterv waits for two files of it: its round file and
+ * its piece). */
+static void test_exits_p2p(void **state) {
+  (void)state;
+  for (int op = 0; op < CTK_P2P_OPS; op++) {
+    ctk_fresh_dir("dcp-coll-file");
+    ctk_p2p_case k = {.op = op, .timeout_ms = TIMEOUT_MS,
+                      .want = "timed out after 500 ms waiting for rank(s) 2 (1 missing)"};
+    assert_int_equal(ctk_run_ranks(3, ctk_scenario_exits_p2p, &k), 0);
+    ctk_remove_dir(ctk_dir);
+  }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Malformed files                                                          */
 /* ------------------------------------------------------------------------ */
@@ -567,6 +583,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_all_ops_8),
       cmocka_unit_test(test_timeout_never_arrives),
       cmocka_unit_test(test_timeout_exits_early),
+      cmocka_unit_test(test_exits_p2p),
       cmocka_unit_test(test_corrupt_payload),
       cmocka_unit_test(test_mismatched_calls),
       cmocka_unit_test(test_world_mismatch),

@@ -368,6 +368,20 @@ static void test_exits_early(void **state) {
   ctk_remove_dir(ctk_dir);
 }
 
+/* The last rank exits while the others are in a point-to-point op that
+ * needs it (ctk_scenario_exits_p2p): its connections close, so they fail
+ * (DCP_EPEER, or DCP_ETIMEDOUT), within the deadline plus a margin. */
+static void test_exits_p2p(void **state) {
+  (void)state;
+  NEED_PLUGIN();
+  for (int op = 0; op < CTK_P2P_OPS; op++) {
+    ctk_fresh_dir("dcp-coll-gloo");
+    ctk_p2p_case k = {.op = op, .timeout_ms = TIMEOUT_MS};
+    assert_int_equal(ctk_run_ranks(3, ctk_scenario_exits_p2p, &k), 0);
+    ctk_remove_dir(ctk_dir);
+  }
+}
+
 /* ------------------------------------------------------------------------ */
 /* A rank killed while the others connect                                   */
 /* ------------------------------------------------------------------------ */
@@ -687,6 +701,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_timeout_stall_scatterv),
       cmocka_unit_test(test_timeout_stall_group),
       cmocka_unit_test(test_exits_early),
+      cmocka_unit_test(test_exits_p2p),
       cmocka_unit_test(test_killed_before_store),
       cmocka_unit_test(test_killed_while_connecting),
       cmocka_unit_test(test_mismatched_lengths),

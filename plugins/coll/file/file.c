@@ -325,7 +325,15 @@ static int try_want(const want *w, dcp_plugin_err *err) {
 /* Waiting                                                                  */
 /* ------------------------------------------------------------------------ */
 
-/* The timeout message: what was waited for and the first missing ranks. */
+/* 1 when want i is an extra file (past the per-rank ones) of a rank whose
+ * round file w[from] is missing too: that rank is counted once. */
+static int counted(const dcp_comm *c, const want *w, size_t n, size_t i) {
+  int32_t r = w[i].from;
+  return i >= (size_t)c->size && r >= 0 && (size_t)r < n && w[r].from == r && !w[r].done;
+}
+
+/* The timeout message: what was waited for and the first missing ranks,
+ * each named once. */
 static int timeout_error(const dcp_comm *c, const want *w, size_t n, const char *what,
                          dcp_plugin_err *err) {
   char list[200] = "";
@@ -333,8 +341,9 @@ static int timeout_error(const dcp_comm *c, const want *w, size_t n, const char 
   const char *odd = NULL;
   for (size_t i = 0; i < n; i++) {
     if (w[i].done) continue;
-    missing++;
     if (w[i].odd && !odd) odd = w[i].path;
+    if (counted(c, w, n, i)) continue;
+    missing++;
     if (shown < MISSING_SHOWN && used < sizeof list) {
       int k = snprintf(list + used, sizeof list - used, "%s%d", shown ? ", " : "", (int)w[i].from);
       if (k > 0) used += (size_t)k;
