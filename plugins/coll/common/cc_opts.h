@@ -34,8 +34,8 @@ typedef struct dcpi_cc_opt {
 } dcpi_cc_opt;
 
 /* Parses opts (NULL: none) against known[0..n); who, when not NULL or
- * empty, starts every message ("file coll: ..."; NULL where the core's own
- * "<plugin>: open: " is context enough). DCP_OK or DCP_EINVAL. */
+ * empty, starts every message ("who: ..."). The collectives pass NULL: the
+ * core's "<plugin>: open: " is context enough. DCP_OK or DCP_EINVAL. */
 int dcpi_cc_parse_options(const char *opts, const dcpi_cc_opt *known, size_t n, const char *who,
                           dcp_plugin_err *err);
 

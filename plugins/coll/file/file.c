@@ -213,10 +213,10 @@ static int make_path(const dcp_comm *c, char *buf, dcp_plugin_err *err, const ch
   int n = vsnprintf(name, sizeof name, fmt, ap);
   va_end(ap);
   if (n < 0 || (size_t)n >= sizeof name)
-    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: name too long");
+    return dcp_plugin_fail(err, DCP_EINVAL, "name too long");
   n = snprintf(buf, PATH_MAX, "%s/%s", c->dir, name);
   if (n < 0 || n >= PATH_MAX)
-    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: path too long in %s", c->dir);
+    return dcp_plugin_fail(err, DCP_EINVAL, "path too long in %s", c->dir);
   return DCP_OK;
 }
 
@@ -244,20 +244,6 @@ static int pread_all(int fd, void *p, size_t len, off_t off) {
   return 0;
 }
 
-/* Prefixes err's message with prefix (the common code's messages name no
- * plugin; the end of a long one may be cut). Returns rc. */
-static int prefixed(int rc, dcp_plugin_err *err, const char *prefix) {
-  size_t p = strlen(prefix);
-  if (rc < 0 && err && p < sizeof err->msg) {
-    memmove(err->msg + p, err->msg, sizeof err->msg - p);
-    memcpy(err->msg, prefix, p);
-    err->msg[sizeof err->msg - 1] = '\0';
-  }
-  return rc;
-}
-
-/* prefixed with "file coll: ". */
-static int ours(int rc, dcp_plugin_err *err) { return prefixed(rc, err, "file coll: "); }
 
 /* Writes payload + trailer to path through a fresh temporary (see the
  * protocol), so readers see either nothing or the whole file. */
@@ -265,7 +251,7 @@ static int put_file(const char *path, uint32_t op, const void *payload, size_t l
                     dcp_plugin_err *err) {
   unsigned char tr[TRAILER_SIZE];
   dcpi_fx_trailer_make(tr, op, payload, len);
-  return ours(dcpi_cc_write_file(path, payload, len, tr, sizeof tr, err), err);
+  return dcpi_cc_write_file(path, payload, len, tr, sizeof tr, err);
 }
 
 /* put_file, remembering the file for removal after the next round. */
@@ -276,7 +262,7 @@ static int put_tracked(dcp_comm *c, const char *path, uint32_t op, const void *p
   rc = list_add(&c->written, path);
   if (rc) {
     unlink(path);
-    return dcp_plugin_fail(err, rc, "file coll: out of memory");
+    return dcp_plugin_fail(err, rc, "out of memory");
   }
   return DCP_OK;
 }
@@ -289,7 +275,7 @@ static int read_trailer(int fd, off_t size, const char *path, dcpi_fx_trailer *t
   unsigned char tr[TRAILER_SIZE];
   if (size < TRAILER_SIZE) return FILE_ABSENT;
   if (pread_all(fd, tr, sizeof tr, size - TRAILER_SIZE)) return FILE_ABSENT;
-  return ours(dcpi_fx_trailer_parse(tr, (uint64_t)size, path, t, err), err);
+  return dcpi_fx_trailer_parse(tr, (uint64_t)size, path, t, err);
 }
 
 /* Checks the payload of a present file against what w expects and reads it
@@ -300,7 +286,7 @@ static int check_payload(int fd, const want *w, const dcpi_fx_trailer *t, dcp_pl
   int rc = dcpi_fx_accept(t, &e, err);
   if (rc != FILE_PRESENT || !w->dst) return rc;
   if (w->len && pread_all(fd, w->dst, w->len, 0))
-    return dcp_plugin_fail(err, DCP_EIO, "file coll: read %s: %s", w->path, strerror(errno));
+    return dcp_plugin_fail(err, DCP_EIO, "read %s: %s", w->path, strerror(errno));
   rc = dcpi_fx_verify(t, w->dst, &e, err);
   return rc ? rc : FILE_PRESENT;
 }
@@ -310,7 +296,7 @@ static int check_payload(int fd, const want *w, const dcpi_fx_trailer *t, dcp_pl
 static int try_want(const want *w, dcp_plugin_err *err) {
   int fd = -1;
   uint64_t size = 0;
-  int rc = ours(dcpi_cc_open_file(w->path, &fd, &size, err), err);
+  int rc = dcpi_cc_open_file(w->path, &fd, &size, err);
   if (rc == DCPI_CC_ABSENT) return FILE_ABSENT;
   if (rc == DCPI_CC_ODD) return FILE_ODD;
   if (rc < 0) return rc;
@@ -352,7 +338,7 @@ static int timeout_error(const dcp_comm *c, const want *w, size_t n, const char 
   }
   return dcp_plugin_fail(
       err, DCP_ETIMEDOUT,
-      "file coll: %s timed out after %lld ms waiting for rank(s) %s%s (%zu missing)%s%s%s", what,
+      "%s timed out after %lld ms waiting for rank(s) %s%s (%zu missing)%s%s%s", what,
       (long long)c->timeout_ms, list, missing > shown ? ", ..." : "", missing, odd ? "; " : "",
       odd ? odd : "", odd ? " is a symbolic link or not a regular file (ignored)" : "");
 }
@@ -404,7 +390,7 @@ static want *round_wants(dcp_comm *c, uint64_t k, uint32_t op, size_t extra,
   want *w = calloc(n, sizeof *w);
   char path[PATH_MAX];
   if (!w) {
-    dcp_plugin_fail(err, DCP_ENOMEM, "file coll: out of memory");
+    dcp_plugin_fail(err, DCP_ENOMEM, "out of memory");
     return NULL;
   }
   for (int32_t r = 0; r < c->size; r++) {
@@ -412,7 +398,7 @@ static want *round_wants(dcp_comm *c, uint64_t k, uint32_t op, size_t extra,
     w[r].op = op;
     w[r].done = (r == c->rank);
     if (round_path(c, path, k, r, err) || !(w[r].path = strdup(path))) {
-      if (!w[r].path) dcp_plugin_fail(err, DCP_ENOMEM, "file coll: out of memory");
+      if (!w[r].path) dcp_plugin_fail(err, DCP_ENOMEM, "out of memory");
       wants_free(w, n);
       return NULL;
     }
@@ -430,7 +416,7 @@ static want *round_wants(dcp_comm *c, uint64_t k, uint32_t op, size_t extra,
 static uint64_t round_enter(dcp_comm *c, dcp_plugin_err *err) {
   if (list_move(&c->earlier, &c->written)) {
     c->broken = 1;
-    dcp_plugin_fail(err, DCP_ENOMEM, "file coll: out of memory");
+    dcp_plugin_fail(err, DCP_ENOMEM, "out of memory");
     return 0;
   }
   return ++c->round;
@@ -449,22 +435,22 @@ static int round_leave(dcp_comm *c, int rc, want *w, size_t n) {
 
 /* Refuses calls on a broken communicator. */
 static int check_usable(const dcp_comm *c, dcp_plugin_err *err) {
-  if (!c) return dcp_plugin_fail(err, DCP_EINVAL, "file coll: NULL communicator");
+  if (!c) return dcp_plugin_fail(err, DCP_EINVAL, "NULL communicator");
   if (c->broken)
     return dcp_plugin_fail(err, DCP_EPEER,
-                           "file coll: communicator unusable after an earlier failure");
+                           "communicator unusable after an earlier failure");
   return DCP_OK;
 }
 
 /* One whole round where this rank writes `mine` (len bytes) as its round
  * file and waits for w (built by round_wants for round k). */
 static int run_round(dcp_comm *c, uint64_t k, uint32_t op, const void *mine, size_t len, want *w,
-                     size_t n, const char *what, dcp_plugin_err *err) {
+                     size_t n, dcp_plugin_err *err) {
   char path[PATH_MAX];
   char label[64];
   int rc = round_path(c, path, k, c->rank, err);
   if (!rc) rc = put_tracked(c, path, op, mine, len, err);
-  snprintf(label, sizeof label, "%s (round %llu)", what, (unsigned long long)k);
+  snprintf(label, sizeof label, "round %llu", (unsigned long long)k);
   if (!rc) rc = wait_all(c, w, n, deadline_of(c), label, NULL, err);
   return round_leave(c, rc, w, n);
 }
@@ -494,14 +480,14 @@ static int f_barrier(dcp_comm *c, dcp_plugin_err *err) {
   int rc;
   want *w = round_start(c, OP_BARRIER, 0, &k, &rc, err);
   if (!w) return rc;
-  return run_round(c, k, OP_BARRIER, NULL, 0, w, (size_t)c->size, "barrier", err);
+  return run_round(c, k, OP_BARRIER, NULL, 0, w, (size_t)c->size, err);
 }
 
 /* Checks a root argument. */
 static int check_root(const dcp_comm *c, int32_t root, dcp_plugin_err *err) {
-  if (!c) return dcp_plugin_fail(err, DCP_EINVAL, "file coll: NULL communicator");
+  if (!c) return dcp_plugin_fail(err, DCP_EINVAL, "NULL communicator");
   if (root < 0 || root >= c->size)
-    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: root %d outside [0, %d)", (int)root,
+    return dcp_plugin_fail(err, DCP_EINVAL, "root %d outside [0, %d)", (int)root,
                            (int)c->size);
   return DCP_OK;
 }
@@ -509,7 +495,7 @@ static int check_root(const dcp_comm *c, int32_t root, dcp_plugin_err *err) {
 /* Bcast: the root's file carries the payload, the others' are empty acks. */
 static int f_bcast(dcp_comm *c, void *buf, size_t len, int32_t root, dcp_plugin_err *err) {
   if (check_root(c, root, err)) return DCP_EINVAL;
-  if (!buf && len) return dcp_plugin_fail(err, DCP_EINVAL, "file coll: NULL buffer");
+  if (!buf && len) return dcp_plugin_fail(err, DCP_EINVAL, "NULL buffer");
   uint64_t k;
   int rc;
   want *w = round_start(c, OP_BCAST, 0, &k, &rc, err);
@@ -519,16 +505,16 @@ static int f_bcast(dcp_comm *c, void *buf, size_t len, int32_t root, dcp_plugin_
     w[root].len = len;
   }
   return run_round(c, k, OP_BCAST, c->rank == root ? buf : NULL, c->rank == root ? len : 0, w,
-                   (size_t)c->size, "bcast", err);
+                   (size_t)c->size, err);
 }
 
 /* Allgather: every file carries len bytes, read into recv at rank*len. */
 static int f_allgather(dcp_comm *c, const void *send, size_t len, void *recv,
                        dcp_plugin_err *err) {
-  if (!c) return dcp_plugin_fail(err, DCP_EINVAL, "file coll: NULL communicator");
-  if (len && (!send || !recv)) return dcp_plugin_fail(err, DCP_EINVAL, "file coll: NULL buffer");
+  if (!c) return dcp_plugin_fail(err, DCP_EINVAL, "NULL communicator");
+  if (len && (!send || !recv)) return dcp_plugin_fail(err, DCP_EINVAL, "NULL buffer");
   if (len && (size_t)c->size > SIZE_MAX / len)
-    return dcp_plugin_fail(err, DCP_EOVERFLOW, "file coll: size overflow");
+    return dcp_plugin_fail(err, DCP_EOVERFLOW, "size overflow");
   uint64_t k;
   int rc;
   want *w = round_start(c, OP_ALLGATHER, 0, &k, &rc, err);
@@ -539,7 +525,7 @@ static int f_allgather(dcp_comm *c, const void *send, size_t len, void *recv,
     w[r].len = len;
   }
   if (len) memmove(out + (size_t)c->rank * len, send, len);
-  return run_round(c, k, OP_ALLGATHER, send, len, w, (size_t)c->size, "allgather", err);
+  return run_round(c, k, OP_ALLGATHER, send, len, w, (size_t)c->size, err);
 }
 
 /* Byte offsets of each rank's part in a back-to-back buffer (size+1
@@ -547,14 +533,14 @@ static int f_allgather(dcp_comm *c, const void *send, size_t len, void *recv,
 static size_t *offsets_of(const size_t *lens, int32_t n, int *rc, dcp_plugin_err *err) {
   size_t *off = malloc(((size_t)n + 1) * sizeof *off);
   if (!off) {
-    *rc = dcp_plugin_fail(err, DCP_ENOMEM, "file coll: out of memory");
+    *rc = dcp_plugin_fail(err, DCP_ENOMEM, "out of memory");
     return NULL;
   }
   off[0] = 0;
   for (int32_t i = 0; i < n; i++) {
     if (lens[i] > SIZE_MAX - off[i]) {
       free(off);
-      *rc = dcp_plugin_fail(err, DCP_EOVERFLOW, "file coll: total length overflows");
+      *rc = dcp_plugin_fail(err, DCP_EOVERFLOW, "total length overflows");
       return NULL;
     }
     off[i + 1] = off[i] + lens[i];
@@ -568,9 +554,9 @@ static int f_gatherv(dcp_comm *c, const void *send, size_t len, void *recv, cons
   if (check_root(c, root, err)) return DCP_EINVAL;
   int at_root = c->rank == root;
   if ((len && !send) || (at_root && (!lens || (!recv && len))))
-    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: NULL buffer");
+    return dcp_plugin_fail(err, DCP_EINVAL, "NULL buffer");
   if (at_root && lens[root] != len)
-    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: lens[root] %zu != len %zu", lens[root],
+    return dcp_plugin_fail(err, DCP_EINVAL, "lens[root] %zu != len %zu", lens[root],
                            len);
   int rc = DCP_OK;
   size_t *off = at_root ? offsets_of(lens, c->size, &rc, err) : NULL;
@@ -588,7 +574,7 @@ static int f_gatherv(dcp_comm *c, const void *send, size_t len, void *recv, cons
   }
   if (at_root && len) memmove(out + off[root], send, len);
   free(off);
-  return run_round(c, k, OP_GATHERV, send, len, w, (size_t)c->size, "gatherv", err);
+  return run_round(c, k, OP_GATHERV, send, len, w, (size_t)c->size, err);
 }
 
 /* The root's side of scatterv: one piece file per other rank. */
@@ -615,16 +601,16 @@ static int f_scatterv(dcp_comm *c, const void *send, const size_t *lens, void *r
   if (check_root(c, root, err)) return DCP_EINVAL;
   int at_root = c->rank == root;
   if ((len && !recv) || (at_root && !lens))
-    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: NULL buffer");
+    return dcp_plugin_fail(err, DCP_EINVAL, "NULL buffer");
   if (at_root && lens[root] != len)
-    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: lens[root] %zu != len %zu", lens[root],
+    return dcp_plugin_fail(err, DCP_EINVAL, "lens[root] %zu != len %zu", lens[root],
                            len);
   int rc = DCP_OK;
   size_t *off = at_root ? offsets_of(lens, c->size, &rc, err) : NULL;
   if (rc) return rc;
   if (at_root && off[c->size] && !send) {
     free(off);
-    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: NULL buffer");
+    return dcp_plugin_fail(err, DCP_EINVAL, "NULL buffer");
   }
   uint64_t k;
   want *w = round_start(c, OP_SCATTERV, 1, &k, &rc, err);
@@ -639,26 +625,26 @@ static int f_scatterv(dcp_comm *c, const void *send, const size_t *lens, void *r
                    (unsigned long long)k, (int)root, (int)c->rank);
     *p = (want){.path = rc ? NULL : strdup(path), .from = root, .op = OP_SCATTERV,
                 .dst = len ? recv : (void *)w, .len = len};
-    if (!rc && !p->path) rc = dcp_plugin_fail(err, DCP_ENOMEM, "file coll: out of memory");
+    if (!rc && !p->path) rc = dcp_plugin_fail(err, DCP_ENOMEM, "out of memory");
   }
   free(off);
   if (!w) return rc;
   if (rc) return round_leave(c, rc, w, n);
-  return run_round(c, k, OP_SCATTERV, NULL, 0, w, n, "scatterv", err);
+  return run_round(c, k, OP_SCATTERV, NULL, 0, w, n, err);
 }
 
 /* Allreduce: every rank writes its values and reduces all files itself, in
  * rank order, so every rank gets the same result. */
 static int f_allreduce(dcp_comm *c, int64_t *vals, size_t n, uint32_t op, dcp_plugin_err *err) {
-  if (!c) return dcp_plugin_fail(err, DCP_EINVAL, "file coll: NULL communicator");
+  if (!c) return dcp_plugin_fail(err, DCP_EINVAL, "NULL communicator");
   if (op < DCP_REDUCE_MIN || op > DCP_REDUCE_SUM)
-    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: unknown reduce op %u", op);
-  if (n && !vals) return dcp_plugin_fail(err, DCP_EINVAL, "file coll: NULL buffer");
+    return dcp_plugin_fail(err, DCP_EINVAL, "unknown reduce op %u", op);
+  if (n && !vals) return dcp_plugin_fail(err, DCP_EINVAL, "NULL buffer");
   if (n > SIZE_MAX / 8 / (size_t)c->size)
-    return dcp_plugin_fail(err, DCP_EOVERFLOW, "file coll: too many values");
+    return dcp_plugin_fail(err, DCP_EOVERFLOW, "too many values");
   size_t bytes = n * 8;
   unsigned char *all = malloc(bytes * (size_t)c->size + 1);
-  if (!all) return dcp_plugin_fail(err, DCP_ENOMEM, "file coll: out of memory");
+  if (!all) return dcp_plugin_fail(err, DCP_ENOMEM, "out of memory");
   unsigned char *mine = all + bytes * (size_t)c->rank;
   for (size_t i = 0; i < n; i++) {
     uint64_t u;
@@ -676,7 +662,7 @@ static int f_allreduce(dcp_comm *c, int64_t *vals, size_t n, uint32_t op, dcp_pl
     w[r].dst = all + bytes * (size_t)r;
     w[r].len = bytes;
   }
-  rc = run_round(c, k, OP_ALLREDUCE, mine, bytes, w, (size_t)c->size, "allreduce", err);
+  rc = run_round(c, k, OP_ALLREDUCE, mine, bytes, w, (size_t)c->size, err);
   if (rc == DCP_OK && n) {
     for (size_t i = 0; i < n; i++) {
       uint64_t u = dcpi_fx_get64(all + 8 * i);
@@ -692,16 +678,16 @@ static int f_allreduce(dcp_comm *c, int64_t *vals, size_t n, uint32_t op, dcp_pl
 static int check_group(const dcp_comm *c, const int32_t *ranks, size_t n, int32_t root,
                        dcp_plugin_err *err) {
   int self = 0, has_root = 0;
-  if (!ranks || n == 0) return dcp_plugin_fail(err, DCP_EINVAL, "file coll: empty group");
+  if (!ranks || n == 0) return dcp_plugin_fail(err, DCP_EINVAL, "empty group");
   for (size_t i = 0; i < n; i++) {
     if (ranks[i] < 0 || ranks[i] >= c->size || (i && ranks[i] <= ranks[i - 1]))
-      return dcp_plugin_fail(err, DCP_EINVAL, "file coll: group ranks must ascend within [0, %d)",
+      return dcp_plugin_fail(err, DCP_EINVAL, "group ranks must ascend within [0, %d)",
                              (int)c->size);
     self |= ranks[i] == c->rank;
     has_root |= ranks[i] == root;
   }
   if (!self || !has_root)
-    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: group lacks this rank or root");
+    return dcp_plugin_fail(err, DCP_EINVAL, "group lacks this rank or root");
   return DCP_OK;
 }
 
@@ -746,9 +732,9 @@ static int f_group_bcast(dcp_comm *c, const int32_t *ranks, size_t n, void *buf,
                          int32_t root, dcp_plugin_err *err) {
   if (check_usable(c, err)) return c ? DCP_EPEER : DCP_EINVAL;
   if (check_group(c, ranks, n, root, err)) return DCP_EINVAL;
-  if (!buf && len) return dcp_plugin_fail(err, DCP_EINVAL, "file coll: NULL buffer");
+  if (!buf && len) return dcp_plugin_fail(err, DCP_EINVAL, "NULL buffer");
   uint64_t key = group_key(ranks, n), seq = 0;
-  if (group_next(c, key, &seq)) return dcp_plugin_fail(err, DCP_ENOMEM, "file coll: out of memory");
+  if (group_next(c, key, &seq)) return dcp_plugin_fail(err, DCP_ENOMEM, "out of memory");
   char path[PATH_MAX];
   int rc = make_path(c, path, err, "%s.%016llx.g%016llx.%llu.%d", c->job,
                      (unsigned long long)c->session, (unsigned long long)key,
@@ -757,7 +743,7 @@ static int f_group_bcast(dcp_comm *c, const int32_t *ranks, size_t n, void *buf,
   if (c->rank == root) return put_tracked(c, path, OP_GROUP, buf, len, err);
   want w = {.path = path, .from = root, .op = OP_GROUP, .dst = len ? buf : (void *)path, .len = len};
   char label[96];
-  snprintf(label, sizeof label, "group_bcast (group %016llx call %llu)", (unsigned long long)key,
+  snprintf(label, sizeof label, "group %016llx call %llu", (unsigned long long)key,
            (unsigned long long)seq);
   rc = wait_all(c, &w, 1, deadline_of(c), label, NULL, err);
   if (rc) c->broken = 1;
@@ -773,19 +759,19 @@ static int make_dirs(const char *path, dcp_plugin_err *err) {
   char buf[PATH_MAX];
   size_t n = strlen(path);
   if (n == 0 || n >= sizeof buf)
-    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: bad rendezvous path");
+    return dcp_plugin_fail(err, DCP_EINVAL, "bad rendezvous path");
   memcpy(buf, path, n + 1);
   for (size_t i = 1; i <= n; i++) {
     if (buf[i] != '/' && buf[i] != '\0') continue;
     char keep = buf[i];
     buf[i] = '\0';
     if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-      return dcp_plugin_fail(err, DCP_EIO, "file coll: mkdir %s: %s", buf, strerror(errno));
+      return dcp_plugin_fail(err, DCP_EIO, "mkdir %s: %s", buf, strerror(errno));
     buf[i] = keep;
   }
   struct stat st;
   if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-    return dcp_plugin_fail(err, DCP_EIO, "file coll: %s is not a directory", path);
+    return dcp_plugin_fail(err, DCP_EIO, "%s is not a directory", path);
   return DCP_OK;
 }
 
@@ -795,7 +781,7 @@ static int parse_options(dcp_comm *c, const char *opts, dcp_plugin_err *err) {
   strcpy(c->job, "dcp");
   const dcpi_cc_opt known[] = {{.key = "job", .kind = DCPI_CC_OPT_NAME, .max = JOB_MAX,
                                 .out = c->job}};
-  int rc = dcpi_cc_parse_options(opts, known, sizeof known / sizeof *known, "file coll", err);
+  int rc = dcpi_cc_parse_options(opts, known, sizeof known / sizeof *known, NULL, err);
   snprintf(c->prefix, sizeof c->prefix, "%s.", c->job);
   return rc;
 }
@@ -803,25 +789,23 @@ static int parse_options(dcp_comm *c, const char *opts, dcp_plugin_err *err) {
 /* Validates cfg and fills rank, size, timeout, dir and options. */
 static int configure(dcp_comm *c, const dcp_coll_config *cfg, dcp_plugin_err *err) {
   if (!DCP_HAS_FIELD(cfg, dcp_coll_config, timeout_ms))
-    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: config too small");
+    return dcp_plugin_fail(err, DCP_EINVAL, "config too small");
   if (cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
-    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: rank %d / world %d invalid", (int)cfg->rank,
+    return dcp_plugin_fail(err, DCP_EINVAL, "rank %d / world %d invalid", (int)cfg->rank,
                            (int)cfg->world_size);
   if (cfg->timeout_ms <= 0 || cfg->timeout_ms > INT64_MAX / 1000000)
-    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: timeout_ms must be > 0");
+    return dcp_plugin_fail(err, DCP_EINVAL, "timeout_ms must be > 0");
   if (!cfg->rendezvous || !cfg->rendezvous[0])
-    return dcp_plugin_fail(err, DCP_EINVAL, "file coll: no rendezvous directory");
+    return dcp_plugin_fail(err, DCP_EINVAL, "no rendezvous directory");
   c->rank = cfg->rank;
   c->size = cfg->world_size;
   c->timeout_ms = cfg->timeout_ms;
   c->host = dcpi_cc_host_id();
   c->dir = strdup(cfg->rendezvous);
-  if (!c->dir) return dcp_plugin_fail(err, DCP_ENOMEM, "file coll: out of memory");
+  if (!c->dir) return dcp_plugin_fail(err, DCP_ENOMEM, "out of memory");
   const char *opts = DCP_HAS_FIELD(cfg, dcp_coll_config, options) ? cfg->options : NULL;
   return parse_options(c, opts, err);
 }
-
-#define OPEN_MSG "file coll: open: " /* the handshake's messages start so */
 
 /* The handshake of this rank (common/cc_handshake.h) until deadline. */
 static int hs_start(dcp_comm *c, dcpi_cc_hs *h, int64_t deadline, dcp_plugin_err *err) {
@@ -843,7 +827,7 @@ typedef struct rank0_open {
 static int rank0_rescan(dcp_comm *c, want *w, size_t n, dcp_plugin_err *err) {
   rank0_open *o = c->opening;
   for (size_t r = 0; o && r < n; r++) o->acked[r] = (unsigned char)w[r].done;
-  return o ? prefixed(dcpi_cc_hs_rescan(o->hs, o->acked, err), err, OPEN_MSG) : DCP_OK;
+  return o ? dcpi_cc_hs_rescan(o->hs, o->acked, err) : DCP_OK;
 }
 
 /* Round 0 of open: this rank's empty file, then everyone's (rank 0
@@ -855,7 +839,7 @@ static int round0(dcp_comm *c, int64_t deadline, dcp_plugin_err *err) {
   int rc = round_path(c, path, 0, c->rank, err);
   if (!rc) rc = put_tracked(c, path, OP_OPEN, NULL, 0, err);
   if (!rc)
-    rc = wait_all(c, w, (size_t)c->size, deadline, "open (round 0)",
+    rc = wait_all(c, w, (size_t)c->size, deadline, "round 0",
                   c->opening ? rank0_rescan : NULL, err);
   wants_free(w, (size_t)c->size);
   return rc;
@@ -865,13 +849,13 @@ static int round0(dcp_comm *c, int64_t deadline, dcp_plugin_err *err) {
  * retire the session file. */
 static int open_rank0(dcp_comm *c, int64_t deadline, dcp_plugin_err *err) {
   dcpi_cc_hs h;
-  int rc = prefixed(hs_start(c, &h, deadline, err), err, OPEN_MSG);
+  int rc = hs_start(c, &h, deadline, err);
   if (rc) return rc;
   c->session = h.session;
   rank0_open o = {&h, calloc((size_t)c->size, 1)};
-  rc = o.acked ? DCP_OK : dcp_plugin_fail(err, DCP_ENOMEM, "file coll: out of memory");
-  if (!rc) rc = prefixed(dcpi_cc_hs_collect(&h, err), err, OPEN_MSG);
-  if (!rc) rc = prefixed(dcpi_cc_hs_publish(&h, err), err, OPEN_MSG);
+  rc = o.acked ? DCP_OK : dcp_plugin_fail(err, DCP_ENOMEM, "out of memory");
+  if (!rc) rc = dcpi_cc_hs_collect(&h, err);
+  if (!rc) rc = dcpi_cc_hs_publish(&h, err);
   if (!rc) {
     c->opening = &o;
     rc = round0(c, deadline, err);
@@ -887,8 +871,8 @@ static int open_rank0(dcp_comm *c, int64_t deadline, dcp_plugin_err *err) {
  * run round 0. */
 static int open_other(dcp_comm *c, int64_t deadline, dcp_plugin_err *err) {
   dcpi_cc_hs h;
-  int rc = prefixed(hs_start(c, &h, deadline, err), err, OPEN_MSG);
-  if (!rc) rc = prefixed(dcpi_cc_hs_join(&h, err), err, OPEN_MSG);
+  int rc = hs_start(c, &h, deadline, err);
+  if (!rc) rc = dcpi_cc_hs_join(&h, err);
   c->session = h.session;
   dcpi_cc_hs_free(&h);
   return rc ? rc : round0(c, deadline, err);
@@ -899,10 +883,10 @@ static void f_close(dcp_comm *c);
 /* Opens the communicator: validates cfg, creates the directory, runs the
  * session handshake (see the protocol at the top). */
 static int f_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *err) {
-  if (!cfg || !out) return dcp_plugin_fail(err, DCP_EINVAL, "file coll: NULL argument");
+  if (!cfg || !out) return dcp_plugin_fail(err, DCP_EINVAL, "NULL argument");
   *out = NULL;
   dcp_comm *c = calloc(1, sizeof *c);
-  if (!c) return dcp_plugin_fail(err, DCP_ENOMEM, "file coll: out of memory");
+  if (!c) return dcp_plugin_fail(err, DCP_ENOMEM, "out of memory");
   int rc = configure(c, cfg, err);
   if (!rc) rc = make_dirs(c->dir, err);
   if (!rc) {
@@ -949,7 +933,7 @@ static void close_round(dcp_comm *c) {
   int rc;
   want *w = round_start(c, OP_CLOSE, 0, &k, &rc, NULL);
   if (!w) return;
-  if (run_round(c, k, OP_CLOSE, NULL, 0, w, (size_t)c->size, "close", NULL) != DCP_OK) return;
+  if (run_round(c, k, OP_CLOSE, NULL, 0, w, (size_t)c->size, NULL) != DCP_OK) return;
   if (c->rank != 0) {
     char path[PATH_MAX];
     /* the closing file stays for rank 0 to remove: others may still read it */

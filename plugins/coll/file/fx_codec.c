@@ -9,13 +9,13 @@ int dcpi_fx_accept(const dcpi_fx_trailer *t, const dcpi_fx_expect *e, dcp_plugin
   if (t->op != e->op)
     return e->lenient ? DCPI_FX_ABSENT
                       : dcp_plugin_fail(err, DCP_EINVAL,
-                                        "file coll: %s holds op %u, expected %u (ranks called "
+                                        "%s holds op %u, expected %u (ranks called "
                                         "different collectives)",
                                         e->path, t->op, e->op);
   if (e->has_data && t->plen != (uint64_t)e->len)
     return e->lenient ? DCPI_FX_ABSENT
                       : dcp_plugin_fail(err, DCP_EINVAL,
-                                        "file coll: rank %d sent %llu bytes, expected %zu "
+                                        "rank %d sent %llu bytes, expected %zu "
                                         "(mismatched arguments) in %s",
                                         (int)e->from, (unsigned long long)t->plen, e->len, e->path);
   return DCPI_FX_PRESENT;
@@ -24,7 +24,7 @@ int dcpi_fx_accept(const dcpi_fx_trailer *t, const dcpi_fx_expect *e, dcp_plugin
 int dcpi_fx_verify(const dcpi_fx_trailer *t, const void *p, const dcpi_fx_expect *e,
                    dcp_plugin_err *err) {
   if (dcpi_cc_hash(p, (size_t)t->plen) != t->hash)
-    return dcp_plugin_fail(err, DCP_ECORRUPT, "file coll: %s: payload checksum mismatch", e->path);
+    return dcp_plugin_fail(err, DCP_ECORRUPT, "%s: payload checksum mismatch", e->path);
   return DCP_OK;
 }
 

@@ -86,6 +86,7 @@
 #define TAG_GATHERV 0x4463
 #define TAG_SCATTERV 0x4464
 #define TAG_GROUP 0x4465
+#define P2P "MPI_Isend/MPI_Irecv" /* what a point-to-point round waits for */
 
 /* The requests of one round. Once abandoned (timed out or failed), it also
  * owns the bounce buffer they read from or write into, until MPI reports
@@ -126,7 +127,7 @@ static int mpi_fail(dcp_plugin_err *err, const char *what, int mrc) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   if (MPI_Error_string(mrc, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "code %d", mrc);
-  return dcp_plugin_fail(err, DCP_EIO, "mpi coll: %s: %s", what, text);
+  return dcp_plugin_fail(err, DCP_EIO, "%s: %s", what, text);
 }
 
 /* Monotonic clock in nanoseconds. */
@@ -167,7 +168,7 @@ static batch *batch_new(size_t cap, dcp_plugin_err *err) {
   batch *b = cap > (SIZE_MAX - sizeof *b) / sizeof(MPI_Request)
                  ? NULL : malloc(sizeof *b + cap * sizeof(MPI_Request));
   if (!b) {
-    dcp_plugin_fail(err, DCP_ENOMEM, "mpi coll: out of memory");
+    dcp_plugin_fail(err, DCP_ENOMEM, "out of memory");
     return NULL;
   }
   b->next = NULL;
@@ -185,7 +186,7 @@ static unsigned char *bounce_get(dcp_comm *c, size_t n, dcp_plugin_err *err) {
   c->bounce = malloc(n ? n : 1);
   c->bounce_cap = c->bounce ? n : 0;
   if (!c->bounce)
-    dcp_plugin_fail(err, DCP_ENOMEM, "mpi coll: out of memory (%zu-byte bounce buffer)", n);
+    dcp_plugin_fail(err, DCP_ENOMEM, "out of memory (%zu-byte bounce buffer)", n);
   return c->bounce;
 }
 
@@ -224,7 +225,7 @@ static int round_wait(dcp_comm *c, batch **bp, int mrc, int64_t deadline, const 
     if (left <= 0) {
       rc = broke(c,
                  dcp_plugin_fail(err, DCP_ETIMEDOUT,
-                                 "mpi coll: %s timed out after %lld ms (a peer did not join); the "
+                                 "%s timed out after %lld ms (a peer did not join); the "
                                  "communicator is unusable from now on",
                                  what, (long long)c->timeout_ms),
                  err);
@@ -245,10 +246,10 @@ static int64_t deadline_of(const dcp_comm *c) {
 
 /* Refuses calls on a NULL or broken communicator. */
 static int check_usable(const dcp_comm *c, dcp_plugin_err *err) {
-  if (!c) return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: NULL communicator");
+  if (!c) return dcp_plugin_fail(err, DCP_EINVAL, "NULL communicator");
   if (c->broken)
     return dcp_plugin_fail(err, DCP_EPEER,
-                           "mpi coll: communicator unusable after an earlier failure (%s)",
+                           "communicator unusable after an earlier failure (%s)",
                            c->why[0] ? c->why : "timeout or error");
   return DCP_OK;
 }
@@ -290,7 +291,7 @@ static int m_barrier(dcp_comm *c, dcp_plugin_err *err) {
   if (!b) return DCP_ENOMEM;
   int mrc = MPI_Ibarrier(c->comm, &b->req[b->n]);
   if (mrc == MPI_SUCCESS) b->n++;
-  rc = round_wait(c, &b, mrc, deadline_of(c), "barrier", err);
+  rc = round_wait(c, &b, mrc, deadline_of(c), "MPI_Ibarrier", err);
   free(b);
   return rc;
 }
@@ -301,8 +302,8 @@ static int m_bcast(dcp_comm *c, void *buf, size_t len, int32_t root, dcp_plugin_
   int rc = check_usable(c, err);
   if (rc) return rc;
   if (root < 0 || root >= c->size)
-    return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: bad root %d", (int)root);
-  if (!buf && len) return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
+    return dcp_plugin_fail(err, DCP_EINVAL, "bad root %d", (int)root);
+  if (!buf && len) return dcp_plugin_fail(err, DCP_EINVAL, "NULL buffer");
   if (len == 0) return DCP_OK;
   size_t step = min_sz(len, c->bounce_max), p = piece_of(c);
   batch *b = batch_new(pieces(step, p), err);
@@ -320,7 +321,7 @@ static int m_bcast(dcp_comm *c, void *buf, size_t len, int32_t root, dcp_plugin_
       mrc = MPI_Ibcast(bb + at, (int)min_sz(p, n - at), MPI_BYTE, root, c->comm, &b->req[b->n]);
       if (mrc == MPI_SUCCESS) b->n++;
     }
-    rc = round_wait(c, &b, mrc, deadline, "bcast", err);
+    rc = round_wait(c, &b, mrc, deadline, "MPI_Ibcast", err);
     if (rc == DCP_OK && c->rank != root) memcpy((char *)buf + off, bb, n);
   }
   free(b);
@@ -333,9 +334,9 @@ static int m_allgather(dcp_comm *c, const void *send, size_t len, void *recv,
                        dcp_plugin_err *err) {
   int rc = check_usable(c, err);
   if (rc) return rc;
-  if (len && (!send || !recv)) return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
+  if (len && (!send || !recv)) return dcp_plugin_fail(err, DCP_EINVAL, "NULL buffer");
   if (len > (size_t)PTRDIFF_MAX / (size_t)c->size)
-    return dcp_plugin_fail(err, DCP_EOVERFLOW, "mpi coll: allgather size overflows");
+    return dcp_plugin_fail(err, DCP_EOVERFLOW, "allgather size overflows");
   if (len == 0) return DCP_OK;
   size_t w = (size_t)c->size, k = min_sz(min_sz(len, c->max_msg), c->bounce_max / w);
   k = k ? k : 1; /* a world larger than the bounce size: one byte per rank */
@@ -352,7 +353,7 @@ static int m_allgather(dcp_comm *c, const void *send, size_t len, void *recv,
     int mrc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, bb, (int)n, MPI_BYTE, c->comm,
                              &b->req[0]);
     if (mrc == MPI_SUCCESS) b->n = 1;
-    rc = round_wait(c, &b, mrc, deadline, "allgather", err);
+    rc = round_wait(c, &b, mrc, deadline, "MPI_Iallgather", err);
     for (size_t r = 0; rc == DCP_OK && r < w; r++)
       memcpy((char *)recv + r * len + off, bb + r * n, n);
   }
@@ -458,11 +459,11 @@ static int root_exchange(dcp_comm *c, int is_send, unsigned char *buf, const siz
   size_t off = 0;
   for (int i = 0; i < c->size; i++) {
     if (lens[i] > SIZE_MAX - off)
-      return dcp_plugin_fail(err, DCP_EOVERFLOW, "mpi coll: lengths overflow");
+      return dcp_plugin_fail(err, DCP_EOVERFLOW, "lengths overflow");
     off += lens[i];
   }
   stream *s = malloc((size_t)c->size * sizeof *s);
-  if (!s) return dcp_plugin_fail(err, DCP_ENOMEM, "mpi coll: out of memory");
+  if (!s) return dcp_plugin_fail(err, DCP_ENOMEM, "out of memory");
   size_t ns = 0;
   off = 0;
   for (int i = 0; i < c->size; off += lens[i++]) {
@@ -494,13 +495,13 @@ static int m_gatherv(dcp_comm *c, const void *send, size_t len, void *recv, cons
   int rc = check_usable(c, err);
   if (rc) return rc;
   if (root < 0 || root >= c->size)
-    return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: bad root %d", (int)root);
-  if (len && !send) return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
+    return dcp_plugin_fail(err, DCP_EINVAL, "bad root %d", (int)root);
+  if (len && !send) return dcp_plugin_fail(err, DCP_EINVAL, "NULL buffer");
   unsigned char *mine = (unsigned char *)(uintptr_t)send; /* only ever read */
-  if (c->rank != root) return leaf_exchange(c, 1, mine, len, root, TAG_GATHERV, "gatherv", err);
+  if (c->rank != root) return leaf_exchange(c, 1, mine, len, root, TAG_GATHERV, P2P, err);
   if (!lens || lens[root] != len || (!recv && len))
-    return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: gatherv lens/recv invalid at root");
-  return root_exchange(c, 0, recv, lens, mine, TAG_GATHERV, "gatherv", err);
+    return dcp_plugin_fail(err, DCP_EINVAL, "gatherv lens/recv invalid at root");
+  return root_exchange(c, 0, recv, lens, mine, TAG_GATHERV, P2P, err);
 }
 
 /* Scatterv: point-to-point pieces from the root. */
@@ -509,16 +510,16 @@ static int m_scatterv(dcp_comm *c, const void *send, const size_t *lens, void *r
   int rc = check_usable(c, err);
   if (rc) return rc;
   if (root < 0 || root >= c->size)
-    return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: bad root %d", (int)root);
-  if (len && !recv) return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
-  if (c->rank != root) return leaf_exchange(c, 0, recv, len, root, TAG_SCATTERV, "scatterv", err);
+    return dcp_plugin_fail(err, DCP_EINVAL, "bad root %d", (int)root);
+  if (len && !recv) return dcp_plugin_fail(err, DCP_EINVAL, "NULL buffer");
+  if (c->rank != root) return leaf_exchange(c, 0, recv, len, root, TAG_SCATTERV, P2P, err);
   if (!lens || lens[root] != len)
-    return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: scatterv lens invalid");
+    return dcp_plugin_fail(err, DCP_EINVAL, "scatterv lens invalid");
   size_t total = 0;
   for (int i = 0; i < c->size; i++) total += lens[i] > SIZE_MAX - total ? SIZE_MAX : lens[i];
-  if (total && !send) return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
+  if (total && !send) return dcp_plugin_fail(err, DCP_EINVAL, "NULL buffer");
   unsigned char *all = (unsigned char *)(uintptr_t)send; /* only ever read */
-  return root_exchange(c, 1, all, lens, recv, TAG_SCATTERV, "scatterv", err);
+  return root_exchange(c, 1, all, lens, recv, TAG_SCATTERV, P2P, err);
 }
 
 /* Allreduce: rounds of one Iallreduce in place in the bounce buffer, at
@@ -528,8 +529,8 @@ static int m_allreduce(dcp_comm *c, int64_t *vals, size_t n, uint32_t op, dcp_pl
   if (rc) return rc;
   MPI_Op mop = op == DCP_REDUCE_MIN ? MPI_MIN : op == DCP_REDUCE_MAX ? MPI_MAX : MPI_SUM;
   if (op < DCP_REDUCE_MIN || op > DCP_REDUCE_SUM)
-    return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: unknown reduce op %u", op);
-  if (n && !vals) return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
+    return dcp_plugin_fail(err, DCP_EINVAL, "unknown reduce op %u", op);
+  if (n && !vals) return dcp_plugin_fail(err, DCP_EINVAL, "NULL buffer");
   if (n == 0) return DCP_OK;
   size_t per = piece_of(c) / 8 ? piece_of(c) / 8 : 1, step = min_sz(n, per);
   batch *b = batch_new(1, err);
@@ -544,7 +545,7 @@ static int m_allreduce(dcp_comm *c, int64_t *vals, size_t n, uint32_t op, dcp_pl
     memcpy(bb, vals + off, k * 8);
     int mrc = MPI_Iallreduce(MPI_IN_PLACE, bb, (int)k, MPI_INT64_T, mop, c->comm, &b->req[0]);
     if (mrc == MPI_SUCCESS) b->n = 1;
-    rc = round_wait(c, &b, mrc, deadline, "allreduce", err);
+    rc = round_wait(c, &b, mrc, deadline, "MPI_Iallreduce", err);
     if (rc == DCP_OK) memcpy(vals + off, bb, k * 8);
   }
   free(b);
@@ -575,14 +576,14 @@ static int group_relay(dcp_comm *c, unsigned char *buf, size_t len, int parent,
       memcpy(bb, buf + off, n);
     } else {
       rc = round_wait(c, &b, post_pieces(c, b, 0, bb, n, parent, TAG_GROUP), deadline,
-                      "group_bcast", err);
+                      P2P, err);
       if (rc) break;
       memcpy(buf + off, bb, n);
     }
     int mrc = MPI_SUCCESS;
     for (size_t i = 0; i < nchildren && mrc == MPI_SUCCESS; i++)
       mrc = post_pieces(c, b, 1, bb, n, children[i], TAG_GROUP);
-    rc = round_wait(c, &b, mrc, deadline, "group_bcast", err);
+    rc = round_wait(c, &b, mrc, deadline, P2P, err);
   }
   free(b);
   return rc;
@@ -593,17 +594,17 @@ static int group_relay(dcp_comm *c, unsigned char *buf, size_t len, int parent,
 static int group_check(const dcp_comm *c, const int32_t *ranks, size_t n, int32_t root,
                        size_t *self, size_t *sub_root, dcp_plugin_err *err) {
   if (!ranks || n == 0 || n > (size_t)c->size)
-    return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: bad group");
+    return dcp_plugin_fail(err, DCP_EINVAL, "bad group");
   *self = *sub_root = n;
   for (size_t i = 0; i < n; i++) {
     if (ranks[i] < 0 || ranks[i] >= c->size || (i && ranks[i] <= ranks[i - 1]))
-      return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: group ranks must ascend within [0, %d)",
+      return dcp_plugin_fail(err, DCP_EINVAL, "group ranks must ascend within [0, %d)",
                              c->size);
     if (ranks[i] == c->rank) *self = i;
     if (ranks[i] == root) *sub_root = i;
   }
   if (*self == n || *sub_root == n)
-    return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: group lacks this rank or root");
+    return dcp_plugin_fail(err, DCP_EINVAL, "group lacks this rank or root");
   return DCP_OK;
 }
 
@@ -617,7 +618,7 @@ static int m_group_bcast(dcp_comm *c, const int32_t *ranks, size_t n, void *buf,
   if (rc) return rc;
   size_t self = 0, sub_root = 0;
   if ((rc = group_check(c, ranks, n, root, &self, &sub_root, err))) return rc;
-  if (!buf && len) return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: NULL buffer");
+  if (!buf && len) return dcp_plugin_fail(err, DCP_EINVAL, "NULL buffer");
   if (n == 1 || len == 0) return DCP_OK;
   size_t rel = (self + n - sub_root) % n;
   int parent = rel ? ranks[((rel & (rel - 1)) + sub_root) % n] : -1;
@@ -641,7 +642,7 @@ static int parse_options(dcp_comm *c, const char *opts, dcp_plugin_err *err) {
       {.key = "max_msg", .kind = DCPI_CC_OPT_SIZE, .lo = 1, .hi = INT_MAX, .out = &max_msg},
       {.key = "bounce", .kind = DCPI_CC_OPT_SIZE, .lo = 1, .hi = SIZE_MAX / 4, .out = &bounce},
   };
-  int rc = dcpi_cc_parse_options(opts, known, sizeof known / sizeof *known, "mpi coll", err);
+  int rc = dcpi_cc_parse_options(opts, known, sizeof known / sizeof *known, NULL, err);
   c->max_msg = (size_t)max_msg;
   c->bounce_max = (size_t)bounce;
   return rc;
@@ -658,7 +659,7 @@ static int ensure_mpi(dcp_comm *c, dcp_plugin_err *err) {
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
   if (fin) {
-    rc = dcp_plugin_fail(err, DCP_EIO, "mpi coll: MPI is already finalised");
+    rc = dcp_plugin_fail(err, DCP_EIO, "MPI is already finalised");
   } else if (!init) {
     int provided = 0;
     int mrc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
@@ -682,7 +683,7 @@ static int attach(dcp_comm *c, const dcp_coll_config *cfg, dcp_plugin_err *err) 
   MPI_Comm base = has_native && cfg->native ? *(MPI_Comm *)cfg->native : MPI_COMM_WORLD;
   int rank = 0, size = 0;
   if (base == MPI_COMM_NULL)
-    return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: native is MPI_COMM_NULL");
+    return dcp_plugin_fail(err, DCP_EINVAL, "native is MPI_COMM_NULL");
   MPI_Comm_rank(base, &rank);
   MPI_Comm_size(base, &size);
   c->rank = rank;
@@ -696,7 +697,7 @@ static int attach(dcp_comm *c, const dcp_coll_config *cfg, dcp_plugin_err *err) 
     return mpi_fail(err, "MPI_Comm_idup", mrc);
   }
   b->n = 1;
-  int rc = round_wait(c, &b, MPI_SUCCESS, deadline_of(c), "open (MPI_Comm_idup)", err);
+  int rc = round_wait(c, &b, MPI_SUCCESS, deadline_of(c), "MPI_Comm_idup", err);
   free(b);
   if (rc == DCP_OK) MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
   return rc;
@@ -706,14 +707,14 @@ static void m_close(dcp_comm *c);
 
 /* Opens the communicator (collective over the base communicator). */
 static int m_open(const dcp_coll_config *cfg, dcp_comm **out, dcp_plugin_err *err) {
-  if (!cfg || !out) return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: NULL argument");
+  if (!cfg || !out) return dcp_plugin_fail(err, DCP_EINVAL, "NULL argument");
   *out = NULL;
   if (!DCP_HAS_FIELD(cfg, dcp_coll_config, timeout_ms))
-    return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: config too small");
+    return dcp_plugin_fail(err, DCP_EINVAL, "config too small");
   if (cfg->timeout_ms <= 0 || cfg->timeout_ms > INT64_MAX / 1000000)
-    return dcp_plugin_fail(err, DCP_EINVAL, "mpi coll: timeout_ms must be > 0");
+    return dcp_plugin_fail(err, DCP_EINVAL, "timeout_ms must be > 0");
   dcp_comm *c = calloc(1, sizeof *c);
-  if (!c) return dcp_plugin_fail(err, DCP_ENOMEM, "mpi coll: out of memory");
+  if (!c) return dcp_plugin_fail(err, DCP_ENOMEM, "out of memory");
   c->comm = MPI_COMM_NULL;
   c->timeout_ms = cfg->timeout_ms;
   c->host = dcpi_cc_host_id();
