@@ -272,6 +272,29 @@ static void test_timeout_exits_early(void **state) {
   ctk_remove_dir(ctk_dir);
 }
 
+/* host_id (common/cc_host.h): nonzero, and the same on forked ranks of
+ * one host (one machine, one network namespace). */
+static int scenario_host_id(int rank, int world, void *arg) {
+  (void)arg;
+  dcp_plugin_err err = {{0}};
+  dcp_comm *c = NULL;
+  CHECK_RC(ctk_open_comm(rank, world, 5000, NULL, &c, &err), DCP_OK);
+  uint64_t mine = ctk_P->host_id(c), all[4] = {0};
+  CHECK(mine != 0);
+  CHECK_RC(ctk_P->allgather(c, &mine, sizeof mine, all, &err), DCP_OK);
+  for (int r = 0; r < world; r++) CHECK(all[r] == mine, "rank %d's host id differs", r);
+  ctk_P->close(c);
+  return 0;
+}
+
+static void test_host_id(void **state) {
+  (void)state;
+  assert_non_null(ctk_P->host_id);
+  ctk_fresh_dir("dcp-coll-file");
+  assert_int_equal(ctk_run_ranks(3, scenario_host_id, NULL), 0);
+  ctk_remove_dir(ctk_dir);
+}
+
 /* The last rank exits while the others are in a point-to-point op that
  * needs it (ctk_scenario_exits_p2p): nothing tells them but its missing
  * files, so they fail with DCP_ETIMEDOUT at the deadline, never later,
@@ -584,6 +607,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_timeout_never_arrives),
       cmocka_unit_test(test_timeout_exits_early),
       cmocka_unit_test(test_exits_p2p),
+      cmocka_unit_test(test_host_id),
       cmocka_unit_test(test_corrupt_payload),
       cmocka_unit_test(test_mismatched_calls),
       cmocka_unit_test(test_world_mismatch),
