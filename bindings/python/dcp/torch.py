@@ -369,6 +369,17 @@ def _manager_ctx(manager, ctx, checkpoint_id, step):
     return manager._ctx
 
 
+def _manager_save(how, manager, ctx, checkpoint_id, step, state_dict, allow_pickle, options):
+    """A save as step `step` of a dcp.CheckpointManager: how is its save
+    or save_async (the manager names the directory, so no overwrite)."""
+    ctx = _manager_ctx(manager, ctx, checkpoint_id, step)
+    st, keep, index = _build_save(ctx, state_dict, allow_pickle)
+    opts = _save_options(options, index)
+    opts.pop("overwrite")
+    how(step, st, **opts)
+    del keep
+
+
 def save(state_dict, *, checkpoint_id=None, storage_writer=None, planner=None,
          process_group=None, ctx=None, allow_pickle=False, manager=None, step=None,
          **options):
@@ -379,11 +390,8 @@ def save(state_dict, *, checkpoint_id=None, storage_writer=None, planner=None,
     step of the run (latest and retention move). Other options as dcp.save
     (compress, kv, block_size, ...)."""
     if manager is not None:
-        ctx = _manager_ctx(manager, ctx, checkpoint_id, step)
-        st, keep, index = _build_save(ctx, state_dict, allow_pickle)
-        opts = _save_options(options, index)
-        opts.pop("overwrite")
-        manager.save(step, st, **opts)
+        _manager_save(manager.save, manager, ctx, checkpoint_id, step, state_dict,
+                      allow_pickle, options)
         return
     ctx = _ctx_of(ctx, process_group, storage_writer, planner)
     st, keep, index = _build_save(ctx, state_dict, allow_pickle)
@@ -573,11 +581,8 @@ def async_save(state_dict, *, checkpoint_id=None, storage_writer=None, planner=N
     step= as :func:`save` (latest and retention move once the future's
     result() returns)."""
     if manager is not None:
-        ctx = _manager_ctx(manager, ctx, checkpoint_id, step)
-        st, keep, index = _build_save(ctx, state_dict, allow_pickle)
-        opts = _save_options(options, index)
-        opts.pop("overwrite")
-        manager.save_async(step, st, **opts)
+        _manager_save(manager.save_async, manager, ctx, checkpoint_id, step, state_dict,
+                      allow_pickle, options)
         return _ManagerSave(manager, step)
     ctx = _ctx_of(ctx, process_group, storage_writer, planner)
     _set_staging(ctx, bool(background_staging))
