@@ -708,6 +708,14 @@ typedef struct dcp_stats {
   uint32_t plan_cache_hit;     /* 1 when this save reused a cached global
                                   plan (no gather/scatter of plans) */
   uint64_t plan_coll_bytes;    /* collective bytes of the plan phase */
+  /* -- memory tier (docs/recovery.md), load -- */
+  uint64_t mem_read_bytes;     /* data-file bytes read from this rank's
+                                  snapshot in host memory (not storage) */
+  uint64_t mem_fallback_bytes; /* bytes from that snapshot that failed
+                                  their block checksum and were read again
+                                  from storage */
+  uint32_t mem_tier;           /* DCP_MEMTIER_*: what the load did with
+                                  this rank's snapshot */
 } dcp_stats;
 
 /* Copy the statistics of ctx's last save or load into *out. Set
@@ -1287,6 +1295,60 @@ DCP_API dcp_status dcp_manager_should_save(dcp_manager *m, int *out);
  * Collective. */
 DCP_API dcp_status dcp_manager_save_now(dcp_manager *m, int64_t step, dcp_state *st,
                                         const dcp_save_options *opts, int64_t grace_ms);
+
+/* ------------------------------------------------------------------------ */
+/* Memory tier: snapshots kept in host memory for a fast restart            */
+/* ------------------------------------------------------------------------ */
+
+/* docs/recovery.md. With keep mode on, the async writer keeps the data
+ * files of this rank's last persisted saves in its own memory after each
+ * save, and stays alive a while after its trainer dies; a trainer that
+ * restarts on the same host finds it (by job identity and rank) and
+ * dcp_load reads this rank's data files from that memory instead of
+ * storage, checked by the same block checksums. Anything wrong (no writer,
+ * a snapshot of another save, a checksum mismatch) reads from storage. */
+
+/* dcp_stats.mem_tier: what a load did with the local snapshot. */
+#define DCP_MEMTIER_OFF 0u      /* keep mode is off on this context */
+#define DCP_MEMTIER_USED 1u     /* the snapshot matched; bytes came from it */
+#define DCP_MEMTIER_NONE 2u     /* no writer of this job and rank, or it
+                                   holds no snapshot of this checkpoint */
+#define DCP_MEMTIER_STALE 3u    /* its snapshot is of another save of this
+                                   path (another .metadata): not used */
+#define DCP_MEMTIER_REFUSED 4u  /* the writer answering is not of this job,
+                                   rank or user, or answered garbage */
+
+typedef struct dcp_memtier_options {
+  uint32_t struct_size;  /* sizeof(dcp_memtier_options) (the init sets it) */
+  uint32_t keep;         /* snapshots one writer keeps (the newest K);
+                            0: keep mode off */
+  uint64_t budget_bytes; /* most bytes of snapshots one writer holds (older
+                            ones go first; a save larger than this is not
+                            kept); 0: a quarter of physical memory */
+  int64_t linger_ms;     /* how long a writer with snapshots outlives its
+                            trainer (0: 10 minutes) */
+  const char *job;       /* the job's identity (e.g. the scheduler's job id):
+                            a restarted trainer finds only a writer of the
+                            same job, rank and user. NULL: $DCP_JOB_ID, else
+                            "" (any job of this user) */
+} dcp_memtier_options;
+
+/* Defaults: keep 0 (off), budget 0, linger 0, job NULL. */
+DCP_API void dcp_memtier_options_init(dcp_memtier_options *o);
+
+/* Set ctx's memory tier: keep mode for the writers of its async saves
+ * (a writer already running keeps the options it was started with: call
+ * this before the first dcp_async_save or dcp_async_prepare), and the
+ * lookup of a snapshot by dcp_load (on when keep > 0). o is copied.
+ * Errors: DCP_EINVAL (NULL, a struct_size too small, linger_ms < 0). */
+DCP_API dcp_status dcp_memtier_set(dcp_ctx *ctx, const dcp_memtier_options *o);
+
+/* Ask the writer of this job and rank on this host that holds snapshots
+ * (its trainer is gone, or it is ctx's own) to drop them and to exit once
+ * it has no trainer: after a restarted trainer loaded, or at the end of a
+ * job. Not collective. DCP_OK also when no such writer runs. Errors:
+ * DCP_EINVAL (NULL, memory tier not set on ctx), DCP_EIO. */
+DCP_API dcp_status dcp_memtier_stop(dcp_ctx *ctx);
 
 #ifdef __cplusplus
 }

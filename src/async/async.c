@@ -35,7 +35,11 @@ static void writer_release(dcpi_ctx_ext *ext) {
   dcpi_async_writer *w = (dcpi_async_writer *)ext;
   pthread_mutex_lock(&w->mu);
   dcpi_async_wait_idle_locked(w);
+  int keep = w->keep && w->alive;
   pthread_mutex_unlock(&w->mu);
+  /* a shutdown is no crash: the writer need not keep its snapshots for a
+   * restart (docs/recovery.md) */
+  if (keep) dcp_memtier_stop(w->ctx);
   dcpi_writer_stop(w);
   dcpi_pool_free(&w->pool);
   free(w->coll), free(w->coll_options), free(w->rendezvous);

@@ -34,6 +34,7 @@ typedef struct dcpi_async_writer {
   struct dcp_async *pending; /* submitted, no DONE yet */
   uint64_t seq;              /* last job submitted */
   uint64_t spawns, saves, prepares;
+  int keep;         /* the writer was spawned in keep mode (memory tier) */
 } dcpi_async_writer;
 
 struct dcp_async {
@@ -69,6 +70,10 @@ void dcpi_async_wait_idle_locked(dcpi_async_writer *w);
 /* The directory of the loaded libdcp (or of the program that embeds it)
  * into buf, "" when unknown. */
 void dcpi_lib_dir(char *buf, size_t cap);
+
+/* ctx's memory tier options when keep mode is on (dcp_memtier_set), else
+ * NULL (async/memtier.c). */
+const dcp_memtier_options *dcpi_memtier_options_of(dcp_ctx *ctx);
 
 /* Test accessors: the writer's pid (0: none), pool memfds created, pool
  * growths, writer spawns, async saves submitted, prepares made, the

@@ -105,9 +105,19 @@ static dcp_status spawn(dcpi_async_writer *w, const char *exe, int child_end, dc
     return dcpi_fail(err, DCP_ENOMEM, "posix_spawn_file_actions_init failed");
   posix_spawn_file_actions_adddup2(&fa, child_end, WRITER_FD);
   int rc = spawn_attr(&attr);
-  char fdarg[16];
+  char fdarg[16], keep[16], budget[32], linger[32];
   snprintf(fdarg, sizeof fdarg, "%d", WRITER_FD);
-  char *argv[] = {(char *)exe, "--fd", fdarg, NULL};
+  char *argv[12] = {(char *)exe, "--fd", fdarg, NULL};
+  const dcp_memtier_options *mt = dcpi_memtier_options_of(w->ctx);
+  if (mt) { /* keep mode: docs/recovery.md */
+    snprintf(keep, sizeof keep, "%u", (unsigned)mt->keep);
+    snprintf(budget, sizeof budget, "%llu", (unsigned long long)mt->budget_bytes);
+    snprintf(linger, sizeof linger, "%lld", (long long)mt->linger_ms);
+    char *more[] = {"--keep", keep, "--budget", budget, "--linger", linger, "--job",
+                    (char *)mt->job, NULL};
+    memcpy(argv + 3, more, sizeof more);
+  }
+  w->keep = mt != NULL;
   if (!rc) rc = posix_spawn(&w->pid, exe, &fa, &attr, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);

@@ -30,6 +30,8 @@ typedef enum dcpi_ctx_slot {
   DCPI_CTX_ASYNC, /* async/: the writer process, its join thread and staging
                      pool (first: the join thread adds to the plan cache) */
   DCPI_CTX_PLANS, /* runtime/plan_cache.c: the save plan cache */
+  DCPI_CTX_TIER,  /* async/memtier.c: the memory tier's options and the
+                     snapshot source dcp_load asks (runtime/load_source.h) */
   DCPI_CTX_NSLOTS
 } dcpi_ctx_slot;
 

@@ -13,6 +13,7 @@
 
 #include "base/checked.h"
 #include "metadata/codec.h"
+#include "runtime/load_source.h"
 #include "runtime/rt.h"
 
 #define WRITE_BUFFER (16u << 20) /* appends are gathered up to this size */
@@ -222,6 +223,7 @@ typedef struct span {
 
 struct dcpi_block_reader {
   dcpi_rt *rt;
+  dcpi_load_source *src; /* asked before storage (NULL: none) */
   ZSTD_DCtx *zd;
   uint8_t *raw, *stored; /* one window of raw and of stored bytes */
   size_t raw_cap, stored_cap;
@@ -334,11 +336,25 @@ static dcp_status decode_blocks(dcpi_block_reader *r, const char *file,
   return DCP_OK;
 }
 
-/* Read len bytes of f at off: from a prefetched span when one holds them,
- * else from storage. A storage error (a file cut short is DCP_ECORRUPT)
- * gets the item being read, `what`, in front of its message. */
-static dcp_status fetch(dcpi_block_reader *r, dcp_storage_file *f, uint8_t *dst, size_t len,
-                        uint64_t off, const char *what, dcpi_err *err) {
+void dcpi_block_reader_set_source(dcpi_block_reader *r, dcpi_load_source *src) {
+  r->src = src;
+}
+
+/* Read len bytes of file (opened as f) at off: from the reader's source
+ * when from_src is non-NULL and the source holds them (*from_src true),
+ * from a prefetched span when one holds them, else from storage. A storage
+ * error (a file cut short is DCP_ECORRUPT) gets the item being read,
+ * `what`, in front of its message. */
+static dcp_status fetch(dcpi_block_reader *r, dcp_storage_file *f, const char *file,
+                        uint8_t *dst, size_t len, uint64_t off, const char *what,
+                        bool *from_src, dcpi_err *err) {
+  const uint8_t *held = from_src && r->src ? r->src->span(r->src, file, off, len) : NULL;
+  if (from_src) *from_src = held != NULL;
+  if (held) {
+    memcpy(dst, held, len);
+    atomic_fetch_add(&r->src->served, len);
+    return DCP_OK;
+  }
   for (size_t i = 0; i < r->nspans; i++) {
     const span *sp = &r->spans[i];
     if (sp->f == f && off >= sp->start && off + len <= sp->start + sp->len) {
@@ -351,6 +367,12 @@ static dcp_status fetch(dcpi_block_reader *r, dcp_storage_file *f, uint8_t *dst,
   dcp_status rc = dcpi_rt_file_read(r->rt, f, dst, len, off, &io);
   if (rc) dcpi_fail(err, rc, "reading %s: %s", what, io.msg);
   return rc;
+}
+
+/* A read of len bytes of file from the source failed its checksum. */
+static void source_reject(dcpi_block_reader *r, const char *file, size_t len) {
+  r->src->reject(r->src, file);
+  atomic_fetch_add(&r->src->rejected, len);
 }
 
 /* Read and verify blocks [b0, b1) into r->raw; stored_at is the file offset
@@ -373,8 +395,37 @@ static dcp_status read_window(dcpi_block_reader *r, dcp_storage_file *f, const c
     if ((rc = grow(&r->stored, &r->stored_cap, stored, err))) return rc;
     target = r->stored;
   }
-  if ((rc = fetch(r, f, target, stored, stored_at, what, err))) return rc;
+  bool from_src = false;
+  if ((rc = fetch(r, f, file, target, stored, stored_at, what, &from_src, err))) return rc;
+  if (from_src) {
+    /* bytes of the source that fail their checksum are read again from
+     * storage: the source can slow a load down, never make it wrong */
+    dcpi_err probe;
+    dcpi_err_clear(&probe);
+    rc = decode_blocks(r, file, ref, b0, b1, what, &probe);
+    if (rc != DCP_ECORRUPT) return rc ? dcpi_fail(err, rc, "%s", probe.msg) : DCP_OK;
+    source_reject(r, file, stored);
+    if ((rc = fetch(r, f, file, target, stored, stored_at, what, NULL, err))) return rc;
+  }
   return decode_blocks(r, file, ref, b0, b1, what, err);
+}
+
+/* Check the blocks of [first, last) of ref read into dst; err NULL: only
+ * say whether they are intact. */
+static dcp_status verify_into(dcpi_block_reader *r, const char *file,
+                              const dcp_storage_ref *ref, uint64_t first, uint64_t last,
+                              const uint8_t *dst, const char *what, dcpi_err *err) {
+  uint64_t bs = ref->block_size;
+  for (uint64_t b = first / bs; b * bs < last; b++) {
+    const uint8_t *blk = dst + (b * bs - first);
+    if (XXH3_64bits(blk, block_raw_len(ref, b)) == ref->block_checksums[b]) continue;
+    if (!err) return DCP_ECORRUPT;
+    return dcpi_fail(err, DCP_ECORRUPT,
+                     "checksum mismatch in %s/%s, block %llu (file offset %llu) of %s",
+                     r->rt->path, file, (unsigned long long)b,
+                     (unsigned long long)(ref->offset + b * bs), what);
+  }
+  return DCP_OK;
 }
 
 dcp_status dcpi_block_read_into(dcpi_block_reader *r, const char *file,
@@ -386,17 +437,15 @@ dcp_status dcpi_block_read_into(dcpi_block_reader *r, const char *file,
     return dcpi_fail(err, DCP_EINVAL, "%s: direct read of [%llu, %llu) not block-aligned", what,
                      (unsigned long long)first, (unsigned long long)last);
   dcp_storage_file *f = NULL;
+  size_t len = (size_t)(last - first);
+  bool from_src = false;
   dcp_status rc = get_file(r, file, &f, err);
-  if (!rc) rc = fetch(r, f, dst, (size_t)(last - first), ref->offset + first, what, err);
-  for (uint64_t b = first / bs; !rc && b * bs < last; b++) {
-    const uint8_t *blk = dst + (b * bs - first);
-    if (XXH3_64bits(blk, block_raw_len(ref, b)) != ref->block_checksums[b])
-      rc = dcpi_fail(err, DCP_ECORRUPT,
-                    "checksum mismatch in %s/%s, block %llu (file offset %llu) of %s",
-                    r->rt->path, file, (unsigned long long)b,
-                    (unsigned long long)(ref->offset + b * bs), what);
+  if (!rc) rc = fetch(r, f, file, dst, len, ref->offset + first, what, &from_src, err);
+  if (!rc && from_src && verify_into(r, file, ref, first, last, dst, what, NULL)) {
+    source_reject(r, file, len); /* read it again from storage */
+    rc = fetch(r, f, file, dst, len, ref->offset + first, what, NULL, err);
   }
-  return rc;
+  return rc ? rc : verify_into(r, file, ref, first, last, dst, what, err);
 }
 
 dcp_status dcpi_block_read(dcpi_block_reader *r, const char *file, const dcp_storage_ref *ref,
@@ -497,6 +546,7 @@ dcp_status dcpi_block_prefetch(dcpi_block_reader *r, const dcpi_block_req *reqs,
     uint64_t a, b;
     stored_range(q->ref, q->first, q->last, &a, &b);
     if (b - a > COALESCE_ITEM_MAX) continue;
+    if (r->src && r->src->span(r->src, q->file, a, b - a)) continue; /* held in memory */
     rc = get_file(r, q->file, &p[m].f, err);
     p[m].start = a, p[m].end = b;
     m++;

@@ -14,6 +14,7 @@
 #include "model/state.h"
 #include "planner/load_plan.h"
 #include "runtime/load_int.h"
+#include "runtime/load_source.h"
 #include "runtime/local_save.h"
 #include "runtime/options.h"
 #include "runtime/rt.h"
@@ -51,10 +52,11 @@ static dcp_status agree_same(dcpi_rt *rt, const uint8_t *data, size_t len, bool 
   return rc;
 }
 
-/* Phase 1: every rank ends with a view of the same .metadata. *replaced:
- * ranks reading it themselves read different ones (start over). */
+/* Phase 1: every rank ends with a view of the same .metadata (whose
+ * XXH3-64 goes to *hash). *replaced: ranks reading it themselves read
+ * different ones (start over). */
 static dcp_status fetch_metadata(dcpi_rt *rt, const dcp_load_options *o, dcp_meta **meta,
-                                 bool *replaced) {
+                                 uint64_t *hash, bool *replaced) {
   uint8_t *data = NULL;
   size_t len = 0;
   bool everyone = o->flags & DCP_LOAD_METADATA_PER_RANK;
@@ -85,6 +87,7 @@ static dcp_status fetch_metadata(dcpi_rt *rt, const dcp_load_options *o, dcp_met
     /* a rank that could not allocate leaves the others to the deadline */
     if (!rc && (rc = dcpi_rt_bcast(rt, data, len, 0))) goto out;
   }
+  if (!rc) *hash = XXH3_64bits(data, len);
   rc = dcpi_rt_agree(rt, rc ? rc : open_view(rt, data, len, meta));
 out:
   free(data);
@@ -221,6 +224,26 @@ static dcp_status read_all(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
   return rc;
 }
 
+/* This rank's snapshot in memory, when the context has a memory tier and
+ * it holds this checkpoint (same committed metadata): br reads from it
+ * first. Never fails: what became of it is in the statistics. */
+static dcpi_load_source *open_source(dcpi_rt *rt, uint64_t meta_hash, dcpi_block_reader *br) {
+  dcpi_load_tier *tier = (dcpi_load_tier *)dcpi_ctx_ext_get(rt->ctx, DCPI_CTX_TIER);
+  dcpi_load_source *src = NULL;
+  uint32_t state = DCP_MEMTIER_OFF;
+  if (tier && br) tier->open(tier, rt->path, meta_hash, &src, &state);
+  rt->ctx->stats.mem_tier = state;
+  if (src) dcpi_block_reader_set_source(br, src);
+  return src;
+}
+
+static void close_source(dcp_stats *stats, dcpi_load_source *src) {
+  if (!src) return;
+  stats->mem_read_bytes = atomic_load(&src->served);
+  stats->mem_fallback_bytes = atomic_load(&src->rejected);
+  src->close(src);
+}
+
 /* How often a load starts over when a data file vanished while it read:
  * a save replaced the checkpoint meanwhile (it removes the old files after
  * its commit), so the new .metadata names files that are there. */
@@ -235,7 +258,8 @@ static dcp_status run(dcpi_rt *rt, dcp_state *st, const dcp_load_options *o, boo
   dcpi_load_sched sc = {0};
   dcpi_block_reader *br = NULL;
   double t = dcpi_now();
-  dcp_status rc = fetch_metadata(rt, o, &meta, replaced);
+  uint64_t meta_hash = 0;
+  dcp_status rc = fetch_metadata(rt, o, &meta, &meta_hash, replaced);
   if (!rc) {
     dcp_status ls = dcpi_load_plan_from_state(
         st, &(dcpi_saved_source){.lookup = lookup, .arg = meta}, &plan, &rt->err);
@@ -243,6 +267,7 @@ static dcp_status run(dcpi_rt *rt, dcp_state *st, const dcp_load_options *o, boo
     if (!ls) ls = dcpi_block_reader_create(rt, &br, &rt->err);
     rc = dcpi_rt_agree(rt, ls);
   }
+  dcpi_load_source *src = rc ? NULL : open_source(rt, meta_hash, br);
   if (!rc) rc = dcpi_load_schedule(rt, st, o, &sc);
   stats->dedup_path = sc.path;
   stats->dedup_groups = sc.ngroups;
@@ -256,6 +281,7 @@ static dcp_status run(dcpi_rt *rt, dcp_state *st, const dcp_load_options *o, boo
       *replaced = gone > 0;
   }
   stats->read_s = dcpi_now() - t;
+  close_source(stats, src);
   dcpi_block_reader_free(br);
   dcpi_load_sched_free(&sc);
   dcpi_load_plan_free(plan);

@@ -29,7 +29,11 @@
  * trainer sends its new ones before a SAVE, the writer before a DONE.
  * OPEN: trainer → writer (dcp_async_prepare), the coordination config:
  * the writer opens its context now, ahead of the first SAVE; no reply. */
-enum { DCPI_WP_SAVE = 1, DCPI_WP_DONE = 2, DCPI_WP_PLAN = 3, DCPI_WP_OPEN = 4 };
+enum { DCPI_WP_SAVE = 1, DCPI_WP_DONE = 2, DCPI_WP_PLAN = 3, DCPI_WP_OPEN = 4,
+       /* the memory tier's snapshot socket (writer/snapshot.h), never the
+        * trainer's socketpair: GET and STOP (client → writer), SNAP (the
+        * answer to both, a GET's with the snapshot's memfd) */
+       DCPI_WP_SNAP_GET = 5, DCPI_WP_SNAP = 6, DCPI_WP_SNAP_STOP = 7 };
 
 /* Coordination config of the writer's own context. */
 typedef struct dcpi_wp_coord {

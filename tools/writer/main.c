@@ -1,6 +1,6 @@
 /* dcp-writer — the writer process of async saves (docs/async.md).
  *
- *   dcp-writer --fd N
+ *   dcp-writer --fd N [--keep K --budget BYTES --linger MS --job JOB]
  *
  * Spawned by libdcp with one end of a socketpair as descriptor N. Reads
  * SAVE jobs (src/writer/proto.h), each with the staging pool's memfd
@@ -10,7 +10,11 @@
  * status and message. An OPEN (dcp_async_prepare) opens that context ahead
  * of the first job. It exits when the trainer's end closes and no job is
  * pending, so a job received before the trainer died is still finished and
- * committed. Test hook: DCP_WRITER_DELAY_MS sleeps before each job. */
+ * committed. With --keep (the memory tier, docs/recovery.md) it keeps
+ * this rank's data files of its last K persisted saves in memory, answers
+ * a restarted trainer's requests for them, and outlives its trainer by up
+ * to --linger ms (or until a STOP). Test hook: DCP_WRITER_DELAY_MS sleeps
+ * before each job. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -23,11 +27,27 @@
 
 #include "writer/proto.h"
 #include "writer/session.h"
+#include "writer/snapshot.h"
+
+/* The value of option `name`, or NULL. */
+static const char *arg_of(int argc, char **argv, const char *name) {
+  for (int i = 1; i + 1 < argc; i++)
+    if (!strcmp(argv[i], name)) return argv[i + 1];
+  return NULL;
+}
 
 static int parse_fd(int argc, char **argv) {
-  for (int i = 1; i + 1 < argc; i++)
-    if (!strcmp(argv[i], "--fd")) return atoi(argv[i + 1]);
-  return -1;
+  const char *v = arg_of(argc, argv, "--fd");
+  return v ? atoi(v) : -1;
+}
+
+/* The memory tier's options (off without --keep). */
+static void parse_keep(int argc, char **argv, dcpi_snap_store *store) {
+  const char *k = arg_of(argc, argv, "--keep"), *b = arg_of(argc, argv, "--budget");
+  const char *l = arg_of(argc, argv, "--linger");
+  dcpi_snap_store_init(store, k ? (uint32_t)strtoul(k, NULL, 10) : 0,
+                       b ? strtoull(b, NULL, 10) : 0, l ? strtoll(l, NULL, 10) : 0,
+                       arg_of(argc, argv, "--job"));
 }
 
 static void test_delay(void) {
@@ -55,9 +75,10 @@ static dcp_status map_pool(int fd, uint64_t size, const uint8_t **base, dcpi_err
   return DCP_OK;
 }
 
-/* Run one SAVE payload; the reply's status and message into err. */
+/* Run one SAVE payload; the reply's status and message into err, the
+ * job's path (malloc'd, NULL when undecodable) and rank into *path, *rank. */
 static uint64_t run_job(dcpi_wsession *s, const uint8_t *p, size_t len, int pool_fd,
-                        dcpi_err *err) {
+                        dcpi_err *err, char **path, int32_t *rank) {
   dcpi_wp_job job;
   const uint8_t *base = NULL;
   dcp_status rc = dcpi_wp_job_decode(p, len, &job, err);
@@ -68,6 +89,8 @@ static uint64_t run_job(dcpi_wsession *s, const uint8_t *p, size_t len, int pool
   }
   if (base) munmap((void *)base, (size_t)job.pool_size);
   uint64_t seq = job.seq;
+  *path = rc ? NULL : strdup(job.path);
+  *rank = job.coord.rank;
   dcpi_wp_job_free(&job);
   return seq;
 }
@@ -92,6 +115,8 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN); /* a dead trainer must not kill the writer */
   dcpi_wsession s;
   dcpi_wsession_init(&s);
+  dcpi_snap_store store;
+  parse_keep(argc, argv, &store);
   int rc = 0;
   for (;;) {
     uint16_t type;
@@ -128,13 +153,20 @@ int main(int argc, char **argv) {
       rc = 1;
       break;
     }
-    uint64_t seq = run_job(&s, p, len, pool_fd, &err);
+    char *path = NULL;
+    int32_t rank = 0;
+    uint64_t seq = run_job(&s, p, len, pool_fd, &err, &path, &rank);
     free(p);
     if (pool_fd >= 0) close(pool_fd);
     dcpi_err ignored;
     dcpi_wsession_share_plans(&s, sock, &ignored); /* the trainer may be gone */
     reply(sock, seq, &err, s.ctx);
+    /* after the DONE: the trainer does not wait for the copy */
+    if (!err.code && path) dcpi_snap_keep(&store, s.ctx, path, rank);
+    free(path);
   }
+  dcpi_snap_linger(&store); /* the trainer is gone: a restart may come */
+  dcpi_snap_store_free(&store);
   dcpi_wsession_end(&s);
   close(sock);
   return rc;

@@ -1,0 +1,219 @@
+/* memtier.c — the trainer's side of the memory tier (docs/recovery.md):
+ * dcp_memtier_set / dcp_memtier_stop, the options the async writer is
+ * spawned with, and the snapshot source dcp_load asks (runtime/
+ * load_source.h): it finds this rank's writer on the host by job and rank
+ * (writer/snapshot.h), asks it for the snapshot of the metadata being
+ * loaded, and maps the memfd it gets back read-only. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "async/async_int.h"
+#include "base/sized.h"
+#include "runtime/load_source.h"
+#include "writer/proto.h"
+#include "writer/snapshot.h"
+
+#define ASK_TIMEOUT_MS 5000 /* a writer that does not answer in time is not used */
+
+typedef struct memtier {
+  dcpi_load_tier tier; /* first member: the slot holds a pointer to it */
+  dcp_ctx *ctx;
+  dcp_memtier_options o; /* o.job points at job */
+  char *job;
+} memtier;
+
+/* A mapped snapshot, as a load source. */
+typedef struct memsrc {
+  dcpi_load_source src; /* first member */
+  uint8_t *base;
+  size_t size;
+  dcpi_snap_reply r;   /* the files */
+  _Atomic int *gone;   /* per file: rejected after a checksum mismatch */
+} memsrc;
+
+void dcp_memtier_options_init(dcp_memtier_options *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+}
+
+static void tier_release(dcpi_ctx_ext *ext) {
+  memtier *t = (memtier *)ext;
+  free(t->job);
+  free(t);
+}
+
+static memtier *tier_of(dcp_ctx *ctx) {
+  return (memtier *)dcpi_ctx_ext_get(ctx, DCPI_CTX_TIER);
+}
+
+const dcp_memtier_options *dcpi_memtier_options_of(dcp_ctx *ctx) {
+  memtier *t = tier_of(ctx);
+  return t && t->o.keep ? &t->o : NULL;
+}
+
+/* ---- the source --------------------------------------------------------- */
+
+static const uint8_t *src_span(dcpi_load_source *self, const char *file, uint64_t off,
+                               uint64_t len) {
+  memsrc *m = (memsrc *)self;
+  for (size_t i = 0; i < m->r.nfiles; i++) {
+    const dcpi_snap_file *f = &m->r.files[i];
+    if (strcmp(f->name, file)) continue;
+    if (atomic_load(&m->gone[i]) || off > f->length || len > f->length - off) return NULL;
+    return m->base + f->offset + off;
+  }
+  return NULL;
+}
+
+static void src_reject(dcpi_load_source *self, const char *file) {
+  memsrc *m = (memsrc *)self;
+  for (size_t i = 0; i < m->r.nfiles; i++)
+    if (!strcmp(m->r.files[i].name, file)) atomic_store(&m->gone[i], 1);
+}
+
+static void src_close(dcpi_load_source *self) {
+  memsrc *m = (memsrc *)self;
+  if (m->base) munmap(m->base, m->size);
+  dcpi_snap_reply_free(&m->r);
+  free((void *)m->gone);
+  free(m);
+}
+
+/* A source over the memfd fd of reply r (taken over on success). */
+static memsrc *src_map(int fd, dcpi_snap_reply *r) {
+  struct stat sb;
+  if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < r->size) return NULL;
+  memsrc *m = calloc(1, sizeof *m);
+  if (!m) return NULL;
+  m->gone = calloc(r->nfiles ? r->nfiles : 1, sizeof *m->gone);
+  m->size = (size_t)r->size;
+  void *base = m->size ? mmap(NULL, m->size, PROT_READ, MAP_SHARED, fd, 0) : NULL;
+  if (!m->gone || base == MAP_FAILED) {
+    free((void *)m->gone);
+    free(m);
+    return NULL;
+  }
+  m->base = base;
+  m->r = *r;
+  memset(r, 0, sizeof *r);
+  m->src.span = src_span;
+  m->src.reject = src_reject;
+  m->src.close = src_close;
+  return m;
+}
+
+/* ---- asking the writer ---------------------------------------------------- */
+
+/* Send one request of type to this rank's writer and take its answer (and
+ * a memfd, for a GET that found one). Errors: DCP_ENOTFOUND (no writer),
+ * DCP_EPEER (another user's), DCP_ECORRUPT, DCP_EIO, DCP_ETIMEDOUT. */
+static dcp_status ask(const memtier *t, uint16_t type, const char *path, uint64_t meta_hash,
+                      dcpi_snap_reply *r, int *fd, dcpi_err *err) {
+  char name[128];
+  int c;
+  dcpi_snap_name(name, sizeof name, t->job, t->ctx->rank, getuid());
+  dcp_status rc = dcpi_snap_connect(name, ASK_TIMEOUT_MS, &c, err);
+  if (rc) return rc;
+  dcpi_snap_req q = {.job = t->job, .path = (char *)path, .rank = t->ctx->rank,
+                     .meta_hash = meta_hash};
+  uint8_t *p = NULL;
+  size_t len;
+  uint16_t got;
+  rc = dcpi_snap_req_encode(&q, &p, &len) ? dcpi_fail(err, DCP_ENOMEM, "out of memory")
+                                          : dcpi_wp_send(c, type, p, len, -1, err);
+  free(p);
+  p = NULL;
+  if (!rc) rc = dcpi_wp_recv(c, &got, &p, &len, fd, err);
+  if (!rc && got != DCPI_WP_SNAP) rc = dcpi_fail(err, DCP_ECORRUPT, "unexpected answer %u", got);
+  if (!rc) rc = dcpi_snap_reply_decode(p, len, r, err);
+  free(p);
+  close(c);
+  return rc;
+}
+
+/* Whether the answer is from this job's writer of this rank and user. */
+static bool is_ours(const memtier *t, const dcpi_snap_reply *r) {
+  return r->job && strcmp(r->job, t->job) == 0 && r->rank == t->ctx->rank &&
+         r->uid == (uint32_t)getuid();
+}
+
+static void tier_open(dcpi_load_tier *self, const char *path, uint64_t meta_hash,
+                      dcpi_load_source **out, uint32_t *state) {
+  memtier *t = (memtier *)self;
+  dcpi_snap_reply r;
+  dcpi_err err;
+  int fd = -1;
+  *out = NULL;
+  if (!t->o.keep) return; /* *state stays DCP_MEMTIER_OFF */
+  dcp_status rc = ask(t, DCPI_WP_SNAP_GET, path, meta_hash, &r, &fd, &err);
+  if (rc) {
+    *state = rc == DCP_ENOTFOUND ? DCP_MEMTIER_NONE : DCP_MEMTIER_REFUSED;
+    if (fd >= 0) close(fd);
+    return;
+  }
+  *state = !is_ours(t, &r) ? DCP_MEMTIER_REFUSED : r.state;
+  memsrc *m = NULL;
+  if (*state == DCP_MEMTIER_USED && (r.meta_hash != meta_hash || fd < 0))
+    *state = DCP_MEMTIER_REFUSED;
+  if (*state == DCP_MEMTIER_USED && !(m = src_map(fd, &r))) *state = DCP_MEMTIER_NONE;
+  if (fd >= 0) close(fd); /* the mapping keeps the memory */
+  dcpi_snap_reply_free(&r);
+  *out = m ? &m->src : NULL;
+}
+
+/* ---- the public calls ----------------------------------------------------- */
+
+dcp_status dcp_memtier_set(dcp_ctx *ctx, const dcp_memtier_options *o) {
+  if (!ctx) return DCP_EINVAL;
+  dcpi_err err;
+  dcpi_err_clear(&err);
+  memtier *t = calloc(1, sizeof *t);
+  if (!t) return dcpi_ctx_report(ctx, (dcpi_fail(&err, DCP_ENOMEM, "out of memory"), &err));
+  dcp_memtier_options_init(&t->o);
+  dcp_status rc = DCP_OK;
+  if (!o || !dcpi_sized_merge(&t->o, sizeof t->o, o, DCPI_SIZE_THROUGH(dcp_memtier_options, job)))
+    rc = dcpi_fail(&err, DCP_EINVAL, "dcp_memtier_set: NULL options or struct_size too small");
+  else if (t->o.linger_ms < 0)
+    rc = dcpi_fail(&err, DCP_EINVAL, "dcp_memtier_set: linger_ms %lld < 0",
+                   (long long)t->o.linger_ms);
+  const char *job = t->o.job ? t->o.job : getenv("DCP_JOB_ID");
+  if (!rc && !(t->job = strdup(job ? job : "")))
+    rc = dcpi_fail(&err, DCP_ENOMEM, "out of memory");
+  if (rc) {
+    tier_release(&t->tier.ext);
+    return dcpi_ctx_report(ctx, &err);
+  }
+  t->o.job = t->job;
+  t->ctx = ctx;
+  t->tier.ext.release = tier_release;
+  t->tier.open = tier_open;
+  /* a new setting replaces the old (not while a load asks it: set it
+   * before loading, as any option) */
+  dcpi_ctx_ext *old = dcpi_ctx_ext_detach(ctx, DCPI_CTX_TIER);
+  if (old) old->release(old);
+  dcpi_ctx_ext *held = dcpi_ctx_ext_attach(ctx, DCPI_CTX_TIER, &t->tier.ext);
+  if (held != &t->tier.ext) tier_release(&t->tier.ext);
+  return DCP_OK;
+}
+
+dcp_status dcp_memtier_stop(dcp_ctx *ctx) {
+  if (!ctx) return DCP_EINVAL;
+  dcpi_err err;
+  dcpi_err_clear(&err);
+  memtier *t = tier_of(ctx);
+  if (!t) {
+    dcpi_fail(&err, DCP_EINVAL, "dcp_memtier_stop: no memory tier set on this context");
+    return dcpi_ctx_report(ctx, &err);
+  }
+  dcpi_snap_reply r;
+  dcp_status rc = ask(t, DCPI_WP_SNAP_STOP, NULL, 0, &r, NULL, &err);
+  if (rc == DCP_ENOTFOUND) return DCP_OK; /* nobody to stop */
+  if (!rc) dcpi_snap_reply_free(&r);
+  if (rc) dcpi_fail(&err, DCP_EIO, "dcp_memtier_stop: %s", err.msg);
+  return rc ? dcpi_ctx_report(ctx, &err) : DCP_OK;
+}
