@@ -428,6 +428,23 @@ static dcp_status verify_into(dcpi_block_reader *r, const char *file,
   return DCP_OK;
 }
 
+/* The blocks of [first, last) that the source gave with a wrong checksum
+ * are read again, one by one, from storage (f) into dst. */
+static dcp_status repair_into(dcpi_block_reader *r, dcp_storage_file *f, const char *file,
+                              const dcp_storage_ref *ref, uint64_t first, uint64_t last,
+                              uint8_t *dst, const char *what, dcpi_err *err) {
+  uint64_t bs = ref->block_size;
+  dcp_status rc = DCP_OK;
+  for (uint64_t b = first / bs; !rc && b * bs < last; b++) {
+    uint8_t *blk = dst + (b * bs - first);
+    size_t n = block_raw_len(ref, b);
+    if (XXH3_64bits(blk, n) == ref->block_checksums[b]) continue;
+    source_reject(r, file, n);
+    rc = fetch(r, f, file, blk, n, ref->offset + b * bs, what, NULL, err);
+  }
+  return rc;
+}
+
 dcp_status dcpi_block_read_into(dcpi_block_reader *r, const char *file,
                                 const dcp_storage_ref *ref, uint64_t first, uint64_t last,
                                 uint8_t *dst, const char *what, dcpi_err *err) {
@@ -441,10 +458,7 @@ dcp_status dcpi_block_read_into(dcpi_block_reader *r, const char *file,
   bool from_src = false;
   dcp_status rc = get_file(r, file, &f, err);
   if (!rc) rc = fetch(r, f, file, dst, len, ref->offset + first, what, &from_src, err);
-  if (!rc && from_src && verify_into(r, file, ref, first, last, dst, what, NULL)) {
-    source_reject(r, file, len); /* read it again from storage */
-    rc = fetch(r, f, file, dst, len, ref->offset + first, what, NULL, err);
-  }
+  if (!rc && from_src) rc = repair_into(r, f, file, ref, first, last, dst, what, err);
   return rc ? rc : verify_into(r, file, ref, first, last, dst, what, err);
 }
 

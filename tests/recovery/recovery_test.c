@@ -1,0 +1,269 @@
+/* recovery_test — the memory tier (docs/recovery.md) with real processes:
+ * a forked trainer async-saves in keep mode and dies of SIGKILL; its
+ * writer survives it; a fresh trainer (this process) loads.
+ *
+ *   recovery_test restart  --dir D   the load reads every data byte from
+ *                          the writer's memory (stats), also resharded; a
+ *                          trainer of another job finds nothing there
+ *   recovery_test corrupt  --dir D   a byte of the snapshot is flipped (in
+ *                          the writer's memfd): that block comes from
+ *                          storage, the values are exact
+ *   recovery_test stale    --dir D   a sync save replaced the checkpoint
+ *                          after the kept one: the snapshot is not used
+ *   recovery_test kill-writer --dir D  the writer died too: storage
+ *
+ * Every load is compared element by element; dcp_memtier_stop then ends
+ * the lingering writer. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "async/async_int.h"
+#include "dcp.h"
+
+#define ROWS 512
+#define COLS 1024 /* 2 MiB of float */
+#define NBYTES 40
+
+#define CHECK(cond, ...)                                              \
+  do {                                                                \
+    if (!(cond)) {                                                    \
+      fprintf(stderr, "recovery_test:%d: ", __LINE__);               \
+      fprintf(stderr, __VA_ARGS__);                                   \
+      fprintf(stderr, "\n");                                          \
+      exit(1);                                                        \
+    }                                                                 \
+  } while (0)
+#define OK(call, ctx) CHECK((call) == DCP_OK, "%s: %s", #call, dcp_ctx_last_error(ctx))
+
+static char g_job[64];
+
+static float value(int seed, size_t i) { return (float)((i * 7 + (size_t)seed * 13) % 1009) + 0.25f * (float)seed; }
+
+static dcp_ctx *open_ctx(const char *job) {
+  dcp_ctx *ctx;
+  CHECK(dcp_ctx_create(NULL, &ctx) == DCP_OK, "dcp_ctx_create: %s", dcp_ctx_create_error());
+  dcp_memtier_options o;
+  dcp_memtier_options_init(&o);
+  o.keep = 1;
+  o.linger_ms = 60000; /* the test stops it; at worst it goes after a minute */
+  o.job = job;
+  OK(dcp_memtier_set(ctx, &o), ctx);
+  return ctx;
+}
+
+/* A state of "w" (rows [row0, row0+rows) of ROWS x COLS) and "rng". */
+static dcp_state *state_of(dcp_ctx *ctx, float *w, int64_t row0, int64_t rows, uint8_t *rng) {
+  dcp_state *st;
+  int64_t shape[2] = {ROWS, COLS}, off[2] = {row0, 0}, size[2] = {rows, COLS};
+  OK(dcp_state_create(ctx, &st), ctx);
+  OK(dcp_state_add_tensor(st, "w", DCP_F32, 2, shape), ctx);
+  OK(dcp_state_add_chunk(st, "w", off, size, w), ctx);
+  OK(dcp_state_add_bytes(st, "rng", DCP_SCOPE_REPLICATED, rng, NBYTES), ctx);
+  return st;
+}
+
+static void fill(float *w, uint8_t *rng, int seed) {
+  for (size_t i = 0; i < (size_t)ROWS * COLS; i++) w[i] = value(seed, i);
+  for (int i = 0; i < NBYTES; i++) rng[i] = (uint8_t)(seed * 31 + i);
+}
+
+static void path_of(char *p, size_t cap, const char *dir) { snprintf(p, cap, "%s/step", dir); }
+
+enum { RESTART, CORRUPT, STALE, KILL_WRITER };
+
+/* The trainer: async save (seed 1) kept in memory, then per mode a sync
+ * save over it (seed 2) or the writer's death; then SIGKILL. */
+static void trainer(const char *dir, int mode, const char *pidfile) {
+  char p[512];
+  path_of(p, sizeof p, dir);
+  dcp_ctx *ctx = open_ctx(g_job);
+  float *w = malloc(sizeof(float) * ROWS * COLS);
+  uint8_t rng[NBYTES];
+  fill(w, rng, 1);
+  dcp_state *st = state_of(ctx, w, 0, ROWS, rng);
+  dcp_async *h;
+  OK(dcp_async_save(ctx, st, p, NULL, &h), ctx);
+  OK(dcp_async_wait(h), ctx);
+  dcp_async_free(h);
+  pid_t wpid = dcpi_async_writer_pid(ctx);
+  FILE *f = fopen(pidfile, "w");
+  CHECK(f && fprintf(f, "%d\n", (int)wpid) > 0 && fclose(f) == 0, "pid file");
+  if (mode == STALE) {
+    fill(w, rng, 2);
+    dcp_save_options o;
+    dcp_save_options_init(&o);
+    o.flags = DCP_SAVE_OVERWRITE;
+    OK(dcp_save(ctx, st, p, &o), ctx);
+  }
+  if (mode == KILL_WRITER) {
+    kill(wpid, SIGKILL);
+    waitpid(wpid, NULL, 0);
+  }
+  /* the writer copies the snapshot after its DONE: let it finish (a
+   * restart that comes sooner reads storage, which is no failure but not
+   * what this test is about) */
+  nanosleep(&(struct timespec){0, 300000000}, NULL);
+  raise(SIGKILL);
+}
+
+static pid_t run_trainer(const char *dir, int mode, const char *pidfile) {
+  pid_t child = fork();
+  CHECK(child >= 0, "fork");
+  if (child == 0) {
+    trainer(dir, mode, pidfile);
+    _exit(3);
+  }
+  int status;
+  CHECK(waitpid(child, &status, 0) == child && WIFSIGNALED(status) &&
+            WTERMSIG(status) == SIGKILL,
+        "the trainer did not die of SIGKILL (status %d)", status);
+  int wpid = 0;
+  FILE *f = fopen(pidfile, "r");
+  CHECK(f && fscanf(f, "%d", &wpid) == 1, "no writer pid");
+  fclose(f);
+  return wpid;
+}
+
+/* Load rows [row0, row0+rows) into fresh buffers, compare with seed, and
+ * return the statistics. */
+static dcp_stats load_check(dcp_ctx *ctx, const char *p, int64_t row0, int64_t rows, int seed) {
+  float *w = calloc((size_t)rows * COLS, sizeof(float));
+  uint8_t rng[NBYTES] = {0};
+  dcp_state *st = state_of(ctx, w, row0, rows, rng);
+  OK(dcp_load(ctx, st, p, NULL), ctx);
+  for (int64_t i = 0; i < rows * COLS; i++)
+    CHECK(w[i] == value(seed, (size_t)(row0 * COLS + i)), "w[%lld] = %g, expected %g",
+          (long long)(row0 * COLS + i), w[i], value(seed, (size_t)(row0 * COLS + i)));
+  for (int i = 0; i < NBYTES; i++) CHECK(rng[i] == (uint8_t)(seed * 31 + i), "rng[%d]", i);
+  dcp_stats s = {.struct_size = sizeof s};
+  OK(dcp_ctx_stats(ctx, &s), ctx);
+  dcp_state_free(st);
+  free(w);
+  return s;
+}
+
+/* 1 when process pid is gone (or a zombie) within 5 s. */
+static int gone(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  for (int i = 0; i < 500; i++) {
+    FILE *f = fopen(path, "r");
+    char state = 'X';
+    if (f && fscanf(f, "%*d (%*[^)]) %c", &state) != 1) state = 'X';
+    if (f) fclose(f);
+    if (state == 'Z' || state == 'X') return 1;
+    nanosleep(&(struct timespec){0, 10000000}, NULL);
+  }
+  return 0;
+}
+
+/* Flip one byte of the writer's snapshot memfd at offset off (a bit flip
+ * in its DIMM, as far as any reader can tell). */
+static void flip(pid_t wpid, uint64_t off) {
+  char dir[64], link[256], path[320];
+  snprintf(dir, sizeof dir, "/proc/%d/fd", (int)wpid);
+  DIR *d = opendir(dir);
+  CHECK(d, "opendir %s", dir);
+  int done = 0;
+  for (struct dirent *e; !done && (e = readdir(d));) {
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    ssize_t n = readlink(path, link, sizeof link - 1);
+    if (n <= 0) continue;
+    link[n] = '\0';
+    if (!strstr(link, "memfd:dcp-snapshot")) continue;
+    int fd = open(path, O_RDWR);
+    CHECK(fd >= 0, "open %s", path);
+    uint8_t b;
+    CHECK(pread(fd, &b, 1, (off_t)off) == 1, "pread");
+    b ^= 0x10;
+    CHECK(pwrite(fd, &b, 1, (off_t)off) == 1, "pwrite");
+    close(fd);
+    done = 1;
+  }
+  closedir(d);
+  CHECK(done, "no snapshot memfd in %s", dir);
+}
+
+/* The file offset of a byte in the middle of "w" in its data file (the
+ * snapshot holds that one file from offset 0). */
+static uint64_t offset_in_w(dcp_ctx *ctx, const char *p) {
+  dcp_meta *m;
+  size_t ti;
+  dcp_chunk_info ci;
+  OK(dcp_meta_open(ctx, p, &m), ctx);
+  OK(dcp_meta_find_tensor(m, "w", &ti), ctx);
+  OK(dcp_meta_chunk(m, ti, 0, &ci), ctx);
+  CHECK(dcp_meta_file_count(m) == 1, "one data file expected");
+  uint64_t off = ci.ref.offset + ci.ref.stored_length / 2;
+  dcp_meta_free(m);
+  return off;
+}
+
+static int run(const char *dir, int mode) {
+  char p[512], pidfile[512];
+  path_of(p, sizeof p, dir);
+  snprintf(pidfile, sizeof pidfile, "%s/writer.pid", dir);
+  snprintf(g_job, sizeof g_job, "recovery-test-%d", (int)getpid());
+  pid_t wpid = run_trainer(dir, mode, pidfile);
+  const uint64_t wbytes = sizeof(float) * ROWS * COLS;
+  if (mode == RESTART) { /* another job's trainer: nothing for it */
+    dcp_ctx *other = open_ctx("another-job");
+    dcp_stats s = load_check(other, p, 0, ROWS, 1);
+    CHECK(s.mem_tier == DCP_MEMTIER_NONE && s.mem_read_bytes == 0, "other job: tier %u",
+          s.mem_tier);
+    dcp_ctx_free(other);
+  }
+  dcp_ctx *ctx = open_ctx(g_job);
+  if (mode == CORRUPT) flip(wpid, offset_in_w(ctx, p));
+  dcp_stats s = load_check(ctx, p, 0, ROWS, mode == STALE ? 2 : 1);
+  printf("mode %d: tier %u, %llu bytes from memory (%llu failed their checksum), %llu from "
+         "storage\n", mode, s.mem_tier, (unsigned long long)s.mem_read_bytes,
+         (unsigned long long)s.mem_fallback_bytes, (unsigned long long)s.data_read_bytes);
+  switch (mode) {
+  case RESTART:
+    CHECK(s.mem_tier == DCP_MEMTIER_USED && s.mem_read_bytes >= wbytes + NBYTES &&
+              s.data_read_bytes == 0 && s.mem_fallback_bytes == 0,
+          "restart: not all from memory");
+    /* another geometry: rows 100..400, resharded out of the same bytes */
+    s = load_check(ctx, p, 100, 300, 1);
+    CHECK(s.mem_tier == DCP_MEMTIER_USED && s.data_read_bytes == 0 &&
+              s.mem_read_bytes >= 300 * COLS * sizeof(float),
+          "resharded restart: tier %u, %llu from storage", s.mem_tier,
+          (unsigned long long)s.data_read_bytes);
+    break;
+  case CORRUPT:
+    CHECK(s.mem_tier == DCP_MEMTIER_USED && s.mem_fallback_bytes > 0 &&
+              s.data_read_bytes >= s.mem_fallback_bytes && s.data_read_bytes < wbytes,
+          "corrupt: the bad block was not re-read from storage alone");
+    break;
+  case STALE:
+    CHECK(s.mem_tier == DCP_MEMTIER_STALE && s.mem_read_bytes == 0, "stale: tier %u",
+          s.mem_tier);
+    break;
+  default:
+    CHECK(s.mem_tier == DCP_MEMTIER_NONE && s.mem_read_bytes == 0, "no writer: tier %u",
+          s.mem_tier);
+  }
+  OK(dcp_memtier_stop(ctx), ctx);
+  CHECK(gone(wpid), "the writer (pid %d) is still there after dcp_memtier_stop", (int)wpid);
+  dcp_ctx_free(ctx);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *dir = argc == 4 && !strcmp(argv[2], "--dir") ? argv[3] : NULL;
+  CHECK(dir, "usage: recovery_test restart|corrupt|stale|kill-writer --dir D");
+  static const char *const modes[] = {"restart", "corrupt", "stale", "kill-writer"};
+  for (int i = 0; i < 4; i++)
+    if (!strcmp(argv[1], modes[i])) return run(dir, i);
+  CHECK(0, "unknown mode %s", argv[1]);
+  return 2;
+}
