@@ -11,6 +11,10 @@
  *   recovery_test stale    --dir D   a sync save replaced the checkpoint
  *                          after the kept one: the snapshot is not used
  *   recovery_test kill-writer --dir D  the writer died too: storage
+ *   dcp_launch N T recovery_test restart-wN --dir D   N ranks over the
+ *                          file collective, writers too: each rank's
+ *                          restart loads a shifted row range, its own
+ *                          file's rows from memory, the rest from storage
  *
  * Every load is compared element by element; dcp_memtier_stop then ends
  * the lingering writer. */
@@ -21,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,12 +49,31 @@
 #define OK(call, ctx) CHECK((call) == DCP_OK, "%s: %s", #call, dcp_ctx_last_error(ctx))
 
 static char g_job[64];
+static int g_rank, g_world = 1; /* DCP_TEST_RANK / DCP_TEST_WORLD (dcp_launch) */
+static char g_rdv[600];          /* the trainers' rendezvous (several ranks) */
 
 static float value(int seed, size_t i) { return (float)((i * 7 + (size_t)seed * 13) % 1009) + 0.25f * (float)seed; }
 
-static dcp_ctx *open_ctx(const char *job) {
+/* A context of this rank: a world of one, or the file collective in
+ * g_rdv/sub (each generation of trainers its own, so a killed one leaves
+ * nothing in the way of the next), the writers coordinating there too. */
+static dcp_ctx *open_ctx_in(const char *job, const char *sub) {
   dcp_ctx *ctx;
-  CHECK(dcp_ctx_create(NULL, &ctx) == DCP_OK, "dcp_ctx_create: %s", dcp_ctx_create_error());
+  dcp_ctx_config cfg;
+  dcp_ctx_config_init(&cfg);
+  char rdv[700];
+  snprintf(rdv, sizeof rdv, "%s/%s", g_rdv, sub);
+  mkdir(g_rdv, 0755);
+  mkdir(rdv, 0755);
+  if (g_world > 1) {
+    cfg.coll = "file";
+    cfg.rendezvous = rdv;
+    cfg.rank = g_rank;
+    cfg.world_size = g_world;
+    cfg.timeout_ms = 60000;
+  }
+  CHECK(dcp_ctx_create(&cfg, &ctx) == DCP_OK, "dcp_ctx_create: %s", dcp_ctx_create_error());
+  if (g_world > 1) OK(dcp_async_set_coordination(ctx, "file", rdv, NULL), ctx);
   dcp_memtier_options o;
   dcp_memtier_options_init(&o);
   o.keep = 1;
@@ -58,6 +82,8 @@ static dcp_ctx *open_ctx(const char *job) {
   OK(dcp_memtier_set(ctx, &o), ctx);
   return ctx;
 }
+
+static dcp_ctx *open_ctx(const char *job) { return open_ctx_in(job, "restart"); }
 
 /* A state of "w" (rows [row0, row0+rows) of ROWS x COLS) and "rng". */
 static dcp_state *state_of(dcp_ctx *ctx, float *w, int64_t row0, int64_t rows, uint8_t *rng) {
@@ -77,18 +103,19 @@ static void fill(float *w, uint8_t *rng, int seed) {
 
 static void path_of(char *p, size_t cap, const char *dir) { snprintf(p, cap, "%s/step", dir); }
 
-enum { RESTART, CORRUPT, STALE, KILL_WRITER };
+enum { RESTART, CORRUPT, STALE, KILL_WRITER, RESTART_WN };
 
 /* The trainer: async save (seed 1) kept in memory, then per mode a sync
  * save over it (seed 2) or the writer's death; then SIGKILL. */
 static void trainer(const char *dir, int mode, const char *pidfile) {
   char p[512];
   path_of(p, sizeof p, dir);
-  dcp_ctx *ctx = open_ctx(g_job);
+  dcp_ctx *ctx = open_ctx_in(g_job, "trainer");
   float *w = malloc(sizeof(float) * ROWS * COLS);
   uint8_t rng[NBYTES];
   fill(w, rng, 1);
-  dcp_state *st = state_of(ctx, w, 0, ROWS, rng);
+  int64_t rows = ROWS / g_world; /* this rank's rows of the save */
+  dcp_state *st = state_of(ctx, w + (size_t)(g_rank * rows) * COLS, g_rank * rows, rows, rng);
   dcp_async *h;
   OK(dcp_async_save(ctx, st, p, NULL, &h), ctx);
   OK(dcp_async_wait(h), ctx);
@@ -207,13 +234,37 @@ static uint64_t offset_in_w(dcp_ctx *ctx, const char *p) {
   return off;
 }
 
+/* N ranks: rank r saved rows [r, r+1) * ROWS/N; its restart loads the
+ * same number of rows, shifted by half a share: the first half from its
+ * own snapshot, the second from the next rank's file on storage. */
+static int restart_wn(const char *p, pid_t wpid) {
+  dcp_ctx *ctx = open_ctx(g_job);
+  int64_t share = ROWS / g_world, row0 = g_rank * share + share / 2;
+  int64_t rows = g_rank == g_world - 1 ? share / 2 : share; /* the last one: up to the end */
+  dcp_stats s = load_check(ctx, p, row0, rows, 1);
+  uint64_t own = (uint64_t)(share / 2) * COLS * sizeof(float);
+  printf("rank %d: rows [%lld, %lld): tier %u, %llu bytes from memory, %llu from storage\n",
+         g_rank, (long long)row0, (long long)(row0 + rows), s.mem_tier,
+         (unsigned long long)s.mem_read_bytes, (unsigned long long)s.data_read_bytes);
+  CHECK(s.mem_tier == DCP_MEMTIER_USED && s.mem_read_bytes >= own, "rank %d: own rows not from "
+        "memory", g_rank);
+  CHECK(g_rank == g_world - 1 || s.data_read_bytes >= own, "rank %d: the next rank's rows did "
+        "not come from storage", g_rank);
+  OK(dcp_memtier_stop(ctx), ctx);
+  CHECK(gone(wpid), "the writer (pid %d) is still there after dcp_memtier_stop", (int)wpid);
+  dcp_ctx_free(ctx);
+  return 0;
+}
+
 static int run(const char *dir, int mode) {
-  char p[512], pidfile[512];
+  char p[512], pidfile[600];
   path_of(p, sizeof p, dir);
-  snprintf(pidfile, sizeof pidfile, "%s/writer.pid", dir);
-  snprintf(g_job, sizeof g_job, "recovery-test-%d", (int)getpid());
+  snprintf(g_rdv, sizeof g_rdv, "%s/rdv", dir);
+  snprintf(g_job, sizeof g_job, "recovery-test-%d", (int)getppid()); /* one per run */
+  snprintf(pidfile, sizeof pidfile, "%s/writer.%d.pid", dir, g_rank);
   pid_t wpid = run_trainer(dir, mode, pidfile);
   const uint64_t wbytes = sizeof(float) * ROWS * COLS;
+  if (mode == RESTART_WN) return restart_wn(p, wpid);
   if (mode == RESTART) { /* another job's trainer: nothing for it */
     dcp_ctx *other = open_ctx("another-job");
     dcp_stats s = load_check(other, p, 0, ROWS, 1);
@@ -260,10 +311,13 @@ static int run(const char *dir, int mode) {
 
 int main(int argc, char **argv) {
   const char *dir = argc == 4 && !strcmp(argv[2], "--dir") ? argv[3] : NULL;
-  CHECK(dir, "usage: recovery_test restart|corrupt|stale|kill-writer --dir D");
+  CHECK(dir, "usage: recovery_test restart|corrupt|stale|kill-writer|restart-wN --dir D");
+  const char *r = getenv("DCP_TEST_RANK"), *w = getenv("DCP_TEST_WORLD");
+  if (r && w) g_rank = atoi(r), g_world = atoi(w);
   static const char *const modes[] = {"restart", "corrupt", "stale", "kill-writer"};
   for (int i = 0; i < 4; i++)
     if (!strcmp(argv[1], modes[i])) return run(dir, i);
+  if (!strncmp(argv[1], "restart-w", 9) && g_world > 1) return run(dir, RESTART_WN);
   CHECK(0, "unknown mode %s", argv[1]);
   return 2;
 }
