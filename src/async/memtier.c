@@ -3,11 +3,13 @@
  * spawned with, and the snapshot source dcp_load asks (runtime/
  * load_source.h): it finds this rank's writer on the host by job and rank
  * (writer/snapshot.h), asks it for the snapshot of the metadata being
- * loaded, and maps the memfd it gets back read-only. */
+ * loaded, and reads the memfd it gets back with pread (the kernel copies
+ * from the direct map: no page table of the snapshot to build, no fault per
+ * page, no mapping left in the trainer). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,11 +28,10 @@ typedef struct memtier {
   char *job;
 } memtier;
 
-/* A mapped snapshot, as a load source. */
+/* A snapshot's memfd, as a load source. */
 typedef struct memsrc {
   dcpi_load_source src; /* first member */
-  uint8_t *base;
-  size_t size;
+  int fd;
   dcpi_snap_reply r;   /* the files */
   _Atomic int *gone;   /* per file: rejected after a checksum mismatch */
 } memsrc;
@@ -58,16 +59,27 @@ const dcp_memtier_options *dcpi_memtier_options_of(dcp_ctx *ctx) {
 
 /* ---- the source --------------------------------------------------------- */
 
-static const uint8_t *src_span(dcpi_load_source *self, const char *file, uint64_t off,
-                               uint64_t len) {
+/* Read exactly len bytes of the memfd at off into dst. */
+static bool pread_all(int fd, uint8_t *dst, uint64_t len, uint64_t off) {
+  while (len) {
+    ssize_t n = pread(fd, dst, len, (off_t)off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    dst += n, off += (uint64_t)n, len -= (uint64_t)n;
+  }
+  return true;
+}
+
+static bool src_read(dcpi_load_source *self, const char *file, uint64_t off, uint64_t len,
+                     uint8_t *dst) {
   memsrc *m = (memsrc *)self;
   for (size_t i = 0; i < m->r.nfiles; i++) {
     const dcpi_snap_file *f = &m->r.files[i];
     if (strcmp(f->name, file)) continue;
-    if (atomic_load(&m->gone[i]) || off > f->length || len > f->length - off) return NULL;
-    return m->base + f->offset + off;
+    if (atomic_load(&m->gone[i]) || off > f->length || len > f->length - off) return false;
+    return !dst || pread_all(m->fd, dst, len, f->offset + off);
   }
-  return NULL;
+  return false;
 }
 
 static void src_reject(dcpi_load_source *self, const char *file) {
@@ -78,30 +90,27 @@ static void src_reject(dcpi_load_source *self, const char *file) {
 
 static void src_close(dcpi_load_source *self) {
   memsrc *m = (memsrc *)self;
-  if (m->base) munmap(m->base, m->size);
+  close(m->fd);
   dcpi_snap_reply_free(&m->r);
   free((void *)m->gone);
   free(m);
 }
 
-/* A source over the memfd fd of reply r (taken over on success). */
+/* A source over the memfd fd of reply r (both taken over on success). */
 static memsrc *src_map(int fd, dcpi_snap_reply *r) {
   struct stat sb;
   if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < r->size) return NULL;
   memsrc *m = calloc(1, sizeof *m);
   if (!m) return NULL;
   m->gone = calloc(r->nfiles ? r->nfiles : 1, sizeof *m->gone);
-  m->size = (size_t)r->size;
-  void *base = m->size ? mmap(NULL, m->size, PROT_READ, MAP_SHARED, fd, 0) : NULL;
-  if (!m->gone || base == MAP_FAILED) {
-    free((void *)m->gone);
+  if (!m->gone) {
     free(m);
     return NULL;
   }
-  m->base = base;
+  m->fd = fd;
   m->r = *r;
   memset(r, 0, sizeof *r);
-  m->src.span = src_span;
+  m->src.read = src_read;
   m->src.reject = src_reject;
   m->src.close = src_close;
   return m;
@@ -160,8 +169,9 @@ static void tier_open(dcpi_load_tier *self, const char *path, uint64_t meta_hash
   memsrc *m = NULL;
   if (*state == DCP_MEMTIER_USED && (r.meta_hash != meta_hash || fd < 0))
     *state = DCP_MEMTIER_REFUSED;
-  if (*state == DCP_MEMTIER_USED && !(m = src_map(fd, &r))) *state = DCP_MEMTIER_NONE;
-  if (fd >= 0) close(fd); /* the mapping keeps the memory */
+  if (*state == DCP_MEMTIER_USED && (m = src_map(fd, &r))) fd = -1;
+  else if (*state == DCP_MEMTIER_USED) *state = DCP_MEMTIER_NONE;
+  if (fd >= 0) close(fd);
   dcpi_snap_reply_free(&r);
   *out = m ? &m->src : NULL;
 }

@@ -348,10 +348,9 @@ void dcpi_block_reader_set_source(dcpi_block_reader *r, dcpi_load_source *src) {
 static dcp_status fetch(dcpi_block_reader *r, dcp_storage_file *f, const char *file,
                         uint8_t *dst, size_t len, uint64_t off, const char *what,
                         bool *from_src, dcpi_err *err) {
-  const uint8_t *held = from_src && r->src ? r->src->span(r->src, file, off, len) : NULL;
-  if (from_src) *from_src = held != NULL;
+  bool held = from_src && r->src && r->src->read(r->src, file, off, len, dst);
+  if (from_src) *from_src = held;
   if (held) {
-    memcpy(dst, held, len);
     atomic_fetch_add(&r->src->served, len);
     return DCP_OK;
   }
@@ -560,7 +559,7 @@ dcp_status dcpi_block_prefetch(dcpi_block_reader *r, const dcpi_block_req *reqs,
     uint64_t a, b;
     stored_range(q->ref, q->first, q->last, &a, &b);
     if (b - a > COALESCE_ITEM_MAX) continue;
-    if (r->src && r->src->span(r->src, q->file, a, b - a)) continue; /* held in memory */
+    if (r->src && r->src->read(r->src, q->file, a, b - a, NULL)) continue; /* held */
     rc = get_file(r, q->file, &p[m].f, err);
     p[m].start = a, p[m].end = b;
     m++;

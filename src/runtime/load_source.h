@@ -18,10 +18,13 @@
 
 typedef struct dcpi_load_source dcpi_load_source;
 struct dcpi_load_source {
-  /* Bytes [off, off+len) of data file `file` (a name of the checkpoint's
-   * file table), or NULL when the source does not hold all of them or
-   * rejected the file. Called from any thread of the load. */
-  const uint8_t *(*span)(dcpi_load_source *self, const char *file, uint64_t off, uint64_t len);
+  /* Copy bytes [off, off+len) of data file `file` (a name of the
+   * checkpoint's file table) into dst and return true; false when the
+   * source does not hold all of them, rejected the file, or cannot read
+   * them. dst NULL: only say whether it holds them. Called from any thread
+   * of the load. */
+  bool (*read)(dcpi_load_source *self, const char *file, uint64_t off, uint64_t len,
+               uint8_t *dst);
   /* A block of `file` served by the source failed its checksum: later
    * spans of that file return NULL. Called from any thread. */
   void (*reject)(dcpi_load_source *self, const char *file);
