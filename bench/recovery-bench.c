@@ -234,9 +234,10 @@ int main(int argc, char **argv) {
     double tc = restore(disk, &b, &sc);
     double tcpy = time_memcpy(&b);
     double tread = time_disk_read(&b);
-    printf("-- repetition %zu: memory %llu B from memory, %llu from storage; storage %llu\n",
+    printf("-- repetition %zu: memory %llu B from memory, %llu from storage (plan %.3f s, "
+           "read %.3f s); storage %llu B (plan %.3f s, read %.3f s)\n",
            r + 1, (unsigned long long)sm.mem_read_bytes, (unsigned long long)sm.data_read_bytes,
-           (unsigned long long)sd.data_read_bytes);
+           sm.plan_s, sm.read_s, (unsigned long long)sd.data_read_bytes, sd.plan_s, sd.read_s);
     row("memory", tm, payload(&b), td);
     row("storage", td, payload(&b), td);
     row("page cache", tc, payload(&b), td);
