@@ -97,6 +97,10 @@ void dcpi_py_ctx_leave(dcpi_py_ctx *c);
 /* Context.check_replicas(state, report_only=False) -> dict (replica.c). */
 PyObject *dcpi_py_ctx_check_replicas(PyObject *self, PyObject *args, PyObject *kwargs);
 
+/* Context.set_memtier(...) and Context.memtier_stop() (memtier.c). */
+PyObject *dcpi_py_ctx_set_memtier(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *dcpi_py_ctx_memtier_stop(PyObject *self, PyObject *unused);
+
 /* A dependent object (state, view, handle) was created from / freed from c. */
 void dcpi_py_ctx_hold(dcpi_py_ctx *c);
 void dcpi_py_ctx_release(dcpi_py_ctx *c);
