@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 void ak_parse(int argc, char **argv, ak_args *a) {
   *a = (ak_args){.mode = argc > 1 ? argv[1] : ""};
@@ -86,4 +87,18 @@ void ak_rows_add(dcp_ctx *ctx, dcp_state *st, int64_t nrows, int64_t ncols, int6
   int64_t bshape[1] = {(int64_t)nbig}, boff[1] = {0};
   must(ctx, dcp_state_add_tensor(st, "big", DCP_U8, 1, bshape), "declare big");
   must(ctx, dcp_state_add_chunk(st, "big", boff, bshape, big), "add big");
+}
+
+int ak_gone_within(int pid, long ms) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  for (long waited = 0; waited <= ms; waited += 10) {
+    FILE *f = fopen(path, "r"); /* afresh each time: /proc text is read once */
+    char state = 'X';
+    if (f && fscanf(f, "%*d (%*[^)]) %c", &state) != 1) state = 'X';
+    if (f) fclose(f);
+    if (state == 'Z' || state == 'X') return 1;
+    nanosleep(&(struct timespec){0, 10000000}, NULL);
+  }
+  return 0;
 }

@@ -47,4 +47,8 @@ void ak_rows_alloc(int rank, int world, int64_t nrows, int64_t ncols, size_t nbi
 void ak_rows_add(dcp_ctx *ctx, dcp_state *st, int64_t nrows, int64_t ncols, int64_t row0,
                  int64_t rows, float *w, uint8_t *big, size_t nbig);
 
+/* 1 when process pid ends (is gone, or a zombie not reaped yet) within
+ * ms milliseconds, else 0 (polls /proc/PID/stat). */
+int ak_gone_within(int pid, long ms);
+
 #endif

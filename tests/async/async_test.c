@@ -263,21 +263,9 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* 1 when process pid ends (is gone, or a zombie not reaped yet) within a
- * second: a SIGKILL sent to it is on its way. */
-static int dead(pid_t pid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  for (int i = 0; i < 100; i++) {
-    FILE *f = fopen(path, "r"); /* afresh each time: /proc text is read once */
-    char state = 'X';
-    if (f && fscanf(f, "%*d (%*[^)]) %c", &state) != 1) state = 'X';
-    if (f) fclose(f);
-    if (state == 'Z' || state == 'X') return 1;
-    nanosleep(&(struct timespec){0, 10000000}, NULL);
-  }
-  return 0;
-}
+/* 1 when process pid ends within a second: a SIGKILL sent to it is on
+ * its way. */
+static int dead(pid_t pid) { return ak_gone_within(pid, 1000); }
 
 /* Several ranks: the last rank's writer dies (sig SIGKILL) or stalls
  * (SIGSTOP) mid-save. Its peers' writers must give up by their deadline (no

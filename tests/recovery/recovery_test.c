@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "async/async_int.h"
+#include "async_kit.h"
 #include "dcp.h"
 
 #define ROWS 512
@@ -178,19 +179,7 @@ static dcp_stats load_check(dcp_ctx *ctx, const char *p, int64_t row0, int64_t r
 }
 
 /* 1 when process pid is gone (or a zombie) within 5 s. */
-static int gone(pid_t pid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  for (int i = 0; i < 500; i++) {
-    FILE *f = fopen(path, "r");
-    char state = 'X';
-    if (f && fscanf(f, "%*d (%*[^)]) %c", &state) != 1) state = 'X';
-    if (f) fclose(f);
-    if (state == 'Z' || state == 'X') return 1;
-    nanosleep(&(struct timespec){0, 10000000}, NULL);
-  }
-  return 0;
-}
+static int gone(pid_t pid) { return ak_gone_within(pid, 5000); }
 
 /* Flip one byte of the writer's snapshot memfd at offset off (a bit flip
  * in its DIMM, as far as any reader can tell). */
