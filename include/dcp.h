@@ -716,6 +716,8 @@ typedef struct dcp_stats {
                                   from storage */
   uint32_t mem_tier;           /* DCP_MEMTIER_*: what the load did with
                                   this rank's snapshot */
+  uint64_t peer_recv_bytes;    /* bytes of this rank's snapshot pulled from a
+                                  peer's memory (DCP_MEMTIER_PEER) */
 } dcp_stats;
 
 /* Copy the statistics of ctx's last save or load into *out. Set
@@ -1317,6 +1319,8 @@ DCP_API dcp_status dcp_manager_save_now(dcp_manager *m, int64_t step, dcp_state 
                                    path (another .metadata): not used */
 #define DCP_MEMTIER_REFUSED 4u  /* the writer answering is not of this job,
                                    rank or user, or answered garbage */
+#define DCP_MEMTIER_PEER 5u     /* no local snapshot; a peer's copy was pulled
+                                   and used */
 
 typedef struct dcp_memtier_options {
   uint32_t struct_size;  /* sizeof(dcp_memtier_options) (the init sets it) */
@@ -1331,6 +1335,12 @@ typedef struct dcp_memtier_options {
                             a restarted trainer finds only a writer of the
                             same job, rank and user. NULL: $DCP_JOB_ID, else
                             "" (any job of this user) */
+  uint32_t replicas;     /* peers that also hold each rank's snapshot (the
+                            writers send it over their collective after the
+                            save); 0: none. The same on every rank. */
+  int32_t peer_jump;     /* replica k of rank r goes to rank (r + k*J) mod
+                            world; 0: J = the number of ranks on this host
+                            (the collective's host ids; 1 without them) */
 } dcp_memtier_options;
 
 /* Defaults: keep 0 (off), budget 0, linger 0, job NULL. */

@@ -10,6 +10,8 @@
 
 #include "async/pool.h"
 #include "core/ctx.h"
+#include "runtime/load_source.h"
+#include "writer/snapshot.h"
 
 typedef struct dcpi_async_writer {
   dcpi_ctx_ext ext; /* first member: the context holds a pointer to it */
@@ -74,6 +76,35 @@ void dcpi_lib_dir(char *buf, size_t cap);
 /* ctx's memory tier options when keep mode is on (dcp_memtier_set), else
  * NULL (async/memtier.c). */
 const dcp_memtier_options *dcpi_memtier_options_of(dcp_ctx *ctx);
+
+/* ---- the memory tier's trainer side (memtier.c, memtier_peer.c) ---- */
+
+/* Send one request of type (DCPI_WP_SNAP_GET / _STOP) for origin's
+ * snapshot to this rank's writer of job and take its answer (and a memfd
+ * when fd is non-NULL and one came). Errors: DCP_ENOTFOUND (no writer),
+ * DCP_EPEER (another user's), DCP_ECORRUPT, DCP_EIO, DCP_ETIMEDOUT. */
+dcp_status dcpi_memtier_ask(dcp_ctx *ctx, const char *job, uint16_t type, const char *path,
+                            int32_t origin, uint64_t meta_hash, dcpi_snap_reply *r, int *fd,
+                            dcpi_err *err);
+
+/* GET origin's snapshot of the metadata meta_hash: DCP_MEMTIER_USED with
+ * *r and *fd (the caller's) when this job's writer of this rank holds it,
+ * else what else happened (*fd -1, *r empty). */
+uint32_t dcpi_memtier_get(dcp_ctx *ctx, const char *job, const char *path, int32_t origin,
+                          uint64_t meta_hash, dcpi_snap_reply *r, int *fd);
+
+/* A load source over memfd fd holding the files of r (both taken over;
+ * NULL on failure, when nothing is taken). */
+dcpi_load_source *dcpi_memsrc_new(int fd, dcpi_snap_reply *r);
+
+/* The peer tier (collective over the load's ranks, after each looked for
+ * its own snapshot: *out non-NULL when it has one): ranks with none pull
+ * a copy from a peer whose local writer holds one (placement o's options),
+ * which becomes *out with *state DCP_MEMTIER_PEER; the bytes pulled go to
+ * the context's peer_recv_bytes. Never fails the load (a failure of the
+ * collective itself stays on rt for the load to report). */
+void dcpi_memtier_pull(dcpi_rt *rt, const dcp_memtier_options *o, uint64_t meta_hash,
+                       dcpi_load_source **out, uint32_t *state);
 
 /* Test accessors: the writer's pid (0: none), pool memfds created, pool
  * growths, writer spawns, async saves submitted, prepares made, the

@@ -98,6 +98,7 @@ static void src_close(dcpi_load_source *self) {
 
 /* A source over the memfd fd of reply r (both taken over on success). */
 static memsrc *src_map(int fd, dcpi_snap_reply *r) {
+  if (fd < 0) return NULL;
   struct stat sb;
   if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < r->size) return NULL;
   memsrc *m = calloc(1, sizeof *m);
@@ -118,18 +119,21 @@ static memsrc *src_map(int fd, dcpi_snap_reply *r) {
 
 /* ---- asking the writer ---------------------------------------------------- */
 
-/* Send one request of type to this rank's writer and take its answer (and
- * a memfd, for a GET that found one). Errors: DCP_ENOTFOUND (no writer),
- * DCP_EPEER (another user's), DCP_ECORRUPT, DCP_EIO, DCP_ETIMEDOUT. */
-static dcp_status ask(const memtier *t, uint16_t type, const char *path, uint64_t meta_hash,
-                      dcpi_snap_reply *r, int *fd, dcpi_err *err) {
+dcpi_load_source *dcpi_memsrc_new(int fd, dcpi_snap_reply *r) {
+  memsrc *m = src_map(fd, r);
+  return m ? &m->src : NULL;
+}
+
+dcp_status dcpi_memtier_ask(dcp_ctx *ctx, const char *job, uint16_t type, const char *path,
+                            int32_t origin, uint64_t meta_hash, dcpi_snap_reply *r, int *fd,
+                            dcpi_err *err) {
   char name[128];
   int c;
-  dcpi_snap_name(name, sizeof name, t->job, t->ctx->rank, getuid());
+  dcpi_snap_name(name, sizeof name, job, ctx->rank, getuid());
   dcp_status rc = dcpi_snap_connect(name, ASK_TIMEOUT_MS, &c, err);
   if (rc) return rc;
-  dcpi_snap_req q = {.job = t->job, .path = (char *)path, .rank = t->ctx->rank,
-                     .meta_hash = meta_hash};
+  dcpi_snap_req q = {.job = (char *)job, .path = (char *)path, .rank = ctx->rank,
+                     .origin = origin, .meta_hash = meta_hash};
   uint8_t *p = NULL;
   size_t len;
   uint16_t got;
@@ -145,35 +149,44 @@ static dcp_status ask(const memtier *t, uint16_t type, const char *path, uint64_
   return rc;
 }
 
-/* Whether the answer is from this job's writer of this rank and user. */
-static bool is_ours(const memtier *t, const dcpi_snap_reply *r) {
-  return r->job && strcmp(r->job, t->job) == 0 && r->rank == t->ctx->rank &&
-         r->uid == (uint32_t)getuid();
+uint32_t dcpi_memtier_get(dcp_ctx *ctx, const char *job, const char *path, int32_t origin,
+                          uint64_t meta_hash, dcpi_snap_reply *r, int *fd) {
+  dcpi_err err;
+  *fd = -1;
+  dcp_status rc = dcpi_memtier_ask(ctx, job, DCPI_WP_SNAP_GET, path, origin, meta_hash, r, fd,
+                                   &err);
+  if (rc) {
+    if (*fd >= 0) close(*fd), *fd = -1;
+    return rc == DCP_ENOTFOUND ? DCP_MEMTIER_NONE : DCP_MEMTIER_REFUSED;
+  }
+  /* the answer must come from this job's writer of this rank and user */
+  bool ours = r->job && strcmp(r->job, job) == 0 && r->rank == ctx->rank &&
+              r->uid == (uint32_t)getuid();
+  uint32_t state = ours ? r->state : DCP_MEMTIER_REFUSED;
+  if (state == DCP_MEMTIER_USED && (r->meta_hash != meta_hash || *fd < 0))
+    state = DCP_MEMTIER_REFUSED;
+  if (state != DCP_MEMTIER_USED) {
+    dcpi_snap_reply_free(r);
+    if (*fd >= 0) close(*fd), *fd = -1;
+  }
+  return state;
 }
 
-static void tier_open(dcpi_load_tier *self, const char *path, uint64_t meta_hash,
+static void tier_open(dcpi_load_tier *self, dcpi_rt *rt, uint64_t meta_hash,
                       dcpi_load_source **out, uint32_t *state) {
   memtier *t = (memtier *)self;
   dcpi_snap_reply r;
-  dcpi_err err;
-  int fd = -1;
+  int fd;
   *out = NULL;
   if (!t->o.keep) return; /* *state stays DCP_MEMTIER_OFF */
-  dcp_status rc = ask(t, DCPI_WP_SNAP_GET, path, meta_hash, &r, &fd, &err);
-  if (rc) {
-    *state = rc == DCP_ENOTFOUND ? DCP_MEMTIER_NONE : DCP_MEMTIER_REFUSED;
-    if (fd >= 0) close(fd);
-    return;
+  *state = dcpi_memtier_get(t->ctx, t->job, rt->path, t->ctx->rank, meta_hash, &r, &fd);
+  if (*state == DCP_MEMTIER_USED && !(*out = dcpi_memsrc_new(fd, &r))) {
+    *state = DCP_MEMTIER_NONE;
+    close(fd);
+    dcpi_snap_reply_free(&r);
   }
-  *state = !is_ours(t, &r) ? DCP_MEMTIER_REFUSED : r.state;
-  memsrc *m = NULL;
-  if (*state == DCP_MEMTIER_USED && (r.meta_hash != meta_hash || fd < 0))
-    *state = DCP_MEMTIER_REFUSED;
-  if (*state == DCP_MEMTIER_USED && (m = src_map(fd, &r))) fd = -1;
-  else if (*state == DCP_MEMTIER_USED) *state = DCP_MEMTIER_NONE;
-  if (fd >= 0) close(fd);
-  dcpi_snap_reply_free(&r);
-  *out = m ? &m->src : NULL;
+  if (t->o.replicas && t->ctx->world_size > 1) /* collective: every rank */
+    dcpi_memtier_pull(rt, &t->o, meta_hash, out, state);
 }
 
 /* ---- the public calls ----------------------------------------------------- */
@@ -221,7 +234,8 @@ dcp_status dcp_memtier_stop(dcp_ctx *ctx) {
     return dcpi_ctx_report(ctx, &err);
   }
   dcpi_snap_reply r;
-  dcp_status rc = ask(t, DCPI_WP_SNAP_STOP, NULL, 0, &r, NULL, &err);
+  dcp_status rc = dcpi_memtier_ask(ctx, t->job, DCPI_WP_SNAP_STOP, NULL, ctx->rank, 0, &r, NULL,
+                                   &err);
   if (rc == DCP_ENOTFOUND) return DCP_OK; /* nobody to stop */
   if (!rc) dcpi_snap_reply_free(&r);
   if (rc) dcpi_fail(&err, DCP_EIO, "dcp_memtier_stop: %s", err.msg);

@@ -105,16 +105,18 @@ static dcp_status spawn(dcpi_async_writer *w, const char *exe, int child_end, dc
     return dcpi_fail(err, DCP_ENOMEM, "posix_spawn_file_actions_init failed");
   posix_spawn_file_actions_adddup2(&fa, child_end, WRITER_FD);
   int rc = spawn_attr(&attr);
-  char fdarg[16], keep[16], budget[32], linger[32];
+  char fdarg[16], keep[16], budget[32], linger[32], reps[16], jump[16];
   snprintf(fdarg, sizeof fdarg, "%d", WRITER_FD);
-  char *argv[12] = {(char *)exe, "--fd", fdarg, NULL};
+  char *argv[16] = {(char *)exe, "--fd", fdarg, NULL};
   const dcp_memtier_options *mt = dcpi_memtier_options_of(w->ctx);
   if (mt) { /* keep mode: docs/recovery.md */
     snprintf(keep, sizeof keep, "%u", (unsigned)mt->keep);
     snprintf(budget, sizeof budget, "%llu", (unsigned long long)mt->budget_bytes);
     snprintf(linger, sizeof linger, "%lld", (long long)mt->linger_ms);
+    snprintf(reps, sizeof reps, "%u", (unsigned)mt->replicas);
+    snprintf(jump, sizeof jump, "%d", (int)mt->peer_jump);
     char *more[] = {"--keep", keep, "--budget", budget, "--linger", linger, "--job",
-                    (char *)mt->job, NULL};
+                    (char *)mt->job, "--replicas", reps, "--jump", jump, NULL};
     memcpy(argv + 3, more, sizeof more);
   }
   w->keep = mt != NULL;

@@ -231,7 +231,7 @@ static dcpi_load_source *open_source(dcpi_rt *rt, uint64_t meta_hash, dcpi_block
   dcpi_load_tier *tier = (dcpi_load_tier *)dcpi_ctx_ext_get(rt->ctx, DCPI_CTX_TIER);
   dcpi_load_source *src = NULL;
   uint32_t state = DCP_MEMTIER_OFF;
-  if (tier && br) tier->open(tier, rt->path, meta_hash, &src, &state);
+  if (tier && br) tier->open(tier, rt, meta_hash, &src, &state);
   rt->ctx->stats.mem_tier = state;
   if (src) dcpi_block_reader_set_source(br, src);
   return src;

@@ -35,15 +35,16 @@ struct dcpi_load_source {
 };
 
 /* The provider in ctx->ext[DCPI_CTX_TIER] (a higher layer attaches it).
- * open: a source for a load of path whose committed metadata (the bytes
- * the load uses) has XXH3-64 meta_hash, into *out (NULL: none), and what
- * became of the snapshot (DCP_MEMTIER_*) into *state. It never fails a
- * load: a provider that cannot help says so in *state. */
+ * open: a source for the load rt (of rt->path) whose committed metadata
+ * (the bytes the load uses) has XXH3-64 meta_hash, into *out (NULL: none),
+ * and what became of the snapshot (DCP_MEMTIER_*) into *state. Called on
+ * every rank of the load (it may run collectives over rt: peer pulls); it
+ * never fails a load: a provider that cannot help says so in *state. */
 typedef struct dcpi_load_tier dcpi_load_tier;
 struct dcpi_load_tier {
   dcpi_ctx_ext ext; /* first member */
-  void (*open)(dcpi_load_tier *self, const char *path, uint64_t meta_hash,
-               dcpi_load_source **out, uint32_t *state);
+  void (*open)(dcpi_load_tier *self, dcpi_rt *rt, uint64_t meta_hash, dcpi_load_source **out,
+               uint32_t *state);
 };
 
 /* Have r ask src (NULL: none) before storage for every read; r does not

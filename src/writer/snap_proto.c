@@ -137,6 +137,7 @@ dcp_status dcpi_snap_req_encode(const dcpi_snap_req *q, uint8_t **out, size_t *l
   put_text(&w, q->job);
   put_text(&w, q->path);
   dcpi_w_zigzag(&w, q->rank);
+  dcpi_w_zigzag(&w, q->origin);
   dcpi_w_u64(&w, q->meta_hash);
   return take(&w, out, len);
 }
@@ -146,10 +147,13 @@ dcp_status dcpi_snap_req_decode(const uint8_t *p, size_t len, dcpi_snap_req *q, 
   memset(q, 0, sizeof *q);
   q->job = get_text(&c, NAME_MAX_LEN, "job");
   q->path = get_text(&c, PATH_MAX_LEN, "path");
-  int64_t rank = 0;
+  int64_t rank = 0, origin = 0;
   if (!c.rc && (!dcpi_r_zigzag(&c.r, &rank) || rank < 0 || rank > INT32_MAX)) bad(&c, "rank");
+  if (!c.rc && (!dcpi_r_zigzag(&c.r, &origin) || origin < 0 || origin > INT32_MAX))
+    bad(&c, "origin");
   if (!c.rc && !dcpi_r_u64(&c.r, &q->meta_hash)) bad(&c, "metadata hash");
   q->rank = (int32_t)rank;
+  q->origin = (int32_t)origin;
   if (finish(&c)) dcpi_snap_req_free(q);
   return c.rc;
 }

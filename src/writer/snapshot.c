@@ -18,7 +18,7 @@
 #include "runtime/files.h"
 #include "runtime/rt.h"
 #include "writer/proto.h"
-#include "writer/snapshot.h"
+#include "writer/snapshot_int.h"
 
 #define DEFAULT_LINGER_MS (10 * 60 * 1000)
 #define READ_PIECE ((size_t)64 << 20)
@@ -26,6 +26,7 @@
 
 struct dcpi_snap {
   char *path;
+  int32_t origin; /* the rank whose files these are (a peer's copy: not us) */
   uint64_t meta_hash;
   int fd; /* the memfd: the files back to back */
   uint64_t size;
@@ -145,6 +146,7 @@ static dcp_status build(dcp_ctx *ctx, const char *path, int32_t rank, uint64_t b
     rc = dcpi_fail(err, DCP_ENOMEM, "%llu bytes, over the budget of %llu",
                    (unsigned long long)p->size, (unsigned long long)budget);
   if (!rc) rc = fill(p, &rt, err);
+  if (p) p->origin = rank;
   dcp_meta_free(m);
   free(data);
   if (rt.st) ctx->storage->close(rt.st);
@@ -153,8 +155,23 @@ static dcp_status build(dcp_ctx *ctx, const char *path, int32_t rank, uint64_t b
   return rc;
 }
 
-/* Add p as the newest; drop snapshots of the same path, then the oldest
- * while more than keep are held or the budget is exceeded. */
+/* How many snapshots of origin s holds. Caller holds s->mu. */
+static size_t count_of(const dcpi_snap_store *s, int32_t origin) {
+  size_t n = 0;
+  for (size_t i = 0; i < s->nsnaps; i++) n += s->snaps[i]->origin == origin;
+  return n;
+}
+
+/* Drop snapshot i. Caller holds s->mu. */
+static void drop_at(dcpi_snap_store *s, size_t i) {
+  s->bytes -= s->snaps[i]->size;
+  snap_free(s->snaps[i]);
+  memmove(s->snaps + i, s->snaps + i + 1, (--s->nsnaps - i) * sizeof *s->snaps);
+}
+
+/* Add p as the newest; drop snapshots of the same origin and path, then
+ * the oldest of p's origin while more than keep are held, then the oldest
+ * of all while the budget is exceeded. */
 static void add(dcpi_snap_store *s, dcpi_snap *p) {
   pthread_mutex_lock(&s->mu);
   dcpi_snap **grown = realloc(s->snaps, (s->nsnaps + 1) * sizeof *grown);
@@ -164,24 +181,65 @@ static void add(dcpi_snap_store *s, dcpi_snap *p) {
     return;
   }
   s->snaps = grown;
-  size_t kept = 0;
-  for (size_t i = 0; i < s->nsnaps; i++) {
-    if (strcmp(s->snaps[i]->path, p->path) == 0) {
-      s->bytes -= s->snaps[i]->size;
-      snap_free(s->snaps[i]);
-    } else {
-      s->snaps[kept++] = s->snaps[i];
-    }
-  }
-  s->snaps[kept++] = p;
-  s->nsnaps = kept;
+  for (size_t i = s->nsnaps; i-- > 0;)
+    if (s->snaps[i]->origin == p->origin && strcmp(s->snaps[i]->path, p->path) == 0)
+      drop_at(s, i);
+  s->snaps[s->nsnaps++] = p;
   s->bytes += p->size;
-  while (s->nsnaps > s->keep || s->bytes > s->budget) {
-    s->bytes -= s->snaps[0]->size;
-    snap_free(s->snaps[0]);
-    memmove(s->snaps, s->snaps + 1, --s->nsnaps * sizeof *s->snaps);
+  for (size_t i = 0; i < s->nsnaps && count_of(s, p->origin) > s->keep;)
+    if (s->snaps[i]->origin == p->origin) drop_at(s, i);
+    else i++;
+  while (s->nsnaps && s->bytes > s->budget) drop_at(s, 0);
+  pthread_mutex_unlock(&s->mu);
+}
+
+bool dcpi_snap_lookup(dcpi_snap_store *s, int32_t origin, const char *path,
+                      dcpi_snap_reply *r, int *fd) {
+  memset(r, 0, sizeof *r);
+  *fd = -1;
+  pthread_mutex_lock(&s->mu);
+  dcpi_snap *p = NULL;
+  for (size_t i = s->nsnaps; !p && i-- > 0;)
+    if (s->snaps[i]->origin == origin && strcmp(s->snaps[i]->path, path) == 0) p = s->snaps[i];
+  bool ok = p && (r->files = calloc(p->nfiles ? p->nfiles : 1, sizeof *r->files)) &&
+            (*fd = fcntl(p->fd, F_DUPFD_CLOEXEC, 0)) >= 0;
+  for (size_t i = 0; ok && i < p->nfiles; i++) {
+    r->files[i] = p->files[i];
+    ok = (r->files[i].name = strdup(p->files[i].name)) != NULL;
+    r->nfiles += ok;
+  }
+  if (ok) {
+    r->meta_hash = p->meta_hash;
+    r->size = p->size;
+    r->state = DCP_MEMTIER_USED;
   }
   pthread_mutex_unlock(&s->mu);
+  if (!ok) {
+    dcpi_snap_reply_free(r);
+    if (*fd >= 0) close(*fd), *fd = -1;
+  }
+  return ok;
+}
+
+void dcpi_snap_adopt(dcpi_snap_store *s, int32_t origin, const char *path, int fd,
+                     dcpi_snap_reply *r) {
+  dcpi_snap *p = calloc(1, sizeof *p);
+  if (!p || !(p->path = strdup(path))) {
+    free(p);
+    close(fd);
+    dcpi_snap_reply_free(r);
+    return;
+  }
+  p->origin = origin;
+  p->meta_hash = r->meta_hash;
+  p->fd = fd;
+  p->size = r->size;
+  p->files = r->files;
+  p->nfiles = r->nfiles;
+  r->files = NULL;
+  r->nfiles = 0;
+  dcpi_snap_reply_free(r);
+  add(s, p);
 }
 
 /* ---- the server ------------------------------------------------------------ */
@@ -203,6 +261,7 @@ static void serve_get(dcpi_snap_store *s, int c, const dcpi_snap_req *q, dcpi_sn
   r->state = DCP_MEMTIER_NONE;
   for (size_t i = s->nsnaps; i-- > 0;) {
     dcpi_snap *p = s->snaps[i];
+    if (p->origin != q->origin) continue;
     if (p->meta_hash == q->meta_hash && (fd = fcntl(p->fd, F_DUPFD_CLOEXEC, 0)) >= 0) {
       *r = (dcpi_snap_reply){r->job, r->rank, r->uid, DCP_MEMTIER_USED, p->meta_hash, p->size,
                              p->files, p->nfiles};

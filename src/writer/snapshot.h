@@ -18,6 +18,7 @@
 #include <sys/types.h>
 
 #include "base/err.h"
+#include "runtime/rt.h"
 #include "dcp.h"
 
 /* ---- the rendezvous ------------------------------------------------------ */
@@ -44,6 +45,8 @@ dcp_status dcpi_snap_connect(const char *name, int64_t timeout_ms, int *fd, dcpi
 typedef struct dcpi_snap_req {
   char *job, *path;
   int32_t rank;
+  int32_t origin;  /* whose snapshot: rank itself, or a peer whose copy
+                      this writer holds (peer replication) */
   uint64_t meta_hash;
 } dcpi_snap_req;
 
@@ -83,6 +86,8 @@ typedef struct dcpi_snap dcpi_snap; /* one kept save */
 
 typedef struct dcpi_snap_store {
   uint32_t keep;      /* 0: keep mode off (the store does nothing) */
+  uint32_t replicas;  /* peers that get a copy of each snapshot */
+  int32_t jump;       /* replica k of rank r goes to r + k*jump (0: derive) */
   uint64_t budget;    /* bytes */
   int64_t linger_ms;
   char *job;
@@ -112,6 +117,35 @@ void dcpi_snap_store_init(dcpi_snap_store *s, uint32_t keep, uint64_t budget, in
  * save is larger than the budget, or memory runs out: a load then reads
  * storage. */
 void dcpi_snap_keep(dcpi_snap_store *s, dcp_ctx *ctx, const char *path, int32_t rank);
+
+/* Peer replication, after dcpi_snap_keep on every writer (collective over
+ * ctx's writers; a no-op without replicas or with one rank): this rank's
+ * snapshot of path goes to its s->replicas peers, the copies of the ranks
+ * it is a peer of come in and are kept like its own (same keep count per
+ * origin, same budget). A failed transfer (a peer gone, over budget)
+ * keeps nothing of it and is reported on stderr; a failed collective
+ * returns its code (the caller reopens its context). */
+dcp_status dcpi_snap_replicate(dcpi_snap_store *s, dcp_ctx *ctx, const char *path, int32_t rank);
+
+/* ---- moving a snapshot between two ranks ------------------------------ */
+
+/* The peer of rank r for replica k (1-based) with jump j in world w. */
+int32_t dcpi_snap_peer(int32_t r, uint32_t k, int32_t j, int32_t w);
+
+/* The jump of a placement: j when > 0, else the number of ranks on this
+ * rank's host by the collective's host ids (an allgather: collective),
+ * 1 when it has none; never a multiple of the world. */
+dcp_status dcpi_snap_jump(dcpi_rt *rt, int32_t j, int32_t *out);
+
+/* Collective over {root, other}: root sends the snapshot described by
+ * *mine (its files; NULL: none) whose bytes are in memfd fd; the other
+ * rank receives it into a new memfd (*fd_out, -1 when nothing came: none
+ * sent, or over `limit` bytes, or out of memory) described by *got.
+ * Every rank of the pair calls it with the same root and other. Errors:
+ * the collective's. */
+dcp_status dcpi_snap_transfer(dcpi_rt *rt, int32_t root, int32_t other,
+                              const dcpi_snap_reply *mine, int fd, uint64_t limit,
+                              dcpi_snap_reply *got, int *fd_out);
 
 /* The trainer is gone: wait, answering requests, until a STOP or
  * linger_ms, when snapshots are held; return at once otherwise. */

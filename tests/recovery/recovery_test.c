@@ -15,6 +15,10 @@
  *                          file collective, writers too: each rank's
  *                          restart loads a shifted row range, its own
  *                          file's rows from memory, the rest from storage
+ *   dcp_launch 4 T recovery_test peers --dir D   peer replication (one
+ *                          replica, jump 2): "host" A (ranks 0 and 1) loses
+ *                          its writers too; their restart pulls their
+ *                          snapshots from ranks 2 and 3's writers
  *
  * Every load is compared element by element; dcp_memtier_stop then ends
  * the lingering writer. */
@@ -33,6 +37,7 @@
 #include "async/async_int.h"
 #include "async_kit.h"
 #include "dcp.h"
+#include <xxhash.h>
 
 #define ROWS 512
 #define COLS 1024 /* 2 MiB of float */
@@ -52,6 +57,8 @@
 static char g_job[64];
 static int g_rank, g_world = 1; /* DCP_TEST_RANK / DCP_TEST_WORLD (dcp_launch) */
 static char g_rdv[600];          /* the trainers' rendezvous (several ranks) */
+static uint32_t g_replicas;      /* peer replication (mode peers) */
+#define JUMP 2
 
 static float value(int seed, size_t i) { return (float)((i * 7 + (size_t)seed * 13) % 1009) + 0.25f * (float)seed; }
 
@@ -71,7 +78,9 @@ static dcp_ctx *open_ctx_in(const char *job, const char *sub) {
     cfg.rendezvous = rdv;
     cfg.rank = g_rank;
     cfg.world_size = g_world;
-    cfg.timeout_ms = 60000;
+    /* peers: host A's writers die, and the others' collective waits this
+     * long for them when it closes */
+    cfg.timeout_ms = g_replicas ? 3000 : 60000;
   }
   CHECK(dcp_ctx_create(&cfg, &ctx) == DCP_OK, "dcp_ctx_create: %s", dcp_ctx_create_error());
   if (g_world > 1) OK(dcp_async_set_coordination(ctx, "file", rdv, NULL), ctx);
@@ -80,6 +89,8 @@ static dcp_ctx *open_ctx_in(const char *job, const char *sub) {
   o.keep = 1;
   o.linger_ms = 60000; /* the test stops it; at worst it goes after a minute */
   o.job = job;
+  o.replicas = g_replicas;
+  o.peer_jump = JUMP;
   OK(dcp_memtier_set(ctx, &o), ctx);
   return ctx;
 }
@@ -104,7 +115,38 @@ static void fill(float *w, uint8_t *rng, int seed) {
 
 static void path_of(char *p, size_t cap, const char *dir) { snprintf(p, cap, "%s/step", dir); }
 
-enum { RESTART, CORRUPT, STALE, KILL_WRITER, RESTART_WN };
+enum { RESTART, CORRUPT, STALE, KILL_WRITER, RESTART_WN, PEERS };
+
+/* XXH3 of the committed .metadata at p (what the snapshots are keyed by). */
+static uint64_t meta_hash_of(const char *p) {
+  char name[600];
+  snprintf(name, sizeof name, "%s/.metadata", p);
+  FILE *f = fopen(name, "rb");
+  CHECK(f, "open %s", name);
+  static uint8_t buf[1 << 20];
+  size_t n = fread(buf, 1, sizeof buf, f);
+  fclose(f);
+  return XXH3_64bits(buf, n);
+}
+
+/* Wait until this rank's writer holds its own snapshot of p and, with
+ * peers, the copy of the rank it is a peer of (they come after the save). */
+static void wait_kept(dcp_ctx *ctx, const char *p) {
+  uint64_t h = meta_hash_of(p);
+  int32_t origin = (g_rank - JUMP + g_world) % g_world;
+  for (int i = 0; i < 600; i++) {
+    dcpi_snap_reply r;
+    int fd, ok = 1;
+    for (int which = 0; which < (g_replicas ? 2 : 1); which++) {
+      uint32_t st = dcpi_memtier_get(ctx, g_job, p, which ? origin : g_rank, h, &r, &fd);
+      if (st == DCP_MEMTIER_USED) close(fd), dcpi_snap_reply_free(&r);
+      ok &= st == DCP_MEMTIER_USED;
+    }
+    if (ok) return;
+    nanosleep(&(struct timespec){0, 50000000}, NULL);
+  }
+  CHECK(0, "rank %d: the writer holds no snapshot of %s after 30 s", g_rank, p);
+}
 
 /* The trainer: async save (seed 1) kept in memory, then per mode a sync
  * save over it (seed 2) or the writer's death; then SIGKILL. */
@@ -131,14 +173,16 @@ static void trainer(const char *dir, int mode, const char *pidfile) {
     o.flags = DCP_SAVE_OVERWRITE;
     OK(dcp_save(ctx, st, p, &o), ctx);
   }
-  if (mode == KILL_WRITER) {
-    kill(wpid, SIGKILL);
-    waitpid(wpid, NULL, 0);
-  }
   /* the writer copies the snapshot after its DONE: let it finish (a
    * restart that comes sooner reads storage, which is no failure but not
    * what this test is about) */
-  nanosleep(&(struct timespec){0, 300000000}, NULL);
+  if (mode == KILL_WRITER) nanosleep(&(struct timespec){0, 300000000}, NULL);
+  else if (mode != STALE) wait_kept(ctx, p);
+  else nanosleep(&(struct timespec){0, 300000000}, NULL);
+  if (mode == KILL_WRITER || (mode == PEERS && g_rank < JUMP)) { /* host A is lost */
+    kill(wpid, SIGKILL);
+    waitpid(wpid, NULL, 0);
+  }
   raise(SIGKILL);
 }
 
@@ -245,6 +289,29 @@ static int restart_wn(const char *p, pid_t wpid) {
   return 0;
 }
 
+/* 4 ranks, one replica at rank + 2: ranks 0 and 1 lost their writers
+ * (host A); their restart pulls from ranks 2 and 3, which load their own. */
+static int restart_peers(const char *p, pid_t wpid) {
+  dcp_ctx *ctx = open_ctx(g_job);
+  int64_t share = ROWS / g_world;
+  dcp_stats s = load_check(ctx, p, g_rank * share, share, 1);
+  uint64_t own = (uint64_t)share * COLS * sizeof(float);
+  printf("rank %d: tier %u, %llu bytes pulled from a peer, %llu read from memory, %llu from "
+         "storage\n", g_rank, s.mem_tier, (unsigned long long)s.peer_recv_bytes,
+         (unsigned long long)s.mem_read_bytes, (unsigned long long)s.data_read_bytes);
+  bool lost = g_rank < JUMP;
+  CHECK(s.mem_tier == (lost ? DCP_MEMTIER_PEER : DCP_MEMTIER_USED), "rank %d: tier %u",
+        g_rank, s.mem_tier);
+  CHECK(s.mem_read_bytes >= own && s.data_read_bytes < own / 2, "rank %d: its rows did not "
+        "come from memory", g_rank);
+  CHECK(!lost || s.peer_recv_bytes >= own, "rank %d: nothing pulled", g_rank);
+  OK(dcp_memtier_stop(ctx), ctx);
+  CHECK(lost || ak_gone_within(wpid, 10000), "the writer (pid %d) is still there 10 s after "
+        "dcp_memtier_stop", (int)wpid);
+  dcp_ctx_free(ctx);
+  return 0;
+}
+
 static int run(const char *dir, int mode) {
   char p[512], pidfile[600];
   path_of(p, sizeof p, dir);
@@ -254,6 +321,7 @@ static int run(const char *dir, int mode) {
   pid_t wpid = run_trainer(dir, mode, pidfile);
   const uint64_t wbytes = sizeof(float) * ROWS * COLS;
   if (mode == RESTART_WN) return restart_wn(p, wpid);
+  if (mode == PEERS) return restart_peers(p, wpid);
   if (mode == RESTART) { /* another job's trainer: nothing for it */
     dcp_ctx *other = open_ctx("another-job");
     dcp_stats s = load_check(other, p, 0, ROWS, 1);
@@ -307,6 +375,10 @@ int main(int argc, char **argv) {
   for (int i = 0; i < 4; i++)
     if (!strcmp(argv[1], modes[i])) return run(dir, i);
   if (!strncmp(argv[1], "restart-w", 9) && g_world > 1) return run(dir, RESTART_WN);
+  if (!strcmp(argv[1], "peers") && g_world == 4) {
+    g_replicas = 1;
+    return run(dir, PEERS);
+  }
   CHECK(0, "unknown mode %s", argv[1]);
   return 2;
 }

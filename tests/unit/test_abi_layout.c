@@ -106,7 +106,7 @@
   F(dcp_load_options, read_dedup, 8, 4)           \
   F(dcp_load_options, reader_policy, 12, 4)       \
   F(dcp_load_options, max_inflight_bytes, 16, 8)  \
-  S(dcp_stats, 208, 8)                            \
+  S(dcp_stats, 216, 8)                            \
   F(dcp_stats, struct_size, 0, 4)                 \
   F(dcp_stats, plan_s, 8, 8)                      \
   F(dcp_stats, write_s, 16, 8)                    \
@@ -134,12 +134,15 @@
   F(dcp_stats, mem_read_bytes, 184, 8)            \
   F(dcp_stats, mem_fallback_bytes, 192, 8)        \
   F(dcp_stats, mem_tier, 200, 4)                  \
-  S(dcp_memtier_options, 32, 8)                   \
+  F(dcp_stats, peer_recv_bytes, 208, 8)           \
+  S(dcp_memtier_options, 40, 8)                   \
   F(dcp_memtier_options, struct_size, 0, 4)       \
   F(dcp_memtier_options, keep, 4, 4)              \
   F(dcp_memtier_options, budget_bytes, 8, 8)      \
   F(dcp_memtier_options, linger_ms, 16, 8)        \
   F(dcp_memtier_options, job, 24, 8)              \
+  F(dcp_memtier_options, replicas, 32, 4)         \
+  F(dcp_memtier_options, peer_jump, 36, 4)        \
   S(dcp_verify_report, 576, 8)                    \
   F(dcp_verify_report, struct_size, 0, 4)         \
   F(dcp_verify_report, tensors, 8, 8)             \
@@ -375,7 +378,8 @@
   V(DCP_MEMTIER_USED, 1)           \
   V(DCP_MEMTIER_NONE, 2)           \
   V(DCP_MEMTIER_STALE, 3)          \
-  V(DCP_MEMTIER_REFUSED, 4)
+  V(DCP_MEMTIER_REFUSED, 4)        \
+  V(DCP_MEMTIER_PEER, 5)
 
 /* Whether expr has type T (compatible types, C11 6.5.1.1); the expression
  * is not evaluated. */

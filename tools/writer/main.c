@@ -1,6 +1,7 @@
 /* dcp-writer — the writer process of async saves (docs/async.md).
  *
- *   dcp-writer --fd N [--keep K --budget BYTES --linger MS --job JOB]
+ *   dcp-writer --fd N [--keep K --budget BYTES --linger MS --job JOB
+ *                      --replicas R --jump J]
  *
  * Spawned by libdcp with one end of a socketpair as descriptor N. Reads
  * SAVE jobs (src/writer/proto.h), each with the staging pool's memfd
@@ -41,13 +42,17 @@ static int parse_fd(int argc, char **argv) {
   return v ? atoi(v) : -1;
 }
 
-/* The memory tier's options (off without --keep). */
+/* The memory tier's options (off without --keep; no peers without
+ * --replicas). */
 static void parse_keep(int argc, char **argv, dcpi_snap_store *store) {
   const char *k = arg_of(argc, argv, "--keep"), *b = arg_of(argc, argv, "--budget");
-  const char *l = arg_of(argc, argv, "--linger");
+  const char *l = arg_of(argc, argv, "--linger"), *r = arg_of(argc, argv, "--replicas");
+  const char *j = arg_of(argc, argv, "--jump");
   dcpi_snap_store_init(store, k ? (uint32_t)strtoul(k, NULL, 10) : 0,
                        b ? strtoull(b, NULL, 10) : 0, l ? strtoll(l, NULL, 10) : 0,
                        arg_of(argc, argv, "--job"));
+  store->replicas = r ? (uint32_t)strtoul(r, NULL, 10) : 0;
+  store->jump = j ? (int32_t)strtol(j, NULL, 10) : 0;
 }
 
 static void test_delay(void) {
@@ -163,6 +168,9 @@ int main(int argc, char **argv) {
     reply(sock, seq, &err, s.ctx);
     /* after the DONE: the trainer does not wait for the copy */
     if (!err.code && path) dcpi_snap_keep(&store, s.ctx, path, rank);
+    /* a failed collective is broken: reopen the context at the next job */
+    if (!err.code && path && dcpi_snap_replicate(&store, s.ctx, path, rank))
+      dcpi_wsession_free(&s);
     free(path);
   }
   dcpi_snap_linger(&store); /* the trainer is gone: a restart may come */
