@@ -40,13 +40,17 @@
 #                 the lone rank reads and sends nothing, each tensor is
 #                 read once (host_reader.c; the readers are on the host of
 #                 most members, as with gloo).
+#   memtier_peers the memory tier's peer replication (docs/recovery.md) on
+#                 2 hosts x 2 ranks over gloo: host 0's writers die with its
+#                 trainers; its restarted ranks pull their snapshots from
+#                 host 1's writers, element by element (tests/recovery).
 #   mpi_matrix    Open MPI launching into the namespaces (its rsh launcher
 #                 with tests/hosts/mpi_agent.sh, TCP between hosts): save
 #                 on 2 x 2, load on 4 x 1 and on 1 x 3.
 #
 # Environment (set by tests/hosts/CMakeLists.txt): DCP_SCENARIO, DCP_CLI,
-# DCP_ASYNC_TEST, DCP_WRITER, DCP_HOST_READER, DCP_PLUGIN_PATH, MPIEXEC
-# (optional).
+# DCP_ASYNC_TEST, DCP_RECOVERY_TEST, DCP_WRITER, DCP_HOST_READER, DCP_PLUGIN_PATH,
+# MPIEXEC (optional).
 # Exit 77 (skipped) where namespaces cannot be created.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -229,6 +233,14 @@ host_readers)
   mpi_run "$n0:1,$n1:2" 3 "$R" --coll mpi --dir "$D" --out "$work/reads" ||
     fail "mpi: save and load on hosts 0 1 1"
   readers_check "$work/reads" 3 0
+  ;;
+memtier_peers)
+  hosts_up 2
+  a0=$(host_addr 0)
+  for r in 0 1 2 3; do
+    host_run $((r / 2)) "$r" 4 "$DCP_RECOVERY_TEST" peers --dir "$work/r" --gloo "$a0:$PORT"
+  done
+  ranks_wait 120 || fail "host 0's ranks did not restore from host 1's memory"
   ;;
 mpi_matrix)
   [ -n "${MPIEXEC:-}" ] || hosts_skip "no mpiexec"

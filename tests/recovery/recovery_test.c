@@ -15,10 +15,12 @@
  *                          file collective, writers too: each rank's
  *                          restart loads a shifted row range, its own
  *                          file's rows from memory, the rest from storage
- *   dcp_launch 4 T recovery_test peers --dir D   peer replication (one
- *                          replica, jump 2): "host" A (ranks 0 and 1) loses
- *                          its writers too; their restart pulls their
- *                          snapshots from ranks 2 and 3's writers
+ *   dcp_launch 4 T recovery_test peers --dir D [--gloo HOST:PORT]   peer
+ *                          replication (one replica, jump 2): "host" A
+ *                          (ranks 0 and 1) loses its writers too; their
+ *                          restart pulls their snapshots from ranks 2 and
+ *                          3's writers (tests/hosts: 2 network namespaces,
+ *                          gloo over TCP)
  *
  * Every load is compared element by element; dcp_memtier_stop then ends
  * the lingering writer. */
@@ -58,6 +60,9 @@ static char g_job[64];
 static int g_rank, g_world = 1; /* DCP_TEST_RANK / DCP_TEST_WORLD (dcp_launch) */
 static char g_rdv[600];          /* the trainers' rendezvous (several ranks) */
 static uint32_t g_replicas;      /* peer replication (mode peers) */
+static const char *g_gloo;       /* --gloo HOST:PORT: gloo over TCP instead of the
+                                    file collective, stores at PORT+1 (trainer),
+                                    PORT+2 (writers), PORT+3 (restarted trainer) */
 #define JUMP 2
 
 static float value(int seed, size_t i) { return (float)((i * 7 + (size_t)seed * 13) % 1009) + 0.25f * (float)seed; }
@@ -73,9 +78,20 @@ static dcp_ctx *open_ctx_in(const char *job, const char *sub) {
   snprintf(rdv, sizeof rdv, "%s/%s", g_rdv, sub);
   mkdir(g_rdv, 0755);
   mkdir(rdv, 0755);
+  char store[300], wstore[320];
+  if (g_gloo) { /* HOST:PORT */
+    const char *colon = strrchr(g_gloo, ':');
+    CHECK(colon, "--gloo HOST:PORT");
+    int port = atoi(colon + 1);
+    snprintf(store, sizeof store, "store=%.*s:%d", (int)(colon - g_gloo), g_gloo,
+             port + (strcmp(sub, "trainer") ? 3 : 1));
+    snprintf(wstore, sizeof wstore, "store=%.*s:%d,job=dcpwriter", (int)(colon - g_gloo),
+             g_gloo, port + 2);
+  }
   if (g_world > 1) {
-    cfg.coll = "file";
-    cfg.rendezvous = rdv;
+    cfg.coll = g_gloo ? "gloo" : "file";
+    cfg.coll_options = g_gloo ? store : NULL;
+    cfg.rendezvous = g_gloo ? NULL : rdv;
     cfg.rank = g_rank;
     cfg.world_size = g_world;
     /* peers: host A's writers die, and the others' collective waits this
@@ -83,7 +99,8 @@ static dcp_ctx *open_ctx_in(const char *job, const char *sub) {
     cfg.timeout_ms = g_replicas ? 3000 : 60000;
   }
   CHECK(dcp_ctx_create(&cfg, &ctx) == DCP_OK, "dcp_ctx_create: %s", dcp_ctx_create_error());
-  if (g_world > 1) OK(dcp_async_set_coordination(ctx, "file", rdv, NULL), ctx);
+  if (g_world > 1 && g_gloo) OK(dcp_async_set_coordination(ctx, "gloo", NULL, wstore), ctx);
+  else if (g_world > 1) OK(dcp_async_set_coordination(ctx, "file", rdv, NULL), ctx);
   dcp_memtier_options o;
   dcp_memtier_options_init(&o);
   o.keep = 1;
@@ -367,8 +384,14 @@ static int run(const char *dir, int mode) {
 }
 
 int main(int argc, char **argv) {
-  const char *dir = argc == 4 && !strcmp(argv[2], "--dir") ? argv[3] : NULL;
-  CHECK(dir, "usage: recovery_test restart|corrupt|stale|kill-writer|restart-wN --dir D");
+  const char *dir = NULL;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--dir")) dir = argv[i + 1];
+    else if (!strcmp(argv[i], "--gloo")) g_gloo = argv[i + 1];
+  }
+  CHECK(dir, "usage: recovery_test restart|corrupt|stale|kill-writer|restart-wN|peers --dir D "
+        "[--gloo HOST:PORT]");
+  mkdir(dir, 0755);
   const char *r = getenv("DCP_TEST_RANK"), *w = getenv("DCP_TEST_WORLD");
   if (r && w) g_rank = atoi(r), g_world = atoi(w);
   static const char *const modes[] = {"restart", "corrupt", "stale", "kill-writer"};
