@@ -21,6 +21,9 @@
  *                          restart pulls their snapshots from ranks 2 and
  *                          3's writers (tests/hosts: 2 network namespaces,
  *                          gloo over TCP)
+ *   dcp_launch 4 T recovery_test peers-lost3 --dir D   the same with rank
+ *                          2's writer lost too: ranks 0 and 2 (whose copy
+ *                          holders are gone) read storage, rank 1 pulls
  *
  * Every load is compared element by element; dcp_memtier_stop then ends
  * the lingering writer. */
@@ -60,6 +63,7 @@ static char g_job[64];
 static int g_rank, g_world = 1; /* DCP_TEST_RANK / DCP_TEST_WORLD (dcp_launch) */
 static char g_rdv[600];          /* the trainers' rendezvous (several ranks) */
 static uint32_t g_replicas;      /* peer replication (mode peers) */
+static int g_lost = 2;           /* peers: ranks [0, g_lost) lose their writers */
 static const char *g_gloo;       /* --gloo HOST:PORT: gloo over TCP instead of the
                                     file collective, stores at PORT+1 (trainer),
                                     PORT+2 (writers), PORT+3 (restarted trainer) */
@@ -196,7 +200,7 @@ static void trainer(const char *dir, int mode, const char *pidfile) {
   if (mode == KILL_WRITER) nanosleep(&(struct timespec){0, 300000000}, NULL);
   else if (mode != STALE) wait_kept(ctx, p);
   else nanosleep(&(struct timespec){0, 300000000}, NULL);
-  if (mode == KILL_WRITER || (mode == PEERS && g_rank < JUMP)) { /* host A is lost */
+  if (mode == KILL_WRITER || (mode == PEERS && g_rank < g_lost)) { /* hosts lost */
     kill(wpid, SIGKILL);
     waitpid(wpid, NULL, 0);
   }
@@ -316,12 +320,15 @@ static int restart_peers(const char *p, pid_t wpid) {
   printf("rank %d: tier %u, %llu bytes pulled from a peer, %llu read from memory, %llu from "
          "storage\n", g_rank, s.mem_tier, (unsigned long long)s.peer_recv_bytes,
          (unsigned long long)s.mem_read_bytes, (unsigned long long)s.data_read_bytes);
-  bool lost = g_rank < JUMP;
-  CHECK(s.mem_tier == (lost ? DCP_MEMTIER_PEER : DCP_MEMTIER_USED), "rank %d: tier %u",
-        g_rank, s.mem_tier);
-  CHECK(s.mem_read_bytes >= own && s.data_read_bytes < own / 2, "rank %d: its rows did not "
-        "come from memory", g_rank);
-  CHECK(!lost || s.peer_recv_bytes >= own, "rank %d: nothing pulled", g_rank);
+  bool lost = g_rank < g_lost;
+  /* its replica's holder, rank + 2, lost its writer too: storage */
+  bool both = lost && (g_rank + JUMP) % g_world < g_lost;
+  uint32_t want = both ? DCP_MEMTIER_NONE : lost ? DCP_MEMTIER_PEER : DCP_MEMTIER_USED;
+  CHECK(s.mem_tier == want, "rank %d: tier %u, expected %u", g_rank, s.mem_tier, want);
+  CHECK(both ? s.data_read_bytes >= own && s.mem_read_bytes == 0
+             : s.mem_read_bytes >= own && s.data_read_bytes < own / 2,
+        "rank %d: its rows came from the wrong tier", g_rank);
+  CHECK(!lost || both || s.peer_recv_bytes >= own, "rank %d: nothing pulled", g_rank);
   OK(dcp_memtier_stop(ctx), ctx);
   CHECK(lost || ak_gone_within(wpid, 10000), "the writer (pid %d) is still there 10 s after "
         "dcp_memtier_stop", (int)wpid);
@@ -398,8 +405,9 @@ int main(int argc, char **argv) {
   for (int i = 0; i < 4; i++)
     if (!strcmp(argv[1], modes[i])) return run(dir, i);
   if (!strncmp(argv[1], "restart-w", 9) && g_world > 1) return run(dir, RESTART_WN);
-  if (!strcmp(argv[1], "peers") && g_world == 4) {
+  if (!strncmp(argv[1], "peers", 5) && g_world == 4) {
     g_replicas = 1;
+    g_lost = !strcmp(argv[1], "peers-lost3") ? 3 : 2;
     return run(dir, PEERS);
   }
   CHECK(0, "unknown mode %s", argv[1]);
