@@ -202,7 +202,8 @@ static const struct {
                 F(coll_bytes),       F(coll_ops),           F(items_written),
                 F(data_bytes),       F(data_read_bytes),    F(read_payload_bytes),
                 F(dedup_sent_bytes), F(dedup_recv_bytes),   F(dedup_groups),
-                F(plan_coll_bytes),  F(mem_read_bytes),     F(mem_fallback_bytes)},
+                F(plan_coll_bytes),  F(mem_read_bytes),     F(mem_fallback_bytes),
+                F(peer_recv_bytes)},
   stat_u32[] = {F(dedup_path), F(plan_cache_hit), F(mem_tier)};
 #undef F
 
@@ -328,10 +329,11 @@ static PyMethodDef ctx_methods[] = {
          "set_async_staging(background): True: async_save returns before the copy and "
          "the handle's fence() (or `with handle:`) waits for it; False: the default."),
     METH("set_memtier", dcpi_py_ctx_set_memtier, METH_VARARGS | METH_KEYWORDS,
-         "set_memtier(keep=1, budget_bytes=0, linger_ms=0, job=None): the memory tier "
-         "(docs/recovery.md): the async writer keeps the last `keep` saves in memory and "
-         "outlives a crashed trainer; loads read a matching snapshot first. Call it before "
-         "the first async save."),
+         "set_memtier(keep=1, budget_bytes=0, linger_ms=0, job=None, replicas=0, "
+         "peer_jump=0): the memory tier (docs/recovery.md): the async writer keeps the last "
+         "`keep` saves in memory (and on `replicas` peers, rank + k*peer_jump) and outlives a "
+         "crashed trainer; loads read a matching snapshot first. Same on every rank; call it "
+         "before the first async save."),
     METH("memtier_stop", dcpi_py_ctx_memtier_stop, METH_NOARGS,
          "Have this job's and rank's writer on this host drop its snapshots and exit once "
          "it has no trainer."),
