@@ -1,16 +1,17 @@
 /* recovery-bench — restore time of one state from the memory tier against
  * storage, in one run, next to memcpy and a plain disk read of the same
- * bytes (docs/recovery.md, docs/benchmarks.md). One rank; it prints
- * figures and asserts nothing about them (a restore with a wrong value is
- * still an error).
+ * bytes (docs/recovery.md, docs/benchmarks.md). It prints figures and
+ * asserts nothing about them (a restore with a wrong value is still an
+ * error).
  *
  *   recovery-bench [--dir DIR] [--mib M] [--tensors N] [--repeat R]
+ *                  [--peers PORT]
  *
- * The state is N float tensors of M/N MiB each plus a small bytes item.
- * The "trainer" context async-saves it into DIR/ckpt in keep mode; its
- * writer keeps the data file in memory. Then, R times, a second context
- * (a restarted trainer: it has no writer of its own) restores the state
- * into pre-faulted buffers:
+ * The state is N float tensors of M MiB in all (per rank) plus a small
+ * bytes item. The "trainer" context async-saves it into DIR/ckpt in keep
+ * mode; its writer keeps the data file in memory. Then, R times, a second
+ * context (a restarted trainer: it has no writer of its own) restores the
+ * state into pre-faulted buffers:
  *   memory       with the memory tier set (same job): the writer's snapshot;
  *   storage      without it, the checkpoint's files evicted from the page
  *                cache first (fdatasync + posix_fadvise DONTNEED: dropping
@@ -20,15 +21,23 @@
  *   memcpy       one copy between two pre-faulted buffers;
  *   disk read    a file of those bytes in DIR, written, fsync'ed and
  *                evicted, read back with 16 MiB reads.
- * Every restore is checked on every element. */
+ * With --peers PORT: two ranks (this process and a fork), trainers and
+ * writers over gloo on 127.0.0.1 (stores at PORT+1 ...), one replica at
+ * rank + 1. After the rounds above, rank 0's writer drops its snapshot
+ * (dcp_memtier_stop: its host "lost" it) and R more restores follow:
+ *   peer         rank 0 pulls its copy from rank 1's writer over TCP.
+ * Rank 0's figures are printed. Every restore is checked on every element. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -52,6 +61,8 @@ static float value(size_t t, size_t i) { return (float)((i * 2654435761u + t * 9
 typedef struct bench {
   const char *dir;
   size_t mib, ntensors, repeat;
+  int port;            /* --peers: gloo stores from port + 1; 0: one rank */
+  int rank, world;
   size_t per;          /* floats per tensor */
   float **src, **dst;  /* the saved values, the restore targets */
   char job[64], ckpt[4096];
@@ -64,12 +75,14 @@ static void parse(int argc, char **argv, bench *b) {
     else if (!strcmp(argv[i], "--mib")) b->mib = strtoul(argv[i + 1], NULL, 10);
     else if (!strcmp(argv[i], "--tensors")) b->ntensors = strtoul(argv[i + 1], NULL, 10);
     else if (!strcmp(argv[i], "--repeat")) b->repeat = strtoul(argv[i + 1], NULL, 10);
+    else if (!strcmp(argv[i], "--peers")) b->port = atoi(argv[i + 1]);
     else die("unknown option", argv[i]);
   }
   if (!b->mib || !b->ntensors || !b->repeat) die("bad option", "zero");
   b->per = b->mib * ((size_t)1 << 20) / b->ntensors / sizeof(float);
   snprintf(b->ckpt, sizeof b->ckpt, "%s/ckpt", b->dir);
   snprintf(b->job, sizeof b->job, "recovery-bench-%d", (int)getpid());
+  b->world = b->port ? 2 : 1;
 }
 
 static uint64_t payload(const bench *b) { return (uint64_t)b->per * b->ntensors * sizeof(float); }
@@ -79,10 +92,11 @@ static dcp_state *state_over(dcp_ctx *ctx, const bench *b, float **bufs, char *b
   if (dcp_state_create(ctx, &st)) die("state", dcp_ctx_last_error(ctx));
   for (size_t t = 0; t < b->ntensors; t++) {
     char fqn[32];
-    int64_t shape[1] = {(int64_t)b->per}, off[1] = {0};
+    int64_t shape[1] = {(int64_t)(b->per * (size_t)b->world)};
+    int64_t off[1] = {(int64_t)b->per * b->rank}, size[1] = {(int64_t)b->per};
     snprintf(fqn, sizeof fqn, "layer%zu.w", t);
     if (dcp_state_add_tensor(st, fqn, DCP_F32, 1, shape) ||
-        dcp_state_add_chunk(st, fqn, off, shape, bufs[t]))
+        dcp_state_add_chunk(st, fqn, off, size, bufs[t]))
       die("state", dcp_ctx_last_error(ctx));
   }
   if (dcp_state_add_bytes(st, "step", DCP_SCOPE_REPLICATED, blob, 16))
@@ -90,14 +104,32 @@ static dcp_state *state_over(dcp_ctx *ctx, const bench *b, float **bufs, char *b
   return st;
 }
 
-static dcp_ctx *new_ctx(const bench *b, int tier) {
+/* A context (slot: which gloo store, with --peers), with the memory tier
+ * when tier is set. */
+static dcp_ctx *new_ctx(const bench *b, int tier, int slot) {
   dcp_ctx *ctx;
-  if (dcp_ctx_create(NULL, &ctx)) die("context", dcp_ctx_create_error());
+  dcp_ctx_config cfg;
+  dcp_ctx_config_init(&cfg);
+  char store[64], wstore[80];
+  snprintf(store, sizeof store, "store=127.0.0.1:%d", b->port + slot);
+  snprintf(wstore, sizeof wstore, "store=127.0.0.1:%d,job=dcpwriter", b->port + 9);
+  if (b->world > 1) {
+    cfg.coll = "gloo";
+    cfg.coll_options = store;
+    cfg.rank = b->rank;
+    cfg.world_size = b->world;
+    cfg.timeout_ms = 300000;
+  }
+  if (dcp_ctx_create(&cfg, &ctx)) die("context", dcp_ctx_create_error());
+  if (b->world > 1 && dcp_async_set_coordination(ctx, "gloo", NULL, wstore))
+    die("coordination", dcp_ctx_last_error(ctx));
   if (!tier) return ctx;
   dcp_memtier_options o;
   dcp_memtier_options_init(&o);
   o.keep = 1;
   o.job = b->job;
+  o.replicas = b->world > 1;
+  o.peer_jump = 1;
   if (dcp_memtier_set(ctx, &o)) die("memtier", dcp_ctx_last_error(ctx));
   return ctx;
 }
@@ -126,7 +158,7 @@ static double restore(dcp_ctx *ctx, bench *b, dcp_stats *s) {
   double t1 = now();
   for (size_t t = 0; t < b->ntensors; t++)
     for (size_t i = 0; i < b->per; i++)
-      if (b->dst[t][i] != value(t, i)) die("restore", "a wrong value");
+      if (b->dst[t][i] != value(t, b->per * (size_t)b->rank + i)) die("restore", "a wrong value");
   s->struct_size = sizeof *s;
   dcp_ctx_stats(ctx, s);
   dcp_state_free(st);
@@ -182,6 +214,11 @@ static void save_kept(dcp_ctx *trainer, dcp_ctx *probe, bench *b) {
   dcp_async_free(h);
   dcp_state_free(st);
   dcp_stats s = {0};
+  if (b->world > 1) { /* probing is collective: give the writers their time */
+    sleep(3);
+    if (!b->rank) printf("async save (keep mode, one peer) %.3f s\n", t1 - t0);
+    return;
+  }
   for (int i = 0; i < 600; i++) { /* up to a minute */
     dcp_state *one;
     char got[16];
@@ -204,7 +241,8 @@ static float **alloc_set(const bench *b, int fill) {
   float **v = calloc(b->ntensors, sizeof *v);
   for (size_t t = 0; v && t < b->ntensors; t++) {
     if (!(v[t] = malloc(b->per * sizeof(float)))) die("malloc", "out of memory");
-    for (size_t i = 0; i < b->per; i++) v[t][i] = fill ? value(t, i) : 0.0f;
+    for (size_t i = 0; i < b->per; i++)
+      v[t][i] = fill ? value(t, b->per * (size_t)b->rank + i) : 0.0f;
   }
   if (!v) die("malloc", "out of memory");
   return v;
@@ -214,39 +252,77 @@ static void row(const char *what, double t, uint64_t bytes, double ref) {
   printf("%-12s %9.4f s %8.2f GB/s %8.2fx\n", what, t, (double)bytes / t / 1e9, ref / t);
 }
 
-int main(int argc, char **argv) {
-  bench b;
-  parse(argc, argv, &b);
-  mkdir(b.dir, 0755);
-  b.src = alloc_set(&b, 1);
-  b.dst = alloc_set(&b, 0);
-  dcp_ctx *trainer = new_ctx(&b, 1), *mem = new_ctx(&b, 1), *disk = new_ctx(&b, 0);
-  printf("recovery-bench: %zu tensors, %.1f MiB, %zu repetitions, %s\n", b.ntensors,
-         (double)payload(&b) / (1 << 20), b.repeat, b.ckpt);
-  save_kept(trainer, mem, &b);
-  printf("%-12s %11s %13s %9s\n", "restore", "time", "bandwidth", "vs storage");
-  for (size_t r = 0; r < b.repeat; r++) {
+static void say(const bench *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(const bench *b, const char *fmt, ...) {
+  if (b->rank) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vprintf(fmt, ap);
+  va_end(ap);
+}
+
+/* R rounds of memory, storage and page-cache restores and the baselines. */
+static void rounds(bench *b, dcp_ctx *mem, dcp_ctx *disk) {
+  say(b, "%-12s %11s %13s %9s\n", "restore", "time", "bandwidth", "vs storage");
+  for (size_t r = 0; r < b->repeat; r++) {
     dcp_stats sm, sd, sc;
-    double tm = restore(mem, &b, &sm);
+    double tm = restore(mem, b, &sm);
     if (sm.mem_tier != DCP_MEMTIER_USED) die("memory restore", "the snapshot was not used");
-    evict_dir(b.ckpt);
-    double td = restore(disk, &b, &sd);
-    double tc = restore(disk, &b, &sc);
-    double tcpy = time_memcpy(&b);
-    double tread = time_disk_read(&b);
+    evict_dir(b->ckpt);
+    double td = restore(disk, b, &sd);
+    double tc = restore(disk, b, &sc);
+    if (b->rank) continue;
+    double tcpy = time_memcpy(b), tread = time_disk_read(b);
     printf("-- repetition %zu: memory %llu B from memory, %llu from storage (plan %.3f s, "
            "read %.3f s); storage %llu B (plan %.3f s, read %.3f s)\n",
            r + 1, (unsigned long long)sm.mem_read_bytes, (unsigned long long)sm.data_read_bytes,
            sm.plan_s, sm.read_s, (unsigned long long)sd.data_read_bytes, sd.plan_s, sd.read_s);
-    row("memory", tm, payload(&b), td);
-    row("storage", td, payload(&b), td);
-    row("page cache", tc, payload(&b), td);
-    row("memcpy", tcpy, payload(&b), td);
-    row("disk read", tread, payload(&b), td);
+    row("memory", tm, payload(b), td);
+    row("storage", td, payload(b), td);
+    row("page cache", tc, payload(b), td);
+    row("memcpy", tcpy, payload(b), td);
+    row("disk read", tread, payload(b), td);
   }
+}
+
+/* --peers: rank 0's snapshot is dropped; R restores pull it from rank 1. */
+static void peer_rounds(bench *b, dcp_ctx *trainer, dcp_ctx *mem, dcp_ctx *disk) {
+  if (b->rank == 0 && dcp_memtier_stop(trainer)) die("stop", dcp_ctx_last_error(trainer));
+  for (size_t r = 0; r < b->repeat; r++) {
+    dcp_stats sp, sd;
+    double tp = restore(mem, b, &sp);
+    if (sp.mem_tier != (b->rank ? DCP_MEMTIER_USED : DCP_MEMTIER_PEER))
+      die("peer restore", "no copy was pulled");
+    evict_dir(b->ckpt);
+    double td = restore(disk, b, &sd);
+    say(b, "-- peer repetition %zu: %llu B pulled from rank 1, %llu from storage\n", r + 1,
+        (unsigned long long)sp.peer_recv_bytes, (unsigned long long)sp.data_read_bytes);
+    if (!b->rank) row("peer", tp, payload(b), td), row("storage", td, payload(b), td);
+  }
+}
+
+int main(int argc, char **argv) {
+  bench b;
+  parse(argc, argv, &b);
+  mkdir(b.dir, 0755);
+  pid_t child = b.world > 1 ? fork() : -1;
+  if (child == 0) b.rank = 1;
+  b.src = alloc_set(&b, 1);
+  b.dst = alloc_set(&b, 0);
+  dcp_ctx *trainer = new_ctx(&b, 1, 1), *mem = new_ctx(&b, 1, 2), *disk = new_ctx(&b, 0, 3);
+  say(&b, "recovery-bench: %d rank(s), %zu tensors, %.1f MiB per rank, %zu repetitions, %s\n",
+      b.world, b.ntensors, (double)payload(&b) / (1 << 20), b.repeat, b.ckpt);
+  save_kept(trainer, mem, &b);
+  rounds(&b, mem, disk);
+  if (b.world > 1) peer_rounds(&b, trainer, mem, disk);
   dcp_memtier_stop(trainer);
   dcp_ctx_free(disk);
   dcp_ctx_free(mem);
   dcp_ctx_free(trainer);
+  if (child == 0) _exit(0);
+  int status = 0;
+  if (child > 0 && (waitpid(child, &status, 0) != child || !WIFEXITED(status) ||
+                    WEXITSTATUS(status)))
+    die("rank 1", "failed");
   return 0;
 }
