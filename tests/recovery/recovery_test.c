@@ -100,7 +100,7 @@ static dcp_ctx *open_ctx_in(const char *job, const char *sub) {
     cfg.world_size = g_world;
     /* peers: host A's writers die, and the others' collective waits this
      * long for them when it closes */
-    cfg.timeout_ms = g_replicas ? 3000 : 60000;
+    cfg.timeout_ms = g_replicas ? 10000 : 60000; /* not less: a loaded CI machine */
   }
   CHECK(dcp_ctx_create(&cfg, &ctx) == DCP_OK, "dcp_ctx_create: %s", dcp_ctx_create_error());
   if (g_world > 1 && g_gloo) OK(dcp_async_set_coordination(ctx, "gloo", NULL, wstore), ctx);
