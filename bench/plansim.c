@@ -30,6 +30,8 @@ typedef struct config {
   int64_t hidden, vocab;
   int new_tp;  /* TP degree of the load layout (DP grows to keep the world) */
   int samples; /* ranks whose load plan is timed */
+  int format_version; /* 0: the current one */
+  int no_layouts;     /* record no meshes (every list listed or found by shape) */
 } config;
 
 typedef struct tensor_def {
@@ -220,18 +222,57 @@ static void fill_ref(dcp_storage_ref *ref, uint32_t file, uint64_t offset, int64
                            .block_checksums = *sums};
 }
 
-static dcpi_md *build_metadata(const dcpi_global_plan *gp, int32_t world) {
+/* The stage and TP-sharded dimension (-1: none) of tensor fqn, from its
+ * name: "[optim.<state>.]layers.<l>.<name>", embed.weight, final_ln.*. */
+static void tensor_layout_of(const config *c, const char *fqn, int *stage, int *tp_dim) {
+  const char *p = strstr(fqn, "layers.");
+  *stage = 0, *tp_dim = -1;
+  if (strstr(fqn, "embed.weight")) *tp_dim = 0;
+  if (strstr(fqn, "final_ln.")) *stage = c->pp - 1;
+  if (!p) return;
+  int l = atoi(p + 7), per = c->layers / c->pp;
+  *stage = l / per < c->pp ? l / per : c->pp - 1;
+  const char *name = strchr(p + 7, '.') + 1;
+  for (size_t t = 0; t < NLAYER_TENSORS; t++)
+    if (!strcmp(name, LAYER_TENSORS[t].name)) *tp_dim = LAYER_TENSORS[t].tp_dim;
+}
+
+/* Record every stage's [DP, TP] mesh in md (mesh id = stage), as a save
+ * from layouts does: each tensor names its stage's mesh and the mesh
+ * dimension that shards it (TP), so its chunks derive from them. */
+static void add_meshes(const config *c, dcpi_md *md) {
+  int64_t mesh[2] = {c->dp, c->tp};
+  int32_t *ranks = malloc((size_t)c->dp * (size_t)c->tp * sizeof *ranks);
+  for (int s = 0; s < c->pp; s++) {
+    for (int i = 0; i < c->dp * c->tp; i++) ranks[i] = s * c->dp * c->tp + i;
+    dcpi_err err;
+    dcp_status rc = dcpi_md_add_mesh(md, 2, mesh, ranks, NULL, &err);
+    if (rc) die("md_add_mesh", rc, &err);
+  }
+  free(ranks);
+}
+
+static dcpi_md *build_metadata(const config *c, const dcpi_global_plan *gp, int32_t world) {
   dcpi_md *md;
   dcpi_err err;
   dcp_status rc = dcpi_md_create(&md);
   if (rc || (rc = dcpi_md_set_world(md, world, &err))) die("md_create", rc, &err);
+  if (c->format_version && (rc = dcpi_md_set_format_version(md, (uint32_t)c->format_version, &err)))
+    die("md_set_format_version", rc, &err);
+  if (!c->no_layouts) add_meshes(c, md);
   uint32_t block = dcpi_global_plan_opts(gp)->block_size;
   size_t ntensors = dcpi_global_plan_tensor_count(gp);
   uint32_t *tid = malloc(ntensors * sizeof *tid);
   for (size_t t = 0; t < ntensors; t++) {
     dcpi_gp_tensor gt;
     dcpi_global_plan_tensor(gp, t, &gt);
-    if ((rc = dcpi_md_add_tensor(md, gt.fqn, gt.dtype, gt.ndim, gt.shape, -1, NULL, &tid[t], &err)))
+    int stage, tp_dim;
+    tensor_layout_of(c, gt.fqn, &stage, &tp_dim);
+    uint32_t map[2] = {0, 0};
+    if (tp_dim >= 0 && (uint32_t)tp_dim < gt.ndim) map[tp_dim] = 1u << 1; /* mesh dim 1: TP */
+    int32_t mesh = c->no_layouts ? -1 : stage;
+    if ((rc = dcpi_md_add_tensor(md, gt.fqn, gt.dtype, gt.ndim, gt.shape, mesh,
+                                 mesh >= 0 ? map : NULL, &tid[t], &err)))
       die("md_add_tensor", rc, &err);
   }
   uint64_t *sums = NULL;
@@ -381,6 +422,25 @@ static int32_t find_root(int32_t *parent, int32_t r) {
   return r;
 }
 
+/* How the chunk lists of view are stored: listed, grid, flat (tensors and
+ * chunks of each form). */
+static void count_forms(dcp_meta *view) {
+  size_t tensors[DCPI_FORM_COUNT] = {0}, chunks[DCPI_FORM_COUNT] = {0};
+  for (size_t t = 0; t < dcp_meta_tensor_count(view); t++) {
+    dcpi_form fm;
+    dcpi_err err;
+    dcp_tensor_info info;
+    dcp_status rc = dcpi_meta_chunk_form(view, t, &fm, &err);
+    if (rc) die("chunk_form", rc, &err);
+    dcp_meta_tensor(view, t, &info);
+    tensors[fm.kind]++;
+    chunks[fm.kind] += (size_t)info.chunk_count;
+  }
+  printf("chunk lists:  listed %zu tensors (%zu chunks), grid %zu (%zu), flat %zu (%zu)\n",
+         tensors[DCPI_FORM_LISTED], chunks[DCPI_FORM_LISTED], tensors[DCPI_FORM_GRID],
+         chunks[DCPI_FORM_GRID], tensors[DCPI_FORM_FLAT], chunks[DCPI_FORM_FLAT]);
+}
+
 /* ---- main --------------------------------------------------------------- */
 
 static void usage(void) {
@@ -403,6 +463,10 @@ static config parse(int argc, char **argv) {
                    .new_tp = 2, .samples = 8};
       continue;
     }
+    if (!strcmp(a, "--no-layouts")) {
+      c.no_layouts = 1;
+      continue;
+    }
     if (v <= 0) usage();
     if (!strcmp(a, "--tp")) c.tp = (int)v;
     else if (!strcmp(a, "--pp")) c.pp = (int)v;
@@ -411,6 +475,7 @@ static config parse(int argc, char **argv) {
     else if (!strcmp(a, "--hidden")) c.hidden = v;
     else if (!strcmp(a, "--new-tp")) c.new_tp = (int)v;
     else if (!strcmp(a, "--samples")) c.samples = (int)v;
+    else if (!strcmp(a, "--format")) c.format_version = (int)v;
     else usage();
     i++;
   }
@@ -501,7 +566,7 @@ int main(int argc, char **argv) {
   free(plans);
 
   t0 = now_s();
-  dcpi_md *md = build_metadata(gp, world);
+  dcpi_md *md = build_metadata(&c, gp, world);
   void *enc;
   size_t enc_len;
   if ((rc = dcpi_md_encode(md, &enc, &enc_len, &err))) die("md_encode", rc, &err);
@@ -520,6 +585,7 @@ int main(int argc, char **argv) {
   t0 = now_s();
   if ((rc = dcp_meta_open_memory(NULL, enc, enc_len, &view))) die("meta_open", rc, NULL);
   double t_open = now_s() - t0;
+  count_forms(view);
   dcp_meta_free(view);
   load_stats ls = time_load_plans(&c, enc, enc_len);
   printf("load plan:    TP%d -> TP%d (DP%d): %.2f ms mean, %.2f ms max per rank over %d ranks "

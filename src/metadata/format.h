@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#define DCPI_FORMAT_VERSION 2u /* written; 1 is still read */
+#define DCPI_FORMAT_VERSION 3u /* written; 1 and 2 are still read (2 still written on request) */
 #define DCPI_MAGIC "\x89" "DCPM\r\n\x1a" /* 8 bytes, no NUL counted */
 #define DCPI_MAGIC_LEN 8u
 
@@ -28,7 +28,7 @@ enum {
   DCPI_SEC_COUNT_V1 = 7
 };
 
-/* Sections of a file of format version v (1 or 2). */
+/* Sections of a file of format version v (1, 2 or 3). */
 #define DCPI_SEC_COUNT_OF(v) ((v) == 1u ? (unsigned)DCPI_SEC_COUNT_V1 : (unsigned)DCPI_SEC_COUNT)
 /* Where the sections start in a file with n directory entries. */
 #define DCPI_SECTIONS_AT(n) (DCPI_HEADER_SIZE + (size_t)(n) * DCPI_DIRENT_SIZE)

@@ -32,6 +32,7 @@ dcp_status dcpi_md_create(dcpi_md **out) {
   *out = calloc(1, sizeof **out);
   if (!*out) return DCP_ENOMEM;
   (*out)->world_size = 1;
+  (*out)->version = DCPI_FORMAT_VERSION;
   (*out)->part_rank = -1;
   return DCP_OK;
 }
@@ -75,6 +76,15 @@ dcp_status dcpi_md_set_world(dcpi_md *md, int32_t world_size, dcpi_err *err) {
   if (world_size < 1)
     return dcpi_fail(err, DCP_EINVAL, "world size %d must be >= 1", (int)world_size);
   md->world_size = world_size;
+  return DCP_OK;
+}
+
+dcp_status dcpi_md_set_format_version(dcpi_md *md, uint32_t version, dcpi_err *err) {
+  if (!md) return dcpi_fail(err, DCP_EINVAL, "metadata builder is NULL");
+  if (version != 2 && version != DCPI_FORMAT_VERSION)
+    return dcpi_fail(err, DCP_EINVAL, "cannot write metadata format version %u (2 or %u)",
+                     version, DCPI_FORMAT_VERSION);
+  md->version = version;
   return DCP_OK;
 }
 

@@ -10,6 +10,7 @@
 
 #include "metadata/common.h"
 #include "metadata/codec.h"
+#include "metadata/derive.h"
 #include "metadata/format.h"
 #include "metadata/md_int.h"
 #include "base/wire.h"
@@ -197,24 +198,71 @@ typedef struct list_state {
   const int64_t *prev_off, *prev_size;
 } list_state;
 
-/* Write one chunk entry of tensor t. */
+/* Write one chunk entry of tensor t; derived (the list's form gives the
+ * box) writes no box fields and sets no box bits. */
 static void w_chunk(enc *e, dcpi_wbuf *w, const dcpi_md_tensor *t, const dcpi_md_chunk *c,
-                    list_state *ls) {
+                    list_state *ls, bool derived) {
   int64_t pred[DCP_MAX_NDIM];
   dcpi_md_predict_offset(t->ndim, t->shape, ls->prev_off, ls->prev_size, ls->prev_off == NULL,
                          pred);
   uint8_t f = loc_flags(e, &c->ref, &ls->loc);
-  if (dcpi_md_cmp_i64(c->size, ls->prev_size, t->ndim) == 0) f |= DCPI_RF_SAME_SIZE;
-  if (dcpi_md_cmp_i64(c->offset, pred, t->ndim) == 0) f |= DCPI_RF_BOX_PREDICTED;
-  dcpi_w_u8(w, f);
-  if (!(f & DCPI_RF_SAME_SIZE))
-    for (uint32_t d = 0; d < t->ndim; d++) dcpi_w_varint(w, (uint64_t)c->size[d]);
-  if (!(f & DCPI_RF_BOX_PREDICTED))
-    for (uint32_t d = 0; d < t->ndim; d++) dcpi_w_varint(w, (uint64_t)c->offset[d]);
+  if (derived) {
+    dcpi_w_u8(w, f);
+  } else {
+    if (dcpi_md_cmp_i64(c->size, ls->prev_size, t->ndim) == 0) f |= DCPI_RF_SAME_SIZE;
+    if (dcpi_md_cmp_i64(c->offset, pred, t->ndim) == 0) f |= DCPI_RF_BOX_PREDICTED;
+    dcpi_w_u8(w, f);
+    if (!(f & DCPI_RF_SAME_SIZE))
+      for (uint32_t d = 0; d < t->ndim; d++) dcpi_w_varint(w, (uint64_t)c->size[d]);
+    if (!(f & DCPI_RF_BOX_PREDICTED))
+      for (uint32_t d = 0; d < t->ndim; d++) dcpi_w_varint(w, (uint64_t)c->offset[d]);
+  }
   w_loc(w, f, &c->ref, &ls->loc);
   w_blocks(w, &c->ref);
   ls->prev_off = c->offset;
   ls->prev_size = c->size;
+}
+
+/* The outer cells of t's layout (cells per tensor dimension: the product
+ * of the mesh extents its mask names) into cells; false without a mesh. */
+static bool layout_cells(const dcpi_md *md, const dcpi_md_tensor *t, int64_t *cells) {
+  if (t->mesh < 0 || (size_t)t->mesh >= md->nmeshes) return false;
+  const dcpi_md_mesh *mesh = &md->meshes[t->mesh];
+  for (uint32_t d = 0; d < t->ndim; d++) {
+    cells[d] = 1;
+    for (uint32_t k = 0; k < mesh->ndim; k++)
+      if (t->tensor_map[d] & (1u << k)) cells[d] *= mesh->shape[k];
+  }
+  return true;
+}
+
+/* Choose the form of t's sorted list (version 3) and write its form byte
+ * and header. */
+static dcp_status w_form(enc *e, dcpi_wbuf *w, const dcpi_md_tensor *t,
+                         const dcpi_md_chunk *const *order, dcpi_form *fm) {
+  size_t n = t->nchunks, nd = t->ndim;
+  memset(fm, 0, sizeof *fm);
+  if (n >= 2 && nd >= 1) {
+    int64_t *o = malloc(n * nd * sizeof *o), *s = malloc(n * nd * sizeof *s), cells[DCP_MAX_NDIM];
+    dcp_status rc = o && s ? DCP_OK : dcpi_fail(e->err, DCP_ENOMEM, "cannot examine chunks");
+    for (size_t c = 0; rc == DCP_OK && c < n; c++) {
+      memcpy(o + c * nd, order[c]->offset, nd * sizeof *o);
+      memcpy(s + c * nd, order[c]->size, nd * sizeof *s);
+    }
+    bool has_cells = layout_cells(e->md, t, cells);
+    if (rc == DCP_OK)
+      rc = dcpi_derive_detect(t->ndim, t->shape, n, o, s, has_cells ? cells : NULL, fm, e->err);
+    free(o), free(s);
+    if (rc != DCP_OK) return rc;
+  }
+  dcpi_w_u8(w, (uint8_t)fm->kind);
+  for (uint32_t d = 0; fm->kind != DCPI_FORM_LISTED && d < nd; d++) {
+    dcpi_w_varint(w, (uint64_t)fm->grid.n[d]);
+    dcpi_w_varint(w, (uint64_t)fm->grid.c[d]);
+    if (fm->kind == DCPI_FORM_GRID) dcpi_w_varint(w, (uint64_t)fm->grid.k[d]);
+  }
+  if (fm->kind == DCPI_FORM_FLAT) dcpi_w_varint(w, (uint64_t)fm->f);
+  return DCP_OK;
 }
 
 /* Write tensor t's sorted chunk list into the chunks buffer and its index
@@ -228,12 +276,14 @@ static dcp_status w_chunk_list(enc *e, const dcpi_md_tensor *t) {
   size_t start = w->len; /* w->data may still be NULL: never offset it then */
   list_state ls = {{0, 0, 0}, NULL, t->shape};
   dcp_status rc = DCP_OK;
-  for (size_t c = 0; c < t->nchunks && rc == DCP_OK; c++) {
-    if (c > 0 && cmp_chunk(&order[c - 1], &order[c]) == 0)
+  for (size_t c = 1; c < t->nchunks && rc == DCP_OK; c++)
+    if (cmp_chunk(&order[c - 1], &order[c]) == 0)
       rc = dcpi_fail(e->err, DCP_EEXIST, "tensor '%s': two chunks have the same box", t->fqn);
-    else
-      w_chunk(e, w, t, order[c], &ls);
-  }
+  dcpi_form fm = {.kind = DCPI_FORM_LISTED};
+  if (rc == DCP_OK && e->md->version >= 3 && t->nchunks)
+    rc = w_form(e, w, t, (const dcpi_md_chunk *const *)order, &fm);
+  for (size_t c = 0; c < t->nchunks && rc == DCP_OK; c++)
+    w_chunk(e, w, t, order[c], &ls, fm.kind != DCPI_FORM_LISTED);
   free(order);
   if (rc != DCP_OK || w->status != DCP_OK) return rc != DCP_OK ? rc : w->status;
   size_t len = w->len - start;
@@ -416,7 +466,7 @@ static dcp_status assemble(enc *e, dcpi_wbuf *out) {
   uint8_t head[DCPI_SECTIONS_START];
   memset(head, 0, sizeof head);
   memcpy(head, DCPI_MAGIC, DCPI_MAGIC_LEN);
-  dcpi_put_u32(head + 8, DCPI_FORMAT_VERSION);
+  dcpi_put_u32(head + 8, e->md->version);
   dcpi_put_u32(head + 24, DCPI_SEC_COUNT);
   uint64_t pos = DCPI_SECTIONS_START;
   for (int i = 1; i <= DCPI_SEC_COUNT; i++) {

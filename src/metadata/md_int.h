@@ -72,6 +72,7 @@ typedef struct dcpi_md_file {
 } dcpi_md_file;
 
 struct dcpi_md {
+  uint32_t version; /* format version written: DCPI_FORMAT_VERSION, or 2 */
   int32_t world_size;
   uint8_t save_id[DCPI_SAVE_ID_LEN]; /* all zero: no identity */
   uint64_t generation;

@@ -11,6 +11,7 @@
 #include "base/err.h"
 #include "dcp.h"
 #include "base/wire.h"
+#include "metadata/derive.h"
 
 /* A fuzzer cannot forge xxh3 checksums, so in fuzzing builds (the libFuzzer
  * convention macro) mismatches are ignored and the structural checks behind
@@ -60,6 +61,7 @@ typedef struct dcpi_mv_chunks {
   int64_t *sizes;    /* nchunks*ndim box sizes, same layout */
   dcpi_mv_ref *refs; /* per chunk */
   dcpi_u64vec cks, lens;
+  dcpi_form form; /* how the boxes were found (version 3: derived or listed) */
 } dcpi_mv_chunks;
 
 typedef struct dcpi_mv_tensor {
@@ -184,6 +186,11 @@ void dcpi_mv_chunks_free(dcpi_mv_chunks *c);
  * it. The bulk path of the load runtime: no per-chunk copies. */
 dcp_status dcpi_meta_chunk_boxes(dcp_meta *m, size_t ti, const int64_t **offs,
                                  const int64_t **sizes, dcpi_err *err);
+
+/* The form of tensor ti's chunk list (DCPI_FORM_LISTED for versions 1
+ * and 2), decoding the list if not yet done (errors as
+ * dcpi_meta_chunk_boxes). */
+dcp_status dcpi_meta_chunk_form(dcp_meta *m, size_t ti, dcpi_form *out, dcpi_err *err);
 
 /* Tensor ti's global shape (ndim entries), owned by the view; ti must be in
  * range. */

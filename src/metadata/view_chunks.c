@@ -181,6 +181,96 @@ static dcp_status alloc_list(const dcpi_mv_tensor *t, dcpi_mv_chunks **out, dcpi
   return DCP_OK;
 }
 
+/* Decode the form byte and header of a version 3 list (nchunks >= 1). */
+static dcp_status dec_form(dcpi_dec *d, const dcpi_mv_tensor *t, dcpi_form *fm) {
+  uint8_t kind;
+  dcp_status rc = dcpi_dec_u8(d, "list form", &kind);
+  if (rc != DCP_OK) return rc;
+  if (kind >= DCPI_FORM_COUNT) return dcpi_dec_fail(d, "unknown list form %u", kind);
+  fm->kind = kind;
+  if (kind == DCPI_FORM_LISTED) return DCP_OK;
+  int64_t n[DCP_MAX_NDIM], c[DCP_MAX_NDIM], k[DCP_MAX_NDIM];
+  for (uint32_t dim = 0; dim < t->ndim && rc == DCP_OK; dim++) {
+    uint64_t v[3] = {0, 0, 1};
+    rc = dcpi_dec_var(d, INT64_MAX, "grid cells", &v[0]);
+    if (rc == DCP_OK) rc = dcpi_dec_var(d, INT64_MAX, "grid cell size", &v[1]);
+    if (rc == DCP_OK && kind == DCPI_FORM_GRID) rc = dcpi_dec_var(d, INT64_MAX, "grid split", &v[2]);
+    n[dim] = (int64_t)v[0], c[dim] = (int64_t)v[1], k[dim] = (int64_t)v[2];
+  }
+  uint64_t f = 1;
+  if (rc == DCP_OK && kind == DCPI_FORM_FLAT) rc = dcpi_dec_var(d, INT64_MAX, "flat ranges", &f);
+  if (rc != DCP_OK) return rc;
+  fm->f = (int64_t)f;
+  dcpi_err why;
+  dcpi_err_clear(&why);
+  if (dcpi_grid_init(&fm->grid, t->ndim, t->shape, n, c, k, t->nchunks, &why) != DCP_OK)
+    return dcpi_dec_fail(d, "%s", why.msg);
+  if (kind == DCPI_FORM_GRID && (uint64_t)fm->grid.count != t->nchunks)
+    return dcpi_dec_fail(d, "grid has %lld boxes, the index %llu chunks",
+                         (long long)fm->grid.count, (unsigned long long)t->nchunks);
+  return DCP_OK;
+}
+
+/* The boxes of a derived form into cl (t->nchunks of them). */
+static dcp_status derive_boxes(dcpi_dec *d, const dcpi_mv_tensor *t, const dcpi_form *fm,
+                               dcpi_mv_chunks *cl) {
+  size_t nd = t->ndim;
+  if (fm->kind == DCPI_FORM_GRID) {
+    for (size_t c = 0; c < t->nchunks; c++)
+      dcpi_grid_box(&fm->grid, (int64_t)c, cl->offs + c * nd, cl->sizes + c * nd);
+    return DCP_OK;
+  }
+  int64_t *o, *s;
+  size_t got;
+  dcpi_err why;
+  dcpi_err_clear(&why);
+  dcp_status rc = dcpi_derive_flat(fm, t->nchunks, &o, &s, &got, &why);
+  if (rc == DCP_ENOMEM) return dcpi_fail(d->err, rc, "%s", why.msg);
+  if (rc != DCP_OK) return dcpi_dec_fail(d, "%s", why.msg);
+  if (got != t->nchunks) rc = dcpi_dec_fail(d, "flat form derives %zu chunks, the index %llu",
+                                            got, (unsigned long long)t->nchunks);
+  else memcpy(cl->offs, o, got * nd * sizeof *o), memcpy(cl->sizes, s, got * nd * sizeof *s);
+  free(o), free(s);
+  return rc;
+}
+
+/* Decode chunk c of a derived list: its box is already in cl. */
+static dcp_status dec_derived_chunk(dcpi_dec *d, const dcp_meta *m, const dcpi_mv_tensor *t,
+                                    dcpi_mv_chunks *cl, size_t c, chunk_prev *p) {
+  const int64_t *off = cl->offs + c * t->ndim, *sz = cl->sizes + c * t->ndim;
+  dcpi_mv_ref *r = &cl->refs[c];
+  uint8_t flags = 0;
+  memset(r, 0, sizeof *r);
+  dcp_status rc = dcpi_dec_u8(d, "chunk flags", &flags);
+  if (rc == DCP_OK && (flags & (DCPI_RF_RESERVED | DCPI_RF_BOX_BITS)))
+    rc = dcpi_dec_fail(d, "box or reserved bit set in derived chunk flags 0x%02x", flags);
+  if (rc == DCP_OK) rc = check_box(d, t, off, sz, p, &r->raw_length);
+  if (rc == DCP_OK) rc = dcpi_dec_loc(d, m, flags, &p->loc, r);
+  if (rc == DCP_OK) rc = dcpi_dec_blocks(d, r, &cl->cks, &cl->lens, &p->loc);
+  if (rc != DCP_OK) return rc;
+  p->off = off;
+  p->size = sz;
+  return DCP_OK;
+}
+
+/* Decode the entries of t's list (after its form and header, if any). */
+static dcp_status dec_entries(dcpi_dec *d, const dcp_meta *m, const dcpi_mv_tensor *t,
+                              dcpi_mv_chunks *cl) {
+  bool derived = cl->form.kind != DCPI_FORM_LISTED;
+  dcp_status rc = derived ? derive_boxes(d, t, &cl->form, cl) : DCP_OK;
+  chunk_prev prev = {{0, 0, 0}, NULL, t->shape};
+  for (size_t c = 0; c < t->nchunks && rc == DCP_OK; c++) {
+    d->item = (int64_t)c;
+    rc = derived ? dec_derived_chunk(d, m, t, cl, c, &prev) : dec_chunk(d, m, t, cl, c, &prev);
+  }
+  d->item = -1;
+  if (rc == DCP_OK && dcpi_r_left(&d->r) != 0)
+    rc = dcpi_dec_fail(d, "%zu trailing bytes after the last chunk", dcpi_r_left(&d->r));
+  /* derived boxes tile the tensor by construction: no sweep needed */
+  if (rc == DCP_OK && !derived) rc = check_disjoint(d, t, cl);
+  return rc;
+}
+
 /* Decode and verify the chunk list of tensor ti into a new dcpi_mv_chunks. */
 static dcp_status decode_list(const dcp_meta *m, size_t ti, dcpi_mv_chunks **out, dcpi_err *err) {
   const dcpi_mv_tensor *t = &m->tensors[ti];
@@ -193,15 +283,9 @@ static dcp_status decode_list(const dcp_meta *m, size_t ti, dcpi_mv_chunks **out
   if (rc != DCP_OK) return rc;
   dcpi_dec d = {{p, t->list_len, 0}, err, "", -1};
   snprintf(d.where, sizeof d.where, "chunks section, tensor %zu ('%.100s')", ti, t->fqn);
-  chunk_prev prev = {{0, 0, 0}, NULL, t->shape};
-  for (size_t c = 0; c < t->nchunks && rc == DCP_OK; c++) {
-    d.item = (int64_t)c;
-    rc = dec_chunk(&d, m, t, cl, c, &prev);
-  }
-  d.item = -1;
-  if (rc == DCP_OK && dcpi_r_left(&d.r) != 0)
-    rc = dcpi_dec_fail(&d, "%zu trailing bytes after the last chunk", dcpi_r_left(&d.r));
-  if (rc == DCP_OK) rc = check_disjoint(&d, t, cl);
+  cl->form.kind = DCPI_FORM_LISTED;
+  if (m->version >= 3 && t->nchunks) rc = dec_form(&d, t, &cl->form);
+  if (rc == DCP_OK) rc = dec_entries(&d, m, t, cl);
   if (rc != DCP_OK) {
     dcpi_mv_chunks_free(cl);
     return rc;
@@ -224,6 +308,13 @@ dcp_status dcpi_meta_chunk_boxes(dcp_meta *m, size_t ti, const int64_t **offs,
   *offs = m->tensors[ti].chunks->offs;
   *sizes = m->tensors[ti].chunks->sizes;
   return DCP_OK;
+}
+
+dcp_status dcpi_meta_chunk_form(dcp_meta *m, size_t ti, dcpi_form *out, dcpi_err *err) {
+  if (!m || ti >= m->ntensors) return dcpi_fail(err, DCP_ENOTFOUND, "no tensor %zu", ti);
+  dcp_status rc = ensure_list(m, ti, err);
+  if (rc == DCP_OK) *out = m->tensors[ti].chunks->form;
+  return rc;
 }
 
 const int64_t *dcpi_meta_tensor_shape(const dcp_meta *m, size_t ti) {

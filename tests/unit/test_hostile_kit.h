@@ -160,6 +160,7 @@ static inline uint8_t *hk_assemble(dcpi_wbuf *sec, size_t *len) {
 static inline void hk_chunk_list(const hk_craft *c, dcpi_wbuf *list) {
   uint64_t raw = dcp_dtype_size((dcp_dtype)c->dtype);
   for (uint32_t d = 0; d < c->ndim && d < 4; d++) raw *= c->box_size[d]; /* may wrap: then refused */
+  dcpi_w_u8(list, 0); /* format 3: the list's form, LISTED */
   dcpi_w_u8(list, DCPI_RF_FILE_SAME | DCPI_RF_OFF_END | DCPI_RF_CODING_DEFAULT);
   for (uint32_t d = 0; d < c->ndim && d < 4; d++) dcpi_w_varint(list, c->box_size[d]);
   for (uint32_t d = 0; d < c->ndim && d < 4; d++) dcpi_w_varint(list, c->box_off[d]);

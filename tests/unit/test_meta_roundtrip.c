@@ -82,7 +82,7 @@ static const g_bytes *find_model_bytes(const g_model *m, const char *key, int32_
 /* Check bytes items, files, meshes and key/values of the view against m. */
 static void check_tables(dcp_meta *v, const g_model *m) {
   assert_int_equal(dcp_meta_world_size(v), m->world);
-  assert_int_equal(dcp_meta_format_version(v), 2);
+  assert_int_equal(dcp_meta_format_version(v), DCPI_FORMAT_VERSION);
   assert_int_equal(dcp_meta_bytes_count(v), m->nb);
   for (size_t i = 0; i < m->nb; i++) {
     dcp_bytes_info bi;

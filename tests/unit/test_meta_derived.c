@@ -1,0 +1,398 @@
+/* test_meta_derived.c — derived chunk lists (format version 3,
+ * docs/format.md "Derived chunk lists"): on random grids, flat ranges and
+ * irregular partitions, the chunks a view derives equal, element by
+ * element, the explicit list that was added; the same content written as
+ * version 2 (every list listed) still reads to the same chunks; a save
+ * through the public API with one layout loads byte for byte with another. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metadata/derive.h"
+#include "metadata/meta.h"
+#include "metadata/view.h"
+#include "testutil.h"
+
+#define MAXC 4096 /* chunks per generated tensor */
+#define ND 3      /* dimensions at most */
+
+typedef struct xchunk {
+  int64_t off[ND], size[ND]; /* zero past ndim: whole-array compares order right */
+  uint32_t file;
+  uint64_t offset, cks[2];
+  uint32_t block_size;
+} xchunk;
+
+typedef struct xtensor {
+  uint32_t ndim;
+  int64_t shape[ND];
+  size_t n;
+  xchunk c[MAXC];
+  int64_t mesh_cells[ND]; /* > 0: record a mesh whose layout has these cells */
+  int expect_derived;     /* the encoder must find a GRID or FLAT form */
+} xtensor;
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static void push(xtensor *t, const int64_t *off, const int64_t *size) {
+  assert_true(t->n < MAXC);
+  xchunk *c = &t->c[t->n++];
+  memset(c, 0, sizeof *c);
+  memcpy(c->off, off, t->ndim * sizeof *off);
+  memcpy(c->size, size, t->ndim * sizeof *size);
+}
+
+/* Per dimension the sub-cell boundaries of n outer cells split k ways,
+ * computed the plain way (the reference for dcpi_grid). */
+static int cuts_1d(int64_t e, int64_t n, int64_t k, int64_t *start, int64_t *len) {
+  int64_t c = ceil_div(e, n);
+  int m = 0;
+  for (int64_t o = 0; o < e; o += c) {
+    int64_t s = e - o < c ? e - o : c, q = ceil_div(s, k);
+    for (int64_t p = 0; p < s; p += q) start[m] = o + p, len[m++] = s - p < q ? s - p : q;
+  }
+  return m;
+}
+
+/* A random grid: every product of per-dimension sub-cells. */
+static void gen_grid(tu_rng *rng, xtensor *t) {
+  int64_t st[ND][64], ln[ND][64];
+  int m[ND];
+  size_t total = 1;
+  do {
+    t->ndim = (uint32_t)tu_rng_range(rng, 1, ND);
+    total = 1;
+    for (uint32_t d = 0; d < t->ndim; d++) {
+      t->shape[d] = tu_rng_range(rng, 1, 40);
+      m[d] = cuts_1d(t->shape[d], tu_rng_range(rng, 1, 5), tu_rng_range(rng, 1, 4), st[d], ln[d]);
+      total *= (size_t)m[d];
+    }
+  } while (total < 2 || total > MAXC);
+  t->n = 0;
+  for (size_t i = 0; i < total; i++) {
+    int64_t off[ND], size[ND];
+    size_t r = i;
+    for (uint32_t d = t->ndim; d-- > 0;) {
+      off[d] = st[d][r % (size_t)m[d]], size[d] = ln[d][r % (size_t)m[d]];
+      r /= (size_t)m[d];
+    }
+    push(t, off, size);
+  }
+  t->expect_derived = 1;
+}
+
+/* Random flat ranges: the tensor's layout cells (cells per dim), each cut
+ * into f ranges of ceil(numel/f) elements, every range through the public
+ * dcp_flat_to_boxes. */
+static void gen_flat(tu_rng *rng, xtensor *t) {
+  do {
+    t->ndim = (uint32_t)tu_rng_range(rng, 1, ND);
+    for (uint32_t d = 0; d < t->ndim; d++) {
+      t->shape[d] = tu_rng_range(rng, 1, 24);
+      t->mesh_cells[d] = tu_rng_range(rng, 1, 3);
+    }
+    int64_t f = tu_rng_range(rng, 1, 9);
+    t->n = 0;
+    int64_t c[ND], n[ND], cells = 1;
+    for (uint32_t d = 0; d < t->ndim; d++) {
+      c[d] = ceil_div(t->shape[d], t->mesh_cells[d]);
+      n[d] = ceil_div(t->shape[d], c[d]);
+      cells *= n[d];
+    }
+    for (int64_t cell = 0; cell < cells && t->n + 64 < MAXC; cell++) {
+      dcp_box region = {.ndim = t->ndim};
+      int64_t r = cell, numel = 1;
+      for (uint32_t d = t->ndim; d-- > 0;) {
+        region.offset[d] = (r % n[d]) * c[d];
+        region.size[d] = t->shape[d] - region.offset[d] < c[d] ? t->shape[d] - region.offset[d] : c[d];
+        numel *= region.size[d];
+        r /= n[d];
+      }
+      int64_t per = ceil_div(numel, f);
+      for (int64_t b = 0; b < numel; b += per) {
+        dcp_box out[2 * ND];
+        size_t nb;
+        assert_int_equal(dcp_flat_to_boxes(&region, b, numel - b < per ? numel - b : per, out,
+                                           2 * ND, &nb), DCP_OK);
+        for (size_t i = 0; i < nb; i++) push(t, out[i].offset, out[i].size);
+      }
+    }
+  } while (t->n < 2);
+  t->expect_derived = t->n < MAXC - 64; /* complete: every cell cut */
+  if (tu_rng_range(rng, 0, 3) == 0) memset(t->mesh_cells, 0, sizeof t->mesh_cells), t->expect_derived = 0;
+}
+
+/* An irregular partition: random guillotine cuts of the whole tensor. */
+static void cut(tu_rng *rng, xtensor *t, int64_t *off, int64_t *size, int depth) {
+  uint32_t d = (uint32_t)tu_rng_range(rng, 0, (int64_t)t->ndim - 1);
+  if (depth == 0 || size[d] < 2 || t->n + 2 >= MAXC) {
+    push(t, off, size);
+    return;
+  }
+  int64_t at = tu_rng_range(rng, 1, size[d] - 1), o2[ND], s2[ND];
+  memcpy(o2, off, sizeof o2), memcpy(s2, size, sizeof s2);
+  s2[d] = at;
+  cut(rng, t, o2, s2, depth - 1);
+  o2[d] = off[d] + at, s2[d] = size[d] - at;
+  cut(rng, t, o2, s2, depth - 1);
+}
+
+static void gen_irregular(tu_rng *rng, xtensor *t) {
+  do {
+    t->ndim = (uint32_t)tu_rng_range(rng, 1, ND);
+    for (uint32_t d = 0; d < t->ndim; d++) t->shape[d] = tu_rng_range(rng, 2, 30);
+    int64_t off[ND] = {0}, size[ND];
+    memcpy(size, t->shape, sizeof size);
+    t->n = 0;
+    cut(rng, t, off, size, (int)tu_rng_range(rng, 2, 7));
+  } while (t->n < 2);
+}
+
+static int cmp_x(const void *a, const void *b) {
+  const xchunk *x = a, *y = b;
+  for (int d = 0; d < ND; d++)
+    if (x->off[d] != y->off[d]) return x->off[d] < y->off[d] ? -1 : 1;
+  for (int d = 0; d < ND; d++)
+    if (x->size[d] != y->size[d]) return x->size[d] < y->size[d] ? -1 : 1;
+  return 0;
+}
+
+/* Random storage: files, offsets, block sizes and checksums per chunk. */
+static void give_refs(tu_rng *rng, xtensor *t) {
+  uint64_t end[4] = {0};
+  for (size_t i = 0; i < t->n; i++) {
+    xchunk *c = &t->c[i];
+    c->file = (uint32_t)tu_rng_range(rng, 0, 3);
+    c->offset = tu_rng_range(rng, 0, 2) ? end[c->file] : (uint64_t)tu_rng_range(rng, 0, 1 << 20);
+    c->block_size = tu_rng_range(rng, 0, 4) ? 1u << 20 : 4096;
+    c->cks[0] = tu_rng_next(rng), c->cks[1] = tu_rng_next(rng);
+    int64_t bytes = 2;
+    for (uint32_t d = 0; d < t->ndim; d++) bytes *= c->size[d];
+    end[c->file] = c->offset + (uint64_t)bytes;
+  }
+}
+
+/* Encode t (chunks added in a shuffled order) as format `version`. */
+static void *encode(tu_rng *rng, const xtensor *t, uint32_t version, size_t *len) {
+  dcpi_md *md;
+  dcpi_err err;
+  assert_int_equal(dcpi_md_create(&md), DCP_OK);
+  assert_int_equal(dcpi_md_set_format_version(md, version, &err), DCP_OK);
+  int32_t mesh = -1;
+  uint32_t map[ND] = {0};
+  if (t->mesh_cells[0] > 0) {
+    int64_t world = 1;
+    for (uint32_t d = 0; d < t->ndim; d++) world *= t->mesh_cells[d], map[d] = 1u << d;
+    assert_int_equal(dcpi_md_set_world(md, (int32_t)world, &err), DCP_OK);
+    assert_int_equal(dcpi_md_add_mesh(md, t->ndim, t->mesh_cells, NULL, NULL, &err), DCP_OK);
+    mesh = 0;
+  }
+  for (int f = 0; f < 4; f++) {
+    char name[16];
+    snprintf(name, sizeof name, "f%d", f);
+    assert_int_equal(dcpi_md_add_file(md, name, NULL, &err), DCP_OK);
+  }
+  uint32_t tid;
+  assert_int_equal(dcpi_md_add_tensor(md, "t", DCP_BF16, t->ndim, t->shape, mesh,
+                                      mesh >= 0 ? map : NULL, &tid, &err), DCP_OK);
+  size_t *order = malloc(t->n * sizeof *order);
+  for (size_t i = 0; i < t->n; i++) order[i] = i;
+  for (size_t i = t->n; i-- > 1;) {
+    size_t j = (size_t)tu_rng_range(rng, 0, (int64_t)i), x = order[i];
+    order[i] = order[j], order[j] = x;
+  }
+  for (size_t k = 0; k < t->n; k++) {
+    const xchunk *c = &t->c[order[k]];
+    int64_t raw = 2;
+    for (uint32_t d = 0; d < t->ndim; d++) raw *= c->size[d];
+    dcp_storage_ref ref = {.file = c->file, .codec = DCP_CODEC_NONE, .block_size = c->block_size,
+                           .offset = c->offset, .stored_length = (uint64_t)raw,
+                           .raw_length = (uint64_t)raw,
+                           .block_count = ((uint64_t)raw + c->block_size - 1) / c->block_size,
+                           .block_checksums = NULL};
+    uint64_t cks[64];
+    for (uint64_t b = 0; b < ref.block_count && b < 64; b++) cks[b] = c->cks[b & 1] + b;
+    assert_true(ref.block_count <= 64);
+    ref.block_checksums = cks;
+    assert_int_equal(dcpi_md_add_chunk(md, tid, c->off, c->size, &ref, &err), DCP_OK);
+  }
+  free(order);
+  void *buf;
+  assert_int_equal(dcpi_md_encode(md, &buf, len, &err), DCP_OK);
+  dcpi_md_free(md);
+  return buf;
+}
+
+/* Open buf and compare every chunk with t's sorted list; returns the form. */
+static int check_view(const xtensor *t, const void *buf, size_t len, uint32_t version) {
+  dcp_meta *v;
+  assert_int_equal(dcp_meta_open_memory(NULL, buf, len, &v), DCP_OK);
+  assert_int_equal(dcp_meta_format_version(v), version);
+  dcp_tensor_info info;
+  assert_int_equal(dcp_meta_tensor(v, 0, &info), DCP_OK);
+  assert_int_equal(info.chunk_count, t->n);
+  for (size_t i = 0; i < t->n; i++) {
+    const xchunk *c = &t->c[i];
+    dcp_chunk_info ci;
+    assert_int_equal(dcp_meta_chunk(v, 0, i, &ci), DCP_OK);
+    for (uint32_t d = 0; d < t->ndim; d++) {
+      assert_int_equal(ci.box.offset[d], c->off[d]);
+      assert_int_equal(ci.box.size[d], c->size[d]);
+    }
+    assert_int_equal(ci.ref.file, c->file);
+    assert_int_equal(ci.ref.offset, c->offset);
+    assert_int_equal(ci.ref.block_size, c->block_size);
+    for (uint64_t b = 0; b < ci.ref.block_count; b++)
+      assert_int_equal(ci.ref.block_checksums[b], c->cks[b & 1] + b);
+  }
+  dcpi_form fm;
+  dcpi_err err;
+  assert_int_equal(dcpi_meta_chunk_form(v, 0, &fm, &err), DCP_OK);
+  dcp_meta_free(v);
+  return fm.kind;
+}
+
+typedef void (*gen_fn)(tu_rng *, xtensor *);
+
+/* Many random tensors of one generator: derived == explicit, v2 == v3;
+ * counts the forms the encoder chose into forms[]. */
+static void run_cases(gen_fn gen, uint64_t seed, int cases, size_t *forms, size_t *saved) {
+  tu_rng rng;
+  tu_rng_seed(&rng, tu_seed(seed));
+  xtensor *t = calloc(1, sizeof *t);
+  for (int k = 0; k < cases; k++) {
+    memset(t, 0, sizeof *t);
+    gen(&rng, t);
+    qsort(t->c, t->n, sizeof t->c[0], cmp_x);
+    give_refs(&rng, t);
+    size_t l3, l2;
+    void *b3 = encode(&rng, t, 3, &l3), *b2 = encode(&rng, t, 2, &l2);
+    int form = check_view(t, b3, l3, 3);
+    if (t->expect_derived) assert_int_not_equal(form, DCPI_FORM_LISTED);
+    forms[form]++;
+    assert_int_equal(check_view(t, b2, l2, 2), DCPI_FORM_LISTED);
+    *saved += l2 - l3 < l2 ? l2 - l3 : 0;
+    free(b3), free(b2);
+  }
+  free(t);
+}
+
+static void test_random_grids(void **state) {
+  (void)state;
+  size_t forms[DCPI_FORM_COUNT] = {0}, saved = 0;
+  run_cases(gen_grid, 19001, 400, forms, &saved);
+  printf("# grids: %zu grid, %zu flat, %zu listed; %zu bytes saved\n", forms[1], forms[2],
+         forms[0], saved);
+  assert_int_equal(forms[DCPI_FORM_GRID], 400); /* every grid is found */
+}
+
+static void test_random_flat(void **state) {
+  (void)state;
+  size_t forms[DCPI_FORM_COUNT] = {0}, saved = 0;
+  run_cases(gen_flat, 19002, 400, forms, &saved);
+  printf("# flat ranges: %zu grid, %zu flat, %zu listed; %zu bytes saved\n", forms[1], forms[2],
+         forms[0], saved);
+  /* ranges that are whole rows are a grid; mid-row ones need FLAT; a list
+   * stays LISTED only when its cells are unknown (no mesh) */
+  assert_true(forms[DCPI_FORM_FLAT] > 100);
+}
+
+static void test_random_irregular(void **state) {
+  (void)state;
+  size_t forms[DCPI_FORM_COUNT] = {0}, saved = 0;
+  run_cases(gen_irregular, 19003, 400, forms, &saved);
+  printf("# irregular: %zu grid, %zu flat, %zu listed\n", forms[1], forms[2], forms[0]);
+  assert_true(forms[DCPI_FORM_LISTED] > 200); /* guillotine cuts are rarely a grid */
+}
+
+/* ---- through the public API: save with one layout, load with another ---- */
+
+typedef tu_fixture fixture;
+static int setup(void **state) { return tu_fixture_setup(state, "dcp-derived"); }
+static int teardown(void **state) { return tu_fixture_teardown(state); }
+
+enum { R = 24, C = 10 };
+static float value(int64_t i, int64_t j) { return (float)(i * 100 + j) + 0.5f; }
+
+/* Copy the box (off, size) of the R x C tensor into buf. */
+static void fill(float *buf, const int64_t *off, const int64_t *size) {
+  for (int64_t i = 0; i < size[0]; i++)
+    for (int64_t j = 0; j < size[1]; j++) buf[i * size[1] + j] = value(off[0] + i, off[1] + j);
+}
+
+static void test_save_grid_load_other(void **state) {
+  fixture *f = *state;
+  int64_t shape[2] = {R, C};
+  static float w[R * C], m[R * C];
+  dcp_state *st;
+  assert_int_equal(dcp_state_create(f->ctx, &st), DCP_OK);
+  /* "w": a 4 x 2 grid of boxes (6 x 5 each); "m": ZeRO-like flat ranges of
+   * 48 elements over the whole tensor (mid-row starts) */
+  assert_int_equal(dcp_state_add_tensor(st, "w", DCP_F32, 2, shape), DCP_OK);
+  for (int64_t i = 0; i < 4; i++)
+    for (int64_t j = 0; j < 2; j++) {
+      int64_t off[2] = {i * 6, j * 5}, size[2] = {6, 5};
+      float *p = w + (i * 2 + j) * 30;
+      fill(p, off, size);
+      assert_int_equal(dcp_state_add_chunk(st, "w", off, size, p), DCP_OK);
+    }
+  assert_int_equal(dcp_state_add_tensor(st, "m", DCP_F32, 2, shape), DCP_OK);
+  for (int64_t i = 0; i < R * C; i++) m[i] = value(i / C, i % C);
+  dcp_box whole = {.ndim = 2, .offset = {0, 0}, .size = {R, C}};
+  for (int64_t b = 0; b < R * C; b += 48)
+    assert_int_equal(dcp_state_add_flat(st, "m", &whole, b, R * C - b < 48 ? R * C - b : 48, m + b),
+                     DCP_OK);
+  assert_int_equal(dcp_save(f->ctx, st, f->ckpt, NULL), DCP_OK);
+  dcp_state_free(st);
+
+  dcp_meta *v;
+  assert_int_equal(dcp_meta_open(f->ctx, f->ckpt, &v), DCP_OK);
+  size_t tw, tm;
+  dcpi_form fm;
+  dcpi_err err;
+  assert_int_equal(dcp_meta_find_tensor(v, "w", &tw), DCP_OK);
+  assert_int_equal(dcp_meta_find_tensor(v, "m", &tm), DCP_OK);
+  assert_int_equal(dcpi_meta_chunk_form(v, tw, &fm, &err), DCP_OK);
+  assert_int_equal(fm.kind, DCPI_FORM_GRID);
+  assert_int_equal(dcpi_meta_chunk_form(v, tm, &fm, &err), DCP_OK);
+  assert_int_equal(fm.kind, DCPI_FORM_FLAT);
+  dcp_meta_free(v);
+
+  /* load: "w" as 3 row bands x full width, "m" as a 2 x 2 grid */
+  static float lw[R * C], lm[R * C], want[R * C];
+  memset(lw, 0, sizeof lw), memset(lm, 0, sizeof lm);
+  dcp_state *ld;
+  assert_int_equal(dcp_state_create(f->ctx, &ld), DCP_OK);
+  assert_int_equal(dcp_state_add_tensor(ld, "w", DCP_F32, 2, shape), DCP_OK);
+  for (int64_t i = 0; i < 3; i++) {
+    int64_t off[2] = {i * 8, 0}, size[2] = {8, C};
+    assert_int_equal(dcp_state_add_chunk(ld, "w", off, size, lw + i * 8 * C), DCP_OK);
+  }
+  assert_int_equal(dcp_state_add_tensor(ld, "m", DCP_F32, 2, shape), DCP_OK);
+  for (int64_t k = 0; k < 4; k++) {
+    int64_t off[2] = {(k / 2) * 12, (k % 2) * 5}, size[2] = {12, 5};
+    assert_int_equal(dcp_state_add_chunk(ld, "m", off, size, lm + k * 60), DCP_OK);
+  }
+  assert_int_equal(dcp_load(f->ctx, ld, f->ckpt, NULL), DCP_OK);
+  dcp_state_free(ld);
+  for (int64_t i = 0; i < 3; i++) {
+    int64_t off[2] = {i * 8, 0}, size[2] = {8, C};
+    fill(want + i * 8 * C, off, size);
+  }
+  assert_memory_equal(lw, want, sizeof lw);
+  for (int64_t k = 0; k < 4; k++) {
+    int64_t off[2] = {(k / 2) * 12, (k % 2) * 5}, size[2] = {12, 5};
+    fill(want + k * 60, off, size);
+  }
+  assert_memory_equal(lm, want, sizeof lm);
+}
+
+int main(int argc, char **argv) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_random_grids),
+      cmocka_unit_test(test_random_flat),
+      cmocka_unit_test(test_random_irregular),
+      cmocka_unit_test_setup_teardown(test_save_grid_load_other, setup, teardown),
+  };
+  return TU_RUN(tests, NULL, NULL);
+}
