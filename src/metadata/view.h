@@ -192,6 +192,13 @@ dcp_status dcpi_meta_chunk_boxes(dcp_meta *m, size_t ti, const int64_t **offs,
  * dcpi_meta_chunk_boxes). */
 dcp_status dcpi_meta_chunk_form(dcp_meta *m, size_t ti, dcpi_form *out, dcpi_err *err);
 
+/* When tensor ti's list is a GRID (version 3), its grid into *out and
+ * *found true, reading only the list's header (after its checksum): the
+ * load planner finds the chunks meeting a box from it without decoding the
+ * list. *found false otherwise. Errors: DCP_ENOTFOUND, DCP_ECORRUPT. */
+dcp_status dcpi_meta_chunk_grid(dcp_meta *m, size_t ti, dcpi_grid *out, bool *found,
+                                dcpi_err *err);
+
 /* Tensor ti's global shape (ndim entries), owned by the view; ti must be in
  * range. */
 const int64_t *dcpi_meta_tensor_shape(const dcp_meta *m, size_t ti);

@@ -310,6 +310,29 @@ dcp_status dcpi_meta_chunk_boxes(dcp_meta *m, size_t ti, const int64_t **offs,
   return DCP_OK;
 }
 
+dcp_status dcpi_meta_chunk_grid(dcp_meta *m, size_t ti, dcpi_grid *out, bool *found,
+                                dcpi_err *err) {
+  *found = false;
+  if (!m || ti >= m->ntensors) return dcpi_fail(err, DCP_ENOTFOUND, "no tensor %zu", ti);
+  const dcpi_mv_tensor *t = &m->tensors[ti];
+  if (t->chunks) { /* decoded already */
+    *found = t->chunks->form.kind == DCPI_FORM_GRID;
+    if (*found) *out = t->chunks->form.grid;
+    return DCP_OK;
+  }
+  if (m->version < 3 || t->nchunks == 0) return DCP_OK;
+  const uint8_t *p = m->buf + m->chunks_off + t->list_off;
+  if (DCPI_CHECKSUMS_ENFORCED && dcpi_mv_hash(p, t->list_len) != t->list_hash)
+    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: chunks section, tensor %zu ('%.100s'): "
+                     "chunk list checksum mismatch", ti, t->fqn);
+  dcpi_dec d = {{p, t->list_len, 0}, err, "", -1};
+  snprintf(d.where, sizeof d.where, "chunks section, tensor %zu ('%.100s')", ti, t->fqn);
+  dcpi_form fm = {.kind = DCPI_FORM_LISTED};
+  dcp_status rc = dec_form(&d, t, &fm);
+  if (rc == DCP_OK && fm.kind == DCPI_FORM_GRID) *out = fm.grid, *found = true;
+  return rc;
+}
+
 dcp_status dcpi_meta_chunk_form(dcp_meta *m, size_t ti, dcpi_form *out, dcpi_err *err) {
   if (!m || ti >= m->ntensors) return dcpi_fail(err, DCP_ENOTFOUND, "no tensor %zu", ti);
   dcp_status rc = ensure_list(m, ti, err);

@@ -99,13 +99,26 @@ static dcp_status check_match(const dcpi_load_tensor *t, const dcpi_saved_tensor
   return DCP_OK;
 }
 
+/* A saved grid must be the tensor's: same dimensions and extents, one
+ * chunk per grid box. */
+static dcp_status check_saved_grid(const dcpi_saved_tensor *s, dcpi_err *err) {
+  const dcpi_grid *g = s->grid;
+  bool ok = g->ndim == s->ndim && (uint64_t)g->count == (uint64_t)s->nchunks;
+  for (uint32_t d = 0; ok && d < s->ndim; d++) ok = g->extent[d] == s->shape[d];
+  if (!ok)
+    return dcpi_fail(err, DCP_ECORRUPT, "load: tensor '%s': its chunk grid does not match its "
+                     "shape and chunk count", s->fqn);
+  return DCP_OK;
+}
+
 /* Saved boxes come from a file: never trust them to lie inside the shape. */
 static dcp_status check_saved_chunks(const dcpi_saved_tensor *s, dcpi_err *err) {
-  if (s->nchunks && s->ndim && (!s->chunk_off || !s->chunk_sz))
-    return dcpi_fail(err, DCP_ECORRUPT, "load: tensor '%s' has NULL chunk boxes", s->fqn);
   if (s->nchunks > UINT32_MAX)
     return dcpi_fail(err, DCP_EOVERFLOW, "load: tensor '%s' has %zu chunks", s->fqn,
                      s->nchunks);
+  if (s->grid) return check_saved_grid(s, err);
+  if (s->nchunks && s->ndim && (!s->chunk_off || !s->chunk_sz))
+    return dcpi_fail(err, DCP_ECORRUPT, "load: tensor '%s' has NULL chunk boxes", s->fqn);
   for (size_t i = 0; i < s->nchunks; i++) {
     const int64_t *o = s->chunk_off + i * s->ndim, *z = s->chunk_sz + i * s->ndim;
     if (dcpi_check_box_in(s->ndim, s->shape, o, z, s->fqn, err)) {
@@ -128,7 +141,7 @@ static int64_t linear(uint32_t ndim, const int64_t *sz, const int64_t *c) {
  * boxes intersect) and return its element count in *numel. Values cannot
  * overflow: every box lies inside a shape whose byte size was checked. */
 static dcp_status add_overlap(builder *b, size_t ci, const dcpi_saved_tensor *s, uint32_t sc,
-                              int64_t *numel) {
+                              const int64_t *so, const int64_t *ss, int64_t *numel) {
   const dcpi_load_chunk *c = &b->chunks[ci];
   const uint32_t nd = s->ndim;
   const int64_t es = (int64_t)dcp_dtype_size(s->dtype);
@@ -139,7 +152,6 @@ static dcp_status add_overlap(builder *b, size_t ci, const dcpi_saved_tensor *s,
   int64_t *k = b->coords + b->ncoords;
   int64_t *off = k, *sz = k + nd, *doff = k + 2 * nd, *soff = k + 3 * nd;
   int64_t *dsz = k + 4 * nd, *ssz = k + 5 * nd;
-  const int64_t *so = s->chunk_off + (size_t)sc * nd, *ss = s->chunk_sz + (size_t)sc * nd;
   dcpi_box_intersect(nd, c->offset, c->size, so, ss, off, sz);
   int64_t last[DCP_MAX_NDIM], n = 1;
   for (uint32_t d = 0; d < nd; d++) {
@@ -162,6 +174,34 @@ static dcp_status add_overlap(builder *b, size_t ci, const dcpi_saved_tensor *s,
   return DCP_OK;
 }
 
+/* The saved chunks meeting destination chunk c: from the grid (its cells
+ * that hold the box's corners bound a block of cells, walked row-major,
+ * i.e. in ascending chunk index), else from the index. */
+static dcp_status find_hits(builder *b, const dcpi_load_chunk *c, const dcpi_box_index *ix,
+                            const dcpi_saved_tensor *s, size_t *nh) {
+  if (!s->grid)
+    return dcpi_box_index_query(ix, c->offset, c->size, &b->hits, &b->hits_cap, nh);
+  const dcpi_grid *g = s->grid;
+  int64_t lo[DCP_MAX_NDIM], hi[DCP_MAX_NDIM], at[DCP_MAX_NDIM], total = 1;
+  for (uint32_t d = 0; d < g->ndim; d++) {
+    lo[d] = at[d] = dcpi_grid_cell_of(g, d, c->offset[d]);
+    hi[d] = dcpi_grid_cell_of(g, d, c->offset[d] + c->size[d] - 1);
+    total *= hi[d] - lo[d] + 1;
+  }
+  if (DCPI_RESERVE(b->hits, b->hits_cap, (size_t)total)) return DCP_ENOMEM;
+  for (int64_t k = 0; k < total; k++) {
+    int64_t idx = 0;
+    for (uint32_t d = 0; d < g->ndim; d++) idx = idx * g->cells[d] + at[d];
+    b->hits[k] = (uint32_t)idx;
+    for (uint32_t d = g->ndim; d-- > 0;) { /* next cell, row-major */
+      if (++at[d] <= hi[d]) break;
+      at[d] = lo[d];
+    }
+  }
+  *nh = (size_t)total;
+  return DCP_OK;
+}
+
 /* All overlaps of destination chunk ci; checks that they cover it. */
 static dcp_status plan_chunk(builder *b, size_t ci, const dcpi_box_index *ix,
                              const dcpi_saved_tensor *s, dcpi_err *err) {
@@ -170,11 +210,18 @@ static dcp_status plan_chunk(builder *b, size_t ci, const dcpi_box_index *ix,
   dcpi_numel(s->ndim, c->size, &want);
   if (want == 0) return DCP_OK;
   size_t nh;
-  if (dcpi_box_index_query(ix, c->offset, c->size, &b->hits, &b->hits_cap, &nh))
+  if (find_hits(b, c, ix, s, &nh))
     return dcpi_fail(err, DCP_ENOMEM, "load: out of memory querying '%s'", s->fqn);
   for (size_t h = 0; h < nh; h++) {
-    int64_t n;
-    if (add_overlap(b, ci, s, b->hits[h], &n))
+    int64_t n, go[DCP_MAX_NDIM], gs[DCP_MAX_NDIM];
+    const int64_t *so = go, *ss = gs;
+    if (s->grid) {
+      dcpi_grid_box(s->grid, b->hits[h], go, gs);
+    } else {
+      so = s->chunk_off + (size_t)b->hits[h] * s->ndim;
+      ss = s->chunk_sz + (size_t)b->hits[h] * s->ndim;
+    }
+    if (add_overlap(b, ci, s, b->hits[h], so, ss, &n))
       return dcpi_fail(err, DCP_ENOMEM, "load: out of memory for overlaps of '%s'", s->fqn);
     got += n;
   }
@@ -207,8 +254,8 @@ static dcp_status plan_tensor(builder *b, uint32_t ti, const size_t *list, size_
   if (!any) return DCP_OK; /* nothing to read: no index needed */
   s.fqn = t->fqn;         /* name messages as the caller does */
   if ((rc = check_saved_chunks(&s, err))) return rc;
-  dcpi_box_index ix;
-  if ((rc = dcpi_box_index_build(&ix, s.ndim, s.nchunks, s.chunk_off, s.chunk_sz, err)))
+  dcpi_box_index ix = {0};
+  if (!s.grid && (rc = dcpi_box_index_build(&ix, s.ndim, s.nchunks, s.chunk_off, s.chunk_sz, err)))
     return rc;
   for (size_t k = 0; k < n && !rc; k++) rc = plan_chunk(b, list[k], &ix, &s, err);
   dcpi_box_index_free(&ix);

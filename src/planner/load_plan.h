@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "model/grid.h"
 
 /* ---- the saved side ------------------------------------------------------ */
 
@@ -34,6 +35,10 @@ typedef struct dcpi_saved_tensor {
   const int64_t *chunk_sz;  /* nchunks*ndim */
   const uint64_t *chunk_id; /* nchunks opaque ids (the runtime's handle on the
                                chunk's storage ref), or NULL: id = index */
+  const dcpi_grid *grid;    /* or NULL; when set, chunk i is the grid's box i
+                               (nchunks = grid->count) and chunk_off/chunk_sz
+                               may be NULL: the planner finds the chunks that
+                               meet a box arithmetically, with no index */
 } dcpi_saved_tensor;
 
 /* Fill *out with the saved tensor named fqn (fqn_len bytes, NUL-terminated).

@@ -96,23 +96,32 @@ out:
 
 /* ---- planning ----------------------------------------------------------- */
 
-/* The planner's view of a saved tensor, straight from the metadata view. */
+/* The planner's view of a saved tensor, straight from the metadata view:
+ * a derived grid when the list is one (no boxes decoded), else the boxes. */
+typedef struct lookup_arg {
+  dcp_meta *m;
+  dcpi_grid grid; /* the last GRID tensor's (the planner holds one at a time) */
+} lookup_arg;
+
 static dcp_status lookup(void *arg, const char *fqn, size_t fqn_len, dcpi_saved_tensor *out,
                          dcpi_err *err) {
   (void)fqn_len;
-  dcp_meta *m = arg;
+  lookup_arg *la = arg;
+  dcp_meta *m = la->m;
   size_t ti;
   dcp_tensor_info info;
   if (dcp_meta_find_tensor(m, fqn, &ti))
     return dcpi_fail(err, DCP_ENOTFOUND, "the checkpoint has no tensor '%s'", fqn);
   dcp_meta_tensor(m, ti, &info);
   const int64_t *off = NULL, *sz = NULL;
-  dcp_status rc = info.chunk_count ? dcpi_meta_chunk_boxes(m, ti, &off, &sz, err) : DCP_OK;
+  bool grid = false;
+  dcp_status rc = info.chunk_count ? dcpi_meta_chunk_grid(m, ti, &la->grid, &grid, err) : DCP_OK;
+  if (!rc && info.chunk_count && !grid) rc = dcpi_meta_chunk_boxes(m, ti, &off, &sz, err);
   if (rc) return rc;
   *out = (dcpi_saved_tensor){.fqn = info.fqn, .dtype = info.dtype, .ndim = info.ndim,
                              .shape = dcpi_meta_tensor_shape(m, ti),
                              .nchunks = (size_t)info.chunk_count, .chunk_off = off,
-                             .chunk_sz = sz, .chunk_id = NULL};
+                             .chunk_sz = sz, .chunk_id = NULL, .grid = grid ? &la->grid : NULL};
   return DCP_OK;
 }
 
@@ -262,7 +271,8 @@ static dcp_status run(dcpi_rt *rt, dcp_state *st, const dcp_load_options *o, boo
   dcp_status rc = fetch_metadata(rt, o, &meta, &meta_hash, replaced);
   if (!rc) {
     dcp_status ls = dcpi_load_plan_from_state(
-        st, &(dcpi_saved_source){.lookup = lookup, .arg = meta}, &plan, &rt->err);
+        st, &(dcpi_saved_source){.lookup = lookup, .arg = &(lookup_arg){.m = meta}}, &plan,
+        &rt->err);
     /* the block reader too, before anyone depends on this rank's reads */
     if (!ls) ls = dcpi_block_reader_create(rt, &br, &rt->err);
     rc = dcpi_rt_agree(rt, ls);

@@ -27,6 +27,13 @@ static uint64_t walk_tensor(dcp_meta *m, size_t t) {
   size_t idx;
   uint64_t acc = 0;
   if (dcp_meta_tensor(m, t, &ti) != DCP_OK) __builtin_trap();
+  /* the header-only grid read (the load planner's) before the full decode */
+  dcpi_grid g;
+  bool grid = false;
+  dcpi_err err;
+  dcp_status grc = dcpi_meta_chunk_grid(m, t, &g, &grid, &err);
+  if (grc != DCP_OK && grc != DCP_ECORRUPT) __builtin_trap();
+  if (grc == DCP_OK && grid) acc += (uint64_t)g.count;
   if (dcp_meta_find_tensor(m, ti.fqn, &idx) != DCP_OK || idx != t) __builtin_trap();
   for (uint64_t c = 0; c < ti.chunk_count; c++) {
     dcp_chunk_info ci;

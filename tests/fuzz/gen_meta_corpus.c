@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "metadata/meta.h"
+#include "model/box.h"
 
 /* Abort with the reason when an add fails (the inputs here are fixed). */
 static void ok(dcp_status rc, const dcpi_err *err) {
@@ -54,6 +55,31 @@ static void add_grid(dcpi_md *md, const char *fqn, int64_t rows, int64_t cols, i
     }
 }
 
+/* A 2-D tensor over mesh 0 (rows sharded by mesh dim 0) whose two row
+ * shards are each cut into 3 flat ranges: a FLAT list (format version 3). */
+static void add_flat(dcpi_md *md, const char *fqn, dcpi_err *err) {
+  const int64_t shape[2] = {6, 5}, cell[2] = {3, 5};
+  const uint32_t map[2] = {1, 0};
+  uint32_t tid;
+  ok(dcpi_md_add_tensor(md, fqn, DCP_F32, 2, shape, 0, map, &tid, err), err);
+  uint64_t cks = 0x3333, at = 0;
+  for (int64_t r0 = 0; r0 < 6; r0 += 3)
+    for (int64_t b = 0; b < 15; b += 5) {
+      const int64_t region_off[2] = {r0, 0};
+      int64_t off[6], sz[6];
+      size_t n;
+      ok(dcpi_flat_to_boxes(2, region_off, cell, b, 5, off, sz, 3, &n, err), err);
+      for (size_t i = 0; i < n; i++) {
+        uint64_t raw = (uint64_t)(sz[2 * i] * sz[2 * i + 1] * 4);
+        dcp_storage_ref ref = {.file = (uint32_t)(b / 5 % 2), .codec = DCP_CODEC_NONE,
+                               .block_size = 64, .offset = at, .stored_length = raw,
+                               .raw_length = raw, .block_count = 1, .block_checksums = &cks};
+        at += raw;
+        ok(dcpi_md_add_chunk(md, tid, off + 2 * i, sz + 2 * i, &ref, err), err);
+      }
+    }
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s DIR\n", argv[0]);
@@ -87,6 +113,11 @@ int main(int argc, char **argv) {
   ok(dcpi_md_add_tensor(md, "model.empty", DCP_BF16, 1, scalar_shape, -1, NULL, NULL, &err), &err);
   ok(dcpi_md_add_kv(md, "framework", "torch", &err), &err);
   emit(md, argv[1], "seed_full.bin");
+  ok(dcpi_md_set_format_version(md, 2, &err), &err);
+  emit(md, argv[1], "seed_full_v2.bin");
+  ok(dcpi_md_set_format_version(md, DCPI_FORMAT_VERSION, &err), &err);
+  add_flat(md, "optim.exp_avg.model.embed.weight", &err);
+  emit(md, argv[1], "seed_derived.bin");
   dcpi_md_free(md);
   return 0;
 }
