@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <malloc.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <xxhash.h>
@@ -32,6 +33,8 @@ typedef struct config {
   int samples; /* ranks whose load plan is timed */
   int format_version; /* 0: the current one */
   int no_layouts;     /* record no meshes (every list listed or found by shape) */
+  int scale;          /* pipeline stages of the job per simulated stage (1: all simulated) */
+  int job_pp;         /* the job's pipeline depth (pp, or more when simulating) */
 } config;
 
 typedef struct tensor_def {
@@ -56,6 +59,12 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Heap bytes in use now, in MiB (what a step holds on to). */
+static double heap_mib(void) {
+  struct mallinfo2 mi = mallinfo2();
+  return (double)(mi.uordblks + mi.hblkhd) / (1 << 20);
 }
 
 static double peak_rss_mib(void) {
@@ -460,20 +469,65 @@ static void count_forms(dcp_meta *view) {
          chunks[DCPI_FORM_GRID], tensors[DCPI_FORM_FLAT], chunks[DCPI_FORM_FLAT]);
 }
 
+/* The issue-19 figures of one run (simulated: of the simulated stages). */
+typedef struct figures {
+  double plan_s, plan_mib;   /* the save plan a rank computes: today the whole global plan */
+  double coord_s, coord_mib; /* the coordinator's metadata build + encode */
+  double meta_mib, load_mean_ms, load_max_ms, open_ms;
+} figures;
+
+static void target_row(const char *what, double v, const char *unit, double target, int scale) {
+  printf("  %-34s %10.1f %-4s%s %8.0f %-4s %s\n", what, v * scale, unit,
+         scale > 1 ? " (x16)" : "      ", target, unit, v * scale <= target ? "met" : "not met");
+}
+
+/* The issue's targets next to this run's figures; whole-job figures of a
+ * simulated run are the stage's times the stages (the per-rank load plan
+ * of a rank touches its stage's tensors only, so it is measured as is). */
+static void print_targets(const config *c, int32_t world, const figures *f) {
+  int k = c->scale;
+  printf("targets at %lld ranks:                   now            target\n",
+         (long long)world * k);
+  target_row("save plan, one rank (whole plan)", f->plan_s, "s", 1, k);
+  target_row("  its memory", f->plan_mib, "MiB", 512, k);
+  target_row("coordinator: metadata build+encode", f->coord_s, "s", 5, k);
+  target_row("  its memory", f->coord_mib, "MiB", 512, k);
+  target_row("metadata size", f->meta_mib, "MiB", 64, k);
+  target_row("load plan per rank, mean", f->load_mean_ms, "ms", 20, 1);
+  target_row("load plan per rank, max", f->load_max_ms, "ms", 20, 1);
+  target_row("metadata open", f->open_ms, "ms", 50, k);
+}
+
 /* ---- main --------------------------------------------------------------- */
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: plansim [--tp N] [--pp N] [--dp N] [--layers N] [--hidden N]\n"
-          "               [--new-tp N] [--samples N] [--quick]\n"
+          "usage: plansim [--ranks N] [--tp N] [--pp N] [--dp N] [--layers N] [--hidden N]\n"
+          "               [--new-tp N] [--samples N] [--stages K] [--format V] [--no-layouts]\n"
+          "               [--quick]\n"
           "defaults: a 10,240-rank job, TP8 x PP16 x DP80, 96 layers, hidden 12288,\n"
-          "loaded with TP4; --quick runs TP4 x PP2 x DP4, 8 layers, hidden 1024.\n");
+          "loaded with TP4; --quick runs TP4 x PP2 x DP4, 8 layers, hidden 1024.\n"
+          "--ranks N: TP8 x PP16 x DP(N/128) (10240, 102400, 1048576); 1048576 simulates\n"
+          "one pipeline stage (--stages 1): the ranks of a stage share no tensor with\n"
+          "another stage, so a stage planned as its own job is what those ranks compute,\n"
+          "and whole-job figures are the stage's times the stage count (marked x16).\n"
+          "--format 2 writes metadata format 2 (every chunk listed: the figures before\n"
+          "issue 19); --no-layouts records no meshes.\n");
   exit(2);
+}
+
+/* Simulate k of the job's pipeline stages as a job of their own. */
+static void simulate_stages(config *c, int k) {
+  if (k < 1 || c->pp % k || c->layers % c->pp) usage();
+  c->scale = c->pp / k;
+  c->layers = c->layers / c->pp * k;
+  c->pp = k;
 }
 
 static config parse(int argc, char **argv) {
   config c = {.tp = 8, .pp = 16, .dp = 80, .layers = 96, .hidden = 12288, .vocab = 50304,
-              .new_tp = 4, .samples = 32};
+              .new_tp = 4, .samples = 32, .scale = 1};
+  int stages = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     long v = i + 1 < argc ? strtol(argv[i + 1], NULL, 10) : 0;
@@ -495,10 +549,18 @@ static config parse(int argc, char **argv) {
     else if (!strcmp(a, "--new-tp")) c.new_tp = (int)v;
     else if (!strcmp(a, "--samples")) c.samples = (int)v;
     else if (!strcmp(a, "--format")) c.format_version = (int)v;
+    else if (!strcmp(a, "--stages")) stages = (int)v;
+    else if (!strcmp(a, "--ranks")) {
+      if (v % 128) usage();
+      c.tp = 8, c.pp = 16, c.dp = (int)(v / 128);
+      if (v > 102400 && !stages) stages = 1;
+    }
     else usage();
     i++;
   }
   if (c.layers < c.pp || (c.dp * c.tp) % c.new_tp) usage();
+  c.job_pp = c.pp;
+  if (stages) simulate_stages(&c, stages);
   return c;
 }
 
@@ -508,6 +570,10 @@ int main(int argc, char **argv) {
   printf("plansim: %d ranks = TP%d x PP%d x DP%d, %d layers, hidden %" PRId64
          ", bf16 weights + fp32 Adam (ZeRO-1 over DP)\n",
          world, c.tp, c.pp, c.dp, c.layers, c.hidden);
+  if (c.scale > 1)
+    printf("simulated:    %d of the job's %d pipeline stages (%d ranks of %lld); whole-job "
+           "figures below are x%d\n",
+           c.pp, c.job_pp, world, (long long)world * c.scale, c.scale);
 
   stage_layouts *layouts = malloc((size_t)c.pp * sizeof *layouts);
   for (int s = 0; s < c.pp; s++) layouts[s] = make_layouts(s, c.tp, c.dp);
@@ -516,7 +582,7 @@ int main(int argc, char **argv) {
   double t_local = now_s() - t0;
   size_t entries = 0;
   for (int32_t r = 0; r < world; r++) entries += dcpi_local_plan_chunk_count(plans[r]);
-  double rss_before = peak_rss_mib();
+  double rss_before = peak_rss_mib(), heap_before = heap_mib();
 
   dcpi_global_plan *gp;
   dcpi_err err;
@@ -525,6 +591,7 @@ int main(int argc, char **argv) {
                                          NULL, &gp, &err);
   double t_global = now_s() - t0;
   if (rc) die("global_plan_build", rc, &err);
+  double plan_held = heap_mib() - heap_before;
   double rss_after = peak_rss_mib();
   size_t items = dcpi_global_plan_item_count(gp);
   int64_t model = dcpi_global_plan_tensor_bytes(gp), held = 0, max_load = 0;
@@ -585,11 +652,12 @@ int main(int argc, char **argv) {
   free(plans);
 
   t0 = now_s();
+  double heap_md = heap_mib();
   dcpi_md *md = build_metadata(&c, gp, world);
   void *enc;
   size_t enc_len;
   if ((rc = dcpi_md_encode(md, &enc, &enc_len, &err))) die("md_encode", rc, &err);
-  double t_enc = now_s() - t0;
+  double t_enc = now_s() - t0, md_held = heap_mib() - heap_md;
   dcpi_md_free(md);
   size_t meta_chunks = items + dcpi_global_plan_bytes_count(gp);
   printf("metadata:     %.1f MiB for %zu chunks = %.1f B/chunk (target <= 32), built and "
@@ -615,6 +683,11 @@ int main(int argc, char **argv) {
          c.tp, c.new_tp, c.dp * c.tp / c.new_tp, ls.total_ms / c.samples, ls.max_ms, c.samples,
          ls.plan_ms / c.samples, (double)ls.chunks / c.samples, (double)ls.overlaps / c.samples,
          (double)ls.bytes / c.samples / (1 << 30), t_open * 1e3);
+  figures f = {.plan_s = t_global, .plan_mib = plan_held, .coord_s = t_enc,
+               .coord_mib = md_held, .meta_mib = (double)enc_len / (1 << 20),
+               .load_mean_ms = ls.total_ms / c.samples, .load_max_ms = ls.max_ms,
+               .open_ms = t_open * 1e3};
+  print_targets(&c, world, &f);
   free(enc);
   return 0;
 }

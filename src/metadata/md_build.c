@@ -279,8 +279,8 @@ static dcp_status check_unused_name(const dcpi_md *md, const char *name, size_t 
                    (v & DCPI_MD_BYTES_BIT) ? "bytes item" : "tensor");
 }
 
-/* Validate the mesh part of add_tensor. */
-static dcp_status check_tensor_mesh(const dcpi_md *md, const char *fqn, uint32_t ndim,
+/* Validate the mesh part of add_tensor (md_int.h). */
+dcp_status dcpi_md_check_tensor_mesh(const dcpi_md *md, const char *fqn, uint32_t ndim,
                                     int32_t mesh, const uint32_t *map, dcpi_err *err) {
   if (mesh < -1) return dcpi_fail(err, DCP_EINVAL, "tensor '%s': mesh %d is invalid", fqn, (int)mesh);
   if (mesh < 0) return DCP_OK;
@@ -297,7 +297,7 @@ dcp_status dcpi_md_add_tensor(dcpi_md *md, const char *fqn, dcp_dtype dtype, uin
   if (!md) return dcpi_fail(err, DCP_EINVAL, "metadata builder is NULL");
   dcp_status s = check_item_name(fqn, "tensor fqn", &len, err);
   if (s == DCP_OK) s = check_tensor_geometry(fqn, dtype, ndim, shape, err);
-  if (s == DCP_OK) s = check_tensor_mesh(md, fqn, ndim, mesh, tensor_map, err);
+  if (s == DCP_OK) s = dcpi_md_check_tensor_mesh(md, fqn, ndim, mesh, tensor_map, err);
   if (s == DCP_OK) s = check_unused_name(md, fqn, len, "tensor fqn", err);
   if (s != DCP_OK) return s;
   if (md->ntensors >= DCPI_MD_BYTES_BIT) return dcpi_fail(err, DCP_EOVERFLOW, "too many tensors");

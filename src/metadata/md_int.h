@@ -96,6 +96,11 @@ struct dcpi_md {
   dcpi_strmap kv_keys;    /* key → kv index */
 };
 
+/* Check a tensor's mesh id (-1: none) and, with a mesh, its tensor_map:
+ * masks of existing mesh dimensions, each used once (md_build.c). */
+dcp_status dcpi_md_check_tensor_mesh(const dcpi_md *md, const char *fqn, uint32_t ndim,
+                                     int32_t mesh, const uint32_t *map, dcpi_err *err);
+
 /* Marks a `names` value as a bytes key record rather than a tensor id. */
 #define DCPI_MD_BYTES_BIT 0x80000000u
 

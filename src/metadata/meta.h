@@ -10,6 +10,7 @@
 #ifndef DCP_METADATA_META_H
 #define DCP_METADATA_META_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -74,6 +75,25 @@ dcp_status dcpi_md_add_tensor(dcpi_md *md, const char *fqn, dcp_dtype dtype, uin
                               const int64_t *shape, int32_t mesh /* -1 none */,
                               const uint32_t *tensor_map /* ndim, NULL if mesh<0 */,
                               uint32_t *tid, dcpi_err *err);
+
+/* The id of the tensor named fqn (len bytes) into *tid, or DCP_ENOTFOUND. */
+dcp_status dcpi_md_find_tensor(const dcpi_md *md, const char *fqn, size_t len, uint32_t *tid);
+
+/* The id of the mesh (ndim, shape, ranks: prod(shape) of them) into *id,
+ * adding it when md has no identical one: each distinct mesh is stored
+ * once however many tensors use it. Errors as dcpi_md_add_mesh. */
+dcp_status dcpi_md_intern_mesh(dcpi_md *md, uint32_t ndim, const int64_t *shape,
+                               const int32_t *ranks, uint32_t *id, dcpi_err *err);
+
+/* true when tensor tid has a mesh already, or its ndim is not ndim (a
+ * layout cannot be set on it). */
+bool dcpi_md_tensor_has_layout(const dcpi_md *md, uint32_t tid, uint32_t ndim);
+
+/* Set (or, with mesh -1, clear) the layout tensor tid was saved from: mesh
+ * id and tensor_map as in dcpi_md_add_tensor. Errors: DCP_ENOTFOUND (no
+ * such tensor or mesh), DCP_EINVAL (bad tensor_map). */
+dcp_status dcpi_md_set_tensor_layout(dcpi_md *md, uint32_t tid, int32_t mesh,
+                                     const uint32_t *tensor_map, dcpi_err *err);
 
 /* Record that the box [offset, offset+size) of tensor tid is stored at ref.
  * The checksum and stored-length arrays are copied. The box must be

@@ -128,10 +128,15 @@ static dcp_status add_rank(dcpi_md *md, const dcpi_global_plan *gp, const char *
   if (!dcpi_r_varint(&r, &file_length))
     return dcpi_fail(err, DCP_ECORRUPT, "malformed write results from rank %d", rank);
   dcp_status rc = DCP_OK;
-  /* the copies of replicated items this rank holds come first */
+  /* the copies of replicated items this rank holds come first, then the
+   * layouts it sends */
   while (!rc && dcpi_r_left(&r) && r.p[r.pos] == DCPI_RESULT_REPLICA) {
     dcpi_r_u8(&r, &kind);
     rc = add_replica(rp, &r, rank, err);
+  }
+  while (!rc && dcpi_r_left(&r) && r.p[r.pos] == DCPI_RESULT_LAYOUT) {
+    dcpi_r_u8(&r, &kind);
+    rc = dcpi_commit_take_layout(md, &r, rank, dcpi_global_plan_world_size(gp), err);
   }
   if (rc || !dcpi_r_left(&r)) return rc; /* wrote nothing: no data file */
   char name[DCPI_NAME_MAX];
@@ -232,10 +237,12 @@ dcp_status dcpi_commit(dcpi_rt *rt, const dcpi_commit_args *a) {
   dcpi_wbuf msg = {0};
   dcpi_w_varint(&msg, a->file_length);
   dcpi_w_bytes(&msg, a->replicas->data, a->replicas->len);
+  if (a->layouts) dcpi_w_bytes(&msg, a->layouts->data, a->layouts->len);
   dcpi_w_bytes(&msg, a->results->data, a->results->len);
-  dcp_status status = a->results->status   ? a->results->status
-                      : a->replicas->status ? a->replicas->status
-                                            : msg.status;
+  dcp_status status = a->results->status                 ? a->results->status
+                      : a->replicas->status               ? a->replicas->status
+                      : a->layouts && a->layouts->status ? a->layouts->status
+                                                          : msg.status;
   if (status) {
     dcpi_wbuf_free(&msg);
     return dcpi_rt_agree(rt, dcpi_fail(&rt->err, status, "out of memory"));

@@ -4,6 +4,7 @@
 #define DCP_RUNTIME_COMMIT_H
 
 #include "base/wire.h"
+#include "metadata/meta.h"
 #include "planner/save_plan.h"
 #include "runtime/files.h"
 #include "runtime/lease.h"
@@ -13,6 +14,7 @@
 #define DCPI_RESULT_CHUNK 0   /* a write item of the global plan */
 #define DCPI_RESULT_BYTES 1   /* a bytes item of the global plan */
 #define DCPI_RESULT_REPLICA 2 /* the xxh3 of a REPLICATED bytes item this rank holds */
+#define DCPI_RESULT_LAYOUT 3  /* the layout of a tensor (commit_layout.c) */
 
 /* Append one write result: piece `kind` with global index gidx went to ref
  * (in this rank's data file). */
@@ -23,6 +25,18 @@ void dcpi_commit_put_result(dcpi_wbuf *out, uint8_t kind, uint64_t gidx, const d
  * one of them being kept silently. */
 void dcpi_commit_put_replica(dcpi_wbuf *out, const char *key, size_t key_len, uint64_t hash);
 
+/* Append the layout records of st: one per tensor whose layout's mesh has
+ * this rank at its first position (so each layout is sent once). */
+void dcpi_commit_put_layouts(dcpi_wbuf *out, const dcp_state *st);
+
+/* Rank 0: read one layout record of rank `rank` (its kind byte read) and
+ * record it in md: the mesh (once per distinct mesh) and the tensor's
+ * tensor_map, unless md has no such tensor, the ndim differs or the tensor
+ * has its layout already (the first record wins, in rank order). A
+ * malformed record is DCP_ECORRUPT. */
+dcp_status dcpi_commit_take_layout(dcpi_md *md, dcpi_rbuf *r, int32_t rank, int32_t world,
+                                   dcpi_err *err);
+
 /* What the commit of a save needs; the rank-0-only fields are ignored
  * elsewhere. */
 typedef struct dcpi_commit_args {
@@ -30,6 +44,7 @@ typedef struct dcpi_commit_args {
   const dcp_save_options *opts; /* key/values */
   const dcpi_wbuf *results;     /* this rank's write results */
   const dcpi_wbuf *replicas;    /* its copies of REPLICATED bytes items */
+  const dcpi_wbuf *layouts;     /* its layout records, or NULL (no meshes recorded) */
   uint64_t file_length;         /* of this rank's data file (0: none) */
   const dcpi_identity *ident;   /* the save's */
   const dcpi_base *base;        /* rank 0: what the save started over */

@@ -422,12 +422,15 @@ static dcp_status run(save_job *j) {
     if (it->scope == DCP_SCOPE_REPLICATED)
       dcpi_commit_put_replica(&replicas, it->key, it->key_len, XXH3_64bits(it->data, it->len));
   }
+  dcpi_wbuf layouts = {0};
+  dcpi_commit_put_layouts(&layouts, j->st);
   dcpi_commit_args ca = {.gp = j->gp, .opts = &j->opts, .results = &j->results,
-                         .replicas = &replicas,
+                         .replicas = &replicas, .layouts = &layouts,
                          .file_length = j->file_length, .ident = &j->ident,
                          .base = &j->base, .lease = j->lease};
   rc = dcpi_commit(rt, &ca);
   dcpi_wbuf_free(&replicas);
+  dcpi_wbuf_free(&layouts);
   /* the plan, for a restarted job's first save (unless it came from there) */
   if (!rc && rt->ctx->rank == 0 && !(seeded && hit)) dcpi_plan_file_write(rt, j->entry);
   stats->commit_s = dcpi_now() - t;

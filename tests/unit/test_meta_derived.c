@@ -11,6 +11,7 @@
 #include "metadata/derive.h"
 #include "metadata/meta.h"
 #include "metadata/view.h"
+#include "runtime/commit.h"
 #include "testutil.h"
 
 #define MAXC 4096 /* chunks per generated tensor */
@@ -387,12 +388,125 @@ static void test_save_grid_load_other(void **state) {
   assert_memory_equal(lm, want, sizeof lm);
 }
 
+/* A save records the layouts its tensors were added with: each distinct
+ * mesh once, each such tensor's mesh and tensor_map; a tensor added by
+ * hand has none. (One rank: the mesh is [1], the layout's box the whole
+ * tensor; the multi-rank grids are the codec's, tested above.) */
+static void test_save_records_layouts(void **state) {
+  fixture *f = *state;
+  int64_t shape[2] = {4, 6}, mesh[2] = {1, 1};
+  static float a[24], b[24], c[24];
+  uint32_t map_a[2] = {1, 2}, map_b[2] = {2, 0};
+  dcp_layout *la, *lb;
+  assert_int_equal(dcp_layout_create(f->ctx, 2, mesh, NULL, 2, map_a, &la), DCP_OK);
+  assert_int_equal(dcp_layout_create(f->ctx, 2, mesh, NULL, 2, map_b, &lb), DCP_OK);
+  dcp_state *st;
+  assert_int_equal(dcp_state_create(f->ctx, &st), DCP_OK);
+  assert_int_equal(dcp_state_add_sharded(st, "a", DCP_F32, 2, shape, la, a), DCP_OK);
+  assert_int_equal(dcp_state_add_sharded(st, "b", DCP_F32, 2, shape, lb, b), DCP_OK);
+  int64_t zero[2] = {0, 0};
+  assert_int_equal(dcp_state_add_tensor(st, "c", DCP_F32, 2, shape), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(st, "c", zero, shape, c), DCP_OK);
+  assert_int_equal(dcp_save(f->ctx, st, f->ckpt, NULL), DCP_OK);
+  dcp_state_free(st);
+  dcp_layout_free(la), dcp_layout_free(lb);
+  dcp_meta *v;
+  assert_int_equal(dcp_meta_open(f->ctx, f->ckpt, &v), DCP_OK);
+  assert_int_equal(dcpi_meta_mesh_count(v), 1); /* one distinct mesh, stored once */
+  dcpi_mesh_info mi;
+  assert_int_equal(dcpi_meta_mesh(v, 0, &mi), DCP_OK);
+  assert_int_equal(mi.ndim, 2);
+  assert_int_equal(mi.ranks[0], 0);
+  size_t t;
+  uint32_t map[2];
+  assert_int_equal(dcp_meta_find_tensor(v, "a", &t), DCP_OK);
+  assert_int_equal(dcpi_meta_tensor_layout(v, t, map), 0);
+  assert_int_equal(map[0], 1), assert_int_equal(map[1], 2);
+  assert_int_equal(dcp_meta_find_tensor(v, "b", &t), DCP_OK);
+  assert_int_equal(dcpi_meta_tensor_layout(v, t, map), 0);
+  assert_int_equal(map[0], 2), assert_int_equal(map[1], 0);
+  assert_int_equal(dcp_meta_find_tensor(v, "c", &t), DCP_OK);
+  assert_int_equal(dcpi_meta_tensor_layout(v, t, map), -1);
+  dcp_meta_free(v);
+}
+
+/* The coordinator's side of the layout records, with a mesh of 4 ranks:
+ * records of two tensors over one mesh give one mesh; the flat ranges of
+ * a tensor whose cells that layout gives are found as FLAT; a malformed
+ * record is DCP_ECORRUPT. */
+static void test_layout_records(void **state) {
+  fixture *f = *state;
+  (void)f;
+  dcpi_md *md;
+  dcpi_err err;
+  assert_int_equal(dcpi_md_create(&md), DCP_OK);
+  assert_int_equal(dcpi_md_set_world(md, 4, &err), DCP_OK);
+  int64_t shape[2] = {8, 6};
+  uint32_t tw, tm;
+  assert_int_equal(dcpi_md_add_tensor(md, "w", DCP_F32, 2, shape, -1, NULL, &tw, &err), DCP_OK);
+  assert_int_equal(dcpi_md_add_tensor(md, "m", DCP_F32, 2, shape, -1, NULL, &tm, &err), DCP_OK);
+  dcpi_wbuf w = {0};
+  for (int k = 0; k < 2; k++) { /* the record format of commit_layout.c, by hand */
+    const char *fqn = k ? "m" : "w";
+    dcpi_w_u8(&w, 3);
+    dcpi_w_varint(&w, 1), dcpi_w_bytes(&w, fqn, 1);
+    dcpi_w_varint(&w, 2), dcpi_w_varint(&w, 4), dcpi_w_varint(&w, 1); /* mesh [4, 1] */
+    for (int r = 0; r < 4; r++) dcpi_w_varint(&w, (uint64_t)r);
+    dcpi_w_varint(&w, 2), dcpi_w_varint(&w, 1), dcpi_w_varint(&w, 0); /* rows by mesh dim 0 */
+  }
+  dcpi_rbuf r = {w.data, w.len, 0};
+  uint8_t kind;
+  for (int k = 0; k < 2; k++) {
+    assert_true(dcpi_r_u8(&r, &kind));
+    assert_int_equal(dcpi_commit_take_layout(md, &r, 0, 4, &err), DCP_OK);
+  }
+  assert_int_equal(dcpi_md_mesh_count(md), 1);
+  r = (dcpi_rbuf){w.data, 7, 1}; /* cut short */
+  assert_int_equal(dcpi_commit_take_layout(md, &r, 0, 4, &err), DCP_ECORRUPT);
+  dcpi_wbuf_free(&w);
+  assert_int_equal(dcpi_md_add_file(md, "f", NULL, &err), DCP_OK);
+  /* "m": each 2-row cell of the layout cut into 3 ranges of 4 elements */
+  uint64_t at = 0, cks = 1;
+  for (int64_t cell = 0; cell < 4; cell++) {
+    dcp_box region = {.ndim = 2, .offset = {cell * 2, 0}, .size = {2, 6}};
+    for (int64_t b = 0; b < 12; b += 4) {
+      dcp_box out[3];
+      size_t nb;
+      assert_int_equal(dcp_flat_to_boxes(&region, b, 4, out, 3, &nb), DCP_OK);
+      for (size_t i = 0; i < nb; i++) {
+        uint64_t raw = (uint64_t)(out[i].size[0] * out[i].size[1] * 4);
+        dcp_storage_ref ref = {.file = 0, .codec = DCP_CODEC_NONE, .block_size = 1 << 20,
+                               .offset = at, .stored_length = raw, .raw_length = raw,
+                               .block_count = 1, .block_checksums = &cks};
+        at += raw;
+        assert_int_equal(dcpi_md_add_chunk(md, tm, out[i].offset, out[i].size, &ref, &err), DCP_OK);
+      }
+    }
+  }
+  void *buf;
+  size_t len;
+  assert_int_equal(dcpi_md_encode(md, &buf, &len, &err), DCP_OK);
+  dcpi_md_free(md);
+  dcp_meta *v;
+  assert_int_equal(dcp_meta_open_memory(NULL, buf, len, &v), DCP_OK);
+  size_t t;
+  dcpi_form fm;
+  assert_int_equal(dcp_meta_find_tensor(v, "m", &t), DCP_OK);
+  assert_int_equal(dcpi_meta_chunk_form(v, t, &fm, &err), DCP_OK);
+  assert_int_equal(fm.kind, DCPI_FORM_FLAT);
+  assert_int_equal(fm.f, 3);
+  dcp_meta_free(v);
+  free(buf);
+}
+
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random_grids),
       cmocka_unit_test(test_random_flat),
       cmocka_unit_test(test_random_irregular),
       cmocka_unit_test_setup_teardown(test_save_grid_load_other, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_save_records_layouts, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_layout_records, setup, teardown),
   };
   return TU_RUN(tests, NULL, NULL);
 }
