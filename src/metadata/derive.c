@@ -15,29 +15,19 @@ typedef struct box_set {
   const int64_t *offs, *sizes;
 } box_set;
 
-/* (offset, size) order of boxes a and b of s. */
-static int box_cmp(const box_set *s, uint32_t a, uint32_t b) {
-  int c = dcpi_md_cmp_i64(s->offs + (size_t)a * s->ndim, s->offs + (size_t)b * s->ndim, s->ndim);
-  return c ? c : dcpi_md_cmp_i64(s->sizes + (size_t)a * s->ndim, s->sizes + (size_t)b * s->ndim,
-                                 s->ndim);
-}
+/* One box of a set, as qsort sorts it. */
+typedef struct box_ref {
+  const box_set *set;
+  uint32_t i;
+} box_ref;
 
-/* Stable bottom-up merge sort of the indices ix[0..n) by box order. */
-static void sort_boxes(const box_set *s, uint32_t *ix, uint32_t *tmp, size_t n) {
-  uint32_t *src = ix, *dst = tmp;
-  for (size_t w = 1; w < n; w *= 2) {
-    for (size_t lo = 0; lo < n; lo += 2 * w) {
-      size_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
-      size_t i = lo, j = mid, k = lo;
-      while (i < mid && j < hi) dst[k++] = box_cmp(s, src[j], src[i]) < 0 ? src[j++] : src[i++];
-      while (i < mid) dst[k++] = src[i++];
-      while (j < hi) dst[k++] = src[j++];
-    }
-    uint32_t *t = src;
-    src = dst;
-    dst = t;
-  }
-  if (src != ix) memcpy(ix, src, n * sizeof *ix);
+/* (offset, size) order of two boxes of one set. */
+static int cmp_box_ref(const void *pa, const void *pb) {
+  const box_ref *a = pa, *b = pb;
+  const box_set *s = a->set;
+  size_t x = (size_t)a->i * s->ndim, y = (size_t)b->i * s->ndim;
+  int c = dcpi_md_cmp_i64(s->offs + x, s->offs + y, s->ndim);
+  return c ? c : dcpi_md_cmp_i64(s->sizes + x, s->sizes + y, s->ndim);
 }
 
 /* Generate the unsorted boxes of fm into offs/sizes (room for max). */
@@ -68,26 +58,27 @@ static dcp_status gen_flat(const dcpi_form *fm, uint64_t max, int64_t *offs, int
   return DCP_OK;
 }
 
-/* Reorder boxes [0, n) of offs/sizes into (offset, size) order. */
+/* Reorder boxes [0, n) of offs/sizes into (offset, size) order (distinct
+ * boxes: the order is total). */
 static dcp_status sort_in_place(uint32_t nd, size_t n, int64_t *offs, int64_t *sizes,
                                 dcpi_err *err) {
-  uint32_t *ix = malloc((n ? n : 1) * sizeof *ix), *tmp = malloc((n ? n : 1) * sizeof *tmp);
+  box_ref *ix = malloc((n ? n : 1) * sizeof *ix);
   int64_t *o2 = malloc((n ? n : 1) * nd * sizeof *o2), *s2 = malloc((n ? n : 1) * nd * sizeof *s2);
   dcp_status rc = DCP_OK;
-  if (!ix || !tmp || !o2 || !s2) {
+  if (!ix || !o2 || !s2) {
     rc = dcpi_fail(err, DCP_ENOMEM, "cannot sort %zu derived chunks", n);
   } else {
-    for (size_t i = 0; i < n; i++) ix[i] = (uint32_t)i;
-    box_set s = {nd, offs, sizes};
-    sort_boxes(&s, ix, tmp, n);
+    box_set set = {nd, offs, sizes};
+    for (size_t i = 0; i < n; i++) ix[i] = (box_ref){&set, (uint32_t)i};
+    qsort(ix, n, sizeof *ix, cmp_box_ref);
     for (size_t i = 0; i < n; i++) {
-      memcpy(o2 + i * nd, offs + (size_t)ix[i] * nd, nd * sizeof *o2);
-      memcpy(s2 + i * nd, sizes + (size_t)ix[i] * nd, nd * sizeof *s2);
+      memcpy(o2 + i * nd, offs + (size_t)ix[i].i * nd, nd * sizeof *o2);
+      memcpy(s2 + i * nd, sizes + (size_t)ix[i].i * nd, nd * sizeof *s2);
     }
     memcpy(offs, o2, n * nd * sizeof *o2);
     memcpy(sizes, s2, n * nd * sizeof *s2);
   }
-  free(ix), free(tmp), free(o2), free(s2);
+  free(ix), free(o2), free(s2);
   return rc;
 }
 

@@ -66,17 +66,19 @@ static dcp_status dec_box(dcpi_dec *d, const dcpi_mv_tensor *t, uint8_t flags,
   return rc;
 }
 
-/* Decode chunk c of t's list into cl. */
+/* Decode chunk c of t's list into cl. A derived list (its boxes already in
+ * cl) has no box fields, and its flags must not claim any. */
 static dcp_status dec_chunk(dcpi_dec *d, const dcp_meta *m, const dcpi_mv_tensor *t,
-                            dcpi_mv_chunks *cl, size_t c, chunk_prev *p) {
+                            dcpi_mv_chunks *cl, size_t c, chunk_prev *p, bool derived) {
   int64_t *off = cl->offs + c * t->ndim, *sz = cl->sizes + c * t->ndim;
   dcpi_mv_ref *r = &cl->refs[c];
-  uint8_t flags = 0;
+  uint8_t flags = 0, bad = DCPI_RF_RESERVED | (derived ? DCPI_RF_BOX_BITS : 0);
   memset(r, 0, sizeof *r);
   dcp_status rc = dcpi_dec_u8(d, "chunk flags", &flags);
-  if (rc == DCP_OK && (flags & DCPI_RF_RESERVED))
-    rc = dcpi_dec_fail(d, "reserved bit set in chunk flags 0x%02x", flags);
-  if (rc == DCP_OK) rc = dec_box(d, t, flags, p, off, sz);
+  if (rc == DCP_OK && (flags & bad))
+    rc = dcpi_dec_fail(d, "%s bit set in chunk flags 0x%02x", derived ? "box or reserved" :
+                       "reserved", flags);
+  if (rc == DCP_OK && !derived) rc = dec_box(d, t, flags, p, off, sz);
   if (rc == DCP_OK) rc = check_box(d, t, off, sz, p, &r->raw_length);
   if (rc == DCP_OK) rc = dcpi_dec_loc(d, m, flags, &p->loc, r);
   if (rc == DCP_OK) rc = dcpi_dec_blocks(d, r, &cl->cks, &cl->lens, &p->loc);
@@ -234,25 +236,6 @@ static dcp_status derive_boxes(dcpi_dec *d, const dcpi_mv_tensor *t, const dcpi_
   return rc;
 }
 
-/* Decode chunk c of a derived list: its box is already in cl. */
-static dcp_status dec_derived_chunk(dcpi_dec *d, const dcp_meta *m, const dcpi_mv_tensor *t,
-                                    dcpi_mv_chunks *cl, size_t c, chunk_prev *p) {
-  const int64_t *off = cl->offs + c * t->ndim, *sz = cl->sizes + c * t->ndim;
-  dcpi_mv_ref *r = &cl->refs[c];
-  uint8_t flags = 0;
-  memset(r, 0, sizeof *r);
-  dcp_status rc = dcpi_dec_u8(d, "chunk flags", &flags);
-  if (rc == DCP_OK && (flags & (DCPI_RF_RESERVED | DCPI_RF_BOX_BITS)))
-    rc = dcpi_dec_fail(d, "box or reserved bit set in derived chunk flags 0x%02x", flags);
-  if (rc == DCP_OK) rc = check_box(d, t, off, sz, p, &r->raw_length);
-  if (rc == DCP_OK) rc = dcpi_dec_loc(d, m, flags, &p->loc, r);
-  if (rc == DCP_OK) rc = dcpi_dec_blocks(d, r, &cl->cks, &cl->lens, &p->loc);
-  if (rc != DCP_OK) return rc;
-  p->off = off;
-  p->size = sz;
-  return DCP_OK;
-}
-
 /* Decode the entries of t's list (after its form and header, if any). */
 static dcp_status dec_entries(dcpi_dec *d, const dcp_meta *m, const dcpi_mv_tensor *t,
                               dcpi_mv_chunks *cl) {
@@ -261,7 +244,7 @@ static dcp_status dec_entries(dcpi_dec *d, const dcp_meta *m, const dcpi_mv_tens
   chunk_prev prev = {{0, 0, 0}, NULL, t->shape};
   for (size_t c = 0; c < t->nchunks && rc == DCP_OK; c++) {
     d->item = (int64_t)c;
-    rc = derived ? dec_derived_chunk(d, m, t, cl, c, &prev) : dec_chunk(d, m, t, cl, c, &prev);
+    rc = dec_chunk(d, m, t, cl, c, &prev, derived);
   }
   d->item = -1;
   if (rc == DCP_OK && dcpi_r_left(&d->r) != 0)
