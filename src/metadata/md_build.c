@@ -39,8 +39,8 @@ dcp_status dcpi_md_create(dcpi_md **out) {
 
 /* Free one tensor's fqn and chunks. */
 static void tensor_free(dcpi_md_tensor *t) {
-  for (size_t c = 0; c < t->nchunks; c++) ref_free(&t->chunks[c].ref);
   free(t->chunks);
+  free(t->boxes);
   free(t->fqn);
 }
 
@@ -59,6 +59,8 @@ void dcpi_md_free(dcpi_md *md) {
     free(md->kvs[i].key);
     free(md->kvs[i].value);
   }
+  free(md->cks);
+  free(md->lens);
   free(md->files);
   free(md->meshes);
   free(md->tensors);
@@ -439,16 +441,28 @@ dcp_status dcpi_md_add_chunk(dcpi_md *md, uint32_t tid, const int64_t *offset, c
   if (ref && ref->raw_length != raw)
     return dcpi_fail(err, DCP_EINVAL, "tensor '%s': chunk raw length %llu, box holds %llu bytes",
                      t->fqn, (unsigned long long)ref->raw_length, (unsigned long long)raw);
-  if ((rc = DCPI_RESERVE(t->chunks, t->cap_chunks, t->nchunks + 1)) != DCP_OK)
-    return dcpi_fail(err, rc, "tensor '%s': cannot grow the chunk list", t->fqn);
   char what[96];
   snprintf(what, sizeof what, "tensor '%.60s' chunk", t->fqn);
-  dcpi_md_chunk *c = &t->chunks[t->nchunks];
-  memset(c, 0, sizeof *c);
-  if ((rc = take_ref(md, ref, what, &c->ref, err)) != DCP_OK) return rc;
-  if (t->ndim) {
-    memcpy(c->offset, offset, t->ndim * sizeof *offset);
-    memcpy(c->size, size, t->ndim * sizeof *size);
+  if (!ref) return dcpi_fail(err, DCP_EINVAL, "%s: storage ref is NULL", what);
+  if ((rc = check_ref(md, ref, what, err)) || (rc = check_block_lengths(ref, what, err)))
+    return rc;
+  size_t nb = (size_t)ref->block_count, nd2 = 2 * (size_t)t->ndim;
+  bool zstd = dcpi_codec_zstd(ref->codec);
+  if (DCPI_RESERVE(t->chunks, t->cap_chunks, t->nchunks + 1) ||
+      DCPI_RESERVE(t->boxes, t->cap_boxes, (t->nchunks + 1) * nd2) ||
+      DCPI_RESERVE(md->cks, md->cap_cks, md->ncks + nb) ||
+      (zstd && DCPI_RESERVE(md->lens, md->cap_lens, md->nlens + nb)))
+    return dcpi_fail(err, DCP_ENOMEM, "tensor '%s': cannot grow the chunk list", t->fqn);
+  t->chunks[t->nchunks] = (dcpi_md_chunk){ref->offset, ref->stored_length, ref->block_count,
+                                          md->ncks, zstd ? md->nlens : 0, ref->file,
+                                          ref->block_size, (uint8_t)ref->codec};
+  if (nb) memcpy(md->cks + md->ncks, ref->block_checksums, nb * sizeof *md->cks);
+  if (nb && zstd) memcpy(md->lens + md->nlens, ref->block_stored_lengths, nb * sizeof *md->lens);
+  md->ncks += nb;
+  if (zstd) md->nlens += nb;
+  if (nd2) {
+    memcpy(t->boxes + t->nchunks * nd2, offset, t->ndim * sizeof *offset);
+    memcpy(t->boxes + t->nchunks * nd2 + t->ndim, size, t->ndim * sizeof *size);
   }
   t->nchunks++;
   md->nchunks_total++;

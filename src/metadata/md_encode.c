@@ -91,8 +91,8 @@ static coding_use *gather_uses(const dcpi_md *md, size_t *n) {
   if (!u) return NULL;
   for (size_t t = 0; t < md->ntensors; t++)
     for (size_t c = 0; c < md->tensors[t].nchunks; c++) {
-      const dcpi_md_ref *r = &md->tensors[t].chunks[c].ref;
-      u[k++] = (coding_use){r->file, r->block_size, (uint8_t)r->codec};
+      const dcpi_md_chunk *r = &md->tensors[t].chunks[c];
+      u[k++] = (coding_use){r->file, r->block_size, r->codec};
     }
   for (size_t b = 0; b < md->nbytes; b++) {
     const dcpi_md_ref *r = &md->bytes[b].ref;
@@ -182,14 +182,29 @@ static void w_blocks(dcpi_wbuf *w, const dcpi_md_ref *r) {
     for (uint64_t b = 0; b < r->block_count; b++) dcpi_w_varint(w, r->lens[b]);
 }
 
-/* qsort comparator for chunk pointers: box offset, then size, lexicographic.
- * Entries past ndim are zero in every chunk, so comparing all
- * DCP_MAX_NDIM entries orders exactly as comparing the first ndim. */
+/* A chunk of a tensor, as the encoder sorts them. */
+typedef struct chunk_at {
+  const dcpi_md_tensor *t;
+  size_t c;
+} chunk_at;
+
+/* qsort comparator for chunks of one tensor: box offset, then size,
+ * lexicographic. */
 static int cmp_chunk(const void *pa, const void *pb) {
-  const dcpi_md_chunk *a = *(const dcpi_md_chunk *const *)pa;
-  const dcpi_md_chunk *b = *(const dcpi_md_chunk *const *)pb;
-  int c = dcpi_md_cmp_i64(a->offset, b->offset, DCP_MAX_NDIM);
-  return c ? c : dcpi_md_cmp_i64(a->size, b->size, DCP_MAX_NDIM);
+  const chunk_at *a = pa, *b = pb;
+  uint32_t nd = a->t->ndim;
+  int c = dcpi_md_cmp_i64(dcpi_md_chunk_off(a->t, a->c), dcpi_md_chunk_off(b->t, b->c), nd);
+  return c ? c : dcpi_md_cmp_i64(dcpi_md_chunk_size(a->t, a->c), dcpi_md_chunk_size(b->t, b->c), nd);
+}
+
+/* Chunk c of t as a full ref (its arrays in md's pools, borrowed). */
+static dcpi_md_ref chunk_ref(const dcpi_md *md, const dcpi_md_tensor *t, size_t c) {
+  const dcpi_md_chunk *k = &t->chunks[c];
+  uint64_t raw = dcp_dtype_size(t->dtype);
+  for (uint32_t d = 0; d < t->ndim; d++) raw *= (uint64_t)dcpi_md_chunk_size(t, c)[d];
+  return (dcpi_md_ref){k->file, (dcp_codec)k->codec, k->block_size, k->offset,
+                       k->stored_length, raw, k->block_count, md->cks + k->cks_at,
+                       dcpi_codec_zstd((dcp_codec)k->codec) ? md->lens + k->lens_at : NULL};
 }
 
 /* Per-tensor state while writing its chunk list. */
@@ -198,29 +213,31 @@ typedef struct list_state {
   const int64_t *prev_off, *prev_size;
 } list_state;
 
-/* Write one chunk entry of tensor t; derived (the list's form gives the
+/* Write chunk c's entry of tensor t; derived (the list's form gives the
  * box) writes no box fields and sets no box bits. */
-static void w_chunk(enc *e, dcpi_wbuf *w, const dcpi_md_tensor *t, const dcpi_md_chunk *c,
-                    list_state *ls, bool derived) {
+static void w_chunk(enc *e, dcpi_wbuf *w, const dcpi_md_tensor *t, size_t c, list_state *ls,
+                    bool derived) {
+  const int64_t *off = dcpi_md_chunk_off(t, c), *size = dcpi_md_chunk_size(t, c);
+  dcpi_md_ref ref = chunk_ref(e->md, t, c);
   int64_t pred[DCP_MAX_NDIM];
   dcpi_md_predict_offset(t->ndim, t->shape, ls->prev_off, ls->prev_size, ls->prev_off == NULL,
                          pred);
-  uint8_t f = loc_flags(e, &c->ref, &ls->loc);
+  uint8_t f = loc_flags(e, &ref, &ls->loc);
   if (derived) {
     dcpi_w_u8(w, f);
   } else {
-    if (dcpi_md_cmp_i64(c->size, ls->prev_size, t->ndim) == 0) f |= DCPI_RF_SAME_SIZE;
-    if (dcpi_md_cmp_i64(c->offset, pred, t->ndim) == 0) f |= DCPI_RF_BOX_PREDICTED;
+    if (dcpi_md_cmp_i64(size, ls->prev_size, t->ndim) == 0) f |= DCPI_RF_SAME_SIZE;
+    if (dcpi_md_cmp_i64(off, pred, t->ndim) == 0) f |= DCPI_RF_BOX_PREDICTED;
     dcpi_w_u8(w, f);
     if (!(f & DCPI_RF_SAME_SIZE))
-      for (uint32_t d = 0; d < t->ndim; d++) dcpi_w_varint(w, (uint64_t)c->size[d]);
+      for (uint32_t d = 0; d < t->ndim; d++) dcpi_w_varint(w, (uint64_t)size[d]);
     if (!(f & DCPI_RF_BOX_PREDICTED))
-      for (uint32_t d = 0; d < t->ndim; d++) dcpi_w_varint(w, (uint64_t)c->offset[d]);
+      for (uint32_t d = 0; d < t->ndim; d++) dcpi_w_varint(w, (uint64_t)off[d]);
   }
-  w_loc(w, f, &c->ref, &ls->loc);
-  w_blocks(w, &c->ref);
-  ls->prev_off = c->offset;
-  ls->prev_size = c->size;
+  w_loc(w, f, &ref, &ls->loc);
+  w_blocks(w, &ref);
+  ls->prev_off = off;
+  ls->prev_size = size;
 }
 
 /* The outer cells of t's layout (cells per tensor dimension: the product
@@ -238,16 +255,16 @@ static bool layout_cells(const dcpi_md *md, const dcpi_md_tensor *t, int64_t *ce
 
 /* Choose the form of t's sorted list (version 3) and write its form byte
  * and header. */
-static dcp_status w_form(enc *e, dcpi_wbuf *w, const dcpi_md_tensor *t,
-                         const dcpi_md_chunk *const *order, dcpi_form *fm) {
+static dcp_status w_form(enc *e, dcpi_wbuf *w, const dcpi_md_tensor *t, const chunk_at *order,
+                         dcpi_form *fm) {
   size_t n = t->nchunks, nd = t->ndim;
   memset(fm, 0, sizeof *fm);
   if (n >= 2 && nd >= 1) {
     int64_t *o = malloc(n * nd * sizeof *o), *s = malloc(n * nd * sizeof *s), cells[DCP_MAX_NDIM];
     dcp_status rc = o && s ? DCP_OK : dcpi_fail(e->err, DCP_ENOMEM, "cannot examine chunks");
     for (size_t c = 0; rc == DCP_OK && c < n; c++) {
-      memcpy(o + c * nd, order[c]->offset, nd * sizeof *o);
-      memcpy(s + c * nd, order[c]->size, nd * sizeof *s);
+      memcpy(o + c * nd, dcpi_md_chunk_off(t, order[c].c), nd * sizeof *o);
+      memcpy(s + c * nd, dcpi_md_chunk_size(t, order[c].c), nd * sizeof *s);
     }
     bool has_cells = layout_cells(e->md, t, cells);
     if (rc == DCP_OK)
@@ -269,9 +286,9 @@ static dcp_status w_form(enc *e, dcpi_wbuf *w, const dcpi_md_tensor *t,
  * entry's chunk fields (count, list length, list xxh3) into the tensors one. */
 static dcp_status w_chunk_list(enc *e, const dcpi_md_tensor *t) {
   dcpi_wbuf *w = &e->sec[DCPI_SEC_CHUNKS];
-  const dcpi_md_chunk **order = malloc((t->nchunks ? t->nchunks : 1) * sizeof *order);
+  chunk_at *order = malloc((t->nchunks ? t->nchunks : 1) * sizeof *order);
   if (!order) return dcpi_fail(e->err, DCP_ENOMEM, "cannot sort chunks");
-  for (size_t c = 0; c < t->nchunks; c++) order[c] = &t->chunks[c];
+  for (size_t c = 0; c < t->nchunks; c++) order[c] = (chunk_at){t, c};
   qsort(order, t->nchunks, sizeof *order, cmp_chunk);
   size_t start = w->len; /* w->data may still be NULL: never offset it then */
   list_state ls = {{0, 0, 0}, NULL, t->shape};
@@ -281,9 +298,9 @@ static dcp_status w_chunk_list(enc *e, const dcpi_md_tensor *t) {
       rc = dcpi_fail(e->err, DCP_EEXIST, "tensor '%s': two chunks have the same box", t->fqn);
   dcpi_form fm = {.kind = DCPI_FORM_LISTED};
   if (rc == DCP_OK && e->md->version >= 3 && t->nchunks)
-    rc = w_form(e, w, t, (const dcpi_md_chunk *const *)order, &fm);
+    rc = w_form(e, w, t, order, &fm);
   for (size_t c = 0; c < t->nchunks && rc == DCP_OK; c++)
-    w_chunk(e, w, t, order[c], &ls, fm.kind != DCPI_FORM_LISTED);
+    w_chunk(e, w, t, order[c].c, &ls, fm.kind != DCPI_FORM_LISTED);
   free(order);
   if (rc != DCP_OK || w->status != DCP_OK) return rc != DCP_OK ? rc : w->status;
   size_t len = w->len - start;

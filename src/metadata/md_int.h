@@ -17,10 +17,16 @@ typedef struct dcpi_md_ref {
   uint64_t *lens;
 } dcpi_md_ref;
 
+/* A chunk's storage ref, compactly: its box is in the tensor's box pool,
+ * its block checksums (and zstd stored lengths) in the builder's pools, and
+ * its raw length follows from the box. About 90 bytes a chunk in all, so a
+ * coordinator holds tens of millions. */
 typedef struct dcpi_md_chunk {
-  int64_t offset[DCP_MAX_NDIM];
-  int64_t size[DCP_MAX_NDIM];
-  dcpi_md_ref ref;
+  uint64_t offset, stored_length, block_count;
+  size_t cks_at;  /* into dcpi_md.cks: block_count checksums */
+  size_t lens_at; /* into dcpi_md.lens (zstd codecs only) */
+  uint32_t file, block_size;
+  uint8_t codec;
 } dcpi_md_chunk;
 
 typedef struct dcpi_md_tensor {
@@ -33,6 +39,8 @@ typedef struct dcpi_md_tensor {
   uint32_t tensor_map[DCP_MAX_NDIM];
   dcpi_md_chunk *chunks;
   size_t nchunks, cap_chunks;
+  int64_t *boxes; /* chunk c: offset at [2*ndim*c], size at [2*ndim*c + ndim] */
+  size_t cap_boxes;
 } dcpi_md_tensor;
 
 typedef struct dcpi_md_mesh {
@@ -90,6 +98,8 @@ struct dcpi_md {
   dcpi_md_kv *kvs;
   size_t nkvs, cap_kvs;
   size_t nchunks_total;
+  uint64_t *cks, *lens; /* the chunks' block checksums and zstd stored lengths */
+  size_t ncks, cap_cks, nlens, cap_lens;
   dcpi_strmap file_names; /* name → file id */
   dcpi_strmap names;      /* tensor fqn → tid, bytes key → bkey index | BYTES_BIT */
   dcpi_strmap bytes_ids;  /* (key, rank) ident → bytes index */
@@ -100,6 +110,14 @@ struct dcpi_md {
  * masks of existing mesh dimensions, each used once (md_build.c). */
 dcp_status dcpi_md_check_tensor_mesh(const dcpi_md *md, const char *fqn, uint32_t ndim,
                                      int32_t mesh, const uint32_t *map, dcpi_err *err);
+
+/* Chunk c of t: its box offset and size (ndim each). */
+static inline const int64_t *dcpi_md_chunk_off(const dcpi_md_tensor *t, size_t c) {
+  return t->boxes + 2 * (size_t)t->ndim * c;
+}
+static inline const int64_t *dcpi_md_chunk_size(const dcpi_md_tensor *t, size_t c) {
+  return t->boxes + 2 * (size_t)t->ndim * c + t->ndim;
+}
 
 /* Marks a `names` value as a bytes key record rather than a tensor id. */
 #define DCPI_MD_BYTES_BIT 0x80000000u
