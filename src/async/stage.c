@@ -137,7 +137,12 @@ static dcp_status name_uncoordinated_save(dcpi_async_writer *w, dcpi_wp_job *j, 
   for (int i = 0; ctx->rank == 0 && i < 8; i++) v = v << 8 | id[i];
   dcp_plugin_err perr = {{0}};
   int rc = ctx->coll->bcast(ctx->comm, &v, sizeof v, 0, &perr);
-  if (rc) return dcpi_fail(err, (dcp_status)rc, "async save: agreeing on the save's id: %s", perr.msg);
+  if (rc) { /* the plugin's code checked and its message prefixed as everywhere */
+    dcpi_err pe;
+    dcpi_err_clear(&pe);
+    dcp_status code = dcpi_plugin_status(rc, &perr, ctx->coll->name, "bcast", &pe);
+    return dcpi_fail(err, code, "async save: agreeing on the save's id: %s", pe.msg);
+  }
   j->save_id = v ? v : 1;
   return DCP_OK;
 }
