@@ -22,6 +22,8 @@ struct dcp_manager {
   int64_t newest;           /* newest durable step (-1: none), on every rank */
   dcp_async *pending;       /* the async save not finished yet, or NULL */
   int64_t pending_step;
+  uint64_t root_plan_sum;   /* rank 0: trailing xxh3 of the .plan last copied
+                               into the root (0: none yet) */
   dcp_manager_gc_report last_gc;
   volatile sig_atomic_t want_save; /* dcp_manager_request_save */
   int signals_held;                /* this manager holds the signal handler */
