@@ -517,6 +517,33 @@ typedef struct dcp_save_identity {
  * DCP_ENOTFOUND (a version-1 checkpoint, or metadata built without one). */
 DCP_API dcp_status dcp_meta_identity(const dcp_meta *meta, dcp_save_identity *out);
 
+/* One save-time mesh of a checkpoint: the device mesh a save's layouts were
+ * built on (dcp_layout_create), recorded once per distinct mesh by saves
+ * since 0.3 (format 3). The arrays belong to the view and live until
+ * dcp_meta_free. Frozen: never grows; a later version adds a new struct. */
+typedef struct dcp_mesh_info {
+  uint32_t ndim;        /* 1..DCP_MAX_MESH_NDIM */
+  const int64_t *shape; /* ndim extents */
+  const int32_t *ranks; /* prod(shape) save-time ranks, row-major mesh order */
+} dcp_mesh_info;
+
+/* Number of save-time meshes (0 for checkpoints saved without layouts,
+ * imports, and formats before 3). */
+DCP_API size_t dcp_meta_mesh_count(const dcp_meta *meta);
+
+/* Mesh `index`. Errors: DCP_EINVAL (NULL), DCP_ENOTFOUND (index out of
+ * range). */
+DCP_API dcp_status dcp_meta_mesh(const dcp_meta *meta, size_t index, dcp_mesh_info *out);
+
+/* The layout tensor `tensor` was saved with: *mesh gets its mesh's index
+ * and tensor_map (may be NULL) the tensor's ndim masks, as given to
+ * dcp_layout_create (bit k: mesh dimension k shards that tensor dimension).
+ * Errors: DCP_EINVAL (NULL meta or mesh), DCP_ENOTFOUND (no such tensor, or
+ * one saved without a layout: its chunks were added by hand, imported, or
+ * merged from parts). */
+DCP_API dcp_status dcp_meta_tensor_layout(const dcp_meta *meta, size_t tensor, size_t *mesh,
+                                          uint32_t *tensor_map);
+
 /* User key/values (step, framework, ...), sorted by key. */
 DCP_API size_t dcp_meta_kv_count(const dcp_meta *meta);
 DCP_API dcp_status dcp_meta_kv(const dcp_meta *meta, size_t index,

@@ -115,11 +115,11 @@ struct dcp_meta {
   size_t nkvs;
 };
 
-/* Save-time meshes. The format has carried them since version 1 and the
- * codec writes and reads them (md_build.c, view_dec.c), but no save
- * records a layout yet, so they are internal until one does: a mesh of
- * the view, and the mesh index (or -1) and tensor_map of tensor `index`
- * (tensor_map: ndim masks, written when the index is >= 0). */
+/* Save-time meshes (saves record them since format 3, commit_layout.c): a
+ * mesh of the view, and the mesh index (or -1) and tensor_map of tensor
+ * `index` (tensor_map: ndim masks, written when the index is >= 0). The
+ * public dcp_meta_mesh* accessors (view_mesh.c) check their arguments and
+ * call these. */
 typedef struct dcpi_mesh_info {
   uint32_t ndim;
   const int64_t *shape; /* ndim extents */

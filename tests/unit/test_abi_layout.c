@@ -90,6 +90,10 @@
   F(dcp_save_identity, id, 0, 16)                 \
   F(dcp_save_identity, generation, 16, 8)         \
   F(dcp_save_identity, part_rank, 24, 4)          \
+  S(dcp_mesh_info, 24, 8)                         \
+  F(dcp_mesh_info, ndim, 0, 4)                    \
+  F(dcp_mesh_info, shape, 8, 8)                   \
+  F(dcp_mesh_info, ranks, 16, 8)                  \
   S(dcp_save_options, 56, 8)                      \
   F(dcp_save_options, struct_size, 0, 4)          \
   F(dcp_save_options, flags, 4, 4)                \

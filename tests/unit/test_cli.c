@@ -345,10 +345,82 @@ static void test_diff_goes_on_after_damage(void **state) {
   expect("diff badb ck", 3, NULL); /* a side that cannot be opened */
 }
 
+/* A checkpoint saved from layouts shows its mesh, and each tensor its mesh
+ * and tensor_map, through the public accessors and in `dcp inspect` (text
+ * and --json); a tensor whose chunks were added by hand has no layout. */
+static void test_inspect_meshes(void **state) {
+  (void)state;
+  char dir[PATH_MAX], plugins[PATH_MAX], ckpt[PATH_MAX + 8];
+  dcp_ctx *ctx = tu_scratch_ctx("dcp-cli-mesh", dir, sizeof dir, plugins, sizeof plugins);
+  snprintf(ckpt, sizeof ckpt, "%s/lay", g_dir);
+  int64_t mesh[1] = {1}, wshape[2] = {4, 6}, rshape[1] = {3}, hshape[1] = {2};
+  uint32_t wmap[2] = {1, 0}, rmap[1] = {0};
+  float w[24] = {0}, r[3] = {1, 2, 3}, h[2] = {4, 5};
+  dcp_layout *lw, *lr;
+  assert_int_equal(dcp_layout_create(ctx, 1, mesh, NULL, 2, wmap, &lw), DCP_OK);
+  assert_int_equal(dcp_layout_create(ctx, 1, mesh, NULL, 1, rmap, &lr), DCP_OK);
+  dcp_state *st;
+  assert_int_equal(dcp_state_create(ctx, &st), DCP_OK);
+  assert_int_equal(dcp_state_add_sharded(st, "w", DCP_F32, 2, wshape, lw, w), DCP_OK);
+  assert_int_equal(dcp_state_add_sharded(st, "r", DCP_F32, 1, rshape, lr, r), DCP_OK);
+  int64_t zero[1] = {0};
+  assert_int_equal(dcp_state_add_tensor(st, "h", DCP_F32, 1, hshape), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(st, "h", zero, hshape, h), DCP_OK);
+  assert_int_equal(dcp_save(ctx, st, ckpt, NULL), DCP_OK);
+  dcp_meta *m;
+  assert_int_equal(dcp_meta_open(ctx, ckpt, &m), DCP_OK);
+  assert_int_equal(dcp_meta_mesh_count(m), 1);
+  dcp_mesh_info mi;
+  assert_int_equal(dcp_meta_mesh(m, 0, &mi), DCP_OK);
+  assert_int_equal(mi.ndim, 1);
+  assert_int_equal(mi.shape[0], 1);
+  assert_int_equal(mi.ranks[0], 0);
+  assert_int_equal(dcp_meta_mesh(m, 1, &mi), DCP_ENOTFOUND);
+  assert_int_equal(dcp_meta_mesh(m, 0, NULL), DCP_EINVAL);
+  size_t iw, ih, at;
+  uint32_t map[DCP_MAX_NDIM] = {9, 9};
+  assert_int_equal(dcp_meta_find_tensor(m, "w", &iw), DCP_OK);
+  assert_int_equal(dcp_meta_find_tensor(m, "h", &ih), DCP_OK);
+  assert_int_equal(dcp_meta_tensor_layout(m, iw, &at, map), DCP_OK);
+  assert_int_equal(at, 0);
+  assert_int_equal(map[0], 1);
+  assert_int_equal(map[1], 0);
+  assert_int_equal(dcp_meta_tensor_layout(m, ih, &at, map), DCP_ENOTFOUND);
+  assert_int_equal(dcp_meta_tensor_layout(m, 99, &at, NULL), DCP_ENOTFOUND);
+  assert_int_equal(dcp_meta_tensor_layout(m, iw, NULL, NULL), DCP_EINVAL);
+  dcp_meta_free(m);
+  expect("inspect lay", 0, "meshes       1\n  [0] [1] ranks 0\n");
+  assert_non_null(strstr(g_out, "  w  F32 [4, 6]  1 chunks  96 bytes  mesh 0 map [1, 0]\n"));
+  assert_non_null(strstr(g_out, "  h  F32 [2]  1 chunks  8 bytes\n"));
+  expect("inspect lay --json", 0, NULL);
+  json_t *root = json_out();
+  json_t *m0 = json_array_get(json_object_get(root, "meshes"), 0);
+  assert_int_equal(json_integer_value(json_array_get(json_object_get(m0, "shape"), 0)), 1);
+  assert_int_equal(json_integer_value(json_array_get(json_object_get(m0, "ranks"), 0)), 0);
+  json_t *tensors = json_object_get(root, "tensors");
+  for (size_t i = 0; i < json_array_size(tensors); i++) {
+    json_t *t = json_array_get(tensors, i), *lay = json_object_get(t, "layout");
+    if (!strcmp(jstr(t, "fqn"), "h")) {
+      assert_true(json_is_null(lay));
+      continue;
+    }
+    assert_int_equal(jint(lay, "mesh"), 0);
+    if (!strcmp(jstr(t, "fqn"), "w"))
+      assert_int_equal(json_integer_value(json_array_get(json_object_get(lay, "tensor_map"), 0)), 1);
+  }
+  json_decref(root);
+  dcp_state_free(st);
+  dcp_layout_free(lw);
+  dcp_layout_free(lr);
+  dcp_ctx_free(ctx);
+  tu_remove_tree(dir);
+}
+
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_help_and_usage),
       cmocka_unit_test(test_import_inspect_verify),
+      cmocka_unit_test(test_inspect_meshes),
       cmocka_unit_test(test_parents_progress_json),
       cmocka_unit_test(test_bad_name_quoted_whole),
       cmocka_unit_test(test_export_diff),

@@ -1,6 +1,7 @@
 /* cmd_inspect.c — `dcp ls` and `dcp inspect [--json]`. */
 #include <inttypes.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -12,14 +13,34 @@ static uint64_t tensor_bytes(const dcp_tensor_info *t) {
   return n;
 }
 
-static void print_shape(const dcp_tensor_info *t) {
+static void print_extents(uint32_t ndim, const int64_t *v) {
   putchar('[');
-  for (uint32_t d = 0; d < t->ndim; d++) printf("%s%" PRId64, d ? ", " : "", t->shape[d]);
+  for (uint32_t d = 0; d < ndim; d++) printf("%s%" PRId64, d ? ", " : "", v[d]);
   putchar(']');
 }
 
+static void print_shape(const dcp_tensor_info *t) { print_extents(t->ndim, t->shape); }
+
 static const char *scope_name(dcp_scope s) {
   return s == DCP_SCOPE_PER_RANK ? "per-rank" : "replicated";
+}
+
+/* Print a mesh's ranks compactly: "0..7", "8..64 step 8", or a list (at
+ * most 16, then "... (N ranks)"). */
+static void print_ranks(const dcp_mesh_info *mi) {
+  int64_t n = 1;
+  for (uint32_t d = 0; d < mi->ndim; d++) n *= mi->shape[d];
+  int64_t step = n > 1 ? (int64_t)mi->ranks[1] - mi->ranks[0] : 1;
+  bool progression = step > 0;
+  for (int64_t i = 1; progression && i < n; i++)
+    progression = (int64_t)mi->ranks[i] - mi->ranks[i - 1] == step;
+  if (progression && n > 1) {
+    printf("%d..%d", (int)mi->ranks[0], (int)mi->ranks[n - 1]);
+    if (step != 1) printf(" step %" PRId64, step);
+    return;
+  }
+  for (int64_t i = 0; i < n && i < 16; i++) printf("%s%d", i ? "," : "", (int)mi->ranks[i]);
+  if (n > 16) printf(",... (%" PRId64 " ranks)", n);
 }
 
 static const char ls_help[] =
@@ -129,6 +150,16 @@ static void text_header(dcp_meta *m, const char *path) {
     dcp_meta_file(m, i, &n);
     printf("  [%zu] %s\n", i, n);
   }
+  printf("meshes       %zu\n", dcp_meta_mesh_count(m));
+  for (size_t i = 0; i < dcp_meta_mesh_count(m); i++) {
+    dcp_mesh_info mi;
+    dcp_meta_mesh(m, i, &mi);
+    printf("  [%zu] ", i);
+    print_extents(mi.ndim, mi.shape);
+    printf(" ranks ");
+    print_ranks(&mi);
+    putchar('\n');
+  }
   printf("key/values   %zu\n", dcp_meta_kv_count(m));
   for (size_t i = 0; i < dcp_meta_kv_count(m); i++) {
     const char *k, *v;
@@ -145,6 +176,13 @@ static void text_tensors(dcp_meta *m) {
     printf("  %s  %s ", t.fqn, dcp_dtype_name(t.dtype));
     print_shape(&t);
     printf("  %" PRIu64 " chunks  %" PRIu64 " bytes", t.chunk_count, tensor_bytes(&t));
+    size_t mesh;
+    uint32_t map[DCP_MAX_NDIM];
+    if (dcp_meta_tensor_layout(m, i, &mesh, map) == DCP_OK) {
+      printf("  mesh %zu map [", mesh);
+      for (uint32_t d = 0; d < t.ndim; d++) printf("%s%u", d ? ", " : "", map[d]);
+      putchar(']');
+    }
     putchar('\n');
   }
   if (dcp_meta_bytes_count(m)) printf("bytes items:\n");
@@ -158,6 +196,40 @@ static void text_tensors(dcp_meta *m) {
 }
 
 /* ---- inspect (json) ----------------------------------------------------------- */
+
+static json_t *i64_array(uint32_t n, const int64_t *v) {
+  json_t *a = json_array();
+  for (uint32_t k = 0; k < n; k++) json_array_append_new(a, json_integer(v[k]));
+  return a;
+}
+
+/* {"mesh": index, "tensor_map": [masks]} or null (saved without a layout). */
+static json_t *layout_json(dcp_meta *m, size_t i, uint32_t ndim) {
+  size_t mesh;
+  uint32_t map[DCP_MAX_NDIM];
+  if (dcp_meta_tensor_layout(m, i, &mesh, map) != DCP_OK) return json_null();
+  json_t *o = json_object(), *masks = json_array();
+  for (uint32_t d = 0; d < ndim; d++) json_array_append_new(masks, json_integer(map[d]));
+  json_object_set_new(o, "mesh", json_integer((json_int_t)mesh));
+  json_object_set_new(o, "tensor_map", masks);
+  return o;
+}
+
+static json_t *meshes_json(dcp_meta *m) {
+  json_t *meshes = json_array();
+  for (size_t i = 0; i < dcp_meta_mesh_count(m); i++) {
+    dcp_mesh_info mi;
+    dcp_meta_mesh(m, i, &mi);
+    int64_t n = 1;
+    for (uint32_t d = 0; d < mi.ndim; d++) n *= mi.shape[d];
+    json_t *o = json_object(), *ranks = json_array();
+    for (int64_t r = 0; r < n; r++) json_array_append_new(ranks, json_integer(mi.ranks[r]));
+    json_object_set_new(o, "shape", i64_array(mi.ndim, mi.shape));
+    json_object_set_new(o, "ranks", ranks);
+    json_array_append_new(meshes, o);
+  }
+  return meshes;
+}
 
 static json_t *tensor_json(dcp_meta *m, size_t i) {
   dcp_tensor_info t;
@@ -186,6 +258,7 @@ static json_t *tensor_json(dcp_meta *m, size_t i) {
   json_object_set_new(o, "shape", shape);
   json_object_set_new(o, "bytes", json_integer((json_int_t)tensor_bytes(&t)));
   json_object_set_new(o, "chunks", chunks);
+  json_object_set_new(o, "layout", layout_json(m, i, t.ndim));
   return o;
 }
 
@@ -211,6 +284,7 @@ static json_t *inspect_json(dcp_meta *m, const char *path) {
   json_object_set_new(root, "checkpoint", json_string(path));
   json_object_set_new(root, "format_version", json_integer(dcp_meta_format_version(m)));
   json_object_set_new(root, "world_size", json_integer(dcp_meta_world_size(m)));
+  json_object_set_new(root, "meshes", meshes_json(m));
   json_object_set_new(root, "files", files);
   json_object_set_new(root, "key_values", kv);
   json_object_set_new(root, "tensors", tensors);
@@ -220,9 +294,10 @@ static json_t *inspect_json(dcp_meta *m, const char *path) {
 
 static const char inspect_help[] =
     "usage: dcp inspect CKPT [--json] [--quiet]\n\n"
-    "Print a checkpoint's metadata: format, save-time world size, data\n"
-    "files, user key/values, tensors (dtype, shape, chunks, bytes) and\n"
-    "bytes items. --json prints one JSON object with every chunk as well.\n\n"
+    "Print a checkpoint's metadata: format, save-time world size, meshes\n"
+    "(extents and ranks), data files, user key/values, tensors (dtype, shape,\n"
+    "chunks, bytes, and the mesh and tensor_map of those saved from a layout)\n"
+    "and bytes items. --json prints one JSON object with every chunk as well.\n\n"
     "options:\n" CLI_COMMON_OPTIONS
     "\nexit status: 0 ok, 2 usage, 3 error (no checkpoint, unreadable .metadata)\n";
 
