@@ -259,8 +259,10 @@ static void close_source(dcp_stats *stats, dcpi_load_source *src) {
 #define DCPI_LOAD_ATTEMPTS 4
 
 /* One attempt; *replaced: it failed because a data file it was reading
- * from vanished (agreed, so the same on every rank). */
-static dcp_status run(dcpi_rt *rt, dcp_state *st, const dcp_load_options *o, bool *replaced) {
+ * from vanished (agreed, so the same on every rank); *read_hash: the
+ * XXH3-64 of the .metadata it read (0 when it read none). */
+static dcp_status run(dcpi_rt *rt, dcp_state *st, const dcp_load_options *o, bool *replaced,
+                      uint64_t *read_hash) {
   dcp_stats *stats = &rt->ctx->stats;
   dcp_meta *meta = NULL;
   dcpi_load_plan *plan = NULL;
@@ -269,6 +271,7 @@ static dcp_status run(dcpi_rt *rt, dcp_state *st, const dcp_load_options *o, boo
   double t = dcpi_now();
   uint64_t meta_hash = 0;
   dcp_status rc = fetch_metadata(rt, o, &meta, &meta_hash, replaced);
+  *read_hash = rc ? 0 : meta_hash;
   if (!rc) {
     dcp_status ls = dcpi_load_plan_from_state(
         st, &(dcpi_saved_source){.lookup = lookup, .arg = &(lookup_arg){.m = meta}}, &plan,
@@ -322,7 +325,22 @@ dcp_status dcp_load(dcp_ctx *ctx, dcp_state *st, const char *path,
     return dcpi_rt_end(&rt);
   }
   bool replaced = false;
-  for (int attempt = 1; run(&rt, st, &o, &replaced) && replaced; attempt++) {
+  uint64_t hash = 0, before = 0;
+  for (int attempt = 1; run(&rt, st, &o, &replaced, &hash) && replaced; attempt++) {
+    if (attempt > 1 && hash && hash == before) {
+      /* A save that replaces a checkpoint commits its .metadata before it
+       * removes the old files, so a file gone under the same .metadata
+       * twice was not replaced: the checkpoint is damaged (a data file
+       * deleted or lost, a .metadata copied without its files). */
+      char last[DCPI_ERR_MSG_MAX / 2];
+      memcpy(last, rt.err.msg, sizeof last - 1);
+      last[sizeof last - 1] = '\0';
+      dcpi_fail(&rt.err, DCP_EINCOMPLETE, "load: a data file that the checkpoint at %s names is "
+                "missing, and its %s did not change (damaged or incompletely copied; dcp verify "
+                "lists what is missing): %.200s", path, DCPI_METADATA_NAME, last);
+      break;
+    }
+    before = hash;
     if (attempt == DCPI_LOAD_ATTEMPTS) {
       char last[DCPI_ERR_MSG_MAX / 2];
       memcpy(last, rt.err.msg, sizeof last - 1); /* it is about to be overwritten */

@@ -491,6 +491,30 @@ static void test_corrupt_block(void **state) {
   dcp_state_free(ld);
 }
 
+/* A data file deleted from a committed checkpoint: the same .metadata is
+ * read again, so the load fails DCP_EINCOMPLETE naming the file at its
+ * second attempt, instead of taking it for a save that replaced the
+ * checkpoint (DCP_ESTALE after four attempts). */
+static void test_missing_data_file(void **state) {
+  fixture *f = *state;
+  assert_int_equal(save_default(f, 0), DCP_OK);
+  char p[PATH_MAX + 64];
+  assert_true(ck_data_file(f->ckpt, 0, p, sizeof p));
+  assert_int_equal(unlink(p), 0);
+  static float all[ROWS * COLS];
+  dcp_state *ld;
+  assert_int_equal(dcp_state_create(f->ctx, &ld), DCP_OK);
+  int64_t shape[2] = {ROWS, COLS}, off[2] = {0, 0};
+  assert_int_equal(dcp_state_add_tensor(ld, "w", DCP_F32, 2, shape), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(ld, "w", off, shape, all), DCP_OK);
+  assert_int_equal(dcp_load(f->ctx, ld, f->ckpt, NULL), DCP_EINCOMPLETE);
+  const char *msg = dcp_ctx_last_error(f->ctx);
+  assert_non_null(strstr(msg, "is missing"));
+  assert_non_null(strstr(msg, "data-00000."));
+  assert_null(strstr(msg, "replaced"));
+  dcp_state_free(ld);
+}
+
 static void test_mismatches(void **state) {
   fixture *f = *state;
   assert_int_equal(save_default(f, 0), DCP_OK);
@@ -599,6 +623,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_uncoordinated, setup, teardown),
       cmocka_unit_test_setup_teardown(test_commit_rules, setup, teardown),
       cmocka_unit_test_setup_teardown(test_corrupt_block, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_missing_data_file, setup, teardown),
       cmocka_unit_test_setup_teardown(test_zero_means_default, setup, teardown),
       cmocka_unit_test_setup_teardown(test_mismatches, setup, teardown),
       cmocka_unit_test_setup_teardown(test_meta_open, setup, teardown),
