@@ -170,21 +170,21 @@ static dcp_status form_groups(req *rq, size_t n, dcpi_read_groups *g, dcpi_err *
   return DCP_OK;
 }
 
-/* The members of grp on the hosts that hold the most of its members
- * (ascending, into out: nmembers entries), and their number. O(n^2) in the
- * members of one group, which are few next to the data they share. */
-static uint32_t host_candidates(const dcpi_read_group *grp, const uint64_t *host_of,
+/* Of the ranks members[0..n), those on the hosts that hold the most of
+ * them (in the given order, into out: n entries), and their number. O(n^2)
+ * in the members of one group, which are few next to the data they share. */
+static uint32_t host_candidates(const int32_t *members, uint32_t n, const uint64_t *host_of,
                                 int32_t *out) {
-  uint32_t n = grp->nmembers, best = 0, k = 0;
+  uint32_t best = 0, k = 0;
   for (uint32_t i = 0; i < n; i++) {
     uint32_t c = 0;
-    for (uint32_t j = 0; j < n; j++) c += host_of[grp->members[j]] == host_of[grp->members[i]];
+    for (uint32_t j = 0; j < n; j++) c += host_of[members[j]] == host_of[members[i]];
     if (c > best) best = c;
   }
   for (uint32_t i = 0; i < n; i++) {
     uint32_t c = 0;
-    for (uint32_t j = 0; j < n; j++) c += host_of[grp->members[j]] == host_of[grp->members[i]];
-    if (c == best) out[k++] = grp->members[i];
+    for (uint32_t j = 0; j < n; j++) c += host_of[members[j]] == host_of[members[i]];
+    if (c == best) out[k++] = members[i];
   }
   return k;
 }
@@ -210,7 +210,7 @@ static dcp_status choose_readers(dcpi_read_groups *g, const uint64_t *host_of,
       const dcpi_read_group *grp = &g->groups[i];
       items[i] = (dcpi_balance_item){grp->bytes, i, grp->nmembers, grp->members};
       if (host_of) {
-        items[i].nholders = host_candidates(grp, host_of, cand + at);
+        items[i].nholders = host_candidates(grp->members, grp->nmembers, host_of, cand + at);
         items[i].holders = cand + at;
         at += items[i].nholders;
       }
@@ -361,4 +361,170 @@ dcp_status dcpi_read_groups_rank(const dcpi_read_groups *g, int32_t rank,
       .recvs = g->recv_list + g->recv_first[r], .nrecvs = g->recv_first[r + 1] - g->recv_first[r],
       .bytes_read = g->load[r]};
   return DCP_OK;
+}
+
+/* ---- partial-overlap sharing ------------------------------------------- */
+
+/* Canonical order of needs: saved chunk, range, rank, seq. */
+static int cmp_need(const void *pa, const void *pb) {
+  const dcpi_share_need *a = pa, *b = pb;
+  if (a->key_hi != b->key_hi) return a->key_hi < b->key_hi ? -1 : 1;
+  if (a->key_lo != b->key_lo) return a->key_lo < b->key_lo ? -1 : 1;
+  if (a->lo != b->lo) return a->lo < b->lo ? -1 : 1;
+  if (a->hi != b->hi) return a->hi < b->hi ? -1 : 1;
+  if (a->rank != b->rank) return a->rank < b->rank ? -1 : 1;
+  return (a->seq > b->seq) - (a->seq < b->seq);
+}
+
+static int cmp_rank_seq(const void *pa, const void *pb) {
+  const dcpi_share_need *a = pa, *b = pb;
+  if (a->rank != b->rank) return a->rank < b->rank ? -1 : 1;
+  return (a->seq > b->seq) - (a->seq < b->seq);
+}
+
+static int cmp_i32(const void *pa, const void *pb) {
+  int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+  return (a > b) - (a < b);
+}
+
+/* Every need well formed; no (rank, seq) twice (checked on sorted, a copy
+ * the caller then re-sorts canonically). */
+static dcp_status check_needs(dcpi_share_need *v, size_t n, int32_t ws, dcpi_err *err) {
+  for (size_t i = 0; i < n; i++) {
+    const dcpi_share_need *x = &v[i];
+    if (x->rank < 0 || x->rank >= ws || x->lo < 0 || x->lo >= x->hi || x->bytes < 0)
+      return dcpi_fail(err, DCP_EINVAL, "share plan: need %u of rank %d is malformed "
+                       "(range [%lld, %lld), %lld bytes, world %d)", x->seq, x->rank,
+                       (long long)x->lo, (long long)x->hi, (long long)x->bytes, ws);
+  }
+  qsort(v, n, sizeof *v, cmp_rank_seq);
+  for (size_t i = 1; i < n; i++)
+    if (!cmp_rank_seq(&v[i - 1], &v[i]))
+      return dcpi_fail(err, DCP_EINVAL, "share plan: rank %d gives need %u twice", v[i].rank,
+                       v[i].seq);
+  return DCP_OK;
+}
+
+/* The components of the sorted needs: runs of one saved chunk whose ranges
+ * overlap the union so far; those of >= 2 needs become groups (readers
+ * unset), the others get group_of -1. */
+static dcp_status form_components(dcpi_share_plan *p, dcpi_err *err) {
+  size_t n = p->nneeds, ng = 0;
+  p->groups = malloc((n ? n : 1) * sizeof *p->groups);
+  if (!p->groups) return dcpi_fail(err, DCP_ENOMEM, "share plan: out of memory");
+  for (size_t i = 0; i < n;) {
+    const dcpi_share_need *a = &p->needs[i];
+    size_t j = i + 1;
+    int64_t hi = a->hi;
+    while (j < n && p->needs[j].key_hi == a->key_hi && p->needs[j].key_lo == a->key_lo &&
+           p->needs[j].lo < hi) {
+      if (p->needs[j].hi > hi) hi = p->needs[j].hi;
+      j++;
+    }
+    for (size_t k = i; k < j; k++) p->group_of[k] = j - i >= 2 ? (int64_t)ng : -1;
+    if (j - i >= 2)
+      p->groups[ng++] = (dcpi_share_group){a->key_hi, a->key_lo, a->lo, hi, -1, 0, i, j - i};
+    i = j;
+  }
+  p->ngroups = ng;
+  return DCP_OK;
+}
+
+/* Each group's distinct ranks, ascending, into one pool (*pool, with
+ * *first[g] the start of group g's, nranks set). */
+static dcp_status group_ranks(dcpi_share_plan *p, int32_t **pool, size_t **first,
+                              dcpi_err *err) {
+  *pool = malloc((p->nneeds ? p->nneeds : 1) * sizeof **pool);
+  *first = malloc((p->ngroups + 1) * sizeof **first);
+  if (!*pool || !*first) return dcpi_fail(err, DCP_ENOMEM, "share plan: out of memory");
+  size_t at = 0;
+  for (size_t g = 0; g < p->ngroups; g++) {
+    dcpi_share_group *grp = &p->groups[g];
+    int32_t *r = *pool + at;
+    for (size_t k = 0; k < grp->count; k++) r[k] = p->needs[grp->first + k].rank;
+    qsort(r, grp->count, sizeof *r, cmp_i32);
+    uint32_t u = 0;
+    for (size_t k = 0; k < grp->count; k++)
+      if (!u || r[u - 1] != r[k]) r[u++] = r[k];
+    grp->nranks = u;
+    (*first)[g] = at;
+    at += u;
+  }
+  (*first)[p->ngroups] = at;
+  return DCP_OK;
+}
+
+/* The readers: the balancer over each group's ranks (or, with host_of,
+ * those on its best hosts), key = the group's canonical index. */
+static dcp_status choose_share_readers(dcpi_share_plan *p, dcpi_balance_policy policy,
+                                       const int64_t *base, const uint64_t *host_of,
+                                       dcpi_err *err) {
+  int32_t *pool = NULL, *cand = NULL, *owner = NULL;
+  size_t *first = NULL, ng = p->ngroups;
+  dcpi_balance_item *items = NULL;
+  dcp_status rc = group_ranks(p, &pool, &first, err);
+  if (!rc) {
+    items = malloc((ng ? ng : 1) * sizeof *items);
+    owner = malloc((ng ? ng : 1) * sizeof *owner);
+    cand = malloc((first[ng] ? first[ng] : 1) * sizeof *cand);
+    if (!items || !owner || !cand) rc = dcpi_fail(err, DCP_ENOMEM, "share plan: out of memory");
+  }
+  for (size_t g = 0; !rc && g < ng; g++) {
+    const dcpi_share_group *grp = &p->groups[g];
+    const int32_t *r = pool + first[g];
+    uint32_t k = grp->nranks;
+    if (host_of) {
+      k = host_candidates(r, grp->nranks, host_of, cand + first[g]);
+      r = cand + first[g];
+    }
+    items[g] = (dcpi_balance_item){grp->hi - grp->lo, g, k, r};
+  }
+  if (!rc) rc = dcpi_balance_from(items, ng, p->world_size, policy, base, owner, p->load, err);
+  for (size_t g = 0; !rc && g < ng; g++) p->groups[g].reader = owner[g];
+  free(pool), free(first), free(items), free(owner), free(cand);
+  return rc;
+}
+
+dcp_status dcpi_share_plan_build(const dcpi_share_need *needs, size_t n, int32_t world_size,
+                                 dcpi_balance_policy policy, const int64_t *base,
+                                 const uint64_t *host_of, dcpi_share_plan **out,
+                                 dcpi_err *err) {
+  if (!out) return dcpi_fail(err, DCP_EINVAL, "share plan: NULL output");
+  *out = NULL;
+  if ((n && !needs) || world_size < 1)
+    return dcpi_fail(err, DCP_EINVAL, "share plan: NULL needs or world of %d", world_size);
+  dcpi_share_plan *p = calloc(1, sizeof *p);
+  if (!p) return dcpi_fail(err, DCP_ENOMEM, "share plan: out of memory");
+  p->world_size = world_size;
+  p->nneeds = n;
+  p->needs = malloc((n ? n : 1) * sizeof *p->needs);
+  p->group_of = malloc((n ? n : 1) * sizeof *p->group_of);
+  p->load = calloc((size_t)world_size, sizeof *p->load);
+  dcp_status rc = p->needs && p->group_of && p->load
+                      ? DCP_OK
+                      : dcpi_fail(err, DCP_ENOMEM, "share plan: out of memory for %zu needs", n);
+  if (!rc) {
+    if (n) memcpy(p->needs, needs, n * sizeof *needs);
+    rc = check_needs(p->needs, n, world_size, err);
+  }
+  if (!rc) {
+    qsort(p->needs, n, sizeof *p->needs, cmp_need);
+    rc = form_components(p, err);
+  }
+  if (!rc) rc = choose_share_readers(p, policy, base, host_of, err);
+  if (rc) {
+    dcpi_share_plan_free(p);
+    return rc;
+  }
+  *out = p;
+  return DCP_OK;
+}
+
+void dcpi_share_plan_free(dcpi_share_plan *p) {
+  if (!p) return;
+  free(p->needs);
+  free(p->group_of);
+  free(p->groups);
+  free(p->load);
+  free(p);
 }

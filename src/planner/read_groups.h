@@ -107,4 +107,65 @@ typedef struct dcpi_rank_reads {
 dcp_status dcpi_read_groups_rank(const dcpi_read_groups *g, int32_t rank,
                                  dcpi_rank_reads *out);
 
+/* ---- partial-overlap sharing --------------------------------------------
+ *
+ * Ranks that each need a different part of one saved chunk would each read
+ * the granules (checksum blocks) that cover their part; where those ranges
+ * overlap, the same granules are read several times. A share group is a
+ * maximal set of needs of one saved chunk whose granule ranges overlap
+ * (connected by pairwise overlap): one of its ranks, the reader, reads the
+ * union of their ranges once, verifies it, fills its own needs and sends
+ * every other need its piece. Needs overlapping no other need are left to
+ * their rank (read as before). So the bytes read per saved chunk are the
+ * union of the granule ranges needed, and each need is served exactly once,
+ * by its own read or by its group's reader. */
+
+/* One need: rank needs `bytes` (its piece) out of the granule-aligned raw
+ * bytes [lo, hi) of the saved chunk (key_hi, key_lo). seq tells apart one
+ * rank's needs (distinct per rank; the runtime uses its overlap index). */
+typedef struct dcpi_share_need {
+  int32_t rank;
+  uint32_t seq;
+  uint64_t key_hi, key_lo;
+  int64_t lo, hi; /* 0 <= lo < hi */
+  int64_t bytes;  /* >= 0 */
+} dcpi_share_need;
+
+/* A group: needs[first, first+count) of the plan (count >= 2), the union
+ * [lo, hi) of their ranges, read once by reader (one of their ranks). */
+typedef struct dcpi_share_group {
+  uint64_t key_hi, key_lo;
+  int64_t lo, hi;
+  int32_t reader;
+  uint32_t nranks; /* distinct ranks among its needs */
+  size_t first, count;
+} dcpi_share_group;
+
+typedef struct dcpi_share_plan {
+  int32_t world_size;
+  size_t nneeds;
+  dcpi_share_need *needs;   /* canonical order: key, lo, hi, rank, seq */
+  int64_t *group_of;        /* nneeds: the need's group, or -1 (read alone) */
+  size_t ngroups;
+  dcpi_share_group *groups; /* in the needs' order */
+  int64_t *load;            /* world_size: base plus the groups' bytes read */
+} dcpi_share_plan;
+
+/* Form the share groups of needs[0..n) and choose each group's reader
+ * among its ranks: under policy through dcpi_balance (LEAST_LOADED: the
+ * group's bytes hi-lo to its least-loaded rank, starting from base[r] bytes
+ * each rank reads anyway, base may be NULL; LOWEST_RANK: its lowest rank);
+ * with host_of (world_size host ids, or NULL) only ranks on the host that
+ * holds the most of the group's ranks are candidates. Pure and
+ * deterministic: the result depends on the set of needs, never on their
+ * order. Errors: DCP_EINVAL (NULL with n > 0, a rank out of range, lo < 0,
+ * lo >= hi, negative bytes or base, a (rank, seq) given twice; the message
+ * names it), DCP_ENOMEM. On error *out is NULL. */
+dcp_status dcpi_share_plan_build(const dcpi_share_need *needs, size_t n, int32_t world_size,
+                                 dcpi_balance_policy policy, const int64_t *base,
+                                 const uint64_t *host_of, dcpi_share_plan **out,
+                                 dcpi_err *err);
+
+void dcpi_share_plan_free(dcpi_share_plan *p);
+
 #endif

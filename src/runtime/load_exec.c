@@ -23,16 +23,10 @@
 
 /* ---- reading one chunk ---------------------------------------------------- */
 
-/* Copies the part of an overlap's runs that falls in one raw window. */
-typedef struct overlap_sink {
-  const dcpi_overlap *ov;
-  uint8_t *dest; /* the destination chunk's data */
-} overlap_sink;
-
-static dcp_status copy_runs(void *arg, uint64_t raw_off, const uint8_t *data, size_t len,
-                            dcpi_err *err) {
+dcp_status dcpi_load_copy_runs(void *arg, uint64_t raw_off, const uint8_t *data, size_t len,
+                               dcpi_err *err) {
   (void)err;
-  const overlap_sink *os = arg;
+  const dcpi_overlap_sink *os = arg;
   dcpi_run_iter it;
   dcpi_run run;
   int64_t lo = (int64_t)raw_off, hi = lo + (int64_t)len;
@@ -85,22 +79,26 @@ static dcp_status read_overlap(dcpi_block_reader *br, dcp_meta *m, const dcp_sta
                                 (uint64_t)(run.src_off + run.len), (uint8_t *)dest->data + run.dest_off,
                                 what, err);
   }
-  overlap_sink os = {ov, dest->data};
+  dcpi_overlap_sink os = {ov, dest->data};
   return dcpi_block_read(br, file, &ci.ref, (uint64_t)ov->src_first, (uint64_t)ov->src_last,
-                         what, copy_runs, &os, err);
+                         what, dcpi_load_copy_runs, &os, err);
 }
 
-/* Announce overlaps [a, b) of a chunk to the block reader, so that those
- * adjacent in one data file are fetched in one read. */
+/* Announce overlaps [a, b) of a chunk (except those skip flags) to the
+ * block reader, so that those adjacent in one data file are fetched in one
+ * read. */
 static dcp_status prefetch_overlaps(dcpi_block_reader *br, dcp_meta *m, const dcp_state *st,
                                     const dcpi_load_plan *plan, size_t a, size_t b,
-                                    dcpi_err *err) {
-  size_t n = b - a;
-  dcpi_block_req *reqs = malloc(n * sizeof *reqs);
-  dcp_storage_ref *refs = malloc(n * sizeof *refs);
-  dcp_status rc = reqs && refs ? DCP_OK : dcpi_fail(err, DCP_ENOMEM, "out of memory");
+                                    const uint8_t *skip, dcpi_err *err) {
+  size_t n = 0;
+  uint32_t *pick = malloc((b - a) * sizeof *pick);
+  for (size_t i = a; pick && i < b; i++)
+    if (!skip || !skip[i]) pick[n++] = (uint32_t)i;
+  dcpi_block_req *reqs = malloc((n ? n : 1) * sizeof *reqs);
+  dcp_storage_ref *refs = malloc((n ? n : 1) * sizeof *refs);
+  dcp_status rc = pick && reqs && refs ? DCP_OK : dcpi_fail(err, DCP_ENOMEM, "out of memory");
   for (size_t i = 0; !rc && i < n; i++) {
-    const dcpi_overlap *ov = &plan->overlaps[a + i];
+    const dcpi_overlap *ov = &plan->overlaps[pick[i]];
     const dcpi_tensor_item *t = &st->tensors[st->chunks[ov->dest_chunk].tensor];
     size_t ti;
     dcp_chunk_info ci;
@@ -113,18 +111,26 @@ static dcp_status prefetch_overlaps(dcpi_block_reader *br, dcp_meta *m, const dc
       reqs[i] = (dcpi_block_req){file, &refs[i], (uint64_t)ov->src_first, (uint64_t)ov->src_last};
     }
   }
-  if (!rc) rc = dcpi_block_prefetch(br, reqs, n, err);
+  if (!rc && n > 1) rc = dcpi_block_prefetch(br, reqs, n, err);
+  free(pick);
   free(reqs);
   free(refs);
   return rc;
 }
 
 dcp_status dcpi_load_read_chunk(dcpi_block_reader *br, dcp_meta *m, const dcp_state *st,
-                                const dcpi_load_plan *plan, size_t chunk, dcpi_err *err) {
+                                const dcpi_load_plan *plan, size_t chunk, const uint8_t *skip,
+                                uint64_t *bytes, dcpi_err *err) {
   size_t a = plan->chunk_first[chunk], b = plan->chunk_first[chunk + 1];
-  dcp_status rc = b - a > 1 ? prefetch_overlaps(br, m, st, plan, a, b, err) : DCP_OK;
-  for (size_t i = a; !rc && i < b; i++) rc = read_overlap(br, m, st, &plan->overlaps[i], err);
+  dcp_status rc = b - a > 1 ? prefetch_overlaps(br, m, st, plan, a, b, skip, err) : DCP_OK;
+  uint64_t done = 0;
+  for (size_t i = a; !rc && i < b; i++) {
+    if (skip && skip[i]) continue; /* a share group brings it */
+    rc = read_overlap(br, m, st, &plan->overlaps[i], err);
+    done += (uint64_t)plan->overlaps[i].bytes;
+  }
   dcpi_block_prefetch_drop(br);
+  if (bytes) *bytes = done;
   return rc;
 }
 
@@ -162,9 +168,10 @@ typedef struct exec {
  * the load is failing, only the broadcasts still have to happen). */
 static void read_one(exec *x, uint32_t chunk) {
   if (x->rs) return;
-  x->rs = dcpi_load_read_chunk(x->br, x->m, x->st, x->plan, chunk, &x->rerr);
+  uint64_t done = 0;
+  x->rs = dcpi_load_read_chunk(x->br, x->m, x->st, x->plan, chunk, x->sc->skip, &done, &x->rerr);
   if (x->rs) return;
-  x->payload += (uint64_t)x->st->chunks[chunk].nbytes;
+  x->payload += done;
   dcpi_progress(x->ctx, DCP_PHASE_LOAD_READ, x->payload, x->total);
 }
 
@@ -267,6 +274,14 @@ dcp_status dcpi_load_exec(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
       x.total += (uint64_t)st->chunks[sc->items[u->first + i]].nbytes;
   }
   for (size_t i = 0; i < x.nown; i++) x.total += (uint64_t)st->chunks[x.own[i]].nbytes;
+  /* the share groups first: they complete chunks that are read or
+   * broadcast below */
+  dcp_status ss = dcpi_load_share_exec(rt, m, st, plan, sc, br, counts, &x.rs, &x.rerr);
+  if (ss) {
+    free(own_tmp);
+    return ss;
+  }
+  x.payload = counts->payload;
 
   bool threaded = false;
   if (pipeline && sc->nunits > 0 && (x.nr > 0 || x.nown > 0)) {

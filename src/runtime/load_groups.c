@@ -28,6 +28,11 @@ void dcpi_load_sched_free(dcpi_load_sched *sc) {
   free(sc->pack);
   free(sc->runits);
   free(sc->own);
+  dcpi_share_plan_free(sc->share);
+  free(sc->share_words);
+  free(sc->share_rec);
+  free(sc->skip);
+  free(sc->share_buf);
   memset(sc, 0, sizeof *sc);
 }
 
@@ -404,7 +409,8 @@ static dcp_status exchange_groups(dcpi_rt *rt, const dcpi_load_key *keys, size_t
 
 enum { L_FAIL, L_MODE, L_MODE2, L_POL, L_POL2, L_NEED, L_A, L_B = L_A + 3, L_COUNT = L_B + 3 };
 
-dcp_status dcpi_load_schedule(dcpi_rt *rt, const dcp_state *st, const dcp_load_options *o,
+dcp_status dcpi_load_schedule(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
+                              const dcpi_load_plan *plan, const dcp_load_options *o,
                               dcpi_load_sched *sc) {
   dcp_ctx *ctx = rt->ctx;
   int32_t world = ctx->world_size;
@@ -458,8 +464,9 @@ dcp_status dcpi_load_schedule(dcpi_rt *rt, const dcp_state *st, const dcp_load_o
     sc->path = DCPI_DEDUP_EXCHANGE;
     if ((rc = exchange_groups(rt, keys, nkeys, policy, &g))) goto agree;
   }
-  if (hosts && (rc = dcpi_read_groups_prefer_hosts(g, hosts, policy, &rt->err))) goto agree;
-  rc = dcpi_load_sched_build(g, ctx->rank, keys, chunk_of, nkeys, st->nchunks, sc, &rt->err);
+  /* from here every rank reaches the share exchange, failed or not */
+  if (hosts) rc = dcpi_read_groups_prefer_hosts(g, hosts, policy, &rt->err);
+  if (!rc) rc = dcpi_load_sched_build(g, ctx->rank, keys, chunk_of, nkeys, st->nchunks, sc, &rt->err);
   if (!rc) {
     sc->pack = malloc(sc->max_pack ? (size_t)sc->max_pack : 1);
     sc->runits = malloc((sc->nunits ? sc->nunits : 1) * sizeof *sc->runits);
@@ -467,6 +474,7 @@ dcp_status dcpi_load_schedule(dcpi_rt *rt, const dcp_state *st, const dcp_load_o
     if (!sc->pack || !sc->runits || !sc->own)
       rc = dcpi_fail(&rt->err, DCP_ENOMEM, "read dedup: out of memory for the schedule");
   }
+  rc = dcpi_load_share_plan(rt, m, st, plan, policy, hosts, sc, rc);
 agree:
   rc = dcpi_rt_agree(rt, rc);
 out:

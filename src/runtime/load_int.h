@@ -6,7 +6,11 @@
  *                 per group) and the broadcast schedule;
  *   load_exec.c   reading chunks, and running the schedule: a reader thread
  *                 reads and verifies ahead while the calling thread
- *                 broadcasts.
+ *                 broadcasts;
+ *   load_share.c  partial-overlap sharing: where several ranks' reads of
+ *                 one saved chunk cover the same granules, one reads them
+ *                 once and sends each of the others its piece (run before
+ *                 the broadcasts).
  *
  * The schedule is a list of broadcast units, one group_bcast each, in one
  * global order that every rank derives identically from group-intrinsic
@@ -64,6 +68,15 @@ typedef struct dcpi_load_sched {
   uint8_t *pack;           /* max_pack bytes */
   size_t *runits;          /* nunits */
   uint32_t *own;           /* nchunks */
+  /* partial-overlap sharing (load_share.c); share NULL: none */
+  dcpi_share_plan *share;  /* every rank's needs and the groups */
+  int64_t *share_words;    /* every rank's need records (see load_share.c) */
+  size_t *share_rec;       /* per need of share (canonical): its record's word */
+  uint8_t *skip;           /* per overlap of the load plan: 1 = a share group
+                              serves it (the chunk's own read leaves it out) */
+  uint8_t *share_buf;      /* share_buf_len bytes: pieces sent or received */
+  int64_t share_buf_len;
+  int64_t share_read;      /* bytes this rank reads for share groups */
 } dcpi_load_sched;
 
 void dcpi_load_sched_free(dcpi_load_sched *sc);
@@ -118,10 +131,37 @@ dcp_status dcpi_load_sched_build(const dcpi_read_groups *g, int32_t rank,
                                  dcpi_err *err);
 
 /* Collective: decide read dedup for this load and build this rank's
- * schedule (every chunk OWN when dedup is off or unavailable). Ends with an
+ * schedule (every chunk OWN when dedup is off or unavailable), with its
+ * share groups (dcpi_load_share_plan) when dedup is on. Ends with an
  * agreement: the outcome is the same on every rank. */
-dcp_status dcpi_load_schedule(dcpi_rt *rt, const dcp_state *st, const dcp_load_options *o,
+dcp_status dcpi_load_schedule(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
+                              const dcpi_load_plan *plan, const dcp_load_options *o,
                               dcpi_load_sched *sc);
+
+/* ---- load_share.c ------------------------------------------------------- */
+
+/* Collective (every rank calls it at the same point once dedup is on,
+ * local passing its status so far): every rank's needs (the granules of
+ * each saved chunk that its OWN and READ chunks' overlaps read, with the
+ * overlap's geometry) through two allgathers, then the share groups
+ * (dcpi_share_plan_build under policy, readers on the hosts of most of
+ * their ranks when hosts is set, balanced from the bytes each rank reads
+ * alone) into sc, and the working memory. No agreement: the groups are a
+ * function of the exchanged needs. Returns local when it failed, else its
+ * own status (a rank that failed before sends no needs, and then no rank
+ * shares). */
+dcp_status dcpi_load_share_plan(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
+                                const dcpi_load_plan *plan, dcpi_balance_policy policy,
+                                const uint64_t *hosts, dcpi_load_sched *sc, dcp_status local);
+
+/* The byte runs of overlap_sink.ov that fall in one raw window of its
+ * saved chunk, copied to dest: a dcpi_block_sink (load_exec.c). */
+typedef struct dcpi_overlap_sink {
+  const dcpi_overlap *ov;
+  uint8_t *dest; /* the destination chunk's data (or a piece) */
+} dcpi_overlap_sink;
+dcp_status dcpi_load_copy_runs(void *arg, uint64_t raw_off, const uint8_t *data, size_t len,
+                               dcpi_err *err);
 
 /* ---- load_exec.c -------------------------------------------------------- */
 
@@ -129,10 +169,12 @@ dcp_status dcpi_load_schedule(dcpi_rt *rt, const dcp_state *st, const dcp_load_o
 dcp_status dcpi_load_file_of(dcp_meta *m, const dcp_storage_ref *ref, const char **name,
                              dcpi_err *err);
 
-/* Read destination chunk `chunk` of st (all its overlaps in plan) through
- * br, verifying every block. */
+/* Read destination chunk `chunk` of st (its overlaps in plan, except
+ * those skip flags, skip may be NULL) through br, verifying every block;
+ * *bytes (may be NULL) gets the bytes of the overlaps read. */
 dcp_status dcpi_load_read_chunk(dcpi_block_reader *br, dcp_meta *m, const dcp_state *st,
-                                const dcpi_load_plan *plan, size_t chunk, dcpi_err *err);
+                                const dcpi_load_plan *plan, size_t chunk, const uint8_t *skip,
+                                uint64_t *bytes, dcpi_err *err);
 
 /* What an execution did. */
 typedef struct dcpi_load_counts {
@@ -151,5 +193,18 @@ dcp_status dcpi_load_exec(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
                           const dcpi_load_plan *plan, const dcpi_load_sched *sc,
                           dcpi_block_reader *br, bool pipeline, uint64_t max_inflight,
                           dcpi_load_counts *counts);
+
+/* Run sc's share groups on this rank, in their canonical order (before
+ * the units): as a group's reader, read its granules once (verified),
+ * fill its own overlaps and send every other rank of the group its pieces
+ * (a two-rank group_bcast per rank, in rank order); as another rank of it,
+ * receive its pieces and copy them into place. After a local read failure
+ * (*rs, message in *rerr, the first one kept) the pieces are still sent,
+ * so nobody waits: the failure reaches every rank through the agreement
+ * after the load. Returns a failure of the collective only. */
+dcp_status dcpi_load_share_exec(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
+                                const dcpi_load_plan *plan, const dcpi_load_sched *sc,
+                                dcpi_block_reader *br, dcpi_load_counts *counts,
+                                dcp_status *rs, dcpi_err *rerr);
 
 #endif
