@@ -72,6 +72,7 @@
 
 static int g_no_bytes; /* load tensors only */
 static int g_no_flat; /* leave the flat tensors out */
+static unsigned g_seed; /* --seed: the load mesh's ranks in a random order (0: in order) */
 
 /* How tensor t is held in a save (saving 1) or a load: 0 a layout box,
  * 1 a flat range over all ranks, 2 over the TP ranks. */
@@ -204,6 +205,22 @@ static size_t rank_boxes(const rank_model *m, size_t t, int saving, int32_t worl
   return 1;
 }
 
+/* The mesh's ranks: 0..world-1 shuffled by seed (the same on every rank),
+ * or NULL (in order) for seed 0. */
+static int32_t *mesh_order(int32_t world, unsigned seed) {
+  if (!seed) return NULL;
+  int32_t *o = malloc((size_t)world * sizeof *o);
+  CHECK(o, "out of memory");
+  for (int32_t i = 0; i < world; i++) o[i] = i;
+  uint64_t z = seed;
+  for (int32_t i = world - 1; i > 0; i--) {
+    z = mix(z + 0x9E3779B97F4A7C15ull);
+    int32_t j = (int32_t)(z % (uint64_t)(i + 1)), t = o[i];
+    o[i] = o[j], o[j] = t;
+  }
+  return o;
+}
+
 /* The state of this rank for a world of `world` with TP degree tp; fill
  * the buffers for a save, poison them for a load. */
 static void build(dcp_ctx *ctx, rank_model *m, int32_t world, int32_t tp, int fill, int with_rng) {
@@ -211,6 +228,7 @@ static void build(dcp_ctx *ctx, rank_model *m, int32_t world, int32_t tp, int fi
   int32_t rank = dcp_ctx_rank(ctx);
   CHECK(dcp_state_create(ctx, &m->st) == DCP_OK, "state_create");
   int64_t mesh[2] = {world / tp, tp};
+  int32_t *order = mesh_order(world, fill ? 0 : g_seed);
   for (size_t t = 0; t < NMODEL; t++) {
     const tensor_spec *s = &MODEL[t];
     if (g_no_flat && s->flat) continue;
@@ -243,7 +261,7 @@ static void build(dcp_ctx *ctx, rank_model *m, int32_t world, int32_t tp, int fi
       }
       continue;
     }
-    CHECK(dcp_layout_create(ctx, 2, mesh, NULL, s->ndim, s->map, &m->layouts[t]) == DCP_OK,
+    CHECK(dcp_layout_create(ctx, 2, mesh, order, s->ndim, s->map, &m->layouts[t]) == DCP_OK,
           "layout: %s", dcp_ctx_last_error(ctx));
     dcp_box b;
     rank_boxes(m, t, fill, world, tp, rank, &b);
@@ -252,6 +270,7 @@ static void build(dcp_ctx *ctx, rank_model *m, int32_t world, int32_t tp, int fi
                                 m->bufs[m->nbufs - 1]) == DCP_OK,
           "add_sharded %s: %s", s->fqn, dcp_ctx_last_error(ctx));
   }
+  free(order);
   for (int i = 0; i < 8; i++) m->step[i] = fill ? (uint8_t)(42 + i) : 0;
   for (int i = 0; i < 16; i++) m->rng[i] = fill ? (uint8_t)(rank * 16 + i) : 0;
   if (g_no_bytes) return;
@@ -327,6 +346,8 @@ typedef struct args {
   int save_tp, load_tp, compress, lowest, expect_exists, overwrite, meta_per_rank, no_bytes,
       save_twice, expect_plan_hit;
   int no_pipeline, reader_lowest, check_reads, expect_path, corrupt, dedup_mismatch;
+  int corrupt_shared;
+  double max_read_ratio; /* --max-read-ratio: 0 when unchecked */
   long long max_inflight, timeout_ms;
   const char *fault, *fault_phase, *fault_at; /* --fault: NULL when off */
   const char *dead_ranks;                      /* --dead-ranks: "2,3", or NULL */
@@ -351,6 +372,9 @@ static args parse(int argc, char **argv) {
     else if (!strcmp(k, "--check-reads")) a.check_reads = 1;
     else if (!strcmp(k, "--corrupt")) a.corrupt = 1;
     else if (!strcmp(k, "--dedup-mismatch")) a.dedup_mismatch = 1;
+    else if (!strcmp(k, "--corrupt-shared")) a.corrupt_shared = 1;
+    else if (!strcmp(k, "--max-read-ratio")) a.max_read_ratio = atof(v), i++;
+    else if (!strcmp(k, "--seed")) g_seed = (unsigned)atoi(v), i++;
     else if (!strcmp(k, "--dedup")) a.dedup = v, i++;
     else if (!strcmp(k, "--expect-path")) a.expect_path = atoi(v), i++;
     else if (!strcmp(k, "--expect-plan-hit")) a.expect_plan_hit = atoi(v), i++;
@@ -633,6 +657,11 @@ static void check_reads(const args *a, const rank_model *m, const rank_stats *al
         (unsigned long long)sent, (unsigned long long)recv,
         (unsigned long long)(path ? multi_bytes : 0), (unsigned long long)(path ? multi_recv : 0));
   uint64_t pieces = sent - (path ? multi_bytes : 0);
+  /* what the load needs: each distinct box's bytes and the bytes items */
+  double ratio = (double)read / (double)(pay_unique + items);
+  CHECK(a->max_read_ratio <= 0 || ratio <= a->max_read_ratio,
+        "read %llu bytes from storage for %llu needed: x%.3f > %.3f", (unsigned long long)read,
+        (unsigned long long)(pay_unique + items), ratio, a->max_read_ratio);
   CHECK(payload + pieces == want_pay, "payload read %llu + pieces received %llu, expected %llu",
         (unsigned long long)payload, (unsigned long long)pieces, (unsigned long long)want_pay);
 
@@ -667,25 +696,25 @@ static void check_reads(const args *a, const rank_model *m, const rank_stats *al
   }
   double mean = (double)payload / world;
   printf("reads: world %d tp %d, dedup path %u%s: %llu data bytes read (per distinct box %llu, "
-         "naive %llu, x%.2f of naive; model %llu); payload max/mean %.3f; %llu groups, %llu "
-         "bytes broadcast, %llu of them pieces of shared chunks\n",
+         "naive %llu, x%.2f of naive; x%.3f of need; model %llu); payload max/mean %.3f; %llu "
+         "groups, %llu bytes broadcast, %llu of them pieces of shared chunks\n",
          world, a->load_tp, path, a->no_pipeline ? " (no pipeline)" : "",
          (unsigned long long)read, (unsigned long long)need_unique,
-         (unsigned long long)need_naive, (double)read / (double)need_naive,
+         (unsigned long long)need_naive, (double)read / (double)need_naive, ratio,
          (unsigned long long)model_bytes(world), mean > 0 ? (double)max_load / mean : 0.0,
          (unsigned long long)ngroups, (unsigned long long)sent, (unsigned long long)pieces);
   free(rq), free(first), free(size);
   dcp_meta_free(meta);
 }
 
-/* Flip one byte of the stored data of a replicated tensor. */
-static void corrupt_replicated(dcp_ctx *ctx, const args *a) {
+/* Flip one byte of the stored data of saved chunk 0 of tensor fqn. */
+static void corrupt_tensor(dcp_ctx *ctx, const args *a, const char *fqn) {
   dcp_meta *meta;
   size_t ti;
   dcp_chunk_info ci;
   const char *file;
   CHECK(dcp_meta_open(ctx, a->dir, &meta) == DCP_OK, "meta_open");
-  CHECK(dcp_meta_find_tensor(meta, "layers.0.bias", &ti) == DCP_OK, "bias");
+  CHECK(dcp_meta_find_tensor(meta, fqn, &ti) == DCP_OK, "no tensor %s", fqn);
   CHECK(dcp_meta_chunk(meta, ti, 0, &ci) == DCP_OK && dcp_meta_file(meta, ci.ref.file, &file) == 0,
         "chunk");
   char path[4096];
@@ -904,7 +933,11 @@ static void do_load(dcp_ctx *ctx, const args *a) {
   CHECK(dcp_meta_open(ctx, a->dir, &meta) == DCP_OK, "meta_open: %s", dcp_ctx_last_error(ctx));
   int same_world = dcp_meta_world_size(meta) == world && !a->no_bytes;
   dcp_meta_free(meta);
-  if (a->corrupt && rank == 0) corrupt_replicated(ctx, a); /* before rank 0 joins the load */
+  /* before rank 0 joins the load: a replicated tensor (read by one rank
+   * for its replica group) or a column-sharded one (with TP going up, read
+   * once by one rank for the ranks that each need part of a saved chunk) */
+  if ((a->corrupt || a->corrupt_shared) && rank == 0)
+    corrupt_tensor(ctx, a, a->corrupt ? "layers.0.bias" : "layers.0.row.weight");
   rank_model m;
   build(ctx, &m, world, a->load_tp, 0, same_world);
   dcp_load_options lo;
@@ -924,15 +957,18 @@ static void do_load(dcp_ctx *ctx, const args *a) {
   double t0 = now_s();
   dcp_status rc = dcp_load(ctx, m.st, a->dir, &lo);
   double took = now_s() - t0;
-  if (a->corrupt) {
+  if (a->corrupt || a->corrupt_shared) {
     CHECK(rc == DCP_ECORRUPT, "load of a corrupt checkpoint gave %s: %s", dcp_strerror(rc),
           dcp_ctx_last_error(ctx));
     CHECK(strstr(dcp_ctx_last_error(ctx), "checksum mismatch"), "message: %s",
           dcp_ctx_last_error(ctx));
+    /* the failing read was the share reader's, reported on every rank */
+    CHECK(!a->corrupt_shared || strstr(dcp_ctx_last_error(ctx), "read once for"), "message: %s",
+          dcp_ctx_last_error(ctx));
     CHECK(took < 20.0, "the failing load took %.1f s (waited for a deadline?)", took);
     free_model(&m);
-    if (rank == 0) printf("load: corrupt replicated block: every rank failed: %s\n",
-                          dcp_ctx_last_error(ctx));
+    if (rank == 0) printf("load: corrupt %s block: every rank failed: %s\n",
+                          a->corrupt ? "replicated" : "shared", dcp_ctx_last_error(ctx));
     return;
   }
   if (a->dedup_mismatch) {
