@@ -12,6 +12,7 @@
  *                                      .plan of a restarted job, or a gather)
  *            [--dedup auto|on|off] [--no-pipeline] [--max-inflight N] [--reader-lowest]
  *            [--check-reads] [--expect-path 0|1|2] [--corrupt] [--dedup-mismatch]
+ *            [--max-read-ratio R] [--seed S] [--corrupt-shared]
  *            [--timeout-ms MS] [--fault stall|exit|pause --fault-rank R
  *             --fault-phase save|load [--fault-at start|OP[:N]] [--dead-ranks R,R,...]]
  *
@@ -50,9 +51,16 @@
  * to <dir>.stats.<rank>; rank 0 collects them and checks, against a
  * reference it computes from the model and the metadata alone, that the
  * data bytes read summed over ranks equal exactly what the distinct
- * (fqn, box) requests need (dedup) or what every rank's own requests need
- * (no dedup), that the payload read adds up likewise, and that the readers'
- * loads meet the balancer's guarantee; it prints max/mean of the load.
+ * (fqn, box) requests need with every saved block read once (dedup:
+ * replica groups and partial-overlap sharing) or what every rank's own
+ * requests need (no dedup), that the payload read plus the shared pieces
+ * received adds up likewise, and, when nothing was shared, that the
+ * readers' loads meet the balancer's guarantee; it prints max/mean of the
+ * load. --max-read-ratio R also demands bytes read <= R x bytes needed.
+ * --seed S shuffles the load mesh's ranks (a random reshard).
+ * --corrupt-shared flips a byte of a column-sharded tensor that, with TP
+ * going up, one rank reads for others: every rank must fail with the
+ * reader's checksum message, promptly.
  * --corrupt flips a byte of a replicated tensor first: every rank must
  * fail with DCP_ECORRUPT, promptly. --dedup-mismatch gives rank 0 another
  * read_dedup than the others: every rank must fail with DCP_EINVAL. */
