@@ -444,29 +444,6 @@ static int64_t linear_in(uint32_t ndim, const int64_t *p, const int64_t *off, co
   return x;
 }
 
-/* Storage bytes that loading `box` of tensor t costs: for each saved chunk
- * it meets, the blocks spanning the chunk's row-major bytes from the first
- * to the last element of the intersection. */
-static uint64_t box_cost(dcp_meta *meta, size_t t, const dcp_box *box) {
-  size_t ti;
-  dcp_tensor_info info;
-  CHECK(dcp_meta_find_tensor(meta, MODEL[t].fqn, &ti) == DCP_OK, "no %s", MODEL[t].fqn);
-  dcp_meta_tensor(meta, ti, &info);
-  uint64_t es = dcp_dtype_size(MODEL[t].dtype), total = 0;
-  for (uint64_t c = 0; c < info.chunk_count; c++) {
-    dcp_chunk_info ci;
-    dcp_box in;
-    CHECK(dcp_meta_chunk(meta, ti, (size_t)c, &ci) == DCP_OK, "chunk");
-    if (dcp_box_intersect(box, &ci.box, &in) != 1) continue;
-    int64_t last[DCP_MAX_NDIM];
-    for (uint32_t d = 0; d < in.ndim; d++) last[d] = in.offset[d] + in.size[d] - 1;
-    int64_t first = linear_in(in.ndim, in.offset, ci.box.offset, ci.box.size);
-    int64_t end = linear_in(in.ndim, last, ci.box.offset, ci.box.size) + 1;
-    total += span_cost(&ci.ref, (uint64_t)first * es, (uint64_t)end * es);
-  }
-  return total;
-}
-
 /* Storage bytes that reading the boxes[0..n) of tensor t costs when every
  * block of a saved chunk is read at most once (partial-overlap sharing):
  * the stored length of each block that any box's span touches. */
@@ -496,6 +473,13 @@ static uint64_t union_cost(dcp_meta *meta, size_t t, const dcp_box *boxes, size_
     free(used);
   }
   return total;
+}
+
+/* Storage bytes that loading `box` of tensor t costs: for each saved chunk
+ * it meets, the blocks spanning the chunk's row-major bytes from the first
+ * to the last element of the intersection. */
+static uint64_t box_cost(dcp_meta *meta, size_t t, const dcp_box *box) {
+  return union_cost(meta, t, box, 1);
 }
 
 /* Storage bytes of one rank's bytes items. */
