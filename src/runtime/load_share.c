@@ -178,7 +178,9 @@ static dcp_status take_plan(const dcpi_load_plan *plan, int32_t rank, dcpi_load_
   const dcpi_share_plan *p = sc->share;
   sc->skip = calloc(plan->noverlaps ? plan->noverlaps : 1, 1);
   sc->share_buf_len = buffer_need(p, rank, &sc->share_read);
-  sc->share_buf = malloc(sc->share_buf_len ? (size_t)sc->share_buf_len : 1);
+  /* zeroed: after a failed read its pieces still go out, never
+   * uninitialised bytes */
+  sc->share_buf = calloc(sc->share_buf_len ? (size_t)sc->share_buf_len : 1, 1);
   if (!sc->skip || !sc->share_buf)
     return dcpi_fail(err, DCP_ENOMEM, "read dedup: out of memory for %lld bytes of pieces",
                      (long long)sc->share_buf_len);
