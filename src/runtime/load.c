@@ -281,7 +281,8 @@ static dcp_status run(dcpi_rt *rt, dcp_state *st, const dcp_load_options *o, boo
     rc = dcpi_rt_agree(rt, ls);
   }
   dcpi_load_source *src = rc ? NULL : open_source(rt, meta_hash, br);
-  if (!rc) rc = dcpi_load_schedule(rt, meta, st, plan, o, &sc);
+  dcpi_saved_source saved = {.lookup = lookup, .arg = &(lookup_arg){.m = meta}};
+  if (!rc) rc = dcpi_load_schedule(rt, meta, &saved, st, plan, o, &sc);
   stats->dedup_path = sc.path;
   stats->dedup_groups = sc.ngroups;
   stats->plan_s = dcpi_now() - t;

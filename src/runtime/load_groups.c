@@ -407,11 +407,12 @@ static dcp_status exchange_groups(dcpi_rt *rt, const dcpi_load_key *keys, size_t
   return rc;
 }
 
-enum { L_FAIL, L_MODE, L_MODE2, L_POL, L_POL2, L_NEED, L_A, L_B = L_A + 3, L_COUNT = L_B + 3 };
+enum { L_FAIL, L_MODE, L_MODE2, L_POL, L_POL2, L_NEED, L_SHARE, L_A, L_B = L_A + 3,
+       L_COUNT = L_B + 3 };
 
-dcp_status dcpi_load_schedule(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
-                              const dcpi_load_plan *plan, const dcp_load_options *o,
-                              dcpi_load_sched *sc) {
+dcp_status dcpi_load_schedule(dcpi_rt *rt, dcp_meta *m, const dcpi_saved_source *src,
+                              const dcp_state *st, const dcpi_load_plan *plan,
+                              const dcp_load_options *o, dcpi_load_sched *sc) {
   dcp_ctx *ctx = rt->ctx;
   int32_t world = ctx->world_size;
   memset(sc, 0, sizeof *sc);
@@ -437,10 +438,13 @@ dcp_status dcpi_load_schedule(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
   if (!rc && local_on) rc = own_keys(st, &keys, &chunk_of, &nkeys, &rt->err);
   if (!rc && local_on) rc = dcpi_load_layout_groups(st, world, policy, &usable, &g, &rt->err);
   if (!rc && usable) dcpi_load_agreement_lanes(g, ctx->rank, keys, nkeys, v + L_A, v + L_B);
+  bool possible = true; /* share groups may form (the layout path knows) */
+  if (!rc && usable) rc = dcpi_load_share_possible(st, m, src, &possible, &rt->err);
   v[L_FAIL] = rc != DCP_OK;
   v[L_MODE] = mode, v[L_MODE2] = (int64_t)mode * mode;
   v[L_POL] = policy, v[L_POL2] = (int64_t)policy * policy;
   v[L_NEED] = local_on && !usable;
+  v[L_SHARE] = possible;
   dcp_status c = dcpi_rt_allreduce(rt, v, L_COUNT, DCP_REDUCE_SUM);
   if (c) {
     rc = c;
@@ -474,7 +478,10 @@ dcp_status dcpi_load_schedule(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
     if (!sc->pack || !sc->runits || !sc->own)
       rc = dcpi_fail(&rt->err, DCP_ENOMEM, "read dedup: out of memory for the schedule");
   }
-  rc = dcpi_load_share_plan(rt, m, st, plan, policy, hosts, sc, rc);
+  /* the needs exchange, unless the layouts show no read could be shared
+   * (the same sums on every rank: the same choice) */
+  if (sc->path == DCPI_DEDUP_EXCHANGE || v[L_SHARE])
+    rc = dcpi_load_share_plan(rt, m, st, plan, policy, hosts, sc, rc);
 agree:
   rc = dcpi_rt_agree(rt, rc);
 out:

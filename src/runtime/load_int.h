@@ -134,9 +134,9 @@ dcp_status dcpi_load_sched_build(const dcpi_read_groups *g, int32_t rank,
  * schedule (every chunk OWN when dedup is off or unavailable), with its
  * share groups (dcpi_load_share_plan) when dedup is on. Ends with an
  * agreement: the outcome is the same on every rank. */
-dcp_status dcpi_load_schedule(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
-                              const dcpi_load_plan *plan, const dcp_load_options *o,
-                              dcpi_load_sched *sc);
+dcp_status dcpi_load_schedule(dcpi_rt *rt, dcp_meta *m, const dcpi_saved_source *src,
+                              const dcp_state *st, const dcpi_load_plan *plan,
+                              const dcp_load_options *o, dcpi_load_sched *sc);
 
 /* ---- load_share.c ------------------------------------------------------- */
 
@@ -153,6 +153,16 @@ dcp_status dcpi_load_schedule(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
 dcp_status dcpi_load_share_plan(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
                                 const dcpi_load_plan *plan, dcpi_balance_policy policy,
                                 const uint64_t *hosts, dcpi_load_sched *sc, dcp_status local);
+
+/* Local, on the layout path (every chunk of st has its layout's box): plan
+ * the reads of every distinct box the layouts give any rank against the
+ * checkpoint (src, m) and set *possible when two of them cover a common
+ * granule of one saved chunk — exactly when the share exchange would form
+ * a group. When no rank finds one, every rank skips the exchange. Errors:
+ * as dcpi_load_plan_build, DCP_ENOMEM. */
+dcp_status dcpi_load_share_possible(const dcp_state *st, dcp_meta *m,
+                                    const dcpi_saved_source *src, bool *possible,
+                                    dcpi_err *err);
 
 /* The byte runs of overlap_sink.ov that fall in one raw window of its
  * saved chunk, copied to dest: a dcpi_block_sink (load_exec.c). */

@@ -25,6 +25,7 @@
 
 #include "metadata/view.h"
 #include "model/box.h"
+#include "model/layout.h"
 #include "runtime/load_int.h"
 
 enum { W_KHI, W_KLO, W_LO, W_HI, W_BYTES, W_SEQ, W_NDIM, W_ELEM, W_HEAD };
@@ -473,4 +474,125 @@ dcp_status dcpi_load_share_exec(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
              ? serve_group(rt, m, st, plan, sc, br, g, counts, rs, rerr)
              : take_group(rt, st, plan, sc, g, counts);
   return cs;
+}
+
+/* ---- the layout path: can anything be shared? ------------------------------ */
+
+/* One distinct layout box (tensor t), and one granule range of a read. */
+typedef struct lbox {
+  uint32_t t;
+  const int64_t *off, *sz;
+} lbox;
+
+typedef struct lrange {
+  uint32_t t, saved;
+  int64_t lo, hi;
+} lrange;
+
+static int cmp_lbox(const void *pa, const void *pb) {
+  const lbox *a = pa, *b = pb;
+  if (a->t != b->t) return a->t < b->t ? -1 : 1;
+  /* the coordinates are zero-padded to DCP_MAX_NDIM (layout_boxes) */
+  int c = memcmp(a->off, b->off, DCP_MAX_NDIM * sizeof *a->off);
+  return c ? c : memcmp(a->sz, b->sz, DCP_MAX_NDIM * sizeof *a->sz);
+}
+
+static int cmp_lrange(const void *pa, const void *pb) {
+  const lrange *a = pa, *b = pb;
+  if (a->t != b->t) return a->t < b->t ? -1 : 1;
+  if (a->saved != b->saved) return a->saved < b->saved ? -1 : 1;
+  return (a->lo > b->lo) - (a->lo < b->lo);
+}
+
+/* Every non-empty box the layouts of st give any rank, one per distinct
+ * box (sorted per tensor), into *out (coords in *pool). */
+static dcp_status layout_boxes(const dcp_state *st, lbox **out, size_t *n, int64_t **pool,
+                               dcpi_err *err) {
+  size_t cap = 0;
+  for (size_t t = 0; t < st->ntensors; t++)
+    if (st->tensors[t].layout) cap += (size_t)st->tensors[t].layout->nranks;
+  *out = malloc((cap ? cap : 1) * sizeof **out);
+  *pool = malloc((cap ? cap : 1) * 2 * DCP_MAX_NDIM * sizeof **pool);
+  *n = 0;
+  if (!*out || !*pool) return dcpi_fail(err, DCP_ENOMEM, "read dedup: out of memory");
+  for (size_t t = 0; t < st->ntensors; t++) {
+    const dcpi_tensor_item *ti = &st->tensors[t];
+    if (!ti->layout) continue;
+    size_t first = *n;
+    for (int64_t p = 0; p < ti->layout->nranks; p++) {
+      int64_t *off = *pool + *n * 2 * DCP_MAX_NDIM, *sz = off + DCP_MAX_NDIM, numel = 1;
+      memset(off, 0, 2 * DCP_MAX_NDIM * sizeof *off);
+      dcpi_layout_box_at(ti->layout, ti->shape, p, off, sz);
+      for (uint32_t d = 0; d < ti->ndim; d++) numel *= sz[d];
+      if (numel) (*out)[(*n)++] = (lbox){(uint32_t)t, off, sz};
+    }
+    qsort(*out + first, *n - first, sizeof **out, cmp_lbox);
+    size_t u = first;
+    for (size_t i = first; i < *n; i++)
+      if (i == first || cmp_lbox(&(*out)[u - 1], &(*out)[i])) (*out)[u++] = (*out)[i];
+    *n = u;
+  }
+  return DCP_OK;
+}
+
+/* The granule ranges that reading the boxes costs, one per overlap with a
+ * saved chunk, sorted; *possible: two of one saved chunk overlap. */
+static dcp_status ranges_overlap(const dcp_state *st, dcp_meta *m, const dcpi_load_plan *lp,
+                                 const lbox *boxes, bool *possible, dcpi_err *err) {
+  lrange *r = malloc((lp->noverlaps ? lp->noverlaps : 1) * sizeof *r);
+  if (!r) return dcpi_fail(err, DCP_ENOMEM, "read dedup: out of memory");
+  dcp_status rc = DCP_OK;
+  for (size_t i = 0; !rc && i < lp->noverlaps; i++) {
+    const dcpi_overlap *ov = &lp->overlaps[i];
+    uint32_t t = boxes[ov->dest_chunk].t;
+    size_t ti;
+    dcp_chunk_info ci;
+    rc = dcp_meta_find_tensor(m, st->tensors[t].fqn, &ti);
+    if (!rc) rc = dcp_meta_chunk(m, ti, ov->saved_chunk, &ci);
+    if (rc) {
+      rc = dcpi_fail(err, rc, "tensor '%s': saved chunk %u unavailable", st->tensors[t].fqn,
+                     ov->saved_chunk);
+      break;
+    }
+    r[i] = (lrange){t, ov->saved_chunk, 0, 0};
+    granules(&ci.ref, ov, &r[i].lo, &r[i].hi);
+  }
+  if (!rc) {
+    qsort(r, lp->noverlaps, sizeof *r, cmp_lrange);
+    int64_t hi = 0;
+    for (size_t i = 0; i < lp->noverlaps && !*possible; i++) {
+      bool same = i > 0 && r[i].t == r[i - 1].t && r[i].saved == r[i - 1].saved;
+      *possible = same && r[i].lo < hi;
+      hi = same && hi > r[i].hi ? hi : r[i].hi;
+    }
+  }
+  free(r);
+  return rc;
+}
+
+dcp_status dcpi_load_share_possible(const dcp_state *st, dcp_meta *m,
+                                    const dcpi_saved_source *src, bool *possible,
+                                    dcpi_err *err) {
+  lbox *boxes = NULL;
+  int64_t *pool = NULL;
+  size_t nb = 0;
+  dcpi_load_tensor *lt = malloc((st->ntensors ? st->ntensors : 1) * sizeof *lt);
+  dcpi_load_chunk *lc = NULL;
+  dcpi_load_plan *lp = NULL;
+  *possible = false;
+  dcp_status rc = lt ? layout_boxes(st, &boxes, &nb, &pool, err)
+                     : dcpi_fail(err, DCP_ENOMEM, "read dedup: out of memory");
+  if (!rc && !(lc = malloc((nb ? nb : 1) * sizeof *lc)))
+    rc = dcpi_fail(err, DCP_ENOMEM, "read dedup: out of memory");
+  if (!rc) {
+    for (size_t t = 0; t < st->ntensors; t++)
+      lt[t] = (dcpi_load_tensor){st->tensors[t].fqn, st->tensors[t].dtype, st->tensors[t].ndim,
+                                 st->tensors[t].shape};
+    for (size_t i = 0; i < nb; i++) lc[i] = (dcpi_load_chunk){boxes[i].t, boxes[i].off, boxes[i].sz};
+    rc = dcpi_load_plan_build(lt, st->ntensors, lc, nb, src, &lp, err);
+  }
+  if (!rc) rc = ranges_overlap(st, m, lp, boxes, possible, err);
+  dcpi_load_plan_free(lp);
+  free(lt), free(lc), free(boxes), free(pool);
+  return rc;
 }

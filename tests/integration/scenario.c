@@ -978,6 +978,9 @@ static void do_load(dcp_ctx *ctx, const args *a) {
     CHECK(st.dedup_path == (uint32_t)a->expect_path, "dedup path %u, expected %d", st.dedup_path,
           a->expect_path);
   if (a->check_reads) {
+    if (rank == 0)
+      printf("load: rank 0 made %llu collective calls, %llu bytes\n",
+             (unsigned long long)st.coll_ops, (unsigned long long)st.coll_bytes);
     rank_stats *all = calloc((size_t)world, sizeof *all);
     exchange_stats(a, &st, rank, world, all);
     if (rank == 0) check_reads(a, &m, all, world, same_world);
