@@ -11,7 +11,11 @@
  * LOWEST_RANK is the article's behaviour); when the collective tells hosts
  * apart, dcpi_read_groups_prefer_hosts then keeps it on the host of most
  * of the group's members. Pure; the output depends only on
- * the set of (rank, key) pairs, never on arrival order. */
+ * the set of (rank, key) pairs, never on arrival order.
+ *
+ * Share groups (dcpi_share_plan_build, below) extend this to partial
+ * overlaps: ranks needing different parts of one saved chunk whose granule
+ * ranges overlap get one reader for the union, who sends each its piece. */
 #ifndef DCP_PLANNER_READ_GROUPS_H
 #define DCP_PLANNER_READ_GROUPS_H
 
