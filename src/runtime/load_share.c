@@ -190,8 +190,17 @@ static dcp_status take_plan(const dcpi_load_plan *plan, int32_t rank, dcpi_load_
   return DCP_OK;
 }
 
+/* The most bytes the padded needs exchange may put on each rank. Sharing
+ * saves storage reads, never correctness, so a world whose padded lists
+ * would exceed it (10,000 ranks with a few hundred needs each would be
+ * hundreds of MB on every rank) reads without sharing. */
+#define DCPI_SHARE_EXCHANGE_MAX ((size_t)64 << 20)
+
 /* Every rank's message through two allgathers into *all (world * most
- * words, rank r's at r * most; *most the longest). */
+ * words, rank r's at r * most; *most the longest). When the padded lists
+ * would exceed DCPI_SHARE_EXCHANGE_MAX bytes the second allgather is
+ * skipped (every rank decides the same from the first): *all stays NULL
+ * and *most 0. */
 static dcp_status exchange(dcpi_rt *rt, const int64_t *mine, size_t n, int64_t **all,
                            size_t *most) {
   size_t world = (size_t)rt->ctx->world_size;
@@ -201,6 +210,11 @@ static dcp_status exchange(dcpi_rt *rt, const int64_t *mine, size_t n, int64_t *
   *most = 0;
   for (size_t r = 0; !rc && r < world; r++)
     if ((size_t)lens[r] > *most) *most = (size_t)lens[r];
+  if (!rc && *most > DCPI_SHARE_EXCHANGE_MAX / sizeof(int64_t) / world) {
+    *most = 0; /* too large to exchange: nobody shares */
+    free(lens);
+    return DCP_OK;
+  }
   int64_t *send = NULL;
   if (!rc) {
     /* a failure here leaves the peers to their deadline in the allgather */
@@ -265,7 +279,7 @@ dcp_status dcpi_load_share_plan(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
   if (rc) n = M_HEAD; /* tell the others: nobody shares */
   dcp_status c = exchange(rt, rc ? failed : mine, n, &all, &most);
   bool any_failed = false;
-  if (!c) c = plan_from(rt, all, most, policy, hosts, sc, &any_failed);
+  if (!c && all) c = plan_from(rt, all, most, policy, hosts, sc, &any_failed);
   if (!c && sc->share && !rc) {
     if (sc->share->ngroups) {
       sc->share_words = all;
