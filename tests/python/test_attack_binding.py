@@ -53,5 +53,40 @@ class ByteOrder(DcpCase):
         np.testing.assert_array_equal(got, a)
 
 
+class Names(DcpCase):
+    tmp_prefix = "dcp-attack-nul-"
+
+    def test_nul_in_a_tensor_name_is_refused(self):
+        with self.assertRaises(dcp.InvalidError) as cm:
+            dcp.save(self.ctx, {"a\0b": np.zeros(2, np.float32)}, self.path("c"))
+        self.assertIn("NUL", str(cm.exception))
+        st = dcp.State(self.ctx)
+        st.add_tensor("a", dcp.F32, (2,))
+        with self.assertRaises(dcp.InvalidError):  # would have been chunk of 'a'
+            st.add_chunk("a\0zzz", (0,), (2,), np.zeros(2, np.float32))
+        with self.assertRaises(dcp.InvalidError):
+            st.add_sharded("s\0", dcp.F32, (2,), dcp.Layout((1,), (0,)), np.zeros(2, np.float32))
+        del st
+        self.assertFalse(dcp.committed(self.ctx, self.path("c")))
+
+    def test_nul_in_a_bytes_key_or_kv_is_refused(self):
+        with self.assertRaises(dcp.InvalidError):
+            dcp.save(self.ctx, {"k\0z": b"hi"}, self.path("c"))
+        for kv in ({"a\0b": "v"}, {"a": "v\0w"}):
+            with self.assertRaises(dcp.InvalidError):
+                dcp.save(self.ctx, {"x": np.zeros(2, np.float32)}, self.path("c"), kv=kv)
+        self.assertFalse(dcp.committed(self.ctx, self.path("c")))
+
+    def test_nul_in_a_lookup_name(self):
+        dcp.save(self.ctx, {"a": np.arange(2, dtype=np.float32)}, self.path("c"))
+        meta = dcp.meta_open(self.ctx, self.path("c"))
+        with self.assertRaises(dcp.InvalidError):
+            meta.tensor("a\0b")  # not 'a'
+        self.assertEqual(meta.tensor("a")["fqn"], "a")
+        del meta
+        with self.assertRaises(dcp.InvalidError):
+            dcp.Context(world_size=1, storage="posix\0evil")
+
+
 if __name__ == "__main__":
     unittest.main()

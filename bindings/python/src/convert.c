@@ -2,6 +2,8 @@
  * dcp.h: int sequences, boxes, dtypes and buffers. */
 #include "pydcp.h"
 
+#include <string.h>
+
 int dcpi_py_i64_seq(PyObject *seq, int64_t *out, uint32_t cap, uint32_t *n, const char *what) {
   PyObject *fast = PySequence_Fast(seq, what);
   if (!fast) return -1;
@@ -46,9 +48,23 @@ PyObject *dcpi_py_box_tuple(const dcp_box *box) {
   return r;
 }
 
+const char *dcpi_py_utf8(PyObject *obj, const char *what) {
+  Py_ssize_t len;
+  const char *s = PyUnicode_AsUTF8AndSize(obj, &len);
+  if (s && strlen(s) != (size_t)len) {
+    PyObject *r = PyObject_Repr(obj);
+    const char *rs = r ? PyUnicode_AsUTF8(r) : NULL;
+    PyErr_Clear();
+    dcpi_py_raisef(DCP_EINVAL, "%s %.200s contains a NUL character", what, rs ? rs : "?");
+    Py_XDECREF(r);
+    return NULL;
+  }
+  return s;
+}
+
 int dcpi_py_dtype(PyObject *obj, dcp_dtype *out) {
   if (PyUnicode_Check(obj)) {
-    const char *name = PyUnicode_AsUTF8(obj);
+    const char *name = dcpi_py_utf8(obj, "dtype name");
     if (!name) return -1;
     *out = dcp_dtype_from_name(name);
     if (*out == DCP_DTYPE_INVALID) {

@@ -28,7 +28,7 @@ void dcpi_py_ctx_release(dcpi_py_ctx *c) { c->dependents--; }
 static int opt_str(PyObject *o, const char **out) {
   *out = NULL;
   if (!o || o == Py_None) return 0;
-  if (!(*out = PyUnicode_AsUTF8(o))) return -1;
+  if (!(*out = dcpi_py_utf8(o, "a Context() option"))) return -1;
   return 0;
 }
 

@@ -73,7 +73,7 @@ static int tensor_index(dcpi_py_meta *m, PyObject *which, size_t *index) {
     *index = (size_t)i;
     return 0;
   }
-  const char *fqn = PyUnicode_Check(which) ? PyUnicode_AsUTF8(which) : NULL;
+  const char *fqn = PyUnicode_Check(which) ? dcpi_py_utf8(which, "tensor name") : NULL;
   if (!fqn) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "expected an fqn (str) or an index");
     return -1;

@@ -22,7 +22,7 @@ static int parse_kv(PyObject *kv, dcpi_py_save_args *a) {
   for (Py_ssize_t i = 0; i < n; i++) {
     PyObject *k, *v;
     if (!PyArg_ParseTuple(PyList_GET_ITEM(items, i), "UU;kv must map str to str", &k, &v) ||
-        !(a->keys[i] = PyUnicode_AsUTF8(k)) || !(a->values[i] = PyUnicode_AsUTF8(v))) {
+        !(a->keys[i] = dcpi_py_utf8(k, "kv key")) || !(a->values[i] = dcpi_py_utf8(v, "kv value"))) {
       Py_DECREF(items);
       return -1;
     }

@@ -152,6 +152,11 @@ PyObject *dcpi_py_i64_tuple(const int64_t *v, uint32_t n);
 /* A box as (offset, size) tuples. New reference or NULL. */
 PyObject *dcpi_py_box_tuple(const dcp_box *box);
 
+/* The UTF-8 form of str obj (cached in obj), or NULL with an exception:
+ * dcp.InvalidError naming `what` when it holds a NUL character (the C side
+ * would see only the text before it: another name, silently). */
+const char *dcpi_py_utf8(PyObject *obj, const char *what);
+
 /* A dtype given as an int code or a safetensors name ("F32"). Returns 0, or
  * -1 with dcp.InvalidError set. */
 int dcpi_py_dtype(PyObject *obj, dcp_dtype *out);

@@ -202,7 +202,7 @@ static PyObject *state_add_tensor(PyObject *self, PyObject *args, PyObject *kwar
   dcp_dtype dtype;
   int64_t shape[DCP_MAX_NDIM];
   uint32_t ndim;
-  const char *name = PyUnicode_AsUTF8(fqn);
+  const char *name = dcpi_py_utf8(fqn, "tensor name");
   if (!s || !name || dcpi_py_dtype(dtype_obj, &dtype) ||
       dcpi_py_i64_seq(shape_obj, shape, DCP_MAX_NDIM, &ndim, "shape"))
     return NULL;
@@ -221,7 +221,7 @@ static PyObject *state_add_chunk(PyObject *self, PyObject *args, PyObject *kwarg
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UOOO", kw, &fqn, &off_obj, &size_obj, &data))
     return NULL;
   dcpi_py_state *s = usable(self);
-  const char *name = PyUnicode_AsUTF8(fqn);
+  const char *name = dcpi_py_utf8(fqn, "tensor name");
   int64_t off[DCP_MAX_NDIM], size[DCP_MAX_NDIM], numel;
   uint32_t n_off, n_size;
   dcp_dtype dtype;
@@ -266,7 +266,7 @@ static PyObject *state_add_flat(PyObject *self, PyObject *args, PyObject *kwargs
                                    &region_obj))
     return NULL;
   dcpi_py_state *s = usable(self);
-  const char *name = PyUnicode_AsUTF8(fqn);
+  const char *name = dcpi_py_utf8(fqn, "tensor name");
   dcp_dtype dtype;
   dcp_box region;
   int has_region;
@@ -290,7 +290,7 @@ static PyObject *state_add_sharded(PyObject *self, PyObject *args, PyObject *kwa
     return NULL;
   dcpi_py_state *s = usable(self);
   dcpi_py_layout *l = (dcpi_py_layout *)layout_obj;
-  const char *name = PyUnicode_AsUTF8(fqn);
+  const char *name = dcpi_py_utf8(fqn, "tensor name");
   dcp_dtype dtype;
   int64_t shape[DCP_MAX_NDIM], numel;
   uint32_t ndim;
@@ -332,7 +332,7 @@ static PyObject *state_add_bytes(PyObject *self, PyObject *args, PyObject *kwarg
   int scope = DCP_SCOPE_REPLICATED;
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UO|i", kw, &key, &data, &scope)) return NULL;
   dcpi_py_state *s = usable(self);
-  const char *name = PyUnicode_AsUTF8(key);
+  const char *name = dcpi_py_utf8(key, "bytes key");
   if (!s || !name) return NULL;
   int ro;
   Py_buffer *view = new_view();
