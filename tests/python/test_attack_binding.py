@@ -88,5 +88,81 @@ class Names(DcpCase):
             dcp.Context(world_size=1, storage="posix\0evil")
 
 
+class Extents(DcpCase):
+    tmp_prefix = "dcp-attack-ext-"
+
+    def test_shapes_past_int64(self):
+        st = dcp.State(self.ctx)
+        with self.assertRaises(dcp.InvalidError) as cm:
+            st.add_tensor("h", dcp.F32, (2 ** 64,))
+        self.assertIn("shape[0]", str(cm.exception))
+        with self.assertRaises(dcp.InvalidError) as cm:
+            st.add_tensor("h", dcp.F32, (1, -2 ** 70))
+        self.assertIn("shape[1]", str(cm.exception))
+        with self.assertRaises(dcp.SizeOverflowError):  # fits, but the element count does not
+            st.add_tensor("h", dcp.F32, (2 ** 40, 2 ** 40))
+        with self.assertRaises(dcp.InvalidError):
+            st.add_tensor("h", dcp.F32, (-1, 4))
+        st.add_tensor("g", dcp.U8, (2 ** 62,))
+        with self.assertRaises(dcp.Error):  # past the end, or overflowing int64
+            st.add_chunk("g", (2 ** 63 - 1,), (2,), np.zeros(2, np.uint8))
+        with self.assertRaises(dcp.InvalidError) as cm:
+            st.add_chunk("g", (2 ** 63,), (1,), np.zeros(1, np.uint8))
+        self.assertIn("offset[0]", str(cm.exception))
+        with self.assertRaises(dcp.InvalidError):
+            st.add_bytes("b", b"x", 77)  # no such scope
+
+    def test_zero_size_0d_and_unaligned_buffers(self):
+        dcp.save(self.ctx, {"z": np.zeros((0, 3), np.float32), "s": np.array(3.5),
+                            "u": np.arange(5, dtype=np.float32)}, self.path("c"))
+        z, s = np.zeros((0, 3), np.float32), np.array(0.0)
+        raw = bytearray(4 * 5 + 1)
+        u = np.frombuffer(raw, dtype=np.float32, offset=1, count=5)  # not aligned
+        self.assertFalse(u.flags.aligned)
+        dcp.load(self.ctx, {"z": z, "s": s, "u": u}, self.path("c"))
+        self.assertEqual(float(s), 3.5)
+        np.testing.assert_array_equal(u, np.arange(5, dtype=np.float32))
+
+    def test_read_only_destinations_are_not_written(self):
+        dcp.save(self.ctx, {"x": np.arange(4, dtype=np.float32), "b": b"abcd"}, self.path("c"))
+        ro = np.zeros(4, np.float32)
+        ro.flags.writeable = False
+        for items in ({"x": ro}, {"b": bytes(4)}, {"x": memoryview(bytearray(16)).toreadonly()
+                                                   .cast("f")}):
+            with self.assertRaises(dcp.InvalidError) as cm:
+                dcp.load(self.ctx, items, self.path("c"))
+            self.assertIn("read-only", str(cm.exception))
+        np.testing.assert_array_equal(ro, np.zeros(4))
+
+    def test_closed_context_and_a_context_used_from_two_threads(self):
+        other = dcp.Context()
+        other.close()
+        with self.assertRaises(dcp.InvalidError):
+            dcp.save(other, {"x": np.zeros(2)}, self.path("c"))
+        with self.assertRaises(dcp.InvalidError):
+            dcp.State(other)
+        other.close()  # twice: a no-op
+        errors, ok = [], []
+
+        def saver(i):
+            for j in range(4):
+                try:
+                    dcp.save(self.ctx, {"x": np.full(1 << 16, i, np.int32)},
+                             self.path("t%d-%d" % (i, j)))
+                    ok.append((i, j))
+                except dcp.InvalidError as e:
+                    errors.append(str(e))
+        threads = [threading.Thread(target=saver, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertTrue(all("another thread" in e for e in errors), errors)
+        for i, j in ok:  # every save that returned holds its own values
+            got = np.zeros(1 << 16, np.int32)
+            dcp.load(self.ctx, {"x": got}, self.path("t%d-%d" % (i, j)))
+            self.assertTrue((got == i).all())
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -17,6 +17,11 @@ int dcpi_py_i64_seq(PyObject *seq, int64_t *out, uint32_t cap, uint32_t *n, cons
     long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
     if (v == -1 && PyErr_Occurred()) {
       Py_DECREF(fast);
+      /* a Python int past int64: say which argument, as a dcp error */
+      if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+        PyErr_Clear();
+        dcpi_py_raisef(DCP_EINVAL, "%s[%zd] does not fit in int64", what, i);
+      }
       return -1;
     }
     out[i] = (int64_t)v;
