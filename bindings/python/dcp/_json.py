@@ -104,9 +104,19 @@ def _enc(o, pickle_ok):
                     % type(o).__name__)
 
 
+def _torch_dtype(name):
+    """The torch dtype named name; ValueError for any other attribute of
+    torch (a checkpoint must not hand back torch.load as a "dtype")."""
+    import torch
+    dtype = getattr(torch, name, None) if isinstance(name, str) else None
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError("%r is not a torch dtype" % (name,))
+    return dtype
+
+
 def _dec_tensor(o):
     import torch
-    dtype = getattr(torch, o["dtype"])
+    dtype = _torch_dtype(o["dtype"])
     data = base64.b64decode(o["v"])
     t = torch.empty(o["shape"], dtype=dtype)
     if t.numel():
@@ -130,13 +140,15 @@ def _dec(o, pickle_ok):
     if tag == "complex":
         return complex(o["v"][0], o["v"][1])
     if tag == "ndarray":
-        a = np.frombuffer(bytes.fromhex(o["v"]), dtype=np.dtype(o["dtype"]))
+        dtype = np.dtype(o["dtype"])
+        if dtype.hasobject:
+            raise ValueError("an ndarray of Python objects")
+        a = np.frombuffer(bytes.fromhex(o["v"]), dtype=dtype)
         return a.reshape(o["shape"]).copy()
     if tag == "tensor":
         return _dec_tensor(o)
     if tag == "torch.dtype":
-        import torch
-        return getattr(torch, o["v"])
+        return _torch_dtype(o["v"])
     if tag == "torch.device":
         import torch
         return torch.device(o["v"])
@@ -145,12 +157,25 @@ def _dec(o, pickle_ok):
     if tag == "pickle":
         if not pickle_ok:
             raise PickleRefused("a pickled value (saved with allow_pickle=True)")
-        return pickle.loads(base64.b64decode(o["v"]))
+        data = base64.b64decode(o["v"])
+        try:
+            return pickle.loads(data)
+        except Exception as e:  # the object's own error, not a malformed item
+            raise _Unpickling(e) from None
     raise ValueError("unknown tag %r in a checkpoint's JSON item" % tag)
 
 
 class PickleRefused(ValueError):
     """Decoding met a pickled value without the caller's opt-in."""
+
+
+class _Unpickling(Exception):
+    """Carries what pickle.loads raised past loads()'s Malformed mapping."""
+
+
+class Malformed(ValueError):
+    """The bytes are not tagged JSON as dumps() writes it (a damaged or
+    crafted checkpoint value)."""
 
 
 def dumps(obj, allow_pickle=False):
@@ -162,8 +187,18 @@ def dumps(obj, allow_pickle=False):
 
 def loads(data, allow_pickle=False):
     """The object dumps() encoded (data: bytes-like). A pickled value raises
-    PickleRefused unless allow_pickle."""
-    return _dec(json.loads(bytes(data).decode()), allow_pickle)
+    PickleRefused unless allow_pickle; Malformed for bytes that are not
+    tagged JSON (not UTF-8, not JSON, a tag with missing or wrong fields)."""
+    try:
+        return _dec(json.loads(bytes(data).decode()), allow_pickle)
+    except PickleRefused:
+        raise
+    except _Unpickling as e:
+        raise e.args[0]
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, RuntimeError,
+            RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise Malformed("not tagged JSON as dcp writes it (%s: %s)"
+                        % (type(e).__name__, e)) from None
 
 
 def resolve(saved, current, where=""):

@@ -597,6 +597,25 @@ def async_save(state_dict, *, checkpoint_id=None, storage_writer=None, planner=N
 # --------------------------------------------------------------- loading --
 
 
+def _read_index(raw):
+    """The checkpoint's dcp.torch index (its kv entry; {"as_real": {}} when
+    there is none), checked: CorruptError for one that is not as save writes
+    it."""
+    index = {}
+    if raw:
+        try:
+            index = _json.loads(raw.encode())
+        except _json.Malformed as e:
+            raise _dcp.CorruptError("the checkpoint's '%s' entry is %s" % (_INDEX_KEY, e)) \
+                from None
+    as_real = index.get("as_real", {}) if isinstance(index, dict) else None
+    if not isinstance(as_real, dict) or not all(
+            isinstance(v, str) and v in ("complex128", "complex32") for v in as_real.values()):
+        raise _dcp.CorruptError("the checkpoint's '%s' entry is not as dcp.torch writes it: %r"
+                                % (_INDEX_KEY, raw))
+    return dict(index, as_real=as_real)
+
+
 def _key_mapper(key_map, key_prefix):
     if key_map is not None and key_prefix:
         raise _dcp.InvalidError("load: pass key_map= or key_prefix=, not both")
@@ -619,8 +638,8 @@ class _TensorDest:
         value, key = leaf.value, leaf.key
         chunks, shape, dtype = _local_chunks(value, key)
         saved_shape = tuple(saved["shape"])
-        as_real = index.get("as_real", {}).get(name)
-        saved_torch = getattr(torch, as_real) if as_real else torch_dtype(saved["dtype"])
+        as_real = index["as_real"].get(name)
+        saved_torch = _json._torch_dtype(as_real) if as_real else torch_dtype(saved["dtype"])
         if as_real:
             saved_shape = saved_shape[:-1]
         if saved_shape != shape:
@@ -705,7 +724,7 @@ def _load(state_dict, ctx, path, allow_pickle, cast, strict, mapper, run, **opti
         raw_index = meta.kv().get(_INDEX_KEY)
     finally:
         del meta
-    index = _json.loads(raw_index.encode()) if raw_index else {}
+    index = _read_index(raw_index)
     st = _dcp.State(ctx)
     tensors, objects = [], []
     for leaf in _leaves(expanded):
@@ -742,6 +761,9 @@ def _load(state_dict, ctx, path, allow_pickle, cast, strict, mapper, run, **opti
             raise _dcp.InvalidError("'%s' was saved pickled (allow_pickle=True): pass "
                                     "allow_pickle=True to load it (unpickling runs code from "
                                     "the checkpoint)" % leaf.key) from None
+        except _json.Malformed as e:
+            raise _dcp.CorruptError("'%s': the checkpoint's value is %s" % (leaf.key, e)) \
+                from None
         try:
             value = _json.resolve(value, leaf.value, leaf.key)
         except ValueError as e:
@@ -982,14 +1004,14 @@ def export_torch_dcp(src, dst, *, ctx=None, allow_pickle=False):
     try:
         meta = _dcp.meta_open(own, os.fspath(src))
         raw_index = meta.kv().get(_INDEX_KEY)
-        index = _json.loads(raw_index.encode()) if raw_index else {}
+        index = _read_index(raw_index)
         sd = {}
         for t in meta.tensors():
             name = t["fqn"]
-            as_real = index.get("as_real", {}).get(name)
+            as_real = index["as_real"].get(name)
             shape = tuple(t["shape"])
             if as_real:
-                sd[name] = torch.empty(shape[:-1], dtype=getattr(torch, as_real))
+                sd[name] = torch.empty(shape[:-1], dtype=_json._torch_dtype(as_real))
             else:
                 sd[name] = torch.empty(shape, dtype=torch_dtype(t["dtype"]))
         for b in meta.bytes_items():
