@@ -104,5 +104,67 @@ class Values(DcpCase):
             self.assertIn("dcp.torch", str(cm.exception))
 
 
+class Views(DcpCase):
+    tmp_prefix = "dcp-attack-view-"
+
+    def save(self, sd, name="c"):
+        dt.save(sd, checkpoint_id=self.path(name), ctx=self.ctx)
+        return self.path(name)
+
+    def test_overlapping_destinations_are_refused_before_anything_is_written(self):
+        path = self.save({"a": torch.arange(4.).reshape(2, 2), "b": torch.arange(3.)})
+        for bad in (torch.zeros(2).expand(2, 2), torch.zeros(3).as_strided((2, 2), (1, 1))):
+            other = torch.full((3,), -1.0)
+            with self.assertRaises(dcp.InvalidError) as cm:
+                dt.load({"b": other, "a": bad}, checkpoint_id=path, ctx=self.ctx)
+            self.assertIn("'a'", str(cm.exception))
+            self.assertIn("overlap", str(cm.exception))
+            self.assertTrue(torch.equal(other, torch.full((3,), -1.0)))  # nothing loaded
+        # saving one is fine: its values are what it shows
+        path = self.save({"e": torch.arange(2.).expand(3, 2)}, "e")
+        got = torch.zeros(3, 2)
+        dt.load({"e": got}, checkpoint_id=path, ctx=self.ctx)
+        self.assertTrue(torch.equal(got, torch.arange(2.).expand(3, 2)))
+
+    def test_views_as_destinations_write_through(self):
+        want = torch.arange(24.).reshape(4, 6)
+        path = self.save({"t": want.t(), "s": want[:, 1:5:2], "r": want[2:], "z": torch.zeros(0, 3),
+                          "d": torch.tensor(7.0), "h": want.to(torch.bfloat16).t()})
+        base, base2, base3 = torch.zeros(4, 6), torch.zeros(4, 6), torch.zeros(9, 6)
+        hb = torch.zeros(4, 6, dtype=torch.bfloat16)
+        z, d = torch.zeros(0, 3), torch.tensor(0.0)
+        dt.load({"t": base.t(), "s": base2[:, 1:5:2], "r": base3[7:], "z": z, "d": d, "h": hb.t()},
+                checkpoint_id=path, ctx=self.ctx)
+        self.assertTrue(torch.equal(base, want))
+        self.assertTrue(torch.equal(base2[:, 1:5:2], want[:, 1:5:2]))
+        self.assertEqual(float(base2[:, 0].abs().sum()), 0.0)  # only the view's elements
+        self.assertTrue(torch.equal(base3[7:], want[2:]))
+        self.assertEqual(float(d), 7.0)
+        self.assertTrue(torch.equal(hb, want.to(torch.bfloat16)))
+
+    def test_lazily_conjugated_and_negated_tensors(self):
+        z = torch.tensor([1 + 2j, 3 - 4j])
+        for dtype in (torch.complex64, torch.complex128):
+            path = self.save({"c": z.to(dtype).conj(), "n": torch._neg_view(torch.arange(3.))},
+                             str(dtype))
+            c, n = torch.zeros(2, dtype=dtype), torch.zeros(3)
+            dt.load({"c": c, "n": n}, checkpoint_id=path, ctx=self.ctx)
+            self.assertTrue(torch.equal(c, z.to(dtype).conj().resolve_conj()))
+            self.assertTrue(torch.equal(n, -torch.arange(3.)))
+            # a conj() view as the destination reads back the saved values
+            base = torch.zeros(2, dtype=dtype)
+            dt.load({"c": base.conj()}, checkpoint_id=path, ctx=self.ctx, strict=False)
+            self.assertTrue(torch.equal(base.conj().resolve_conj(), c))
+
+    def test_sparse_tensors_are_refused_naming_the_key(self):
+        with self.assertRaises(dcp.InvalidError) as cm:
+            self.save({"s": torch.eye(3).to_sparse()})
+        self.assertIn("'s'", str(cm.exception))
+        path = self.save({"s": torch.eye(3)})
+        with self.assertRaises(dcp.InvalidError) as cm:
+            dt.load({"s": torch.zeros(3, 3).to_sparse()}, checkpoint_id=path, ctx=self.ctx)
+        self.assertIn("'s'", str(cm.exception))
+
+
 if __name__ == "__main__":
     unittest.main()

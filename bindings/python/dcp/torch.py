@@ -265,16 +265,41 @@ _NUMPY_DTYPES = {torch.float16, torch.float32, torch.float64, torch.int8, torch.
 _SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
+def _check_strided(t, key):
+    """InvalidError naming key unless t is a dense (strided) tensor."""
+    if t.layout != torch.strided:
+        raise _dcp.InvalidError("'%s': a %s tensor (only dense tensors are saved and loaded: "
+                                "call .to_dense() first)" % (key, str(t.layout).replace(
+                                    "torch.", "")))
+
+
+def _may_overlap(t):
+    """Whether elements of t may share memory (an expand()ed or as_strided
+    view): each dimension's stride, from the smallest, must step past
+    everything the smaller ones span. Layouts that interleave without
+    overlapping fail this too; they are refused as well."""
+    if t.numel() <= 1:
+        return False
+    extent = 1
+    for stride, size in sorted((s, n) for s, n in zip(t.stride(), t.shape) if n > 1):
+        if stride < extent:
+            return True
+        extent += stride * (size - 1)
+    return False
+
+
 def _buffer(t, key):
     """(numpy view of a C-contiguous CPU tensor, libdcp dtype, keep-alive),
     staging CUDA tensors, copying non-contiguous ones and viewing complex
     dtypes without a code as real."""
     t = t.detach()
+    _check_strided(t, key)
     if t.device.type == "cuda":
         t = _host(t, pinned=True)
     elif t.device.type != "cpu":
         raise _dcp.InvalidError("'%s': a tensor on %s (CPU and CUDA are supported)"
                                 % (key, t.device))
+    t = t.resolve_conj().resolve_neg()  # a lazy conj() / neg view: its values, not its base's
     if t.dtype in _AS_REAL:
         t = torch.view_as_real(t.contiguous())
     if not t.is_contiguous():
@@ -652,8 +677,17 @@ class _TensorDest:
                                         str(dtype).replace("torch.", "")))
         self.code, self.shape = saved["dtype"], tuple(saved["shape"])
         self.parts = []  # (numpy buffer, offset)
+        for t, _ in chunks:  # every destination checked before anything is written
+            _check_strided(t, key)
+            if _may_overlap(t):
+                raise _dcp.InvalidError(
+                    "'%s': the destination's elements overlap in memory (shape %s, strides "
+                    "%s: an expand()ed or as_strided view), so it cannot hold the "
+                    "checkpoint's values; load into a tensor of its own"
+                    % (key, list(t.shape), list(t.stride())))
         for t, offset in chunks:
-            if t.device.type == "cpu" and t.dtype == saved_torch and t.is_contiguous():
+            if t.device.type == "cpu" and t.dtype == saved_torch and t.is_contiguous() \
+                    and not t.is_conj() and not t.is_neg():
                 dest = t.detach()
             else:
                 pin = t.device.type == "cuda"
