@@ -166,5 +166,40 @@ class Views(DcpCase):
         self.assertIn("'s'", str(cm.exception))
 
 
+class FromEnv(unittest.TestCase):
+    def ranks(self, **env):
+        clean = {k: v for k, v in os.environ.items()
+                 if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+        clean.update(env)
+        with mock.patch.dict(os.environ, clean, clear=True):
+            return _env.ranks()
+
+    def test_inconsistent_torchrun_variables_are_clear_errors(self):
+        bad = [(dict(RANK="-1", WORLD_SIZE="2"), "RANK=-1"),
+               (dict(RANK="2", WORLD_SIZE="2"), "RANK=2"),
+               (dict(RANK="x", WORLD_SIZE="2"), "RANK='x'"),
+               (dict(RANK="0", WORLD_SIZE="0"), "WORLD_SIZE=0"),
+               (dict(RANK="0", WORLD_SIZE="-3"), "WORLD_SIZE=-3"),
+               (dict(RANK="0", WORLD_SIZE=str(2 ** 70)), "WORLD_SIZE="),
+               (dict(WORLD_SIZE="2"), "RANK is not set"),  # was rank 0 in every process
+               (dict(RANK="1"), "RANK=1"),
+               (dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="-1"), "LOCAL_RANK=-1"),
+               (dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="abc"), "LOCAL_RANK='abc'"),
+               (dict(RANK="1", WORLD_SIZE="4", LOCAL_RANK="2", LOCAL_WORLD_SIZE="2"),
+                "LOCAL_RANK=2"),
+               (dict(RANK="0", WORLD_SIZE="4", LOCAL_WORLD_SIZE="8"), "LOCAL_WORLD_SIZE=8")]
+        for env, text in bad:
+            with self.assertRaises(dcp.InvalidError, msg=str(env)) as cm:
+                self.ranks(**env)
+            self.assertIn(text, str(cm.exception))
+            with mock.patch.dict(os.environ, env):
+                with self.assertRaises(dcp.InvalidError):
+                    dcp.Context.from_env()
+        self.assertEqual(self.ranks(), (0, 1, 0))
+        self.assertEqual(self.ranks(RANK=" 3", WORLD_SIZE="4 ", LOCAL_RANK="1",
+                                    LOCAL_WORLD_SIZE="2"), (3, 4, 1))
+        self.assertEqual(self.ranks(RANK="0", WORLD_SIZE="1", LOCAL_RANK=""), (0, 1, 0))
+
+
 if __name__ == "__main__":
     unittest.main()

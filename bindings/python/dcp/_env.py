@@ -39,6 +39,8 @@ from . import _dcp
 # (a store needs MASTER_ADDR; without it from_env falls back to "dir").
 DEFAULT_RENDEZVOUS = "store"
 
+_MAX_WORLD = 2 ** 31 - 1  # a dcp.Context's world_size is a C int
+
 
 def _int_env(name, default=None):
     v = os.environ.get(name)
@@ -72,12 +74,29 @@ def ranks():
                 "Context.from_env(): the process group is rank %d of %d but the environment "
                 "says RANK=%s WORLD_SIZE=%s" % (rank, world, env_rank, env_world))
     else:
+        if env_rank is None and env_world is not None and env_world > 1:
+            # every process would be rank 0: all would serve the rendezvous
+            raise _dcp.InvalidError(
+                "Context.from_env(): WORLD_SIZE=%d but RANK is not set (every process would "
+                "be rank 0): launch with torchrun, or set RANK in each process" % env_world)
         rank = env_rank if env_rank is not None else 0
         world = env_world if env_world is not None else 1
-    if world < 1 or not 0 <= rank < world:
+    if not 1 <= world <= _MAX_WORLD:
+        raise _dcp.InvalidError("Context.from_env(): WORLD_SIZE=%d is not in 1..%d"
+                                % (world, _MAX_WORLD))
+    if not 0 <= rank < world:
         raise _dcp.InvalidError("Context.from_env(): RANK=%d is not in 0..WORLD_SIZE-1 (%d)"
                                 % (rank, world - 1))
-    return rank, world, _int_env("LOCAL_RANK", 0)
+    local_rank = _int_env("LOCAL_RANK", 0)
+    local_world = _int_env("LOCAL_WORLD_SIZE")
+    if local_world is not None and not 1 <= local_world <= world:
+        raise _dcp.InvalidError("Context.from_env(): LOCAL_WORLD_SIZE=%d is not in "
+                                "1..WORLD_SIZE (%d)" % (local_world, world))
+    if local_rank < 0 or local_rank >= (local_world if local_world is not None else world):
+        raise _dcp.InvalidError("Context.from_env(): LOCAL_RANK=%d is not in 0..%s-1 (%d)" % (
+            local_rank, "LOCAL_WORLD_SIZE" if local_world is not None else "WORLD_SIZE",
+            (local_world if local_world is not None else world) - 1))
+    return rank, world, local_rank
 
 
 def _is_local(addr):
