@@ -166,6 +166,163 @@ class Views(DcpCase):
         self.assertIn("'s'", str(cm.exception))
 
 
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+          torch.int16, torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128]
+
+
+class Holds(DcpCase):
+    """Attacks that found nothing: kept so that they keep finding nothing."""
+    tmp_prefix = "dcp-attack-holds-"
+
+    def test_cast_between_every_dtype_pair_is_torchs_own_to(self):
+        src = torch.tensor([0.0, 1.5, -2.25, 3.0, 100.7, -0.5, 255.0, 1e4])
+        for a in DTYPES:
+            x = (src + 1j * src.flip(0)).to(a) if a.is_complex else src.to(a)
+            dt.save({"x": x}, checkpoint_id=self.path(str(a)), ctx=self.ctx)
+            for b in DTYPES:
+                y = torch.zeros(8, dtype=b)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # complex to real drops the imaginary part
+                    dt.load({"x": y}, checkpoint_id=self.path(str(a)), ctx=self.ctx, cast=True)
+                    want = x.to(b)
+                self.assertTrue(torch.equal(y, want), "%s -> %s: %s, torch %s" % (a, b, y, want))
+                if a != b:
+                    with self.assertRaises(dcp.MismatchError) as cm:
+                        dt.load({"x": y}, checkpoint_id=self.path(str(a)), ctx=self.ctx)
+                    self.assertIn("cast=True", str(cm.exception))
+
+    def test_keys_that_collide_after_flattening_are_refused(self):
+        t = torch.ones(1)
+        dt.save({"a": [torch.ones(1), torch.full((1,), 2.0)]}, checkpoint_id=self.path("l"),
+                ctx=self.ctx)
+        for sd in ({"a.b": t, "a": {"b": t}}, {"a": {"0": t}, "a.0": 3}, {"a": [t], "a.0": t},
+                   {"a": {0: t, "0": t}}, {0: t, "0": 1}, {"m": torch.nn.Linear(1, 1),
+                                                           "m.weight": t}):
+            with self.assertRaises(dcp.InvalidError, msg=str(list(sd))) as cm:
+                dt.save(sd, checkpoint_id=self.path("c"), ctx=self.ctx)
+            self.assertIn("flatten to the key", str(cm.exception))
+            with self.assertRaises(dcp.InvalidError):
+                dt.load(sd, checkpoint_id=self.path("l"), ctx=self.ctx)
+        self.assertFalse(dcp.committed(self.ctx, self.path("c")))
+        # a list saved, a dict of digit keys loaded (torch DCP's rule): same keys
+        dest = {"a": {"0": torch.zeros(1), "1": torch.zeros(1)}}
+        dt.load(dest, checkpoint_id=self.path("l"), ctx=self.ctx)
+        self.assertEqual([float(dest["a"][k]) for k in "01"], [1.0, 2.0])
+
+    def test_strictness_shapes_and_kinds(self):
+        dt.save({"a": torch.ones(2), "n": 3}, checkpoint_id=self.path("c"), ctx=self.ctx)
+        dest = {"a": torch.zeros(2), "b": torch.zeros(2), "m": 1}
+        with self.assertRaises(dcp.NotFoundError) as cm:
+            dt.load(dest, checkpoint_id=self.path("c"), ctx=self.ctx)
+        self.assertIn("'b'", str(cm.exception))
+        self.assertTrue(torch.equal(dest["a"], torch.zeros(2)))  # nothing loaded
+        dt.load(dest, checkpoint_id=self.path("c"), ctx=self.ctx, strict=False)
+        self.assertTrue(torch.equal(dest["a"], torch.ones(2)))
+        self.assertEqual((dest["m"], float(dest["b"].sum())), (1, 0.0))
+        with self.assertRaises(dcp.MismatchError) as cm:
+            dt.load({"a": torch.zeros(3)}, checkpoint_id=self.path("c"), ctx=self.ctx)
+        self.assertIn("[2]", str(cm.exception))
+        self.assertIn("[3]", str(cm.exception))
+        with self.assertRaises(dcp.NotFoundError):  # a tensor where a value was saved
+            dt.load({"n": torch.zeros(1)}, checkpoint_id=self.path("c"), ctx=self.ctx)
+        with self.assertRaises(dcp.NotFoundError):  # and the other way
+            dt.load({"a": 0}, checkpoint_id=self.path("c"), ctx=self.ctx)
+
+    def test_tied_and_overlapping_tensors(self):
+        w = torch.arange(4.)
+        dt.save({"a": w, "b": w, "c": w[1:3]}, checkpoint_id=self.path("c"), ctx=self.ctx)
+        shapes = {t["fqn"]: t["shape"] for t in dcp.meta_open(self.ctx, self.path("c")).tensors()}
+        self.assertEqual(shapes, {"a": (4,), "b": (4,), "c": (2,)})
+        tied = torch.zeros(4)
+        dt.load({"a": tied, "b": tied, "c": tied[1:3]}, checkpoint_id=self.path("c"),
+                ctx=self.ctx)
+        self.assertTrue(torch.equal(tied, w))
+
+    def test_async_save_keeps_the_values_it_was_given(self):
+        n = 1 << 20
+        for background in (False, True):
+            x = torch.arange(n, dtype=torch.float32)
+            want = x.clone()
+            fut = dt.async_save({"x": x, "t": x.view(1024, -1).t(), "h": x.to(torch.bfloat16)},
+                                checkpoint_id=self.path("a%d" % background), ctx=self.ctx,
+                                background_staging=background)
+            if background:
+                del x  # the handle keeps what it stages alive
+                gc.collect()
+                junk = [torch.full((n,), 7.0) for _ in range(3)]
+                fut.fence()
+                del junk
+            else:
+                x.add_(1)  # staged by the time async_save returned
+            fut.result()
+            self.assertTrue(fut.done())
+            got = {"x": torch.zeros(n), "t": torch.zeros(n // 1024, 1024),
+                   "h": torch.zeros(n, dtype=torch.bfloat16)}
+            dt.load(got, checkpoint_id=self.path("a%d" % background), ctx=self.ctx)
+            self.assertTrue(torch.equal(got["x"], want))
+            self.assertTrue(torch.equal(got["t"], want.view(1024, -1).t()))
+            self.assertTrue(torch.equal(got["h"], want.to(torch.bfloat16)))
+        fut = dt.async_save({"x": torch.ones(3)}, checkpoint_id="/proc/no/such/dir", ctx=self.ctx)
+        self.assertIsInstance(fut.exception(), dcp.Error)
+        with self.assertRaises(dcp.Error):
+            fut.result()
+        closed = dcp.Context()
+        closed.close()
+        for call in (dt.save, dt.async_save, dt.load):
+            with self.assertRaises(dcp.InvalidError):
+                call({"x": torch.ones(1)}, checkpoint_id=self.path("a0"), ctx=closed)
+        self.ctx.async_shutdown()
+
+    def test_optimizer_groups_reordered_or_a_parameter_missing(self):
+        def make(seed, groups):
+            torch.manual_seed(seed)
+            m = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(3)])
+            return m, torch.optim.Adam([{"params": p, "lr": lr} for p, lr in groups(m)], lr=0.1)
+        m, o = make(0, lambda m: [(m[0].parameters(), 0.1), (m[1].parameters(), 0.5)])
+        m(torch.randn(2, 4)).sum().backward()
+        o.step()
+        msd, osd = dt.get_state_dict(m, o)
+        dt.save({"model": msd, "optim": osd}, checkpoint_id=self.path("o"), ctx=self.ctx)
+        for groups in (lambda m: [(m[1].parameters(), 0.5), (m[0].parameters(), 0.1)],
+                       lambda m: [(m[0].parameters(), 0.1), ([m[1].weight], 0.5)],
+                       lambda m: [(m[0].parameters(), 0.1), ([m[1].bias, m[1].weight], 0.5)]):
+            m2, o2 = make(1, groups)
+            msd2, osd2 = dt.get_state_dict(m2, o2)
+            dt.load({"model": msd2, "optim": osd2}, checkpoint_id=self.path("o"), ctx=self.ctx)
+            with self.assertRaises(dcp.MismatchError):
+                dt.set_state_dict(m2, o2, model_state_dict=msd2, optim_state_dict=osd2)
+        # the same groups: bit for bit
+        m3, o3 = make(2, lambda m: [(m[0].parameters(), 0.1), (m[1].parameters(), 0.5)])
+        msd3, osd3 = dt.get_state_dict(m3, o3)
+        dt.load({"model": msd3, "optim": osd3}, checkpoint_id=self.path("o"), ctx=self.ctx)
+        dt.set_state_dict(m3, o3, model_state_dict=msd3, optim_state_dict=osd3)
+        for p, q in zip(m.parameters(), m3.parameters()):
+            self.assertTrue(torch.equal(p, q))
+            if p in o.state:
+                self.assertTrue(torch.equal(o.state[p]["exp_avg_sq"], o3.state[q]["exp_avg_sq"]))
+
+    def test_lr_schedulers_round_trip(self):
+        def make():
+            opt = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
+            sch = torch.optim.lr_scheduler
+            return opt, [sch.StepLR(opt, 3, gamma=0.5), sch.CosineAnnealingWarmRestarts(opt, 5),
+                         sch.MultiStepLR(opt, [2, 4])]
+        opt, scheds = make()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _ in range(7):
+                opt.step()
+                for s in scheds:
+                    s.step()
+        dt.save({"s%d" % i: s for i, s in enumerate(scheds)}, checkpoint_id=self.path("s"),
+                ctx=self.ctx)
+        _, fresh = make()
+        dt.load({"s%d" % i: s for i, s in enumerate(fresh)}, checkpoint_id=self.path("s"),
+                ctx=self.ctx)
+        for a, b in zip(scheds, fresh):
+            self.assertEqual(repr(a.state_dict()), repr(b.state_dict()))
+
+
 class FromEnv(unittest.TestCase):
     def ranks(self, **env):
         clean = {k: v for k, v in os.environ.items()
