@@ -18,6 +18,8 @@ once a newer step is durable (for :meth:`CheckpointManager.save_async`: at
         mgr.wait()
 """
 
+import math
+import operator
 from collections import namedtuple
 
 from . import _dcp
@@ -29,6 +31,28 @@ StepInfo = namedtuple("StepInfo", "step state bytes keep note")
 StepInfo.__doc__ = """One step directory: ``state`` is "committed", "pending",
 "incomplete", "corrupt" or "foreign"; ``keep`` whether the retention policy
 keeps it; ``note`` why (a reason or the verdict)."""
+
+
+def _whole(name, v, limit):
+    """v as an int in 0..limit-1 (InvalidError naming the argument): a float,
+    a str or a bool is not a step or a count, and a value past the C field
+    would wrap around (keep_last=2**32+1 would keep one step)."""
+    if isinstance(v, bool):
+        raise _dcp.InvalidError("%s=%r: an integer is needed" % (name, v))
+    try:
+        n = operator.index(v)
+    except TypeError:
+        raise _dcp.InvalidError("%s=%r: an integer is needed" % (name, v)) from None
+    if not 0 <= n < limit:
+        raise _dcp.InvalidError("%s=%d is not in 0..%d" % (name, n, limit - 1))
+    return n
+
+
+_STEPS = 2 ** 63  # a step is an int64
+
+
+def _step(step):
+    return _whole("step", step, _STEPS)
 
 
 def _state_of(ctx, items, meta=None):
@@ -66,11 +90,15 @@ class CheckpointManager:
         if callable(keep):
             keep_fn = keep
         elif keep is not None:
-            keep_steps = tuple(int(s) for s in keep)
+            if isinstance(keep, (str, bytes)):
+                raise _dcp.InvalidError("keep=%r: step numbers or a callable" % (keep,))
+            keep_steps = tuple(_whole("keep step", s, _STEPS) for s in keep)
+        counts = {name: _whole(name, v or 0, limit) for name, v, limit in (
+            ("keep_last", keep_last, 2 ** 32), ("keep_every", keep_every, 2 ** 63),
+            ("max_bytes", max_bytes, 2 ** 63))}
         self._ctx = ctx
         self.root = str(root)
-        self._m = _dcp.Manager(ctx, self.root, keep_last=keep_last or 0,
-                               keep_every=keep_every or 0, max_bytes=max_bytes or 0,
+        self._m = _dcp.Manager(ctx, self.root, **counts,
                                keep_steps=keep_steps, keep=keep_fn, read_only=bool(read_only),
                                auto_gc=bool(auto_gc), keep_incomplete=bool(keep_incomplete),
                                quiet=bool(quiet), log=log)
@@ -88,7 +116,7 @@ class CheckpointManager:
         be newer than every committed step. Options as dcp.save (compress,
         block_size, kv={str: str}, ...; ``dcp.step`` is the manager's key)."""
         st, _ = _state_of(self._ctx, items)
-        self._m.save(int(step), st, **options)
+        self._m.save(_step(step), st, **options)
         self._staged = None
 
     def save_async(self, step, items, **options):
@@ -96,7 +124,7 @@ class CheckpointManager:
         staged (the buffers may change). ``latest`` and retention move only
         when it is durable: at :meth:`wait`, or at the next save."""
         st, _ = _state_of(self._ctx, items)
-        self._m.save_async(int(step), st, **options)
+        self._m.save_async(_step(step), st, **options)
         self._staged = st
 
     def wait(self, timeout=None):
@@ -130,7 +158,7 @@ class CheckpointManager:
 
     def step_path(self, step):
         """The directory of ``step``: ROOT/step-N."""
-        return self._m.step_path(int(step))
+        return self._m.step_path(_step(step))
 
     # -- resuming ---------------------------------------------------------------
     def resume(self, verify=False):
@@ -150,7 +178,7 @@ class CheckpointManager:
                 meta = _dcp.meta_open(self._ctx, self.step_path(step))
         st, allocated = _state_of(self._ctx, items, meta)
         del meta
-        self._m.load(int(step), st, **options)
+        self._m.load(_step(step), st, **options)
         return allocated
 
     def restore(self, items, verify=False, **options):
@@ -194,8 +222,12 @@ class CheckpointManager:
         """The preemption save: async, then wait at most ``grace`` seconds
         for it to be durable; raises dcp.TimedOutError (the save aborted, the
         previous steps untouched) when it is not."""
+        step = _step(step)
+        if not isinstance(grace, (int, float)) or isinstance(grace, bool) or \
+                not 0 <= grace < 1e9 or math.isnan(grace):
+            raise _dcp.InvalidError("save_now: grace=%r: seconds, 0 or more (finite)" % (grace,))
         st, _ = _state_of(self._ctx, items)
-        self._m.save_now(int(step), st, int(grace * 1000), **options)
+        self._m.save_now(step, st, int(grace * 1000), **options)
         self._staged = None
 
     # -- lifetime ----------------------------------------------------------------------

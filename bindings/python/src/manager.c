@@ -102,13 +102,16 @@ static PyObject *manager_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
                           "keep_steps", "keep",   "read_only", "auto_gc",    "keep_incomplete",
                           "quiet",   "log",       NULL};
   PyObject *ctx_obj, *root_obj, *keep_steps = NULL, *keep = Py_None, *log = Py_None;
-  unsigned int keep_last = 0;
-  unsigned long long keep_every = 0, max_bytes = 0;
+  /* checked conversions: "I" and "K" wrap (keep_last=2**32+1 was 1) */
+  long long keep_last = 0, keep_every = 0, max_bytes = 0;
   int read_only = 0, auto_gc = 1, keep_incomplete = 0, quiet = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$IKKOOppppO:Manager", names, &ctx_obj, &root_obj,
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$LLLOOppppO:Manager", names, &ctx_obj, &root_obj,
                                    &keep_last, &keep_every, &max_bytes, &keep_steps, &keep,
                                    &read_only, &auto_gc, &keep_incomplete, &quiet, &log))
     return NULL;
+  if (keep_last < 0 || keep_last > (long long)UINT32_MAX || keep_every < 0 || max_bytes < 0)
+    return dcpi_py_raise(DCP_EINVAL, "Manager: keep_last (at most 2^32-1), keep_every and "
+                                     "max_bytes must not be negative");
   dcpi_py_ctx *c = dcpi_py_ctx_usable(ctx_obj);
   if (!c) return NULL;
   if ((keep != Py_None && !PyCallable_Check(keep)) || (log != Py_None && !PyCallable_Check(log))) {
