@@ -54,6 +54,7 @@ import torch
 
 import dcp
 from . import _json
+from . import torch as _dcp_torch  # the load-destination checks and CUDA staging
 
 __all__ = ["Shard", "buffer_of", "flatten", "save", "async_save", "load",
            "latest_checkpoint", "torch_dtype"]
@@ -109,15 +110,17 @@ def buffer_of(t):
     return t.numpy(), code
 
 
-def _item(t, spec):
-    """The dcp item of tensor t: whole, or the box spec says. A
-    non-contiguous t is copied (a save; a load goes through _LoadDest);
-    complex128 is its real view with a last dimension of 2."""
+def _item(t, spec, name):
+    """The dcp item of tensor t (the item name): whole, or the box spec
+    says. A non-contiguous t is copied (a save; a load goes through
+    _LoadDest), so is a lazily conjugated or negated one; complex128 is its
+    real view with a last dimension of 2."""
     real = t.dtype in _AS_REAL
     t = t.detach()
+    _dcp_torch._check_strided(t, name)
+    t = t.resolve_conj().resolve_neg()
     if t.device.type == "cuda":  # staged: a pinned host copy on a side stream
-        from .torch import _host
-        t = _host(t, pinned=True)
+        t = _dcp_torch._host(t, pinned=True)
     if not t.is_contiguous():
         t = t.contiguous()
     if real:
@@ -219,7 +222,8 @@ def _optim_items(optimizer, model, shards, items, prefix="optim."):
             if "." in key:
                 raise dcp.InvalidError("optimizer state key %r contains '.'" % key)
             spec = shards.get(fqns[idx]) if v.shape == params[idx].shape else None
-            items["%sstate.%s.%s" % (prefix, fqns[idx], key)] = _item(v, spec)
+            name = "%sstate.%s.%s" % (prefix, fqns[idx], key)
+            items[name] = _item(v, spec, name)
     items[prefix + "meta"] = dcp.Bytes(_json.dumps(meta))
 
 
@@ -247,7 +251,7 @@ def flatten(model=None, optimizer=None, scheduler=None, rng=True, extra=None, sh
     items = {}
     for name, t in _model_entries(model):
         if torch.is_tensor(t):
-            items[model_prefix + name] = _item(t, specs.get(name))
+            items[model_prefix + name] = _item(t, specs.get(name), model_prefix + name)
         else:  # get_extra_state
             items[model_prefix + name] = dcp.Bytes(_dumps(model_prefix + name, t))
     for prefix, opt in _optimizers(optimizer):
@@ -278,7 +282,6 @@ def _ctx_path(ctx, path):
     if path is not None:
         raise dcp.InvalidError("expected (ctx, path) or (path): the first argument is not a "
                                "dcp.Context")
-    from . import torch as _dcp_torch
     return _dcp_torch.default_context(), ctx
 
 
@@ -340,8 +343,11 @@ def _dest(saved, name, spec, existing, rank, complex_names=(), cast=False):
             raise dcp.InvalidError("'%s': an offset Shard needs an existing tensor" % name)
     else:
         shape = saved_shape
+    if existing is not None:
+        _dcp_torch._check_destination(existing, name)
     fits = (existing is not None and tuple(existing.shape) == tuple(shape)
             and existing.dtype == dtype and existing.is_contiguous()
+            and not existing.is_conj() and not existing.is_neg()
             and existing.device.type == "cpu")
     back = None
     if fits:
@@ -354,7 +360,7 @@ def _dest(saved, name, spec, existing, rank, complex_names=(), cast=False):
                                         "cast=True to convert on load"
                                         % (name, str(dtype)[6:], str(existing.dtype)[6:]))
             back = existing
-    return t, _item(t, spec if sharded else None), fits, back
+    return t, _item(t, spec if sharded else None, name), fits, back
 
 
 class _OptimLoad:
@@ -386,7 +392,7 @@ class _OptimLoad:
         items[prefix + "meta"] = dcp.Bytes(None)
 
     def apply(self, loaded):
-        meta = _json.loads(loaded[self.prefix + "meta"])
+        meta = _loads(loaded, self.prefix + "meta")
         groups = meta["param_groups"]
         pos = {id(p): i for i, p in enumerate(self.params)}
         cur = [[self.fqns[pos[id(p)]] for p in g["params"]] for g in self.opt.param_groups]
@@ -422,10 +428,19 @@ class _OptimLoad:
         self.opt.load_state_dict({"state": self.loaded, "param_groups": sd_groups})
 
 
+def _loads(loaded, key):
+    """The tagged JSON value of bytes item key (CorruptError naming it when
+    it is not tagged JSON as dcp writes it)."""
+    try:
+        return _json.loads(loaded[key])
+    except _json.Malformed as e:
+        raise dcp.CorruptError("'%s': the checkpoint's value is %s" % (key, e)) from None
+
+
 def _apply_rng(loaded):
     torch.set_rng_state(torch.frombuffer(loaded["rng.torch"], dtype=torch.uint8).clone())
-    np.random.set_state(_json.loads(loaded["rng.numpy"]))
-    random.setstate(_json.loads(loaded["rng.python"]))
+    np.random.set_state(_loads(loaded, "rng.numpy"))
+    random.setstate(_loads(loaded, "rng.python"))
 
 
 def _extra_state_modules(model):
@@ -451,7 +466,11 @@ def load(ctx, path=None, *, model=None, optimizer=None, scheduler=None, rng=True
     saved = {t["fqn"]: t for t in meta.tensors()}
     keys = {b["key"] for b in meta.bytes_items()}
     raw = meta.kv().get(_COMPLEX_KEY)
-    complex_names = set(_json.loads(raw.encode())) if raw else set()
+    try:
+        complex_names = set(_json.loads(raw.encode())) if raw else set()
+    except (_json.Malformed, TypeError):
+        raise dcp.CorruptError("the checkpoint's '%s' entry is not a list of tensor names: %r"
+                               % (_COMPLEX_KEY, raw)) from None
     specs = _shards(model, shards)
     items, copies, extra_states = {}, [], []
     for name, t in _model_entries(model):
@@ -494,15 +513,15 @@ def load(ctx, path=None, *, model=None, optimizer=None, scheduler=None, rng=True
     if extra_states:
         mods = _extra_state_modules(model)
         for key, name in extra_states:
-            mods[name].set_extra_state(_json.loads(loaded[key]))
+            mods[name].set_extra_state(_loads(loaded, key))
     for o in optims:
         o.apply(loaded)
     for key, sched in scheds:
-        saved_sd = _json.loads(loaded[key])
+        saved_sd = _loads(loaded, key)
         sched.load_state_dict(_json.resolve(saved_sd, sched.state_dict(), key))
     if rng:
         _apply_rng(loaded)
-    return _json.loads(loaded["extra"]) if "extra" in loaded else None
+    return _loads(loaded, "extra") if "extra" in loaded else None
 
 
 def _tensor_of(item):

@@ -288,6 +288,17 @@ def _may_overlap(t):
     return False
 
 
+def _check_destination(t, key):
+    """InvalidError naming key unless t can hold a load's values: dense,
+    and no two of its elements in one place."""
+    _check_strided(t, key)
+    if _may_overlap(t):
+        raise _dcp.InvalidError(
+            "'%s': the destination's elements overlap in memory (shape %s, strides %s: an "
+            "expand()ed or as_strided view), so it cannot hold the checkpoint's values; load "
+            "into a tensor of its own" % (key, list(t.shape), list(t.stride())))
+
+
 def _buffer(t, key):
     """(numpy view of a C-contiguous CPU tensor, libdcp dtype, keep-alive),
     staging CUDA tensors, copying non-contiguous ones and viewing complex
@@ -678,13 +689,7 @@ class _TensorDest:
         self.code, self.shape = saved["dtype"], tuple(saved["shape"])
         self.parts = []  # (numpy buffer, offset)
         for t, _ in chunks:  # every destination checked before anything is written
-            _check_strided(t, key)
-            if _may_overlap(t):
-                raise _dcp.InvalidError(
-                    "'%s': the destination's elements overlap in memory (shape %s, strides "
-                    "%s: an expand()ed or as_strided view), so it cannot hold the "
-                    "checkpoint's values; load into a tensor of its own"
-                    % (key, list(t.shape), list(t.stride())))
+            _check_destination(t, key)
         for t, offset in chunks:
             if t.device.type == "cpu" and t.dtype == saved_torch and t.is_contiguous() \
                     and not t.is_conj() and not t.is_neg():
