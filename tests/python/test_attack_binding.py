@@ -164,5 +164,34 @@ class Extents(DcpCase):
             self.assertTrue((got == i).all())
 
 
+class Options(DcpCase):
+    tmp_prefix = "dcp-attack-opt-"
+
+    def test_integer_options_are_range_checked_not_wrapped(self):
+        a = np.arange(4, dtype=np.float32)
+        # flags=2**32+1 was flags=1, block_size=2**32+8192 was 8192, save_id=-1 was 2**64-1
+        for opts in (dict(flags=-1), dict(flags=2 ** 32 + 1), dict(block_size=-1),
+                     dict(block_size=2 ** 32 + 8192), dict(save_id=-1), dict(save_id=2 ** 64 + 5),
+                     dict(flags=1.0), dict(block_size="4096"), dict(flags=True)):
+            with self.assertRaises(dcp.InvalidError, msg=str(opts)) as cm:
+                dcp.save(self.ctx, {"a": a}, self.path("c"), **opts)
+            self.assertIn(list(opts)[0], str(cm.exception))
+        self.assertFalse(dcp.committed(self.ctx, self.path("c")))
+        dcp.save(self.ctx, {"a": a}, self.path("c"), block_size=np.uint32(8192), save_id=2 ** 64 - 1)
+        for opts in (dict(flags=2 ** 32), dict(flags=-1), dict(max_inflight_bytes=-1),
+                     dict(max_inflight_bytes=2 ** 64)):
+            with self.assertRaises(dcp.InvalidError, msg=str(opts)):
+                dcp.load(self.ctx, {"a": np.zeros(4, np.float32)}, self.path("c"), **opts)
+        got = np.zeros(4, np.float32)
+        dcp.load(self.ctx, {"a": got}, self.path("c"), max_inflight_bytes=1)
+        np.testing.assert_array_equal(got, a)
+        for opts in (dict(keep=2 ** 32 + 1), dict(keep=-1), dict(budget_bytes=-1),
+                     dict(replicas=2 ** 32)):
+            with self.assertRaises(dcp.InvalidError, msg=str(opts)):
+                self.ctx.set_memtier(**opts)
+        with self.assertRaises(dcp.InvalidError):
+            dcp.export_safetensors(self.ctx, self.path("c"), self.path("st"), max_shard_bytes=-1)
+
+
 if __name__ == "__main__":
     unittest.main()

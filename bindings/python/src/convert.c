@@ -67,6 +67,32 @@ const char *dcpi_py_utf8(PyObject *obj, const char *what) {
   return s;
 }
 
+int dcpi_py_uint_arg(PyObject *o, const char *name, uint64_t max, uint64_t *out) {
+  if (!o) return 0;
+  if (PyBool_Check(o) || !PyIndex_Check(o)) {
+    dcpi_py_raisef(DCP_EINVAL, "%s= must be an integer, got %.100s", name, Py_TYPE(o)->tp_name);
+    return -1;
+  }
+  PyObject *n = PyNumber_Index(o);
+  if (!n) return -1;
+  unsigned long long v = PyLong_AsUnsignedLongLong(n);
+  int bad = v == (unsigned long long)-1 && PyErr_Occurred();
+  if (bad) PyErr_Clear(); /* negative or past 64 bits */
+  if (bad || v > max) {
+    PyObject *r = PyObject_Repr(n);
+    const char *rs = r ? PyUnicode_AsUTF8(r) : NULL;
+    PyErr_Clear();
+    dcpi_py_raisef(DCP_EINVAL, "%s=%.100s is not in 0..%llu", name, rs ? rs : "?",
+                   (unsigned long long)max);
+    Py_XDECREF(r);
+    Py_DECREF(n);
+    return -1;
+  }
+  Py_DECREF(n);
+  *out = (uint64_t)v;
+  return 0;
+}
+
 int dcpi_py_dtype(PyObject *obj, dcp_dtype *out) {
   if (PyUnicode_Check(obj)) {
     const char *name = dcpi_py_utf8(obj, "dtype name");

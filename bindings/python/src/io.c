@@ -120,18 +120,23 @@ PyObject *dcpi_py_import_safetensors(PyObject *module, PyObject *args, PyObject 
 PyObject *dcpi_py_export_safetensors(PyObject *module, PyObject *args, PyObject *kwargs) {
   (void)module;
   static char *kw[] = {"ctx", "ckpt", "outdir", "max_shard_bytes", NULL};
-  PyObject *ctx_obj, *ckpt, *outdir;
-  unsigned long long max_shard = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO&O&|$K", kw, &ctx_obj, PyUnicode_FSConverter,
-                                   &ckpt, PyUnicode_FSConverter, &outdir, &max_shard))
+  PyObject *ctx_obj, *ckpt, *outdir, *max_obj = NULL;
+  uint64_t max_shard = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO&O&|$O", kw, &ctx_obj, PyUnicode_FSConverter,
+                                   &ckpt, PyUnicode_FSConverter, &outdir, &max_obj))
     return NULL;
+  if (dcpi_py_uint_arg(max_obj, "max_shard_bytes", INT64_MAX, &max_shard)) {
+    Py_DECREF(ckpt);
+    Py_DECREF(outdir);
+    return NULL;
+  }
   dcpi_py_ctx *c = dcpi_py_ctx_usable(ctx_obj);
   dcp_status rc = DCP_EINVAL;
   if (c) {
     dcpi_py_ctx_enter(c);
     Py_BEGIN_ALLOW_THREADS
     rc = dcp_export_safetensors(c->ctx, PyBytes_AS_STRING(ckpt), PyBytes_AS_STRING(outdir),
-                                (uint64_t)max_shard);
+                                max_shard);
     Py_END_ALLOW_THREADS
     dcpi_py_ctx_leave(c);
   }

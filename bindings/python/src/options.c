@@ -49,20 +49,23 @@ int dcpi_py_save_args_parse(PyObject *args, PyObject *kwargs, dcpi_py_save_args 
                        "check_replicas", NULL};
   memset(a, 0, sizeof *a);
   dcp_save_options_init(&a->opts);
-  PyObject *ctx_obj, *state_obj, *kv = NULL;
+  PyObject *ctx_obj, *state_obj, *kv = NULL, *flags_obj = NULL, *block_obj = NULL,
+           *id_obj = NULL;
   int overwrite = 0, compress = 0, zstd_level = 0, policy = (int)a->opts.policy, check = 0;
-  unsigned flags = 0, block_size = 0;
-  unsigned long long save_id = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|$ppIIiiOKp", kw, &ctx_obj, &state_obj,
-                                   &a->path, &overwrite, &compress, &flags, &block_size,
-                                   &zstd_level, &policy, &kv, &save_id, &check))
+  uint64_t flags = 0, block_size = 0, save_id = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|$ppOOiiOOp", kw, &ctx_obj, &state_obj,
+                                   &a->path, &overwrite, &compress, &flags_obj, &block_obj,
+                                   &zstd_level, &policy, &kv, &id_obj, &check) ||
+      dcpi_py_uint_arg(flags_obj, "flags", UINT32_MAX, &flags) ||
+      dcpi_py_uint_arg(block_obj, "block_size", UINT32_MAX, &block_size) ||
+      dcpi_py_uint_arg(id_obj, "save_id", UINT64_MAX, &save_id))
     return -1;
-  a->opts.save_id = (uint64_t)save_id;
+  a->opts.save_id = save_id;
   if (!PyUnicode_FSConverter(a->path, &a->path_bytes)) return -1;
   if (check_pair(ctx_obj, state_obj, 0, &a->ctx, &a->state)) return -1;
-  a->opts.flags = flags | (overwrite ? DCP_SAVE_OVERWRITE : 0u) | (compress ? DCP_SAVE_COMPRESS : 0u) |
+  a->opts.flags = (uint32_t)flags | (overwrite ? DCP_SAVE_OVERWRITE : 0u) | (compress ? DCP_SAVE_COMPRESS : 0u) |
                   (check ? DCP_SAVE_CHECK_REPLICAS : 0u);
-  if (block_size) a->opts.block_size = block_size;
+  if (block_size) a->opts.block_size = (uint32_t)block_size;
   if (zstd_level) a->opts.zstd_level = zstd_level;
   a->opts.policy = (dcp_policy)policy;
   return parse_kv(kv, a);
@@ -81,19 +84,20 @@ int dcpi_py_load_args_parse(PyObject *args, PyObject *kwargs, dcpi_py_load_args 
                        "max_inflight_bytes", NULL};
   memset(a, 0, sizeof *a);
   dcp_load_options_init(&a->opts);
-  PyObject *ctx_obj, *state_obj, *path;
-  unsigned flags = 0;
+  PyObject *ctx_obj, *state_obj, *path, *flags_obj = NULL, *inflight_obj = NULL;
+  uint64_t flags = 0, inflight = 0;
   int dedup = (int)a->opts.read_dedup, policy = (int)a->opts.reader_policy;
-  unsigned long long inflight = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|$IiiK", kw, &ctx_obj, &state_obj, &path,
-                                   &flags, &dedup, &policy, &inflight))
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|$OiiO", kw, &ctx_obj, &state_obj, &path,
+                                   &flags_obj, &dedup, &policy, &inflight_obj) ||
+      dcpi_py_uint_arg(flags_obj, "flags", UINT32_MAX, &flags) ||
+      dcpi_py_uint_arg(inflight_obj, "max_inflight_bytes", INT64_MAX, &inflight))
     return -1;
   if (!PyUnicode_FSConverter(path, &a->path_bytes)) return -1;
   if (check_pair(ctx_obj, state_obj, 1, &a->ctx, &a->state)) return -1;
-  a->opts.flags = flags;
+  a->opts.flags = (uint32_t)flags;
   a->opts.read_dedup = (dcp_read_dedup)dedup;
   a->opts.reader_policy = (dcp_policy)policy;
-  a->opts.max_inflight_bytes = (uint64_t)inflight;
+  a->opts.max_inflight_bytes = inflight;
   return 0;
 }
 

@@ -157,6 +157,12 @@ PyObject *dcpi_py_box_tuple(const dcp_box *box);
  * would see only the text before it: another name, silently). */
 const char *dcpi_py_utf8(PyObject *obj, const char *what);
 
+/* An optional unsigned integer argument (o NULL: *out untouched) into *out,
+ * checked to be an int in 0..max: InvalidError naming the argument
+ * otherwise (PyArg's "I" and "K" formats wrap around: flags=2**32+1 was 1,
+ * save_id=-1 was 2**64-1). Returns 0 or -1 with the exception set. */
+int dcpi_py_uint_arg(PyObject *o, const char *name, uint64_t max, uint64_t *out);
+
 /* A dtype given as an int code or a safetensors name ("F32"). Returns 0, or
  * -1 with dcp.InvalidError set. */
 int dcpi_py_dtype(PyObject *obj, dcp_dtype *out);
