@@ -111,6 +111,9 @@ class Extents(DcpCase):
         self.assertIn("offset[0]", str(cm.exception))
         with self.assertRaises(dcp.InvalidError):
             st.add_bytes("b", b"x", 77)  # no such scope
+        with self.assertRaises(dcp.InvalidError):  # was F32: the code truncated to 32 bits
+            st.add_tensor("d", 2 ** 32 + dcp.F32, (2,))
+        self.assertEqual(st.tensor_count, 1)  # 'g' only
 
     def test_zero_size_0d_and_unaligned_buffers(self):
         dcp.save(self.ctx, {"z": np.zeros((0, 3), np.float32), "s": np.array(3.5),

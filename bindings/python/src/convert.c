@@ -107,7 +107,7 @@ int dcpi_py_dtype(PyObject *obj, dcp_dtype *out) {
   }
   long v = PyLong_AsLong(obj);
   if (v == -1 && PyErr_Occurred()) return -1;
-  if (v <= 0 || !dcp_dtype_size((dcp_dtype)v)) {
+  if (v <= 0 || v > INT32_MAX || !dcp_dtype_size((dcp_dtype)v)) { /* 2**32+F32 is not F32 */
     dcpi_py_raisef(DCP_EINVAL, "invalid dtype %ld", v);
     return -1;
   }
