@@ -69,6 +69,14 @@ class Names(DcpCase):
         del st
         self.assertFalse(dcp.committed(self.ctx, self.path("c")))
 
+    def test_a_lone_surrogate_is_refused_naming_it(self):
+        for items in ({"a\udc80": np.zeros(2, np.float32)}, {"b\ud800": b"x"}):
+            with self.assertRaises(dcp.InvalidError) as cm:
+                dcp.save(self.ctx, items, self.path("c"))
+            self.assertIn("surrogate", str(cm.exception))
+        with self.assertRaises(dcp.InvalidError):
+            dcp.save(self.ctx, {"x": np.zeros(2, np.float32)}, self.path("c"), kv={"k": "\udc80"})
+
     def test_nul_in_a_bytes_key_or_kv_is_refused(self):
         with self.assertRaises(dcp.InvalidError):
             dcp.save(self.ctx, {"k\0z": b"hi"}, self.path("c"))

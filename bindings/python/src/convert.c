@@ -56,15 +56,18 @@ PyObject *dcpi_py_box_tuple(const dcp_box *box) {
 const char *dcpi_py_utf8(PyObject *obj, const char *what) {
   Py_ssize_t len;
   const char *s = PyUnicode_AsUTF8AndSize(obj, &len);
-  if (s && strlen(s) != (size_t)len) {
-    PyObject *r = PyObject_Repr(obj);
-    const char *rs = r ? PyUnicode_AsUTF8(r) : NULL;
-    PyErr_Clear();
-    dcpi_py_raisef(DCP_EINVAL, "%s %.200s contains a NUL character", what, rs ? rs : "?");
-    Py_XDECREF(r);
-    return NULL;
-  }
-  return s;
+  const char *why = NULL;
+  if (s && strlen(s) != (size_t)len) why = "contains a NUL character";
+  else if (!s && PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+    why = "has no UTF-8 form (a lone surrogate)";
+  if (!why) return s;
+  PyErr_Clear();
+  PyObject *r = PyObject_Repr(obj);
+  const char *rs = r ? PyUnicode_AsUTF8(r) : NULL;
+  PyErr_Clear();
+  dcpi_py_raisef(DCP_EINVAL, "%s %.200s %s", what, rs ? rs : "?", why);
+  Py_XDECREF(r);
+  return NULL;
 }
 
 int dcpi_py_uint_arg(PyObject *o, const char *name, uint64_t max, uint64_t *out) {

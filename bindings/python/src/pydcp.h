@@ -154,7 +154,8 @@ PyObject *dcpi_py_box_tuple(const dcp_box *box);
 
 /* The UTF-8 form of str obj (cached in obj), or NULL with an exception:
  * dcp.InvalidError naming `what` when it holds a NUL character (the C side
- * would see only the text before it: another name, silently). */
+ * would see only the text before it: another name, silently) or a lone
+ * surrogate (no UTF-8 form). */
 const char *dcpi_py_utf8(PyObject *obj, const char *what);
 
 /* An optional unsigned integer argument (o NULL: *out untouched) into *out,
