@@ -204,5 +204,33 @@ class Options(DcpCase):
             dcp.export_safetensors(self.ctx, self.path("c"), self.path("st"), max_shard_bytes=-1)
 
 
+class Staging(DcpCase):
+    tmp_prefix = "dcp-attack-stage-"
+
+    def tearDown(self):
+        self.ctx.async_shutdown()
+        super().tearDown()
+
+    def test_a_load_during_background_staging_does_not_change_the_save(self):
+        n = 1 << 22
+        dcp.save(self.ctx, {"a": np.full(n, -5.0, np.float32)}, self.path("other"))
+        a = np.arange(n, dtype=np.float32)
+        want = a.copy()
+        self.ctx.set_async_staging(True)
+        for load in (lambda: dcp.load(self.ctx, {"a": a}, self.path("other")),
+                     lambda: dcp.load(self.ctx, dcp.build_state(self.ctx, {"a": a})[0],
+                                      self.path("other"))):
+            a[:] = want
+            h = dcp._dcp.async_save(self.ctx, dcp.build_state(self.ctx, {"a": a})[0],
+                                    self.path("c"), overwrite=True)
+            load()  # into the buffer being staged: the binding fences first
+            self.assertEqual(float(a[0]), -5.0)
+            h.wait()
+            del h
+            got = np.zeros(n, np.float32)
+            dcp.load(self.ctx, {"a": got}, self.path("c"))
+            np.testing.assert_array_equal(got, want)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -323,6 +323,26 @@ class Holds(DcpCase):
             self.assertEqual(repr(a.state_dict()), repr(b.state_dict()))
 
 
+class Staging(DcpCase):
+    tmp_prefix = "dcp-attack-stage-"
+
+    def test_a_load_into_tensors_being_staged_waits_for_the_staging(self):
+        n = 1 << 22
+        dt.save({"x": torch.full((n,), -5.0)}, checkpoint_id=self.path("other"), ctx=self.ctx)
+        x = torch.arange(n, dtype=torch.float32)
+        want = x.clone()
+        fut = dt.async_save({"x": x}, checkpoint_id=self.path("c"), ctx=self.ctx,
+                            background_staging=True)
+        dt.load({"x": x}, checkpoint_id=self.path("other"), ctx=self.ctx)  # no fence first
+        fut.result()
+        got = torch.zeros(n)
+        dt.load({"x": got}, checkpoint_id=self.path("c"), ctx=self.ctx)
+        self.assertTrue(torch.equal(got, want))
+        self.assertEqual(float(x[0]), -5.0)
+        dt._set_staging(self.ctx, False)
+        self.ctx.async_shutdown()
+
+
 class FromEnv(unittest.TestCase):
     def ranks(self, **env):
         clean = {k: v for k, v in os.environ.items()

@@ -21,6 +21,12 @@ typedef struct {
   PyObject *message; /* str, once waited */
 } dcpi_py_async;
 
+/* Let the staged state go (the staging is over), and the context's pointer. */
+static void drop_state(dcpi_py_async *a) {
+  if (a->owner && a->owner->staging == (PyObject *)a) a->owner->staging = NULL;
+  Py_CLEAR(a->state);
+}
+
 static void async_dealloc(PyObject *self) {
   dcpi_py_async *a = (dcpi_py_async *)self;
   if (a->h) {
@@ -30,7 +36,7 @@ static void async_dealloc(PyObject *self) {
     dcp_async_free(h);
     Py_END_ALLOW_THREADS
   }
-  Py_XDECREF(a->state); /* after dcp_async_free: staging is over */
+  drop_state(a); /* after dcp_async_free: staging is over */
   Py_XDECREF(a->path);
   Py_XDECREF(a->message);
   if (a->owner) {
@@ -54,7 +60,18 @@ PyObject *dcpi_py_async_new(dcpi_py_ctx *c, dcp_async *h, PyObject *path, PyObje
   a->message = NULL;
   a->owner = (dcpi_py_ctx *)Py_NewRef((PyObject *)c);
   dcpi_py_ctx_hold(c);
+  if (state) c->staging = (PyObject *)a;
   return (PyObject *)a;
+}
+
+void dcpi_py_ctx_end_staging(dcpi_py_ctx *c) {
+  dcpi_py_async *a = (dcpi_py_async *)c->staging;
+  if (!a) return;
+  dcp_async *h = a->h;
+  Py_BEGIN_ALLOW_THREADS
+  (void)dcp_async_fence(h); /* its failure is the save's: wait() raises it */
+  Py_END_ALLOW_THREADS
+  drop_state(a);
 }
 
 static PyObject *async_done(PyObject *self, PyObject *unused) {
@@ -92,7 +109,7 @@ static PyObject *finish(dcpi_py_async *a, int64_t timeout_ms, int abort) {
     dcp_async_test(h, &done);
     if (!done) return dcpi_py_raise(rc, dcp_ctx_last_error(c->ctx)); /* still running */
   }
-  Py_CLEAR(a->state); /* a finished save's staging is over */
+  drop_state(a); /* a finished save's staging is over */
   if (!(a->message = PyUnicode_FromString(rc ? dcp_ctx_last_error(c->ctx) : ""))) return NULL;
   a->status = rc;
   a->waited = 1;
@@ -141,7 +158,7 @@ static PyObject *async_fence(PyObject *self, PyObject *unused) {
     rc = dcp_async_fence(h);
     Py_END_ALLOW_THREADS
     dcpi_py_ctx_leave(c);
-    Py_CLEAR(a->state);
+    drop_state(a);
     if (rc) return dcpi_py_raise_ctx(c->ctx, rc);
   }
   return Py_NewRef(self);

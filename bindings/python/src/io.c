@@ -34,6 +34,7 @@ PyObject *dcpi_py_async_save(PyObject *module, PyObject *args, PyObject *kwargs)
   dcp_status rc;
   c->async_used = 1;
   dcpi_py_ctx_enter(c);
+  dcpi_py_ctx_end_staging(c);
   Py_BEGIN_ALLOW_THREADS
   rc = dcp_async_save(c->ctx, a.state->st, PyBytes_AS_STRING(a.path_bytes), &a.opts, &h);
   Py_END_ALLOW_THREADS
@@ -54,6 +55,7 @@ PyObject *dcpi_py_load(PyObject *module, PyObject *args, PyObject *kwargs) {
   dcpi_py_ctx *c = a.ctx;
   dcp_status rc;
   dcpi_py_ctx_enter(c);
+  dcpi_py_ctx_end_staging(c); /* a background staging must not copy what this load writes */
   Py_BEGIN_ALLOW_THREADS
   rc = dcp_load(c->ctx, a.state->st, PyBytes_AS_STRING(a.path_bytes), &a.opts);
   Py_END_ALLOW_THREADS

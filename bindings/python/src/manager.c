@@ -343,6 +343,9 @@ static PyObject *m_load(PyObject *self, PyObject *args, PyObject *kw) {
   dcpi_py_load_args a;
   if (load_args(c, state, kw, &a)) return NULL;
   dcp_status rc;
+  dcpi_py_ctx_enter(c);
+  dcpi_py_ctx_end_staging(c); /* as dcp.load: never under a background staging */
+  dcpi_py_ctx_leave(c);
   UNLOCKED(c, rc = dcp_manager_load(pm->m, (int64_t)step, a.state->st, &a.opts));
   dcpi_py_load_args_free(&a);
   return result(pm, rc, Py_NewRef(Py_None));

@@ -29,6 +29,8 @@ typedef struct {
   int async_used; /* an async save was started: shut the writer down at close */
   PyObject *progress; /* callable(done, total) for conversions and verify, or NULL */
   PyObject *phase_progress; /* callable(phase, done, total) (progress.c), or NULL */
+  PyObject *staging; /* borrowed: the newest async handle still holding its staged state
+                      * (the library may be copying from its buffers), or NULL */
 } dcpi_py_ctx;
 
 /* dcp.Layout: owns a dcp_layout plus copies of its arguments (for repr and
@@ -132,6 +134,14 @@ PyObject *dcpi_py_meta_open_memory(PyObject *module, PyObject *args);
  * and, until its staging is over (fence, wait), to state (the dcp.State
  * staged). Returns a new reference, or NULL (then h has been freed). */
 PyObject *dcpi_py_async_new(dcpi_py_ctx *c, dcp_async *h, PyObject *path, PyObject *state);
+
+/* Wait for the staging of the async save c->staging names, if any, and let
+ * its state go: called (with c marked busy) before the binding lets the
+ * library write into buffers (a load) or start another async save, so that
+ * a background staging never copies what a load of the same context wrote
+ * into the buffers it is saving. A staging failure is left to the handle's
+ * wait() to raise. Releases the GIL while it waits. */
+void dcpi_py_ctx_end_staging(dcpi_py_ctx *c);
 
 /* Context.async_prepare(state=None) and Context.set_async_staging(background)
  * (dcp_async_prepare, dcp_async_set_staging). */
