@@ -67,6 +67,19 @@ class Values(DcpCase):
         dt.load(sd, checkpoint_id=self.path("u"), ctx=self.ctx, allow_pickle=True)
         self.assertEqual(RAN, [])
 
+    def test_importing_torchs_checkpoint_needs_the_opt_in(self):
+        tcp = dt._torch_dcp()
+        src = self.path("torch")
+        tcp.save_state_dict({"w": torch.ones(2)}, tcp.FileSystemWriter(src), no_dist=True)
+        with open(os.path.join(src, ".metadata"), "wb") as f:  # torch reads it with pickle
+            pickle.dump(Trap(), f)
+        RAN.clear()
+        with self.assertRaises(dcp.InvalidError) as cm:
+            dt.import_torch_dcp(src, self.path("lib"))  # tensors only: still unpickled
+        self.assertIn("allow_pickle=True", str(cm.exception))
+        self.assertEqual(RAN, [])
+        self.assertFalse(dcp.committed(self.ctx, self.path("lib")))
+
     def test_crafted_tags_are_corrupt_errors_naming_the_key(self):
         crafted = [{"__dcp__": "torch.dtype", "v": "load"},  # was torch.load itself
                    {"__dcp__": "torch.dtype", "v": "Tensor"},

@@ -1003,21 +1003,23 @@ def _torch_dcp():
 def import_torch_dcp(src, dst, *, ctx=None, allow_pickle=False, **options):
     """Convert the checkpoint torch's own distributed checkpoint wrote at src
     (read through torch's FileSystemReader) into a libdcp checkpoint at dst,
-    on this process alone. torch stores non-tensor values pickled: a source
-    with any needs allow_pickle=True (they are stored as tagged JSON where
-    possible)."""
+    on this process alone. torch's reader unpickles the source (its .metadata
+    is a pickle, its tensors go through torch.load, its other values are
+    pickled objects), which runs code from it: the import needs
+    allow_pickle=True, for a source you trust. Non-tensor values are stored
+    as tagged JSON where possible."""
+    if not allow_pickle:
+        raise _dcp.InvalidError(
+            "import_torch_dcp: torch's FileSystemReader unpickles %s (its .metadata, tensor "
+            "files and values), which runs code from the checkpoint: pass allow_pickle=True "
+            "for a checkpoint you trust" % os.fspath(src))
     tcp = _torch_dcp()
     reader = tcp.FileSystemReader(os.fspath(src))
     md = reader.read_metadata()
     sd = {}
     for fqn, m in md.state_dict_metadata.items():
-        if hasattr(m, "size"):
-            sd[fqn] = torch.empty(tuple(m.size), dtype=m.properties.dtype)
-        else:
-            if not allow_pickle:
-                raise _dcp.InvalidError("import_torch_dcp: '%s' is a pickled object in torch's "
-                                        "checkpoint: pass allow_pickle=True to unpickle it" % fqn)
-            sd[fqn] = None
+        sd[fqn] = torch.empty(tuple(m.size), dtype=m.properties.dtype) \
+            if hasattr(m, "size") else None
     _torch_load_local(tcp, sd, reader)
     own = ctx if ctx is not None else _dcp.Context(world_size=1)
     try:
