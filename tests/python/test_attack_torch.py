@@ -85,6 +85,8 @@ class Values(DcpCase):
                    {"__dcp__": "torch.dtype", "v": "Tensor"},
                    {"__dcp__": "tensor", "dtype": "save", "shape": [1], "v": ""},
                    {"__dcp__": "tensor", "dtype": "float32", "shape": [4], "v": "AAAA"},
+                   {"__dcp__": "tensor", "dtype": "float32", "shape": [2 ** 40, 2 ** 20], "v": ""},
+                   {"__dcp__": "tensor", "dtype": "float32", "shape": [-1], "v": ""},
                    {"__dcp__": "ndarray", "dtype": "|O", "shape": [1], "v": "00" * 8},
                    {"__dcp__": "ndarray", "dtype": "<f4", "shape": [9], "v": "00"},
                    {"__dcp__": "tuple"}, {"__dcp__": "dict", "v": [[[1], 2]]},

@@ -118,7 +118,17 @@ def _dec_tensor(o):
     import torch
     dtype = _torch_dtype(o["dtype"])
     data = base64.b64decode(o["v"])
-    t = torch.empty(o["shape"], dtype=dtype)
+    shape = o["shape"]
+    if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
+        raise ValueError("tensor shape %r" % (shape,))
+    numel = 1
+    for n in shape:
+        numel *= n
+    size = torch.empty((), dtype=dtype).element_size()
+    if numel * size != len(data):  # checked before allocating what the shape claims
+        raise ValueError("tensor of shape %s %s holds %d bytes, not %d"
+                         % (shape, o["dtype"], len(data), numel * size))
+    t = torch.empty(shape, dtype=dtype)
     if t.numel():
         t.reshape(-1).view(torch.uint8).copy_(torch.frombuffer(bytearray(data),
                                                                dtype=torch.uint8))
