@@ -44,6 +44,21 @@ class ByteOrder(DcpCase):
         self.assertIn("byte order", str(cm.exception))
         np.testing.assert_array_equal(dest, [7] * 4)  # untouched
 
+    def test_read_tensor_checks_the_element_size_and_byte_order(self):
+        dcp.save(self.ctx, {"x": np.arange(4, dtype=np.float32)}, self.path("c"))
+        meta = dcp.meta_open(self.ctx, self.path("c"))
+        for out in (np.zeros(2, np.float64), np.zeros(4, BIG + "f4")):  # the right byte length
+            with self.assertRaises(dcp.InvalidError) as cm:
+                meta.read_tensor("x", out)
+            self.assertIn("'x'", str(cm.exception))
+            self.assertFalse(out.any())
+        raw, got = bytearray(16), np.zeros(4, np.float32)
+        meta.read_tensor("x", raw)  # bytes are taken raw
+        meta.read_tensor("x", got)
+        del meta
+        np.testing.assert_array_equal(np.frombuffer(raw, np.float32), got)
+        np.testing.assert_array_equal(got, [0, 1, 2, 3])
+
     def test_single_bytes_have_no_byte_order(self):
         a = np.arange(4, dtype="|u1")
         dcp.save(self.ctx, {"x": a, "b": np.arange(3, dtype=BIG + "u2").tobytes()},

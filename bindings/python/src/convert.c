@@ -118,6 +118,13 @@ int dcpi_py_dtype(PyObject *obj, dcp_dtype *out) {
   return 0;
 }
 
+int dcpi_py_foreign_byte_order(const char *format) {
+  const uint16_t one = 1;
+  const int little = *(const unsigned char *)&one == 1;
+  if (!format) return 0;
+  return little ? (format[0] == '>' || format[0] == '!') : format[0] == '<';
+}
+
 int dcpi_py_get_buffer(PyObject *obj, Py_buffer *view, int *readonly) {
   const int want = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT;
   if (PyObject_GetBuffer(obj, view, want | PyBUF_WRITABLE) == 0) {

@@ -172,10 +172,27 @@ static PyObject *meta_read_tensor(PyObject *self, PyObject *args) {
     return dcpi_py_raise(DCP_EINVAL, "read_tensor: this view was opened from memory, not a path");
   dcpi_py_ctx *c = dcpi_py_ctx_usable((PyObject *)m->owner);
   if (!c) return NULL;
+  dcp_tensor_info t;
+  dcp_status rc = dcp_meta_tensor(m->meta, i, &t);
+  if (rc) return dcpi_py_raise(rc, NULL);
   Py_buffer view;
-  if (PyObject_GetBuffer(out, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) return NULL;
+  if (PyObject_GetBuffer(out, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
+    return NULL;
+  /* a typed buffer must have the tensor's element size and this host's byte
+   * order (bytes of 1-byte items are taken raw): a float64 array of the right
+   * length was filled with float32 bytes */
+  size_t esize = dcp_dtype_size(t.dtype);
+  if (view.itemsize > 1 &&
+      ((size_t)view.itemsize != esize || dcpi_py_foreign_byte_order(view.format))) {
+    dcpi_py_raisef(DCP_EINVAL,
+                   "read_tensor: tensor '%s' is %s (%zu-byte elements, native order); the "
+                   "buffer has %zd-byte items of format '%s'",
+                   t.fqn, dcp_dtype_name(t.dtype), esize, view.itemsize,
+                   view.format ? view.format : "B");
+    PyBuffer_Release(&view);
+    return NULL;
+  }
   const char *path = PyBytes_AS_STRING(m->path);
-  dcp_status rc;
   dcpi_py_ctx_enter(c);
   Py_BEGIN_ALLOW_THREADS
   rc = dcp_read_tensor(c->ctx, path, m->meta, i, view.buf, (size_t)view.len);

@@ -178,6 +178,12 @@ int dcpi_py_uint_arg(PyObject *o, const char *name, uint64_t max, uint64_t *out)
  * -1 with dcp.InvalidError set. */
 int dcpi_py_dtype(PyObject *obj, dcp_dtype *out);
 
+/* Whether a buffer format (struct syntax) names the byte order that is not
+ * this host's: '>' and '!' on a little-endian host, '<' on a big-endian
+ * one. The C side reads and writes elements in the host's order, so such a
+ * buffer's values would be saved (or loaded) byte-swapped. */
+int dcpi_py_foreign_byte_order(const char *format);
+
 /* A C-contiguous buffer of obj into *view: writable when the exporter
  * allows it (*readonly 0), else read-only (*readonly 1). Returns 0, or -1
  * with TypeError set (no buffer protocol, not C-contiguous). */

@@ -93,23 +93,12 @@ static int keep(dcpi_py_state *s, Py_buffer *view, int readonly, PyObject *name)
   return 0;
 }
 
-/* Whether a buffer format (struct syntax) names the byte order that is not
- * this host's: '>' and '!' on a little-endian host, '<' on a big-endian
- * one. The C side reads and writes elements in the host's order, so such a
- * buffer's values would be saved (or loaded) byte-swapped. */
-static int foreign_byte_order(const char *format) {
-  const uint16_t one = 1;
-  const int little = *(const unsigned char *)&one == 1;
-  if (!format) return 0;
-  return little ? (format[0] == '>' || format[0] == '!') : format[0] == '<';
-}
-
 /* A buffer for numel elements of dtype: byte order, element size and length
  * checked. Returns 0 (view filled, *readonly set) or -1 with an exception. */
 static int elem_buffer(PyObject *data, const char *fqn, dcp_dtype dtype, int64_t numel,
                        Py_buffer *view, int *readonly) {
   if (dcpi_py_get_buffer(data, view, readonly)) return -1;
-  if (view->itemsize > 1 && foreign_byte_order(view->format)) {
+  if (view->itemsize > 1 && dcpi_py_foreign_byte_order(view->format)) {
     dcpi_py_raisef(DCP_EINVAL,
                    "'%s': the buffer's elements are in the other byte order (format '%s'); "
                    "libdcp reads and writes native-order elements: convert it first (numpy: "
