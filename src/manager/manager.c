@@ -529,6 +529,9 @@ static dcp_status save_step(dcp_manager *m, int64_t step, dcp_state *st,
     if (!rc) {
       m->pending = h;
       m->pending_step = step;
+      /* "returns after staging" also under background staging, which has no
+       * fence of the manager's own: a staging failure is dcp_manager_wait's */
+      (void)dcp_async_fence(h);
     }
   } else {
     rc = dcp_save(m->ctx, st, path, &o);

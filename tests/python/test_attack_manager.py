@@ -59,6 +59,21 @@ class Manager(DcpCase):
                     mgr.save_now(5, {"a": a}, grace=grace)
             self.assertEqual(self.committed(mgr), [4])
 
+    def test_save_async_under_background_staging_returns_staged(self):
+        n = 1 << 24
+        a = np.arange(n, dtype=np.float32)
+        want = a.copy()
+        self.ctx.set_async_staging(True)  # the manager has no fence of its own
+        with dcp.CheckpointManager(self.ctx, self.path("r"), quiet=True) as mgr:
+            mgr.save_async(1, {"a": a})
+            a[:] = -1  # "returns once staged (the buffers may change)"
+            mgr.wait()
+            got = np.zeros(n, np.float32)
+            mgr.load(1, {"a": got})
+        np.testing.assert_array_equal(got, want)
+        self.ctx.set_async_staging(False)
+        self.ctx.async_shutdown()
+
     def test_async_step_keeps_its_values_and_a_closed_manager_refuses(self):
         a = np.arange(1 << 20, dtype=np.float32)
         want = a.copy()

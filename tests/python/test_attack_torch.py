@@ -354,6 +354,16 @@ class Staging(DcpCase):
         dt.load({"x": got}, checkpoint_id=self.path("c"), ctx=self.ctx)
         self.assertTrue(torch.equal(got, want))
         self.assertEqual(float(x[0]), -5.0)
+        # a manager's async save on the context left in background staging
+        x = torch.arange(n, dtype=torch.float32)
+        with dcp.CheckpointManager(self.ctx, self.path("run"), quiet=True) as mgr:
+            fut = dt.async_save({"x": x}, manager=mgr, step=1)
+            self.assertTrue(fut.staging_completion.done())
+            x.fill_(-1)  # staged, as staging_completion says
+            fut.result()
+            got = torch.zeros(n)
+            dt.load({"x": got}, manager=mgr, step=1)
+        self.assertTrue(torch.equal(got, want))
         dt._set_staging(self.ctx, False)
         self.ctx.async_shutdown()
 
