@@ -246,6 +246,20 @@ class Staging(DcpCase):
             dcp.load(self.ctx, {"a": got}, self.path("c"))
             np.testing.assert_array_equal(got, want)
 
+    def test_the_packages_future_is_staged_when_it_says_so(self):
+        n = 1 << 24
+        a = np.arange(n, dtype=np.float32)
+        want = a.copy()
+        self.ctx.set_async_staging(True)
+        fut = dcp.async_save(self.ctx, {"a": a}, self.path("c"))
+        self.assertTrue(fut.staged)
+        a[:] = -1  # "the buffers may change"
+        fut.wait()
+        del fut
+        got = np.zeros(n, np.float32)
+        dcp.load(self.ctx, {"a": got}, self.path("c"))
+        np.testing.assert_array_equal(got, want)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -242,9 +242,12 @@ def async_save(ctx, items, path, **options):
     """Start an async save of ``items`` (a :class:`State` or a dict) to
     ``path`` and return a :class:`SaveFuture` once staged: the buffers may
     change from then on. Needs ctx.set_async_coordination(...) with more
-    than one rank. Options as :func:`save`."""
+    than one rank. Options as :func:`save`. On a context in background
+    staging (``ctx.set_async_staging(True)``) it waits for the copy before
+    returning, so that ``staged`` holds; ``dcp._dcp.async_save`` returns
+    before it (its handle's ``fence()`` is the wait)."""
     st = items if isinstance(items, State) else build_state(ctx, items)[0]
-    return SaveFuture(_dcp.async_save(ctx, st, path, **options))
+    return SaveFuture(_dcp.async_save(ctx, st, path, **options).fence())
 
 
 def committed(ctx, path):
