@@ -122,6 +122,9 @@ class Extents(DcpCase):
         with self.assertRaises(dcp.InvalidError) as cm:
             st.add_tensor("h", dcp.F32, (1, -2 ** 70))
         self.assertIn("shape[1]", str(cm.exception))
+        with self.assertRaises(dcp.InvalidError) as cm:  # more dims than libdcp has
+            st.add_tensor("deep", dcp.F32, (1,) * 17)
+        self.assertIn("'deep'", str(cm.exception))
         with self.assertRaises(dcp.SizeOverflowError):  # fits, but the element count does not
             st.add_tensor("h", dcp.F32, (2 ** 40, 2 ** 40))
         with self.assertRaises(dcp.InvalidError):

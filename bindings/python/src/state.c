@@ -123,6 +123,15 @@ static int elem_buffer(PyObject *data, const char *fqn, dcp_dtype dtype, int64_t
   return -1;
 }
 
+/* dcpi_py_i64_seq of an argument of tensor name (its errors name both:
+ * "tensor 'w' shape has 17 entries, at most 16 allowed"). */
+static int named_seq(const char *name, const char *what, PyObject *seq, int64_t *out,
+                     uint32_t *n) {
+  char label[256];
+  snprintf(label, sizeof label, "tensor '%.200s' %s", name, what);
+  return dcpi_py_i64_seq(seq, out, DCP_MAX_NDIM, n, label);
+}
+
 /* The dtype declared for fqn in this state, or -1 with NotFoundError. */
 static int declared_dtype(dcpi_py_state *s, PyObject *fqn, dcp_dtype *out) {
   PyObject *d = PyDict_GetItemWithError(s->dtypes, fqn);
@@ -193,7 +202,7 @@ static PyObject *state_add_tensor(PyObject *self, PyObject *args, PyObject *kwar
   uint32_t ndim;
   const char *name = dcpi_py_utf8(fqn, "tensor name");
   if (!s || !name || dcpi_py_dtype(dtype_obj, &dtype) ||
-      dcpi_py_i64_seq(shape_obj, shape, DCP_MAX_NDIM, &ndim, "shape"))
+      named_seq(name, "shape", shape_obj, shape, &ndim))
     return NULL;
   dcp_status rc = dcp_state_add_tensor(s->st, name, dtype, ndim, shape);
   if (rc) return dcpi_py_raise_ctx(s->owner->ctx, rc);
@@ -215,8 +224,8 @@ static PyObject *state_add_chunk(PyObject *self, PyObject *args, PyObject *kwarg
   uint32_t n_off, n_size;
   dcp_dtype dtype;
   if (!s || !name || declared_dtype(s, fqn, &dtype) ||
-      dcpi_py_i64_seq(off_obj, off, DCP_MAX_NDIM, &n_off, "offset") ||
-      dcpi_py_i64_seq(size_obj, size, DCP_MAX_NDIM, &n_size, "size"))
+      named_seq(name, "offset", off_obj, off, &n_off) ||
+      named_seq(name, "size", size_obj, size, &n_size))
     return NULL;
   if (n_off != n_size)
     return dcpi_py_raisef(DCP_EINVAL, "tensor '%s': offset has %u dims, size %u", name, n_off,
@@ -284,7 +293,7 @@ static PyObject *state_add_sharded(PyObject *self, PyObject *args, PyObject *kwa
   int64_t shape[DCP_MAX_NDIM], numel;
   uint32_t ndim;
   if (!s || !name || dcpi_py_dtype(dtype_obj, &dtype) ||
-      dcpi_py_i64_seq(shape_obj, shape, DCP_MAX_NDIM, &ndim, "shape"))
+      named_seq(name, "shape", shape_obj, shape, &ndim))
     return NULL;
   if (!l->layout) return dcpi_py_raise(DCP_EINVAL, "the layout is not initialised");
   if ((Py_ssize_t)ndim != PyTuple_GET_SIZE(l->tensor_map))
