@@ -106,6 +106,16 @@ class Values(DcpCase):
         self.assertEqual(sd["o"][:2], (torch.float16, torch.device("cpu")))
         self.assertTrue(torch.equal(sd["o"][2], torch.arange(3)))
 
+    def test_the_index_key_is_reserved(self):
+        with self.assertRaises(dcp.InvalidError) as cm:
+            dt.save({"x": torch.ones(1)}, checkpoint_id=self.path("k"), ctx=self.ctx,
+                    kv={"dcp.torch": "mine"})
+        self.assertIn("'dcp.torch'", str(cm.exception))
+        self.assertFalse(dcp.committed(self.ctx, self.path("k")))
+        dt.save({"x": torch.ones(1)}, checkpoint_id=self.path("k"), ctx=self.ctx,
+                kv={"mine": "1"})
+        self.assertEqual(dcp.meta_open(self.ctx, self.path("k")).kv()["mine"], "1")
+
     def test_a_crafted_index_is_a_corrupt_error(self):
         for i, index in enumerate(['{"version": 1, "as_real": {"x": "load"}}', "[1]", "{",
                                    '{"as_real": []}']):

@@ -388,6 +388,9 @@ def _build_save(ctx, state_dict, allow_pickle):
 
 def _save_options(options, index):
     kv = dict(options.pop("kv", None) or {})
+    if _INDEX_KEY in kv:  # it was replaced by the index, silently
+        raise _dcp.InvalidError("kv: the key '%s' is dcp.torch's own (the checkpoint's index)"
+                                % _INDEX_KEY)
     kv.setdefault("framework", "torch " + torch.__version__)
     kv[_INDEX_KEY] = _json.dumps(index).decode()
     options["kv"] = kv
