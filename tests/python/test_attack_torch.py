@@ -166,6 +166,14 @@ class Views(DcpCase):
         self.assertTrue(torch.equal(base3[7:], want[2:]))
         self.assertEqual(float(d), 7.0)
         self.assertTrue(torch.equal(hb, want.to(torch.bfloat16)))
+        # layouts whose strides are not in order, without overlap: loaded into
+        img = torch.arange(2 * 3 * 4 * 5.).reshape(2, 3, 4, 5)
+        path = self.save({"img": img, "p": img.permute(3, 1, 0, 2)}, "layouts")
+        cl = torch.zeros(2, 3, 4, 5).to(memory_format=torch.channels_last)
+        padded = torch.empty_strided((5, 3, 2, 4), (1, 200, 50, 10)).zero_()
+        dt.load({"img": cl, "p": padded}, checkpoint_id=path, ctx=self.ctx)
+        self.assertTrue(torch.equal(cl, img))
+        self.assertTrue(torch.equal(padded, img.permute(3, 1, 0, 2)))
 
     def test_lazily_conjugated_and_negated_tensors(self):
         z = torch.tensor([1 + 2j, 3 - 4j])
