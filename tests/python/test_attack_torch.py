@@ -415,6 +415,13 @@ class FromEnv(unittest.TestCase):
             with mock.patch.dict(os.environ, env):
                 with self.assertRaises(dcp.InvalidError):
                     dcp.Context.from_env()
+        for master, port, text in (("nonexistent.invalid", "29555", "MASTER_ADDR"),
+                                   ("192.0.2.1", "99999", "MASTER_PORT")):
+            env = dict(RANK="0", WORLD_SIZE="2", MASTER_ADDR=master, MASTER_PORT=port)
+            with mock.patch.dict(os.environ, env):
+                with self.assertRaises(dcp.InvalidError, msg=str(env)) as cm:
+                    dcp.Context.from_env(rendezvous="dir", rendezvous_dir="/nonexistent")
+                self.assertIn(text, str(cm.exception))
         self.assertEqual(self.ranks(), (0, 1, 0))
         self.assertEqual(self.ranks(RANK=" 3", WORLD_SIZE="4 ", LOCAL_RANK="1",
                                     LOCAL_WORLD_SIZE="2"), (3, 4, 1))

@@ -123,9 +123,16 @@ def route_address(master, port=29500):
     this host or unset."""
     if not master or _is_local(master):
         return "127.0.0.1"
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect((master, port))
-        return s.getsockname()[0]
+    if not 1 <= port <= 65535:
+        raise _dcp.InvalidError("Context.from_env(): MASTER_PORT=%d is not in 1..65535" % port)
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((master, port))
+            return s.getsockname()[0]
+    except OSError as e:  # does not resolve, no route
+        raise _dcp.InvalidError("Context.from_env(): no route to MASTER_ADDR=%s (%s): set it "
+                                "to rank 0's host, or pass coll_options='host=...'"
+                                % (master, e)) from None
 
 
 def _multi_host(world):
