@@ -34,6 +34,15 @@ class Adapter(DcpCase):
         self.assertTrue(torch.equal(dest.z.resolve_conj(), z.conj().resolve_conj()))
         self.assertTrue(torch.equal(dest.n, -torch.arange(3.)))
 
+    def test_a_load_is_an_in_place_change_for_autograd(self):
+        m = model()
+        dp.save(self.ctx, self.path("c"), model=m, rng=False)
+        loss = (m(torch.randn(2, 2, requires_grad=True)) ** 2).sum()  # saves m.weight
+        dp.load(self.ctx, self.path("c"), model=m, rng=False)  # written in place
+        with self.assertRaises(RuntimeError) as cm:
+            loss.backward()
+        self.assertIn("inplace", str(cm.exception))
+
     def test_sparse_and_overlapping_tensors_are_refused_naming_them(self):
         with self.assertRaises(dcp.InvalidError) as cm:
             dp.save(self.ctx, self.path("s"), model=model(s=torch.eye(2).to_sparse()), rng=False)

@@ -189,6 +189,16 @@ class Views(DcpCase):
             dt.load({"c": base.conj()}, checkpoint_id=path, ctx=self.ctx, strict=False)
             self.assertTrue(torch.equal(base.conj().resolve_conj(), c))
 
+    def test_a_load_is_an_in_place_change_for_autograd(self):
+        lin = torch.nn.Linear(3, 3)
+        path = self.save({"w": lin.weight.detach().clone() * 2})
+        x = torch.randn(2, 3, requires_grad=True)
+        loss = (lin(x) ** 2).sum()  # the graph saved lin.weight (for x.grad)
+        dt.load({"w": lin.weight}, checkpoint_id=path, ctx=self.ctx)
+        with self.assertRaises(RuntimeError) as cm:  # not a backward through stale values
+            loss.backward()
+        self.assertIn("inplace", str(cm.exception))
+
     def test_sparse_tensors_are_refused_naming_the_key(self):
         with self.assertRaises(dcp.InvalidError) as cm:
             self.save({"s": torch.eye(3).to_sparse()})

@@ -472,7 +472,7 @@ def load(ctx, path=None, *, model=None, optimizer=None, scheduler=None, rng=True
         raise dcp.CorruptError("the checkpoint's '%s' entry is not a list of tensor names: %r"
                                % (_COMPLEX_KEY, raw)) from None
     specs = _shards(model, shards)
-    items, copies, extra_states = {}, [], []
+    items, copies, extra_states, direct = {}, [], [], []
     for name, t in _model_entries(model):
         key = model_prefix + name
         if not torch.is_tensor(t):
@@ -490,7 +490,9 @@ def load(ctx, path=None, *, model=None, optimizer=None, scheduler=None, rng=True
                                           complex_names, cast)
         if back is not None:
             copies.append((back, items[key]))
-        elif not fits:
+        elif fits:
+            direct.append(t)
+        else:
             got = _saved_view(saved[key], key, complex_names)
             raise dcp.MismatchError("'%s': the checkpoint's tensor is %s %s, the model's %s %s"
                                     % (key, list(got[0]), str(got[1])[6:], list(t.shape),
@@ -510,6 +512,8 @@ def load(ctx, path=None, *, model=None, optimizer=None, scheduler=None, rng=True
     with torch.no_grad():
         for dest, item in copies:  # non-contiguous, cast, or on a GPU
             dest.copy_(_tensor_of(item).to(dest.device))
+    for t in direct:
+        _dcp_torch._written(t)
     if extra_states:
         mods = _extra_state_modules(model)
         for key, name in extra_states:

@@ -299,6 +299,14 @@ def _check_destination(t, key):
             "into a tensor of its own" % (key, list(t.shape), list(t.stride())))
 
 
+def _written(t):
+    """t was written through numpy, behind autograd's back: count it as the
+    in-place change it is (as copy_ does), so that a graph which saved t
+    refuses to backward through stale values. as_strided_ onto itself
+    moves no data."""
+    t.detach().as_strided_(t.size(), t.stride(), t.storage_offset())
+
+
 def _buffer(t, key):
     """(numpy view of a C-contiguous CPU tensor, libdcp dtype, keep-alive),
     staging CUDA tensors, copying non-contiguous ones and viewing complex
@@ -691,12 +699,14 @@ class _TensorDest:
                                         str(dtype).replace("torch.", "")))
         self.code, self.shape = saved["dtype"], tuple(saved["shape"])
         self.parts = []  # (numpy buffer, offset)
+        self.direct = []  # tensors libdcp writes into themselves
         for t, _ in chunks:  # every destination checked before anything is written
             _check_destination(t, key)
         for t, offset in chunks:
             if t.device.type == "cpu" and t.dtype == saved_torch and t.is_contiguous() \
                     and not t.is_conj() and not t.is_neg():
                 dest = t.detach()
+                self.direct.append(t)
             else:
                 pin = t.device.type == "cuda"
                 dest = torch.empty(t.shape, dtype=saved_torch, pin_memory=pin)
@@ -716,6 +726,8 @@ class _TensorDest:
         with torch.no_grad():
             for t, dest in self.copies:
                 t.copy_(dest.to(t.device, non_blocking=False))
+        for t in self.direct:
+            _written(t)
 
 
 def _set_leaf(leaf, value):
