@@ -44,6 +44,24 @@ dt.load(got, checkpoint_id=path, ctx=ctx)
 assert [float(got["only%d" % r][0]) for r in (0, 1)] == [0.0, 1.0], got
 assert torch.equal(got["both"], torch.arange(3.))
 
+# a load one rank refuses before the collective (a key the checkpoint
+# lacks, a destination that cannot hold the values): that rank raises, the
+# other loads, and both go on in step (the refusing rank took part in the
+# collective load with nothing to load instead of leaving its peer waiting)
+for bad in ({"gone": torch.zeros(1)}, {"both": torch.zeros(1).expand(3)}):
+    got = {"both": torch.zeros(3)}
+    if rank == 0:
+        got.update(bad)
+        try:
+            dt.load(got, checkpoint_id=path, ctx=ctx)
+        except (dcp.NotFoundError, dcp.InvalidError):
+            pass
+        else:
+            raise SystemExit("rank 0 loaded %s" % list(bad))
+    else:
+        dt.load(got, checkpoint_id=path, ctx=ctx)
+        assert torch.equal(got["both"], torch.arange(3.))
+
 # an async save: the tensors change as soon as it returns (a key of each
 # rank's own and a replicated one)
 x = torch.arange(1 << 20, dtype=torch.float32) + rank

@@ -765,8 +765,10 @@ def load(state_dict, *, checkpoint_id=None, storage_reader=None, planner=None,
           _key_mapper(key_map, key_prefix), None, **options)
 
 
-def _load(state_dict, ctx, path, allow_pickle, cast, strict, mapper, run, **options):
-    """load's body; run(state) performs the libdcp load when given."""
+def _plan_load(state_dict, ctx, path, cast, strict, mapper):
+    """(expanded state_dict, its Stateful objects, the State to load,
+    tensor destinations, (leaf, buffer) of the other values): everything a
+    load checks before the collective libdcp load."""
     expanded, objs = _expand(state_dict, for_load=True)
     meta = _dcp.meta_open(ctx, path)
     try:
@@ -801,10 +803,31 @@ def _load(state_dict, ctx, path, allow_pickle, cast, strict, mapper, run, **opti
             buf = bytearray(lengths[name])
             st.add_bytes(name, buf)
             objects.append((leaf, buf))
-    if run is not None:
-        run(st)
-    else:
-        _dcp.load(ctx, st, path, **options)
+    return expanded, objs, st, tensors, objects
+
+
+def _load(state_dict, ctx, path, allow_pickle, cast, strict, mapper, run, **options):
+    """load's body; run(state) performs the libdcp load when given."""
+    def collective(st):
+        if run is not None:
+            run(st)
+        else:
+            _dcp.load(ctx, st, path, **options)
+
+    try:
+        expanded, objs, st, tensors, objects = _plan_load(state_dict, ctx, path, cast, strict,
+                                                          mapper)
+    except Exception:
+        # the other ranks may be in the collective load already: take part
+        # with nothing to load, then raise, rather than leave them waiting
+        # for this rank until the context's timeout (or its exit)
+        if ctx.world_size > 1:
+            try:
+                collective(_dcp.State(ctx))
+            except _dcp.Error:
+                pass
+        raise
+    collective(st)
     del st
     for d in tensors:
         d.finish()
