@@ -8,6 +8,7 @@ import sys
 import torch
 
 import dcp
+import dcp.pytorch as dp
 import dcp.torch as dt
 
 rank = int(os.environ["RANK"])
@@ -61,6 +62,23 @@ for bad in ({"gone": torch.zeros(1)}, {"both": torch.zeros(1).expand(3)}):
     else:
         dt.load(got, checkpoint_id=path, ctx=ctx)
         assert torch.equal(got["both"], torch.arange(3.))
+
+# the same through dcp.pytorch (a model buffer the checkpoint lacks on rank 0)
+torch.manual_seed(0)
+lin = torch.nn.Linear(2, 2)
+dp.save(ctx, os.path.join(root, "pt"), model=lin, rng=False)
+dest = torch.nn.Linear(2, 2)
+if rank == 0:
+    dest.register_buffer("extra", torch.zeros(1))
+    try:
+        dp.load(ctx, os.path.join(root, "pt"), model=dest, rng=False)
+    except dcp.NotFoundError:
+        pass
+    else:
+        raise SystemExit("rank 0 loaded a model with a buffer the checkpoint lacks")
+else:
+    dp.load(ctx, os.path.join(root, "pt"), model=dest, rng=False)
+    assert torch.equal(dest.weight, lin.weight)
 
 # an async save: the tensors change as soon as it returns (a key of each
 # rank's own and a replicated one)

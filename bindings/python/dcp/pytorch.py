@@ -452,16 +452,10 @@ def _extra_state_modules(model):
     return out
 
 
-def load(ctx, path=None, *, model=None, optimizer=None, scheduler=None, rng=True, shards=None,
-         strict=True, cast=False, model_prefix="model.", **options):
-    """Load a training state from path into the given objects (collective;
-    options as dcp.load). The model's tensors are filled in place (through a
-    copy for non-contiguous ones, and with cast=True for another dtype).
-    With strict=False, model tensors the checkpoint lacks are left as they
-    are. model_prefix is the prefix of the model's items: "" for a Hugging
-    Face safetensors import (its names are the model's own fqns). Returns
-    the saved extras (None when none were saved)."""
-    ctx, path = _ctx_path(ctx, path)
+def _plan_load(ctx, path, model, optimizer, scheduler, rng, shards, strict, cast, model_prefix):
+    """What load checks and prepares before the collective libdcp load:
+    (state, {bytes item: buffer}, copies, tensors written in place, extra
+    states, optimizer loads, schedulers)."""
     meta = dcp.meta_open(ctx, path)
     saved = {t["fqn"]: t for t in meta.tensors()}
     keys = {b["key"] for b in meta.bytes_items()}
@@ -507,8 +501,36 @@ def load(ctx, path=None, *, model=None, optimizer=None, scheduler=None, rng=True
             items[k] = dcp.Bytes(None, dcp.SCOPE_PER_RANK)
     if "extra" in keys:
         items["extra"] = dcp.Bytes(None)
-    loaded = dcp.load(ctx, items, path, meta=meta, **options)
+    st, loaded = dcp.build_state(ctx, items, meta)
     del meta
+    return st, loaded, copies, direct, extra_states, optims, scheds
+
+
+def load(ctx, path=None, *, model=None, optimizer=None, scheduler=None, rng=True, shards=None,
+         strict=True, cast=False, model_prefix="model.", **options):
+    """Load a training state from path into the given objects (collective;
+    options as dcp.load). The model's tensors are filled in place (through a
+    copy for non-contiguous ones, and with cast=True for another dtype).
+    With strict=False, model tensors the checkpoint lacks are left as they
+    are. model_prefix is the prefix of the model's items: "" for a Hugging
+    Face safetensors import (its names are the model's own fqns). Returns
+    the saved extras (None when none were saved)."""
+    ctx, path = _ctx_path(ctx, path)
+    try:
+        st, loaded, copies, direct, extra_states, optims, scheds = _plan_load(
+            ctx, path, model, optimizer, scheduler, rng, shards, strict, cast, model_prefix)
+    except Exception:
+        # the other ranks may be in the collective load already (a rank past
+        # the saved world has no rng items): take part with nothing to load,
+        # then raise, rather than leave them waiting until the timeout
+        if ctx.world_size > 1:
+            try:
+                dcp.load(ctx, dcp.State(ctx), path)
+            except dcp.Error:
+                pass
+        raise
+    dcp.load(ctx, st, path, **options)
+    del st
     with torch.no_grad():
         for dest, item in copies:  # non-contiguous, cast, or on a GPU
             dest.copy_(_tensor_of(item).to(dest.device))
