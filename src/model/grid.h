@@ -58,4 +58,60 @@ void dcpi_grid_box(const dcpi_grid *g, int64_t idx, int64_t *off, int64_t *size)
 bool dcpi_grid_fit_dim(int64_t extent, const int64_t *b, int64_t nb, int64_t *n, int64_t *c,
                        int64_t *k);
 
+/* ---- FLAT: outer cells cut into flat ranges ------------------------------
+ *
+ * The FLAT form of a chunk list (docs/format.md, "Derived chunk lists"):
+ * the outer cells of `cells` (a grid with k = 1), each of numel elements cut
+ * into ranges of per = ceil(numel / f) elements (the last shorter; ranges
+ * starting at or past numel do not exist), each range into the boxes of
+ * dcpi_flat_to_boxes. In format version 4 the chunks are numbered in that
+ * generation order: cells row-major, ranges in order, boxes in flat order.
+ * Everything below is arithmetic on (cells, f): the number of boxes that
+ * start before a flat position of a cell is a sum of floor sums (O(ndim)
+ * of them, O(log) each), so a chunk's index, a chunk's box and the chunks
+ * meeting a box cost time in the chunks found, never in the list. */
+typedef struct dcpi_flat {
+  dcpi_grid cells; /* the outer cells (k = 1) */
+  int64_t f;       /* ranges per cell (>= 1) */
+  int64_t count;   /* chunks, set by dcpi_flat_init */
+} dcpi_flat;
+
+/* Check f >= 1 (cells already checked by dcpi_grid_init) and count the
+ * chunks; fails with DCP_ECORRUPT when they are more than max_count. */
+dcp_status dcpi_flat_init(dcpi_flat *fl, const dcpi_grid *cells, int64_t f, uint64_t max_count,
+                          dcpi_err *err);
+
+/* Where chunk `index` is: its outer cell (row-major index), its range in the
+ * cell and its box within the range, plus that range's boxes. A cursor:
+ * dcpi_flat_next steps to the following chunk. */
+typedef struct dcpi_flat_pos {
+  int64_t index, cell, range, box;
+  int64_t coff[DCP_MAX_NDIM], csz[DCP_MAX_NDIM]; /* the cell */
+  int64_t per, ranges;                           /* range length, ranges in the cell */
+  size_t nbox;                                   /* boxes of this range */
+  int64_t off[(2 * DCP_MAX_NDIM - 1) * DCP_MAX_NDIM], sz[(2 * DCP_MAX_NDIM - 1) * DCP_MAX_NDIM];
+} dcpi_flat_pos;
+
+/* Position *p at chunk index (0 <= index < count): binary searches over
+ * the cells and the ranges of one cell, O(ndim log) counts each. */
+void dcpi_flat_seek(const dcpi_flat *fl, int64_t index, dcpi_flat_pos *p);
+
+/* Step *p to the next chunk (false past the last). O(ndim). */
+bool dcpi_flat_next(const dcpi_flat *fl, dcpi_flat_pos *p);
+
+/* The box of the chunk *p is at. */
+void dcpi_flat_box(const dcpi_flat_pos *p, uint32_t ndim, int64_t *off, int64_t *size);
+
+/* Chunks in the cells before cell `cell` (row-major), 0 <= cell <= cell count. */
+int64_t dcpi_flat_before_cell(const dcpi_flat *fl, int64_t cell);
+
+/* Call hit(arg, index, off, size) for every chunk that shares an element
+ * with the non-empty box (off, size) inside the shape, in ascending index.
+ * Walks the cells the box meets and, in each, the ranges of the flat span
+ * between the box's first and last element there. A non-zero return of hit
+ * stops the walk and is returned. */
+int dcpi_flat_query(const dcpi_flat *fl, const int64_t *off, const int64_t *size,
+                    int (*hit)(void *arg, int64_t index, const int64_t *off, const int64_t *size),
+                    void *arg);
+
 #endif
