@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#define DCPI_FORMAT_VERSION 3u /* written; 1 and 2 are still read (2 still written on request) */
+#define DCPI_FORMAT_VERSION 4u /* written; 1, 2 and 3 are still read (2 and 3 written on request) */
 #define DCPI_MAGIC "\x89" "DCPM\r\n\x1a" /* 8 bytes, no NUL counted */
 #define DCPI_MAGIC_LEN 8u
 
@@ -28,7 +28,7 @@ enum {
   DCPI_SEC_COUNT_V1 = 7
 };
 
-/* Sections of a file of format version v (1, 2 or 3). */
+/* Sections of a file of format version v (1 to 4). */
 #define DCPI_SEC_COUNT_OF(v) ((v) == 1u ? (unsigned)DCPI_SEC_COUNT_V1 : (unsigned)DCPI_SEC_COUNT)
 /* Where the sections start in a file with n directory entries. */
 #define DCPI_SECTIONS_AT(n) (DCPI_HEADER_SIZE + (size_t)(n) * DCPI_DIRENT_SIZE)
@@ -60,5 +60,11 @@ enum {
 #define DCPI_MIN_BYTES 5u   /* key, scope, rank, flags, raw length */
 #define DCPI_MIN_KV 2u      /* key, value */
 #define DCPI_MIN_FILE_LEN 1u /* a file length varint (save section) */
+
+/* Version 4 derived lists: the byte offset of every DCPI_SKIP_EVERY-th
+ * entry (the interval the encoder writes; a reader takes any >= 1), whose
+ * entry is self-contained (file EXPLICIT, offset ABS). */
+#define DCPI_SKIP_EVERY 64u
+#define DCPI_RF_SELF_CONTAINED (DCPI_RF_FILE_EXPLICIT | DCPI_RF_OFF_ABS)
 
 #endif

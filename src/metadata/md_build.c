@@ -83,8 +83,8 @@ dcp_status dcpi_md_set_world(dcpi_md *md, int32_t world_size, dcpi_err *err) {
 
 dcp_status dcpi_md_set_format_version(dcpi_md *md, uint32_t version, dcpi_err *err) {
   if (!md) return dcpi_fail(err, DCP_EINVAL, "metadata builder is NULL");
-  if (version != 2 && version != DCPI_FORMAT_VERSION)
-    return dcpi_fail(err, DCP_EINVAL, "cannot write metadata format version %u (2 or %u)",
+  if (version < 2 || version > DCPI_FORMAT_VERSION)
+    return dcpi_fail(err, DCP_EINVAL, "cannot write metadata format version %u (2 to %u)",
                      version, DCPI_FORMAT_VERSION);
   md->version = version;
   return DCP_OK;

@@ -214,15 +214,18 @@ typedef struct list_state {
 } list_state;
 
 /* Write chunk c's entry of tensor t; derived (the list's form gives the
- * box) writes no box fields and sets no box bits. */
+ * box) writes no box fields and sets no box bits; self_contained (a skip
+ * point of version 4) writes its file and offset explicitly. */
 static void w_chunk(enc *e, dcpi_wbuf *w, const dcpi_md_tensor *t, size_t c, list_state *ls,
-                    bool derived) {
+                    bool derived, bool self_contained) {
   const int64_t *off = dcpi_md_chunk_off(t, c), *size = dcpi_md_chunk_size(t, c);
   dcpi_md_ref ref = chunk_ref(e->md, t, c);
   int64_t pred[DCP_MAX_NDIM];
   dcpi_md_predict_offset(t->ndim, t->shape, ls->prev_off, ls->prev_size, ls->prev_off == NULL,
                          pred);
   uint8_t f = loc_flags(e, &ref, &ls->loc);
+  if (self_contained)
+    f = (uint8_t)((f & ~(DCPI_RF_FILE_MASK | DCPI_RF_OFF_MASK)) | DCPI_RF_SELF_CONTAINED);
   if (derived) {
     dcpi_w_u8(w, f);
   } else {
@@ -282,6 +285,62 @@ static dcp_status w_form(enc *e, dcpi_wbuf *w, const dcpi_md_tensor *t, const ch
   return DCP_OK;
 }
 
+/* The position in the sorted order[0..n) of the box (off, size). */
+static size_t find_sorted(const dcpi_md_tensor *t, const chunk_at *order, size_t n,
+                          const int64_t *off, const int64_t *size) {
+  size_t lo = 0, hi = n;
+  while (lo + 1 < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int c = dcpi_md_cmp_i64(dcpi_md_chunk_off(t, order[mid].c), off, t->ndim);
+    if (c == 0) c = dcpi_md_cmp_i64(dcpi_md_chunk_size(t, order[mid].c), size, t->ndim);
+    if (c <= 0) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* Version 4 FLAT lists are in generation order (model/grid.h): reorder
+ * the sorted order[] into it (the boxes are the form's, detection said so). */
+static dcp_status flat_order(enc *e, const dcpi_md_tensor *t, const dcpi_form *fm,
+                             chunk_at *order) {
+  size_t n = t->nchunks;
+  dcpi_flat fl;
+  chunk_at *gen = malloc(n * sizeof *gen);
+  if (!gen) return dcpi_fail(e->err, DCP_ENOMEM, "cannot order %zu chunks", n);
+  dcp_status rc = dcpi_flat_init(&fl, &fm->grid, fm->f, n, e->err);
+  dcpi_flat_pos p;
+  if (rc == DCP_OK) dcpi_flat_seek(&fl, 0, &p);
+  for (size_t g = 0; rc == DCP_OK && g < n; g++) {
+    int64_t o[DCP_MAX_NDIM], s[DCP_MAX_NDIM];
+    dcpi_flat_box(&p, t->ndim, o, s);
+    gen[g] = order[find_sorted(t, order, n, o, s)];
+    dcpi_flat_next(&fl, &p);
+  }
+  if (rc == DCP_OK) memcpy(order, gen, n * sizeof *gen);
+  free(gen);
+  return rc;
+}
+
+/* Write the entries of t's derived list in order[] with a version 4 skip
+ * table in front: var interval, then per interval-th entry (not the first)
+ * its byte offset within the entries, as a delta from the previous one. */
+static dcp_status w_skipped_entries(enc *e, dcpi_wbuf *w, const dcpi_md_tensor *t,
+                                    const chunk_at *order) {
+  size_t n = t->nchunks, every = DCPI_SKIP_EVERY, prev = 0;
+  dcpi_wbuf body = {0};
+  list_state ls = {{0, 0, 0}, NULL, t->shape};
+  dcpi_w_varint(w, every);
+  for (size_t c = 0; c < n; c++) {
+    bool skip = c > 0 && c % every == 0;
+    if (skip) dcpi_w_varint(w, body.len - prev), prev = body.len;
+    w_chunk(e, &body, t, order[c].c, &ls, true, skip);
+  }
+  if (body.status == DCP_OK && body.len) dcpi_w_bytes(w, body.data, body.len);
+  dcp_status rc = body.status;
+  free(body.data);
+  return rc != DCP_OK ? dcpi_fail(e->err, rc, "cannot encode chunk list") : DCP_OK;
+}
+
 /* Write tensor t's sorted chunk list into the chunks buffer and its index
  * entry's chunk fields (count, list length, list xxh3) into the tensors one. */
 static dcp_status w_chunk_list(enc *e, const dcpi_md_tensor *t) {
@@ -299,8 +358,11 @@ static dcp_status w_chunk_list(enc *e, const dcpi_md_tensor *t) {
   dcpi_form fm = {.kind = DCPI_FORM_LISTED};
   if (rc == DCP_OK && e->md->version >= 3 && t->nchunks)
     rc = w_form(e, w, t, order, &fm);
-  for (size_t c = 0; c < t->nchunks && rc == DCP_OK; c++)
-    w_chunk(e, w, t, order[c].c, &ls, fm.kind != DCPI_FORM_LISTED);
+  bool skipped = e->md->version >= 4 && fm.kind != DCPI_FORM_LISTED;
+  if (rc == DCP_OK && skipped && fm.kind == DCPI_FORM_FLAT) rc = flat_order(e, t, &fm, order);
+  if (rc == DCP_OK && skipped) rc = w_skipped_entries(e, w, t, order);
+  for (size_t c = 0; c < t->nchunks && rc == DCP_OK && !skipped; c++)
+    w_chunk(e, w, t, order[c].c, &ls, fm.kind != DCPI_FORM_LISTED, false);
   free(order);
   if (rc != DCP_OK || w->status != DCP_OK) return rc != DCP_OK ? rc : w->status;
   size_t len = w->len - start;

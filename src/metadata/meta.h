@@ -34,7 +34,8 @@ dcp_status dcpi_md_set_world(dcpi_md *md, int32_t world_size, dcpi_err *err);
 
 /* Write format version `version` instead of DCPI_FORMAT_VERSION: 2 (every
  * chunk list listed, for readers of libdcp 0.3 and the tests that prove
- * old checkpoints still read) or the current one. Errors: DCP_EINVAL. */
+ * old checkpoints still read), 3 (derived lists without skip tables, FLAT
+ * chunks in (offset, size) order) or the current one. Errors: DCP_EINVAL. */
 dcp_status dcpi_md_set_format_version(dcpi_md *md, uint32_t version, dcpi_err *err);
 
 /* Record the identity of the save md describes (format version 2): a

@@ -604,7 +604,10 @@ void dcp_meta_free(dcp_meta *m) {
     free(m->meshes[i].shape);
     free(m->meshes[i].ranks);
   }
-  for (size_t i = 0; i < m->ntensors; i++) dcpi_mv_chunks_free(m->tensors[i].chunks);
+  for (size_t i = 0; i < m->ntensors; i++) {
+    dcpi_mv_chunks_free(m->tensors[i].chunks);
+    dcpi_mv_head_free(m->tensors[i].head);
+  }
   free(m->strings);
   free(m->files);
   free(m->meshes);

@@ -64,6 +64,21 @@ typedef struct dcpi_mv_chunks {
   dcpi_form form; /* how the boxes were found (version 3: derived or listed) */
 } dcpi_mv_chunks;
 
+/* What a chunk list's header says (decoded on first use, after its
+ * checksum): its form and, in version 4, the skip table of a derived list;
+ * plus the window of refs last decoded from it (dcp_meta_chunk without the
+ * whole list). */
+typedef struct dcpi_mv_head {
+  dcpi_form form;
+  dcpi_flat flat;       /* a FLAT form's arithmetic (version 4) */
+  uint64_t every;       /* skip interval; 0: no table (one window) */
+  uint64_t *skip;       /* nskip: byte offset, within the entries, of entry every*(j+1) */
+  size_t nskip;
+  size_t entries_at;    /* where the entries start within the list */
+  dcpi_mv_chunks *win;  /* entries [win_first, win_first + win_n), or NULL */
+  uint64_t win_first, win_n;
+} dcpi_mv_head;
+
 typedef struct dcpi_mv_tensor {
   const char *fqn;
   size_t fqn_len;
@@ -76,6 +91,7 @@ typedef struct dcpi_mv_tensor {
   size_t list_off, list_len; /* within the chunks section */
   uint64_t list_hash;
   dcpi_mv_chunks *chunks; /* NULL until decoded */
+  dcpi_mv_head *head;     /* NULL until the list's header is decoded */
 } dcpi_mv_tensor;
 
 typedef struct dcpi_mv_bytes {
@@ -180,6 +196,9 @@ uint64_t dcpi_mv_hash(const uint8_t *p, size_t n);
 /* Free a decoded chunk list. */
 void dcpi_mv_chunks_free(dcpi_mv_chunks *c);
 
+/* Free a list header (and its window). */
+void dcpi_mv_head_free(dcpi_mv_head *h);
+
 /* Decode tensor ti's chunk list if not yet done (errors as dcp_meta_chunk,
  * reported in err) and point *offs and *sizes at its boxes: nchunks*ndim
  * int64 each, chunk c at [c*ndim], owned by the view and valid as long as
@@ -197,6 +216,14 @@ dcp_status dcpi_meta_chunk_form(dcp_meta *m, size_t ti, dcpi_form *out, dcpi_err
  * load planner finds the chunks meeting a box from it without decoding the
  * list. *found false otherwise. Errors: DCP_ENOTFOUND, DCP_ECORRUPT. */
 dcp_status dcpi_meta_chunk_grid(dcp_meta *m, size_t ti, dcpi_grid *out, bool *found,
+                                dcpi_err *err);
+
+/* When tensor ti's list is a version 4 FLAT list (chunks in generation
+ * order), its arithmetic into *out and *found true, reading only the
+ * list's header (after its checksum): the load planner queries it like a
+ * grid. *found false otherwise (a version 3 FLAT list is in (offset, size)
+ * order: the planner gets its boxes). Errors as dcpi_meta_chunk_grid. */
+dcp_status dcpi_meta_chunk_flat(dcp_meta *m, size_t ti, dcpi_flat *out, bool *found,
                                 dcpi_err *err);
 
 /* Tensor ti's global shape (ndim entries), owned by the view; ti must be in

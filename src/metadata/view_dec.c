@@ -179,6 +179,13 @@ uint64_t dcpi_mv_hash(const uint8_t *p, size_t n) {
   return XXH3_64bits(n ? p : empty, n);
 }
 
+void dcpi_mv_head_free(dcpi_mv_head *h) {
+  if (!h) return;
+  free(h->skip);
+  dcpi_mv_chunks_free(h->win);
+  free(h);
+}
+
 void dcpi_mv_chunks_free(dcpi_mv_chunks *c) {
   if (!c) return;
   free(c->offs);

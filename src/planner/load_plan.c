@@ -29,6 +29,9 @@ typedef struct builder {
   size_t ncoords, coords_cap;
   uint32_t *hits; /* scratch for index queries */
   size_t hits_cap;
+  int64_t *hbox;  /* the FLAT hits' boxes: offset, size (ndim each) per hit */
+  size_t hbox_cap, nhits;
+  uint32_t hnd;
   int64_t total;
 } builder;
 
@@ -99,11 +102,12 @@ static dcp_status check_match(const dcpi_load_tensor *t, const dcpi_saved_tensor
   return DCP_OK;
 }
 
-/* A saved grid must be the tensor's: same dimensions and extents, one
- * chunk per grid box. */
+/* A saved grid (or FLAT form) must be the tensor's: same dimensions and
+ * extents, one chunk per grid box (per flat chunk). */
 static dcp_status check_saved_grid(const dcpi_saved_tensor *s, dcpi_err *err) {
-  const dcpi_grid *g = s->grid;
-  bool ok = g->ndim == s->ndim && (uint64_t)g->count == (uint64_t)s->nchunks;
+  const dcpi_grid *g = s->grid ? s->grid : &s->flat->cells;
+  int64_t count = s->grid ? g->count : s->flat->count;
+  bool ok = g->ndim == s->ndim && (uint64_t)count == (uint64_t)s->nchunks;
   for (uint32_t d = 0; ok && d < s->ndim; d++) ok = g->extent[d] == s->shape[d];
   if (!ok)
     return dcpi_fail(err, DCP_ECORRUPT, "load: tensor '%s': its chunk grid does not match its "
@@ -116,7 +120,7 @@ static dcp_status check_saved_chunks(const dcpi_saved_tensor *s, dcpi_err *err) 
   if (s->nchunks > UINT32_MAX)
     return dcpi_fail(err, DCP_EOVERFLOW, "load: tensor '%s' has %zu chunks", s->fqn,
                      s->nchunks);
-  if (s->grid) return check_saved_grid(s, err);
+  if (s->grid || s->flat) return check_saved_grid(s, err);
   if (s->nchunks && s->ndim && (!s->chunk_off || !s->chunk_sz))
     return dcpi_fail(err, DCP_ECORRUPT, "load: tensor '%s' has NULL chunk boxes", s->fqn);
   for (size_t i = 0; i < s->nchunks; i++) {
@@ -174,11 +178,31 @@ static dcp_status add_overlap(builder *b, size_t ci, const dcpi_saved_tensor *s,
   return DCP_OK;
 }
 
+/* dcpi_flat_query's callback: keep the hit's index and box. */
+static int flat_hit(void *arg, int64_t index, const int64_t *off, const int64_t *size) {
+  builder *b = arg;
+  size_t nd = b->hnd;
+  if (DCPI_RESERVE(b->hits, b->hits_cap, b->nhits + 1) ||
+      DCPI_RESERVE(b->hbox, b->hbox_cap, (b->nhits + 1) * 2 * nd))
+    return 1;
+  memcpy(b->hbox + b->nhits * 2 * nd, off, nd * sizeof *off);
+  memcpy(b->hbox + b->nhits * 2 * nd + nd, size, nd * sizeof *size);
+  b->hits[b->nhits++] = (uint32_t)index;
+  return 0;
+}
+
 /* The saved chunks meeting destination chunk c: from the grid (its cells
  * that hold the box's corners bound a block of cells, walked row-major,
- * i.e. in ascending chunk index), else from the index. */
+ * i.e. in ascending chunk index), from the FLAT form's arithmetic, else
+ * from the index. */
 static dcp_status find_hits(builder *b, const dcpi_load_chunk *c, const dcpi_box_index *ix,
                             const dcpi_saved_tensor *s, size_t *nh) {
+  if (!s->grid && s->flat) {
+    b->nhits = 0, b->hnd = s->ndim;
+    int rc = dcpi_flat_query(s->flat, c->offset, c->size, flat_hit, b);
+    *nh = b->nhits;
+    return rc ? DCP_ENOMEM : DCP_OK;
+  }
   if (!s->grid)
     return dcpi_box_index_query(ix, c->offset, c->size, &b->hits, &b->hits_cap, nh);
   const dcpi_grid *g = s->grid;
@@ -217,6 +241,8 @@ static dcp_status plan_chunk(builder *b, size_t ci, const dcpi_box_index *ix,
     const int64_t *so = go, *ss = gs;
     if (s->grid) {
       dcpi_grid_box(s->grid, b->hits[h], go, gs);
+    } else if (s->flat) {
+      so = b->hbox + h * 2 * s->ndim, ss = so + s->ndim;
     } else {
       so = s->chunk_off + (size_t)b->hits[h] * s->ndim;
       ss = s->chunk_sz + (size_t)b->hits[h] * s->ndim;
@@ -255,7 +281,8 @@ static dcp_status plan_tensor(builder *b, uint32_t ti, const size_t *list, size_
   s.fqn = t->fqn;         /* name messages as the caller does */
   if ((rc = check_saved_chunks(&s, err))) return rc;
   dcpi_box_index ix = {0};
-  if (!s.grid && (rc = dcpi_box_index_build(&ix, s.ndim, s.nchunks, s.chunk_off, s.chunk_sz, err)))
+  if (!s.grid && !s.flat &&
+      (rc = dcpi_box_index_build(&ix, s.ndim, s.nchunks, s.chunk_off, s.chunk_sz, err)))
     return rc;
   for (size_t k = 0; k < n && !rc; k++) rc = plan_chunk(b, list[k], &ix, &s, err);
   dcpi_box_index_free(&ix);
@@ -346,6 +373,7 @@ static void builder_free(builder *b) {
   free(b->base);
   free(b->coords);
   free(b->hits);
+  free(b->hbox);
 }
 
 dcp_status dcpi_load_plan_build(const dcpi_load_tensor *tensors, size_t ntensors,

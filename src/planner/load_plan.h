@@ -39,6 +39,10 @@ typedef struct dcpi_saved_tensor {
                                (nchunks = grid->count) and chunk_off/chunk_sz
                                may be NULL: the planner finds the chunks that
                                meet a box arithmetically, with no index */
+  const dcpi_flat *flat;    /* or NULL; when set (and grid is not), chunk i
+                               is the FLAT form's chunk i in generation order
+                               (nchunks = flat->count), found by arithmetic
+                               too (dcpi_flat_query) */
 } dcpi_saved_tensor;
 
 /* Fill *out with the saved tensor named fqn (fqn_len bytes, NUL-terminated).

@@ -158,7 +158,7 @@ static void make_world(tu_rng *r, world *w) {
       box_bytes(w, t, o, s, w->sdata[t][i], 0);
     }
     w->st[t] = (dcpi_saved_tensor){w->fqn[t], w->dtype[t], w->nd, w->shape[t], n,
-                                   w->saved[t].off, w->saved[t].sz, w->ids[t], NULL};
+                                   w->saved[t].off, w->saved[t].sz, w->ids[t], NULL, NULL};
   }
 }
 
@@ -322,7 +322,7 @@ static void test_known_case(void **state) {
   (void)state;
   int64_t shape[2] = {4, 4};
   int64_t so[] = {0, 0, 0, 2}, ss[] = {4, 2, 4, 2};
-  dcpi_saved_tensor st = {"w", DCP_F32, 2, shape, 2, so, ss, NULL, NULL};
+  dcpi_saved_tensor st = {"w", DCP_F32, 2, shape, 2, so, ss, NULL, NULL, NULL};
   dcpi_saved_source src = {.tensors = &st, .ntensors = 1};
   dcpi_load_tensor lt = {"w", DCP_F32, 2, shape};
   int64_t o[2] = {1, 0}, s[2] = {2, 4};
@@ -350,7 +350,7 @@ static void test_known_case(void **state) {
   dcpi_load_plan_free(p);
   /* full-width rows merge into one run */
   int64_t so2[] = {0, 0}, ss2[] = {4, 4};
-  st = (dcpi_saved_tensor){"w", DCP_F32, 2, shape, 1, so2, ss2, NULL, NULL};
+  st = (dcpi_saved_tensor){"w", DCP_F32, 2, shape, 1, so2, ss2, NULL, NULL, NULL};
   assert_int_equal(dcpi_load_plan_build(&lt, 1, &ch, 1, &src, &p, NULL), DCP_OK);
   assert_int_equal(p->noverlaps, 1);
   assert_int_equal(dcpi_overlap_run_count(&p->overlaps[0]), 1);
@@ -379,8 +379,8 @@ static void test_from_state(void **state) {
   assert_int_equal(dcp_state_add_flat(stt, "a", NULL, 0, 10, got), DCP_OK);
   assert_int_equal(dcp_state_add_flat(stt, "b", NULL, 0, 3, got), DCP_OK);
   int64_t so[] = {0, 4}, ss[] = {4, 6};
-  dcpi_saved_tensor st[2] = {{"a", DCP_BF16, 1, shape, 2, so, ss, NULL, NULL},
-                             {"b", DCP_BF16, 1, shape, 2, so, ss, NULL, NULL}};
+  dcpi_saved_tensor st[2] = {{"a", DCP_BF16, 1, shape, 2, so, ss, NULL, NULL, NULL},
+                             {"b", DCP_BF16, 1, shape, 2, so, ss, NULL, NULL, NULL}};
   dcpi_saved_source src = {.tensors = st, .ntensors = 2};
   dcpi_load_plan *p;
   assert_int_equal(dcpi_load_plan_from_state(stt, &src, &p, NULL), DCP_OK);
@@ -422,7 +422,7 @@ static void one_init(one *x) {
   int64_t so[] = {0, 0, 4, 0}, ss[] = {4, 6, 4, 6};
   memcpy(x->so, so, sizeof so);
   memcpy(x->ss, ss, sizeof ss);
-  x->st = (dcpi_saved_tensor){"model.w", DCP_F32, 2, x->shape, 2, x->so, x->ss, NULL, NULL};
+  x->st = (dcpi_saved_tensor){"model.w", DCP_F32, 2, x->shape, 2, x->so, x->ss, NULL, NULL, NULL};
   x->src = (dcpi_saved_source){.tensors = &x->st, .ntensors = 1};
   x->lt = (dcpi_load_tensor){"model.w", DCP_F32, 2, x->shape};
   x->s[0] = 8, x->s[1] = 6;

@@ -1,13 +1,15 @@
-/* test_load_plan_grid.c — load planning against a derived grid (the saved
- * side as a dcpi_grid, no box list, no index) gives exactly the plan of the
- * same chunks given as an explicit box list (through the box index): same
- * overlaps in the same order, field by field, on random grids and random
- * destination boxes; and a grid that disagrees with the tensor is
- * DCP_ECORRUPT, not a wrong plan. */
+/* test_load_plan_grid.c — load planning against a derived grid or FLAT
+ * form (the saved side as a dcpi_grid or dcpi_flat, no box list, no index)
+ * gives exactly the plan of the same chunks given as an explicit box list
+ * (through the box index): same overlaps in the same order, field by
+ * field, on random grids, flat splits and random destination boxes; and a
+ * grid or form that disagrees with the tensor is DCP_ECORRUPT, not a wrong
+ * plan. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/box.h"
 #include "model/grid.h"
 #include "planner/load_plan.h"
 #include "testutil.h"
@@ -20,10 +22,14 @@ typedef struct gcase {
   uint32_t ndim;
   int64_t shape[ND];
   dcpi_grid grid;
+  dcpi_flat flat; /* used instead of grid when is_flat */
+  bool is_flat;
   int64_t *off, *sz; /* the grid's boxes as a list */
   int64_t doff[64 * ND], dsz[64 * ND];
   size_t ndest;
 } gcase;
+
+static void make_dest(tu_rng *rng, gcase *c);
 
 static void make_case(tu_rng *rng, gcase *c) {
   int64_t n[ND], cs[ND], k[ND];
@@ -38,10 +44,52 @@ static void make_case(tu_rng *rng, gcase *c) {
     }
   } while (dcpi_grid_init(&c->grid, c->ndim, c->shape, n, cs, k, 20000, &err) != DCP_OK);
   size_t cnt = (size_t)c->grid.count;
+  c->is_flat = false;
   c->off = malloc(cnt * c->ndim * sizeof *c->off);
   c->sz = malloc(cnt * c->ndim * sizeof *c->sz);
   for (size_t i = 0; i < cnt; i++)
     dcpi_grid_box(&c->grid, (int64_t)i, c->off + i * c->ndim, c->sz + i * c->ndim);
+  make_dest(rng, c);
+}
+
+/* A random FLAT form: the grid's outer cells (k = 1) cut into f flat
+ * ranges each; its chunks listed the plain way (cell, range, boxes). */
+static void make_flat_case(tu_rng *rng, gcase *c) {
+  int64_t n[ND], cs[ND], one[ND] = {1, 1, 1}, f;
+  size_t cnt;
+  do {
+    c->ndim = (uint32_t)tu_rng_range(rng, 1, ND);
+    for (uint32_t d = 0; d < c->ndim; d++) {
+      c->shape[d] = tu_rng_range(rng, 1, 30);
+      cs[d] = ceil_div(c->shape[d], tu_rng_range(rng, 1, 4));
+      n[d] = ceil_div(c->shape[d], cs[d]);
+    }
+    f = tu_rng_range(rng, 1, 40);
+  } while (dcpi_grid_init(&c->grid, c->ndim, c->shape, n, cs, one, 20000, NULL) != DCP_OK ||
+           dcpi_flat_init(&c->flat, &c->grid, f, 20000, NULL) != DCP_OK);
+  cnt = (size_t)c->flat.count;
+  c->is_flat = true;
+  c->off = malloc(cnt * c->ndim * sizeof *c->off);
+  c->sz = malloc(cnt * c->ndim * sizeof *c->sz);
+  size_t at = 0;
+  for (int64_t cell = 0; cell < c->grid.count; cell++) {
+    int64_t co[ND], csz[ND], numel;
+    dcpi_grid_box(&c->grid, cell, co, csz);
+    dcpi_numel(c->ndim, csz, &numel);
+    int64_t per = ceil_div(numel, f);
+    for (int64_t b = 0; b < numel; b += per) {
+      size_t nb;
+      dcpi_flat_to_boxes(c->ndim, co, csz, b, numel - b < per ? numel - b : per,
+                         c->off + at * c->ndim, c->sz + at * c->ndim, 2 * ND - 1, &nb, NULL);
+      at += nb;
+    }
+  }
+  assert_int_equal(at, cnt);
+  make_dest(rng, c);
+}
+
+/* Random destination boxes, mostly non-empty. */
+static void make_dest(tu_rng *rng, gcase *c) {
   c->ndest = (size_t)tu_rng_range(rng, 1, 64);
   for (size_t i = 0; i < c->ndest; i++)
     for (uint32_t d = 0; d < c->ndim; d++) {
@@ -58,8 +106,9 @@ static dcpi_load_plan *plan(const gcase *c, bool use_grid, dcp_status want) {
   for (size_t i = 0; i < c->ndest; i++)
     ch[i] = (dcpi_load_chunk){0, c->doff + i * c->ndim, c->dsz + i * c->ndim};
   dcpi_saved_tensor s = {.fqn = "t", .dtype = DCP_F32, .ndim = c->ndim, .shape = c->shape,
-                         .nchunks = (size_t)c->grid.count};
-  if (use_grid) s.grid = &c->grid;
+                         .nchunks = (size_t)(c->is_flat ? c->flat.count : c->grid.count)};
+  if (use_grid && c->is_flat) s.flat = &c->flat;
+  else if (use_grid) s.grid = &c->grid;
   else s.chunk_off = c->off, s.chunk_sz = c->sz;
   dcpi_saved_source src = {.tensors = &s, .ntensors = 1};
   dcpi_load_plan *p = NULL;
@@ -105,6 +154,37 @@ static void test_grid_equals_list(void **state) {
   assert_true(overlaps > 1000);
 }
 
+static void test_flat_equals_list(void **state) {
+  (void)state;
+  tu_rng rng;
+  tu_rng_seed(&rng, tu_seed(1904));
+  size_t overlaps = 0;
+  for (int k = 0; k < 500; k++) {
+    gcase c;
+    make_flat_case(&rng, &c);
+    dcpi_load_plan *g = plan(&c, true, DCP_OK), *l = plan(&c, false, DCP_OK);
+    same_plans(g, l, c.ndim);
+    overlaps += g->noverlaps;
+    dcpi_load_plan_free(g), dcpi_load_plan_free(l);
+    free(c.off), free(c.sz);
+  }
+  printf("# 500 random flat forms: %zu overlaps, flat query == box index\n", overlaps);
+  assert_true(overlaps > 1000);
+}
+
+/* A FLAT form over another shape than the tensor is corruption. */
+static void test_flat_mismatch(void **state) {
+  (void)state;
+  tu_rng rng;
+  tu_rng_seed(&rng, 8);
+  gcase c;
+  make_flat_case(&rng, &c);
+  c.flat.cells.extent[0] += 1;
+  dcpi_load_plan *p = plan(&c, true, DCP_ECORRUPT);
+  assert_null(p);
+  free(c.off), free(c.sz);
+}
+
 /* A grid of another shape or count than the tensor is corruption. */
 static void test_grid_mismatch(void **state) {
   (void)state;
@@ -122,6 +202,8 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_grid_equals_list),
       cmocka_unit_test(test_grid_mismatch),
+      cmocka_unit_test(test_flat_equals_list),
+      cmocka_unit_test(test_flat_mismatch),
   };
   return TU_RUN(tests, NULL, NULL);
 }

@@ -407,7 +407,7 @@ static void test_crafted_header(void **state) {
     dcp_status want;
   } cases[] = {
       {8, 0, 4, DCP_ECORRUPT},                       /* version 0 */
-      {8, 4, 4, DCP_EVERSION},                       /* newer version */
+      {8, DCPI_FORMAT_VERSION + 1, 4, DCP_EVERSION}, /* newer version */
       {12, 1, 4, DCP_ECORRUPT},                      /* header flags */
       {16, 0, 8, DCP_ECORRUPT},                      /* total length */
       {24, 8, 4, DCP_ECORRUPT},                      /* section count */
