@@ -356,6 +356,7 @@ static void emit_load(void *arg, const char *fqn, dcp_dtype dt, uint32_t ndim,
 typedef struct meta_source {
   dcp_meta *meta;
   dcpi_grid grid;
+  dcpi_flat flat;
 } meta_source;
 
 static dcp_status lookup_meta(void *arg, const char *fqn, size_t fqn_len,
@@ -368,14 +369,16 @@ static dcp_status lookup_meta(void *arg, const char *fqn, size_t fqn_len,
     return dcpi_fail(err, DCP_ENOTFOUND, "checkpoint has no tensor '%s'", fqn);
   dcp_meta_tensor(ms->meta, ti, &info);
   const int64_t *off = NULL, *sz = NULL;
-  bool grid = false;
+  bool grid = false, flat = false;
   dcp_status rc = dcpi_meta_chunk_grid(ms->meta, ti, &ms->grid, &grid, err);
-  if (!rc && !grid) rc = dcpi_meta_chunk_boxes(ms->meta, ti, &off, &sz, err);
+  if (!rc && !grid) rc = dcpi_meta_chunk_flat(ms->meta, ti, &ms->flat, &flat, err);
+  if (!rc && !grid && !flat) rc = dcpi_meta_chunk_boxes(ms->meta, ti, &off, &sz, err);
   if (rc) return rc;
   *out = (dcpi_saved_tensor){.fqn = info.fqn, .dtype = info.dtype, .ndim = info.ndim,
                              .shape = dcpi_meta_tensor_shape(ms->meta, ti),
                              .nchunks = (size_t)info.chunk_count, .chunk_off = off,
-                             .chunk_sz = sz, .grid = grid ? &ms->grid : NULL};
+                             .chunk_sz = sz, .grid = grid ? &ms->grid : NULL,
+                             .flat = flat ? &ms->flat : NULL};
   return DCP_OK;
 }
 

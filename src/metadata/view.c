@@ -93,9 +93,13 @@ static const char *locate_damage(const uint8_t *p, size_t len, unsigned nsec, ch
   return pos == end ? "trailer" : "directory";
 }
 
-/* Check magic, version, total length and the trailer checksum. Every
- * message names the part of the file at fault (header, directory, a
- * section or the trailer). */
+/* Check magic, version, total length and (before version 4) the trailer
+ * checksum. Every message names the part of the file at fault (header,
+ * directory, a section or the trailer). Version 4 leaves the trailer to
+ * dcpi_meta_check_whole: its header and directory are pinned by their
+ * checks (no single flip of version 4 reads as an older version), each
+ * small section by its checksum at open, and each chunk list by its own
+ * checksum when it is first used. */
 static dcp_status check_header(const uint8_t *p, size_t len, uint32_t *version, dcpi_err *err) {
   if (len < DCPI_MAGIC_LEN + 4)
     return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: %zu bytes is too short for a header",
@@ -135,7 +139,7 @@ static dcp_status check_header(const uint8_t *p, size_t len, uint32_t *version, 
                      (unsigned long long)total, len);
   uint64_t want = dcpi_get_u64(p + len - DCPI_TRAILER_SIZE);
   char where[80];
-  if (DCPI_CHECKSUMS_ENFORCED && dcpi_mv_hash(p, len - DCPI_TRAILER_SIZE) != want)
+  if (DCPI_CHECKSUMS_ENFORCED && *version < 4 && dcpi_mv_hash(p, len - DCPI_TRAILER_SIZE) != want)
     return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: whole-file checksum mismatch, the "
                      "damage is in the %s", locate_damage(p, len, nsec, where, sizeof where));
   if (dcpi_get_u32(p + 12) != 0 || dcpi_get_u32(p + 28) != 0)
@@ -147,8 +151,10 @@ static dcp_status check_header(const uint8_t *p, size_t len, uint32_t *version, 
 }
 
 /* Check directory entry i: id, contiguous placement within the file, and
- * the section's xxh3. *pos is where the section must start; it advances. */
-static dcp_status check_dirent(const uint8_t *p, size_t len, unsigned i, size_t *pos,
+ * (unless lazy: the chunks section of version 4, whose lists carry their
+ * own checksums) the section's xxh3. *pos is where the section must start;
+ * it advances. */
+static dcp_status check_dirent(const uint8_t *p, size_t len, unsigned i, bool lazy, size_t *pos,
                                sec_range *out, dcpi_err *err) {
   const uint8_t *d = p + DCPI_HEADER_SIZE + (size_t)i * DCPI_DIRENT_SIZE;
   uint32_t id = dcpi_get_u32(d);
@@ -161,7 +167,8 @@ static dcp_status check_dirent(const uint8_t *p, size_t len, unsigned i, size_t 
     return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: section %u at [%llu, +%llu) is not "
                      "contiguous at %zu within the %zu section bytes", id,
                      (unsigned long long)off, (unsigned long long)slen, *pos, end);
-  if (DCPI_CHECKSUMS_ENFORCED && dcpi_mv_hash(p + off, (size_t)slen) != dcpi_get_u64(d + 24))
+  if (DCPI_CHECKSUMS_ENFORCED && !(lazy && id == DCPI_SEC_CHUNKS) &&
+      dcpi_mv_hash(p + off, (size_t)slen) != dcpi_get_u64(d + 24))
     return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: %s checksum mismatch", sec_names[id]);
   *out = (sec_range){(size_t)off, (size_t)slen};
   *pos += (size_t)slen;
@@ -169,11 +176,11 @@ static dcp_status check_dirent(const uint8_t *p, size_t len, unsigned i, size_t 
 }
 
 /* Check the whole directory; secs[id] gets each section's range. */
-static dcp_status check_directory(const uint8_t *p, size_t len, unsigned nsec, sec_range *secs,
-                                  dcpi_err *err) {
+static dcp_status check_directory(const uint8_t *p, size_t len, unsigned nsec, bool lazy,
+                                  sec_range *secs, dcpi_err *err) {
   size_t pos = DCPI_SECTIONS_AT(nsec);
   for (unsigned i = 0; i < nsec; i++) {
-    dcp_status rc = check_dirent(p, len, i, &pos, &secs[i + 1], err);
+    dcp_status rc = check_dirent(p, len, i, lazy, &pos, &secs[i + 1], err);
     if (rc != DCP_OK) return rc;
   }
   if (pos != len - DCPI_TRAILER_SIZE)
@@ -640,7 +647,8 @@ static dcp_status open_view(dcp_ctx *ctx, const void *data, size_t len, dcp_meta
   uint32_t version = 0;
   sec_range secs[DCPI_SEC_COUNT + 1];
   dcp_status rc = check_header(data, len, &version, err);
-  if (rc == DCP_OK) rc = check_directory(data, len, DCPI_SEC_COUNT_OF(version), secs, err);
+  if (rc == DCP_OK)
+    rc = check_directory(data, len, DCPI_SEC_COUNT_OF(version), version >= 4, secs, err);
   if (rc != DCP_OK) return rc;
   dcp_meta *m = calloc(1, sizeof *m);
   if (!m || !(m->buf = malloc(len))) {
@@ -673,6 +681,19 @@ dcp_status dcp_meta_open_memory(dcp_ctx *ctx, const void *data, size_t len, dcp_
   if (!data) data = empty; /* len is 0: fails as too short, without a NULL offset */
   open_view(ctx, data, len, out, &err);
   return dcpi_ctx_report(ctx, &err);
+}
+
+dcp_status dcpi_meta_check_whole(const dcp_meta *m, dcpi_err *err) {
+  if (!m) return dcpi_fail(err, DCP_EINVAL, "no metadata view");
+  const uint8_t *p = m->buf;
+  size_t len = m->len;
+  unsigned nsec = DCPI_SEC_COUNT_OF(m->version);
+  char where[80];
+  if (DCPI_CHECKSUMS_ENFORCED &&
+      dcpi_mv_hash(p, len - DCPI_TRAILER_SIZE) != dcpi_get_u64(p + len - DCPI_TRAILER_SIZE))
+    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: whole-file checksum mismatch, the "
+                     "damage is in the %s", locate_damage(p, len, nsec, where, sizeof where));
+  return DCP_OK;
 }
 
 /* ---- accessors -------------------------------------------------------- */

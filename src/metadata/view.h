@@ -226,6 +226,12 @@ dcp_status dcpi_meta_chunk_grid(dcp_meta *m, size_t ti, dcpi_grid *out, bool *fo
 dcp_status dcpi_meta_chunk_flat(dcp_meta *m, size_t ti, dcpi_flat *out, bool *found,
                                 dcpi_err *err);
 
+/* The whole-file checks that opening leaves out in version 4: the
+ * trailer's xxh3 of every byte (and so the chunks section's checksum in
+ * the directory, which no access uses); for dcp_verify. DCP_ECORRUPT names
+ * the damaged part. Versions 1 to 3 passed them at open already. */
+dcp_status dcpi_meta_check_whole(const dcp_meta *m, dcpi_err *err);
+
 /* Tensor ti's global shape (ndim entries), owned by the view; ti must be in
  * range. */
 const int64_t *dcpi_meta_tensor_shape(const dcp_meta *m, size_t ti);

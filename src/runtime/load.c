@@ -97,10 +97,12 @@ out:
 /* ---- planning ----------------------------------------------------------- */
 
 /* The planner's view of a saved tensor, straight from the metadata view:
- * a derived grid when the list is one (no boxes decoded), else the boxes. */
+ * a derived grid or (version 4) FLAT form when the list is one (no boxes
+ * decoded), else the boxes. */
 typedef struct lookup_arg {
   dcp_meta *m;
   dcpi_grid grid; /* the last GRID tensor's (the planner holds one at a time) */
+  dcpi_flat flat; /* the last FLAT tensor's (version 4) */
 } lookup_arg;
 
 static dcp_status lookup(void *arg, const char *fqn, size_t fqn_len, dcpi_saved_tensor *out,
@@ -114,14 +116,16 @@ static dcp_status lookup(void *arg, const char *fqn, size_t fqn_len, dcpi_saved_
     return dcpi_fail(err, DCP_ENOTFOUND, "the checkpoint has no tensor '%s'", fqn);
   dcp_meta_tensor(m, ti, &info);
   const int64_t *off = NULL, *sz = NULL;
-  bool grid = false;
+  bool grid = false, flat = false;
   dcp_status rc = info.chunk_count ? dcpi_meta_chunk_grid(m, ti, &la->grid, &grid, err) : DCP_OK;
-  if (!rc && info.chunk_count && !grid) rc = dcpi_meta_chunk_boxes(m, ti, &off, &sz, err);
+  if (!rc && info.chunk_count && !grid) rc = dcpi_meta_chunk_flat(m, ti, &la->flat, &flat, err);
+  if (!rc && info.chunk_count && !grid && !flat) rc = dcpi_meta_chunk_boxes(m, ti, &off, &sz, err);
   if (rc) return rc;
   *out = (dcpi_saved_tensor){.fqn = info.fqn, .dtype = info.dtype, .ndim = info.ndim,
                              .shape = dcpi_meta_tensor_shape(m, ti),
                              .nchunks = (size_t)info.chunk_count, .chunk_off = off,
-                             .chunk_sz = sz, .chunk_id = NULL, .grid = grid ? &la->grid : NULL};
+                             .chunk_sz = sz, .chunk_id = NULL, .grid = grid ? &la->grid : NULL,
+                             .flat = flat ? &la->flat : NULL};
   return DCP_OK;
 }
 

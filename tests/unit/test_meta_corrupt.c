@@ -5,6 +5,7 @@
 
 #include "meta_gen.h"
 #include "metadata/format.h"
+#include "metadata/view.h"
 #include "base/wire.h"
 
 /* A moderately rich encoded sample: tensors, zstd and raw refs, bytes, kv. */
@@ -58,17 +59,7 @@ static dcp_status open_and_walk(const void *buf, size_t len, size_t *chunk_fail)
   return rc;
 }
 
-/* Recompute every section checksum (where the directory still makes sense)
- * and the trailer, so tampering reaches the structural checks. */
-static void reseal(uint8_t *p, size_t len) {
-  if (len < DCPI_SECTIONS_START + DCPI_TRAILER_SIZE) return;
-  for (unsigned i = 0; i < DCPI_SEC_COUNT; i++) {
-    uint8_t *d = p + DCPI_HEADER_SIZE + i * DCPI_DIRENT_SIZE;
-    uint64_t off = dcpi_get_u64(d + 8), n = dcpi_get_u64(d + 16);
-    if (off <= len && n <= len - off) dcpi_put_u64(d + 24, XXH3_64bits(p + off, (size_t)n));
-  }
-  dcpi_put_u64(p + len - 8, XXH3_64bits(p, len - 8));
-}
+static void reseal(uint8_t *p, size_t len) { g_reseal(p, len); }
 
 /* Every proper prefix of an encoding is refused as corrupt. */
 static void test_truncation(void **state) {
@@ -92,25 +83,58 @@ static void test_truncation(void **state) {
   free(buf);
 }
 
-/* Single bit flips are all caught at open: DCP_EVERSION exactly when the flip
- * turns the version field (bytes 8..11) into a number above 1, DCP_ECORRUPT
- * otherwise (including version 0). */
+/* Where a flip at byte `at` of a version 4 file must be caught: in a chunk
+ * list it is caught when that list is first used (its own checksum), in
+ * the trailer or the chunks section's checksum in the directory only by
+ * the whole-file check (nothing else reads them), anywhere else at open. */
+typedef enum { AT_OPEN, AT_ACCESS, BY_WHOLE } catch_at;
+static catch_at where_caught(const uint8_t *buf, size_t len, size_t at) {
+  const uint8_t *chunks = buf + DCPI_HEADER_SIZE + (DCPI_SEC_CHUNKS - 1) * DCPI_DIRENT_SIZE;
+  uint64_t off = dcpi_get_u64(chunks + 8), n = dcpi_get_u64(chunks + 16);
+  if (at >= off && at < off + n) return AT_ACCESS;
+  if (at >= len - DCPI_TRAILER_SIZE || (at >= (size_t)(chunks + 24 - buf) &&
+                                        at < (size_t)(chunks + 32 - buf)))
+    return BY_WHOLE;
+  return AT_OPEN;
+}
+
+/* Single bit flips are all caught: DCP_EVERSION exactly when the flip turns
+ * the version field (bytes 8..11) into a number above the current one,
+ * DCP_ECORRUPT otherwise (including version 0); at open, at the first
+ * access of the chunk list the flip is in, or (the trailer and the chunks
+ * section's directory checksum, which no access reads) by the whole-file
+ * check dcp_verify makes. */
 static void test_bit_flips(void **state) {
   (void)state;
   tu_rng rng;
   tu_rng_seed(&rng, tu_seed(7));
-  size_t len, fails;
+  size_t len, fails, seen[3] = {0};
   uint8_t *buf = sample(&len);
   for (int i = 0; i < 4000; i++) {
     size_t bit = (size_t)tu_rng_range(&rng, 0, (int64_t)(len * 8) - 1);
     if (i < 96) bit = 64 + (size_t)i % 32; /* always cover every version bit */
+    catch_at when = where_caught(buf, len, bit / 8);
     buf[bit / 8] ^= (uint8_t)(1u << (bit % 8));
     dcp_status want = DCP_ECORRUPT;
     if (bit / 8 >= 8 && bit / 8 < 12 && dcpi_get_u32(buf + 8) > DCPI_FORMAT_VERSION)
       want = DCP_EVERSION;
-    assert_int_equal(open_and_walk(buf, len, &fails), want);
+    dcp_status rc = open_and_walk(buf, len, &fails);
+    assert_int_equal(rc, when == AT_OPEN ? want : DCP_OK);
+    if (when == AT_ACCESS) assert_true(fails > 0);
+    if (when == BY_WHOLE) {
+      dcp_meta *v;
+      dcpi_err err;
+      assert_int_equal(fails, 0);
+      assert_int_equal(dcp_meta_open_memory(NULL, buf, len, &v), DCP_OK);
+      assert_int_equal(dcpi_meta_check_whole(v, &err), DCP_ECORRUPT);
+      dcp_meta_free(v);
+    }
+    seen[when]++;
     buf[bit / 8] ^= (uint8_t)(1u << (bit % 8));
   }
+  printf("# flips caught at open %zu, at first access %zu, by the whole-file check %zu\n",
+         seen[AT_OPEN], seen[AT_ACCESS], seen[BY_WHOLE]);
+  assert_true(seen[AT_ACCESS] > 0);
   free(buf);
 }
 

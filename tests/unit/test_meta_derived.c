@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "meta_gen.h"
 #include "metadata/derive.h"
 #include "metadata/meta.h"
 #include "metadata/view.h"
@@ -85,6 +86,8 @@ static void gen_grid(tu_rng *rng, xtensor *t) {
 /* Random flat ranges: the tensor's layout cells (cells per dim), each cut
  * into f ranges of ceil(numel/f) elements, every range through the public
  * dcp_flat_to_boxes. */
+static void push_flat(xtensor *t, int64_t f);
+
 static void gen_flat(tu_rng *rng, xtensor *t) {
   do {
     t->ndim = (uint32_t)tu_rng_range(rng, 1, ND);
@@ -92,7 +95,15 @@ static void gen_flat(tu_rng *rng, xtensor *t) {
       t->shape[d] = tu_rng_range(rng, 1, 24);
       t->mesh_cells[d] = tu_rng_range(rng, 1, 3);
     }
-    int64_t f = tu_rng_range(rng, 1, 9);
+    push_flat(t, tu_rng_range(rng, 1, 9));
+  } while (t->n < 2);
+  t->expect_derived = t->n < MAXC - 64; /* complete: every cell cut */
+  if (tu_rng_range(rng, 0, 3) == 0) memset(t->mesh_cells, 0, sizeof t->mesh_cells), t->expect_derived = 0;
+}
+
+/* The chunks of t's mesh cells each cut into f flat ranges. */
+static void push_flat(xtensor *t, int64_t f) {
+  {
     t->n = 0;
     int64_t c[ND], n[ND], cells = 1;
     for (uint32_t d = 0; d < t->ndim; d++) {
@@ -118,9 +129,7 @@ static void gen_flat(tu_rng *rng, xtensor *t) {
         for (size_t i = 0; i < nb; i++) push(t, out[i].offset, out[i].size);
       }
     }
-  } while (t->n < 2);
-  t->expect_derived = t->n < MAXC - 64; /* complete: every cell cut */
-  if (tu_rng_range(rng, 0, 3) == 0) memset(t->mesh_cells, 0, sizeof t->mesh_cells), t->expect_derived = 0;
+  }
 }
 
 /* An irregular partition: random guillotine cuts of the whole tensor. */
@@ -339,6 +348,122 @@ static void test_random_irregular(void **state) {
   assert_true(forms[DCPI_FORM_LISTED] > 200); /* guillotine cuts are rarely a grid */
 }
 
+/* ---- version 4 skip tables ------------------------------------------------ */
+
+/* Read a varint at *at of p (a test-side reader of what the encoder wrote). */
+static uint64_t rd_var(const uint8_t *p, size_t *at) {
+  uint64_t v = 0;
+  for (unsigned s = 0;; s += 7) {
+    uint8_t b = p[(*at)++];
+    v |= (uint64_t)(b & 0x7f) << s;
+    if (!(b & 0x80)) return v;
+  }
+}
+
+/* Write v as a varint of exactly n bytes at p (may be overlong). */
+static void wr_var(uint8_t *p, uint64_t v, size_t n) {
+  for (size_t i = 0; i < n; i++, v >>= 7) p[i] = (uint8_t)((v & 0x7f) | (i + 1 < n ? 0x80 : 0));
+}
+
+/* Where the skip table of the one tensor's list of a version 4 file is:
+ * the interval's byte and each delta's position and length. */
+typedef struct skip_at {
+  size_t every_at, nskip, at[64], len[64];
+  uint64_t delta[64];
+} skip_at;
+
+static void find_skip(const uint8_t *buf, const xtensor *t, skip_at *s) {
+  const uint8_t *dir = buf + DCPI_HEADER_SIZE + (DCPI_SEC_CHUNKS - 1) * DCPI_DIRENT_SIZE;
+  size_t p = (size_t)dcpi_get_u64(dir + 8);
+  assert_int_equal(buf[p++], DCPI_FORM_FLAT);
+  for (uint32_t d = 0; d < 2 * t->ndim + 1; d++) rd_var(buf, &p); /* n, c per dim; f */
+  s->every_at = p;
+  uint64_t every = rd_var(buf, &p);
+  assert_int_equal(every, DCPI_SKIP_EVERY);
+  s->nskip = (t->n - 1) / every;
+  assert_true(s->nskip >= 2 && s->nskip <= 64);
+  for (size_t j = 0; j < s->nskip; j++) {
+    s->at[j] = p;
+    s->delta[j] = rd_var(buf, &p);
+    s->len[j] = p - s->at[j];
+  }
+}
+
+/* The list checksum (the last 8 bytes of the one-tensor index), then
+ * every section checksum and the trailer. */
+static void reseal_list(uint8_t *buf, size_t len) {
+  const uint8_t *ch = buf + DCPI_HEADER_SIZE + (DCPI_SEC_CHUNKS - 1) * DCPI_DIRENT_SIZE;
+  const uint8_t *tn = buf + DCPI_HEADER_SIZE + (DCPI_SEC_TENSORS - 1) * DCPI_DIRENT_SIZE;
+  size_t co = (size_t)dcpi_get_u64(ch + 8), cn = (size_t)dcpi_get_u64(ch + 16);
+  size_t to = (size_t)dcpi_get_u64(tn + 8), tl = (size_t)dcpi_get_u64(tn + 16);
+  dcpi_put_u64(buf + to + tl - 8, XXH3_64bits(buf + co, cn));
+  g_reseal(buf, len);
+}
+
+/* Open buf: every chunk, read alone (its window) on a fresh view, either
+ * fails as corrupt or is exactly t's; the whole list must fail to decode.
+ * Returns how many single reads failed. */
+static size_t check_hostile(const xtensor *t, const uint8_t *buf, size_t len) {
+  dcp_meta *v;
+  dcpi_err err;
+  size_t failed = 0;
+  for (size_t i = 0; i < t->n; i++) {
+    assert_int_equal(dcp_meta_open_memory(NULL, buf, len, &v), DCP_OK);
+    dcp_chunk_info ci;
+    dcp_status rc = dcp_meta_chunk(v, 0, i, &ci);
+    if (rc == DCP_OK) {
+      const xchunk *c = find_x(t, &ci);
+      assert_int_equal(ci.ref.offset, c->offset);
+      assert_int_equal(ci.ref.file, c->file);
+      assert_int_equal(ci.ref.block_checksums[0], c->cks[0]);
+    } else {
+      assert_int_equal(rc, DCP_ECORRUPT);
+      failed++;
+    }
+    dcp_meta_free(v);
+  }
+  assert_int_equal(dcp_meta_open_memory(NULL, buf, len, &v), DCP_OK);
+  const int64_t *o, *s;
+  assert_int_equal(dcpi_meta_chunk_boxes(v, 0, &o, &s, &err), DCP_ECORRUPT);
+  printf("#   %s\n", err.msg);
+  dcp_meta_free(v);
+  return failed;
+}
+
+/* A skip table that disagrees with its entries (an offset moved inside an
+ * entry, two offsets swapped, one below the smallest entries, one past the
+ * list, another interval) is corrupt: the whole list never decodes, a
+ * window read alone fails or (a window the damage does not reach) gives
+ * the right chunk, and nothing is read outside the buffer (ASan). */
+static void test_skip_table_hostile(void **state) {
+  (void)state;
+  tu_rng rng;
+  tu_rng_seed(&rng, tu_seed(19004));
+  xtensor *t = calloc(1, sizeof *t);
+  t->ndim = 2, t->shape[0] = 40, t->shape[1] = 30, t->mesh_cells[0] = 1, t->mesh_cells[1] = 2;
+  push_flat(t, 50);
+  qsort(t->c, t->n, sizeof t->c[0], cmp_x);
+  give_refs(&rng, t);
+  size_t len;
+  uint8_t *buf = encode(&rng, t, 4, &len), *bad = malloc(len);
+  assert_int_equal(check_view(&rng, t, buf, len, 4), DCPI_FORM_FLAT);
+  skip_at s;
+  find_skip(buf, t, &s);
+  assert_int_equal(s.len[0], 2);
+  for (int k = 0; k < 5; k++) {
+    memcpy(bad, buf, len);
+    if (k == 0) wr_var(bad + s.at[0], s.delta[0] + 1, 2); /* inside an entry */
+    if (k == 1) wr_var(bad + s.at[0], s.delta[0] + s.delta[1], 2), wr_var(bad + s.at[1], 9 * 64, 2);
+    if (k == 2) wr_var(bad + s.at[1], 9 * 64 - 1, 2); /* fewer bytes than 64 entries take */
+    if (k == 3) wr_var(bad + s.at[s.nskip - 1], 16383, 2); /* past the list */
+    if (k == 4) bad[s.every_at] = 63;                     /* another interval */
+    reseal_list(bad, len);
+    printf("# skip table case %d: %zu of %zu single reads refused\n", k, check_hostile(t, bad, len),
+           t->n);
+  }
+  free(buf), free(bad), free(t);
+}
+
 /* ---- through the public API: save with one layout, load with another ---- */
 
 typedef tu_fixture fixture;
@@ -537,6 +662,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_random_grids),
       cmocka_unit_test(test_random_flat),
       cmocka_unit_test(test_random_irregular),
+      cmocka_unit_test(test_skip_table_hostile),
       cmocka_unit_test_setup_teardown(test_save_grid_load_other, setup, teardown),
       cmocka_unit_test_setup_teardown(test_save_records_layouts, setup, teardown),
       cmocka_unit_test_setup_teardown(test_layout_records, setup, teardown),
