@@ -247,7 +247,11 @@ static dcp_status run(verify_job *j, const char *ckpt) {
       (rc = dcpi_block_reader_create(&j->rt, &j->br, &err)))
     return dcpi_fail(&j->first, rc, "%s", err.msg);
   j->pr.total = total_bytes(j);
-  if ((rc = dcpi_meta_check_whole(j->m, &err))) problem(j, rc, &err); /* the trailer */
+  dcpi_err whole;
+  if ((rc = dcpi_meta_check_whole(j->m, &whole))) { /* the trailer, which no load reads */
+    dcpi_fail(&err, rc, "%s/%s: %s", ckpt, DCPI_METADATA_NAME, whole.msg);
+    problem(j, rc, &err);
+  }
   for (size_t t = 0; t < dcp_meta_tensor_count(j->m); t++) check_tensor(j, t);
   for (size_t b = 0; b < dcp_meta_bytes_count(j->m); b++) check_bytes(j, b);
   check_rank_copies(j);

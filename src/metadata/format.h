@@ -63,8 +63,10 @@ enum {
 
 /* Version 4 derived lists: the byte offset of every DCPI_SKIP_EVERY-th
  * entry (the interval the encoder writes; a reader takes any >= 1), whose
- * entry is self-contained (file EXPLICIT, offset ABS). */
-#define DCPI_SKIP_EVERY 64u
+ * entry is self-contained (file EXPLICIT, offset ABS), and the xxh3 of
+ * each window of that many entries, so one chunk is read and verified
+ * alone. */
+#define DCPI_SKIP_EVERY 128u
 #define DCPI_RF_SELF_CONTAINED (DCPI_RF_FILE_EXPLICIT | DCPI_RF_OFF_ABS)
 
 #endif

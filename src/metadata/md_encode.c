@@ -321,23 +321,32 @@ static dcp_status flat_order(enc *e, const dcpi_md_tensor *t, const dcpi_form *f
   return rc;
 }
 
-/* Write the entries of t's derived list in order[] with a version 4 skip
- * table in front: var interval, then per interval-th entry (not the first)
- * its byte offset within the entries, as a delta from the previous one. */
-static dcp_status w_skipped_entries(enc *e, dcpi_wbuf *w, const dcpi_md_tensor *t,
+/* Write the entries of t's derived list in order[] behind a version 4
+ * skip table: var interval; per interval-th entry (not the first) its byte
+ * offset within the entries, as a delta from the previous one; the xxh3 of
+ * each window of entries between those offsets; the xxh3 of the list's
+ * header (from its form byte at `start` of w, up to here). */
+static dcp_status w_skipped_entries(enc *e, dcpi_wbuf *w, size_t start, const dcpi_md_tensor *t,
                                     const chunk_at *order) {
-  size_t n = t->nchunks, every = DCPI_SKIP_EVERY, prev = 0;
+  size_t n = t->nchunks, every = DCPI_SKIP_EVERY, prev = 0, nwin = (n - 1) / every + 1;
+  size_t *at = malloc((nwin + 1) * sizeof *at);
+  if (!at) return dcpi_fail(e->err, DCP_ENOMEM, "cannot encode chunk list");
   dcpi_wbuf body = {0};
   list_state ls = {{0, 0, 0}, NULL, t->shape};
   dcpi_w_varint(w, every);
   for (size_t c = 0; c < n; c++) {
     bool skip = c > 0 && c % every == 0;
     if (skip) dcpi_w_varint(w, body.len - prev), prev = body.len;
+    if (c % every == 0) at[c / every] = body.len;
     w_chunk(e, &body, t, order[c].c, &ls, true, skip);
   }
+  at[nwin] = body.len;
+  for (size_t j = 0; body.status == DCP_OK && j < nwin; j++)
+    dcpi_w_u64(w, hash_of(body.data + at[j], at[j + 1] - at[j]));
+  if (w->status == DCP_OK) dcpi_w_u64(w, hash_of(w->data + start, w->len - start));
   if (body.status == DCP_OK && body.len) dcpi_w_bytes(w, body.data, body.len);
   dcp_status rc = body.status;
-  free(body.data);
+  free(body.data), free(at);
   return rc != DCP_OK ? dcpi_fail(e->err, rc, "cannot encode chunk list") : DCP_OK;
 }
 
@@ -360,7 +369,7 @@ static dcp_status w_chunk_list(enc *e, const dcpi_md_tensor *t) {
     rc = w_form(e, w, t, order, &fm);
   bool skipped = e->md->version >= 4 && fm.kind != DCPI_FORM_LISTED;
   if (rc == DCP_OK && skipped && fm.kind == DCPI_FORM_FLAT) rc = flat_order(e, t, &fm, order);
-  if (rc == DCP_OK && skipped) rc = w_skipped_entries(e, w, t, order);
+  if (rc == DCP_OK && skipped) rc = w_skipped_entries(e, w, start, t, order);
   for (size_t c = 0; c < t->nchunks && rc == DCP_OK && !skipped; c++)
     w_chunk(e, w, t, order[c].c, &ls, fm.kind != DCPI_FORM_LISTED, false);
   free(order);

@@ -164,12 +164,13 @@ static dcp_status check_dirent(const uint8_t *p, size_t len, unsigned i, bool la
     return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: directory entry %u has id %u (want "
                      "%u) or a non-zero reserved field", i, id, i + 1);
   if (off != *pos || slen > end - *pos)
-    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: section %u at [%llu, +%llu) is not "
-                     "contiguous at %zu within the %zu section bytes", id,
+    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: directory: section %u at [%llu, +%llu) "
+                     "is not contiguous at %zu within the %zu section bytes", id,
                      (unsigned long long)off, (unsigned long long)slen, *pos, end);
   if (DCPI_CHECKSUMS_ENFORCED && !(lazy && id == DCPI_SEC_CHUNKS) &&
       dcpi_mv_hash(p + off, (size_t)slen) != dcpi_get_u64(d + 24))
-    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: %s checksum mismatch", sec_names[id]);
+    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: %s checksum mismatch (the damage is "
+                     "in the section or in its checksum in the directory)", sec_names[id]);
   *out = (sec_range){(size_t)off, (size_t)slen};
   *pos += (size_t)slen;
   return DCP_OK;

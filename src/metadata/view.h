@@ -71,9 +71,10 @@ typedef struct dcpi_mv_chunks {
 typedef struct dcpi_mv_head {
   dcpi_form form;
   dcpi_flat flat;       /* a FLAT form's arithmetic (version 4) */
-  uint64_t every;       /* skip interval; 0: no table (one window) */
+  uint64_t every;       /* skip interval (>= 1 in version 4 derived lists; else 0) */
   uint64_t *skip;       /* nskip: byte offset, within the entries, of entry every*(j+1) */
   size_t nskip;
+  uint64_t *wcks;       /* nskip + 1: xxh3 of each window's entry bytes */
   size_t entries_at;    /* where the entries start within the list */
   dcpi_mv_chunks *win;  /* entries [win_first, win_first + win_n), or NULL */
   uint64_t win_first, win_n;

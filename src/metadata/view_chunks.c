@@ -228,13 +228,34 @@ static dcp_status dec_flat(dcpi_dec *d, const dcpi_mv_tensor *t, dcpi_mv_head *h
   return DCP_OK;
 }
 
-/* The skip table of a version 4 derived list: var interval (0: none), then
+/* The window checksums of a version 4 derived list (one per window of
+ * entries), then the xxh3 of the list's header (every byte before it),
+ * which is verified: the header is then trusted without the list's. */
+static dcp_status dec_window_sums(dcpi_dec *d, const dcpi_mv_tensor *t, dcpi_mv_head *h) {
+  size_t n = h->nskip + 1;
+  if (n > dcpi_r_left(&d->r) / 8) return dcpi_dec_fail(d, "no room for %zu window checksums", n);
+  if (!(h->wcks = malloc(n * sizeof *h->wcks)))
+    return dcpi_fail(d->err, DCP_ENOMEM, "tensor '%s': cannot hold its skip table", t->fqn);
+  dcp_status rc = DCP_OK;
+  for (size_t j = 0; j < n && rc == DCP_OK; j++) rc = dcpi_dec_u64(d, "window xxh3", &h->wcks[j]);
+  size_t header = d->r.pos;
+  uint64_t want = 0;
+  if (rc == DCP_OK) rc = dcpi_dec_u64(d, "list header xxh3", &want);
+  if (rc == DCP_OK && DCPI_CHECKSUMS_ENFORCED && dcpi_mv_hash(d->r.p, header) != want)
+    return dcpi_fail(d->err, DCP_ECORRUPT, "corrupt metadata: %s: list header checksum mismatch",
+                     d->where);
+  return rc;
+}
+
+/* The skip table of a version 4 derived list: var interval (>= 1), then
  * (nchunks - 1) / interval deltas, each at least interval entries of the
  * smallest size, so the offsets increase; the last must lie inside the
- * entries. Offsets are relative to the first entry. */
+ * entries. Offsets are relative to the first entry. Then the window
+ * checksums and the header's. */
 static dcp_status dec_skip(dcpi_dec *d, const dcpi_mv_tensor *t, dcpi_mv_head *h) {
   dcp_status rc = dcpi_dec_var(d, UINT64_MAX, "skip interval", &h->every);
-  if (rc != DCP_OK || h->every == 0) return rc;
+  if (rc == DCP_OK && h->every == 0) rc = dcpi_dec_fail(d, "skip interval 0");
+  if (rc != DCP_OK) return rc;
   uint64_t n = (t->nchunks - 1) / h->every, at = 0;
   if (n > dcpi_r_left(&d->r)) return dcpi_dec_fail(d, "%llu skip offsets cannot fit",
                                                    (unsigned long long)n);
@@ -250,10 +271,31 @@ static dcp_status dec_skip(dcpi_dec *d, const dcpi_mv_tensor *t, dcpi_mv_head *h
                          (unsigned long long)delta, (unsigned long long)h->every);
     h->skip[j] = at += delta;
   }
+  if (rc == DCP_OK) rc = dec_window_sums(d, t, h);
   if (rc == DCP_OK && h->nskip && at >= dcpi_r_left(&d->r))
     rc = dcpi_dec_fail(d, "skip offset %llu is past the %zu bytes of entries",
                        (unsigned long long)at, dcpi_r_left(&d->r));
   return rc;
+}
+
+/* Fail unless tensor ti's whole list matches its xxh3 in the index. */
+static dcp_status check_list_sum(const dcp_meta *m, size_t ti, dcpi_err *err) {
+  const dcpi_mv_tensor *t = &m->tensors[ti];
+  if (DCPI_CHECKSUMS_ENFORCED &&
+      dcpi_mv_hash(m->buf + m->chunks_off + t->list_off, t->list_len) != t->list_hash)
+    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: chunks section, tensor %zu ('%.100s'): "
+                     "chunk list checksum mismatch", ti, t->fqn);
+  return DCP_OK;
+}
+
+/* Fail unless window j's entry bytes [start, end) of t's list match their
+ * xxh3 in the header. */
+static dcp_status check_window_sum(dcpi_dec *d, const dcpi_mv_head *h, size_t j, size_t start,
+                                   size_t end) {
+  if (DCPI_CHECKSUMS_ENFORCED && dcpi_mv_hash(d->r.p + start, end - start) != h->wcks[j])
+    return dcpi_fail(d->err, DCP_ECORRUPT, "corrupt metadata: %s: checksum mismatch in the "
+                     "window of chunks %llu..", d->where, (unsigned long long)(j * h->every));
+  return DCP_OK;
 }
 
 /* A cursor over tensor ti's list, its failures naming the tensor. */
@@ -263,22 +305,22 @@ static void list_dec(const dcp_meta *m, size_t ti, dcpi_dec *d, dcpi_err *err) {
   snprintf(d->where, sizeof d->where, "chunks section, tensor %zu ('%.100s')", ti, t->fqn);
 }
 
-/* Verify tensor ti's list checksum and decode its header into a new
- * dcpi_mv_head (nothing is kept on failure, so every later access fails
- * too). */
+/* Decode tensor ti's list header into a new dcpi_mv_head (nothing is kept
+ * on failure, so every later access fails too), verified: by its own xxh3
+ * (a version 4 derived list, whose windows carry theirs), else by the
+ * whole list's. */
 static dcp_status decode_head(const dcp_meta *m, size_t ti, dcpi_mv_head **out, dcpi_err *err) {
   const dcpi_mv_tensor *t = &m->tensors[ti];
   dcpi_dec d;
   list_dec(m, ti, &d, err);
-  if (DCPI_CHECKSUMS_ENFORCED && dcpi_mv_hash(d.r.p, t->list_len) != t->list_hash)
-    return dcpi_fail(err, DCP_ECORRUPT, "corrupt metadata: chunks section, tensor %zu ('%.100s'): "
-                     "chunk list checksum mismatch", ti, t->fqn);
+  dcp_status rc = m->version >= 4 ? DCP_OK : check_list_sum(m, ti, err);
+  if (rc != DCP_OK) return rc;
   dcpi_mv_head *h = calloc(1, sizeof *h);
   if (!h) return dcpi_fail(err, DCP_ENOMEM, "tensor '%s': out of memory", t->fqn);
   h->form.kind = DCPI_FORM_LISTED;
-  dcp_status rc = DCP_OK;
   if (m->version >= 3 && t->nchunks) rc = dec_form(&d, t, &h->form);
   bool v4_derived = m->version >= 4 && h->form.kind != DCPI_FORM_LISTED;
+  if (rc == DCP_OK && m->version >= 4 && !v4_derived) rc = check_list_sum(m, ti, err);
   if (rc == DCP_OK && v4_derived && h->form.kind == DCPI_FORM_FLAT) rc = dec_flat(&d, t, h);
   if (rc == DCP_OK && v4_derived) rc = dec_skip(&d, t, h);
   if (rc != DCP_OK) {
@@ -378,7 +420,11 @@ static dcp_status decode_list(dcp_meta *m, size_t ti, dcpi_mv_chunks **out, dcpi
   list_dec(m, ti, &d, err);
   d.r.pos = h->entries_at;
   cl->form = h->form;
-  rc = dec_entries(&d, m, t, h, cl, 0, (size_t)t->nchunks);
+  if (h->every) rc = check_list_sum(m, ti, err); /* the head checked only itself */
+  for (size_t j = 0; rc == DCP_OK && h->every && j <= h->nskip; j++)
+    rc = check_window_sum(&d, h, j, h->entries_at + (j ? (size_t)h->skip[j - 1] : 0),
+                          j < h->nskip ? h->entries_at + (size_t)h->skip[j] : t->list_len);
+  if (rc == DCP_OK) rc = dec_entries(&d, m, t, h, cl, 0, (size_t)t->nchunks);
   if (rc == DCP_OK && dcpi_r_left(&d.r) != 0)
     rc = dcpi_dec_fail(&d, "%zu trailing bytes after the last chunk", dcpi_r_left(&d.r));
   /* derived boxes tile the tensor by construction: no sweep needed */
@@ -403,7 +449,7 @@ static dcp_status ensure_list(dcp_meta *m, size_t ti, dcpi_err *err) {
 static dcp_status load_window(dcp_meta *m, size_t ti, uint64_t c, dcpi_err *err) {
   dcpi_mv_tensor *t = &m->tensors[ti];
   dcpi_mv_head *h = t->head;
-  uint64_t every = h->every ? h->every : t->nchunks, j = c / every, first = j * every;
+  uint64_t every = h->every, j = c / every, first = j * every;
   size_t n = (size_t)(t->nchunks - first < every ? t->nchunks - first : every);
   size_t start = h->entries_at + (j ? (size_t)h->skip[j - 1] : 0);
   size_t end = j < h->nskip ? h->entries_at + (size_t)h->skip[j] : t->list_len;
@@ -416,7 +462,8 @@ static dcp_status load_window(dcp_meta *m, size_t ti, uint64_t c, dcpi_err *err)
   list_dec(m, ti, &d, err);
   d.r.len = end, d.r.pos = start;
   cl->form = h->form;
-  rc = dec_entries(&d, m, t, h, cl, first, n);
+  rc = check_window_sum(&d, h, (size_t)j, start, end);
+  if (rc == DCP_OK) rc = dec_entries(&d, m, t, h, cl, first, n);
   if (rc == DCP_OK && d.r.pos != end)
     rc = dcpi_dec_fail(&d, "the entries of skip window %llu end %zu bytes before the next "
                        "skip offset", (unsigned long long)j, end - d.r.pos);

@@ -182,6 +182,7 @@ uint64_t dcpi_mv_hash(const uint8_t *p, size_t n) {
 void dcpi_mv_head_free(dcpi_mv_head *h) {
   if (!h) return;
   free(h->skip);
+  free(h->wcks);
   dcpi_mv_chunks_free(h->win);
   free(h);
 }

@@ -96,11 +96,39 @@ out:
 
 /* ---- planning ----------------------------------------------------------- */
 
+/* A chunk list is decoded (and its checksums verified) when first used,
+ * not when the view opens: name the file in its failure. */
+static dcp_status name_metadata(const char *path, dcp_status rc, dcpi_err *err) {
+  char msg[DCPI_ERR_MSG_MAX];
+  snprintf(msg, sizeof msg, "%s", err->msg);
+  return dcpi_fail(err, rc, "%s/%s: %s", path, DCPI_METADATA_NAME, msg);
+}
+
+/* Fetch the saved chunk of every overlap of the plan (its skip window of
+ * the metadata decoded and verified), so that damage there is found,
+ * named, and agreed on before any rank reads. */
+static dcp_status fetch_refs(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
+                             const dcpi_load_plan *plan) {
+  for (size_t i = 0; i < plan->noverlaps; i++) {
+    const dcpi_overlap *ov = &plan->overlaps[i];
+    size_t ti;
+    dcp_chunk_info ci;
+    dcp_status rc = dcp_meta_find_tensor(m, st->tensors[ov->tensor].fqn, &ti);
+    if (!rc) rc = dcp_meta_chunk(m, ti, ov->saved_chunk, &ci);
+    if (rc) {
+      dcpi_fail(&rt->err, rc, "%s", rt->ctx->last.msg);
+      return name_metadata(rt->path, rc, &rt->err);
+    }
+  }
+  return DCP_OK;
+}
+
 /* The planner's view of a saved tensor, straight from the metadata view:
  * a derived grid or (version 4) FLAT form when the list is one (no boxes
  * decoded), else the boxes. */
 typedef struct lookup_arg {
   dcp_meta *m;
+  const char *path; /* the checkpoint, for messages */
   dcpi_grid grid; /* the last GRID tensor's (the planner holds one at a time) */
   dcpi_flat flat; /* the last FLAT tensor's (version 4) */
 } lookup_arg;
@@ -120,7 +148,7 @@ static dcp_status lookup(void *arg, const char *fqn, size_t fqn_len, dcpi_saved_
   dcp_status rc = info.chunk_count ? dcpi_meta_chunk_grid(m, ti, &la->grid, &grid, err) : DCP_OK;
   if (!rc && info.chunk_count && !grid) rc = dcpi_meta_chunk_flat(m, ti, &la->flat, &flat, err);
   if (!rc && info.chunk_count && !grid && !flat) rc = dcpi_meta_chunk_boxes(m, ti, &off, &sz, err);
-  if (rc) return rc;
+  if (rc) return name_metadata(la->path, rc, err);
   *out = (dcpi_saved_tensor){.fqn = info.fqn, .dtype = info.dtype, .ndim = info.ndim,
                              .shape = dcpi_meta_tensor_shape(m, ti),
                              .nchunks = (size_t)info.chunk_count, .chunk_off = off,
@@ -278,8 +306,10 @@ static dcp_status run(dcpi_rt *rt, dcp_state *st, const dcp_load_options *o, boo
   *read_hash = rc ? 0 : meta_hash;
   if (!rc) {
     dcp_status ls = dcpi_load_plan_from_state(
-        st, &(dcpi_saved_source){.lookup = lookup, .arg = &(lookup_arg){.m = meta}}, &plan,
-        &rt->err);
+        st, &(dcpi_saved_source){.lookup = lookup,
+                                 .arg = &(lookup_arg){.m = meta, .path = rt->path}},
+        &plan, &rt->err);
+    if (!ls) ls = fetch_refs(rt, meta, st, plan);
     /* the block reader too, before anyone depends on this rank's reads */
     if (!ls) ls = dcpi_block_reader_create(rt, &br, &rt->err);
     rc = dcpi_rt_agree(rt, ls);

@@ -7,6 +7,7 @@
 #include "base/checked.h"
 #include "base/strmap.h"
 #include "metadata/meta.h"
+#include "metadata/view.h"
 #include "runtime/files.h"
 #include "runtime/local_save.h"
 #include "runtime/parts.h"
@@ -103,6 +104,14 @@ static dcp_status read_named(dcpi_rt *rt, const char *name, dcp_meta **out, dcpi
   dcp_status rc = dcpi_rt_read_file(rt, name, &data, &len, err);
   if (!rc && (rc = dcp_meta_open_memory(rt->ctx, data, len, out)))
     dcpi_fail(err, rc, "%s/%s: %s", rt->path, name, dcp_ctx_last_error(rt->ctx));
+  /* a merge reads every list of the part: check the whole file first, as
+   * opening it did before format version 4 */
+  dcpi_err whole;
+  if (!rc && (rc = dcpi_meta_check_whole(*out, &whole))) {
+    dcpi_fail(err, rc, "%s/%s: %s", rt->path, name, whole.msg);
+    dcp_meta_free(*out);
+    *out = NULL;
+  }
   free(data);
   return rc;
 }

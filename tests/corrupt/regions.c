@@ -168,13 +168,26 @@ static int add_meta_regions(rg_map *map, cm_kind k, const char *dir, const char 
     return -1;
   version->version = true;
   if (!add_meta_part(map, f, 12, MD_HEADER, "header")) return -1;
-  if (!add_meta_part(map, f, MD_HEADER, MD_HEADER + nsec * MD_DIRENT, "directory")) return -1;
+  /* format 4 opens without the whole-file pass: the chunks section's own
+   * checksum (directory entry 5, bytes 24..32) and the trailer are read
+   * only by dcp_verify; a merge still checks a part's whole file */
+  bool lazy = get32(hd + 8) >= 4 && !strcmp(name, ".metadata");
+  uint64_t cks = MD_HEADER + 4 * MD_DIRENT + 24, dir_end = MD_HEADER + nsec * MD_DIRENT;
+  rg_region *unread = NULL;
+  if (!lazy && !add_meta_part(map, f, MD_HEADER, dir_end, "directory")) return -1;
+  if (lazy && (!add_meta_part(map, f, MD_HEADER, cks, "directory") ||
+               !(unread = add_meta_part(map, f, cks, cks + 8, "directory")) ||
+               !add_meta_part(map, f, cks + 8, dir_end, "directory")))
+    return -1;
+  if (unread) unread->unread = true;
   for (unsigned i = 0; i < nsec; i++) {
     const uint8_t *d = hd + MD_HEADER + i * MD_DIRENT;
     uint64_t off = get64(d + 8), len = get64(d + 16);
     if (len && !add_meta_part(map, f, off, off + len, section_names[i])) return -1;
   }
-  return add_meta_part(map, f, size - MD_TRAILER, size, "trailer") ? 0 : -1;
+  rg_region *trailer = add_meta_part(map, f, size - MD_TRAILER, size, "trailer");
+  if (trailer) trailer->unread = lazy;
+  return trailer ? 0 : -1;
 }
 
 int rg_map_add(rg_map *map, dcp_ctx *ctx, cm_kind k, const char *dir) {

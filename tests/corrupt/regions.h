@@ -32,6 +32,9 @@ typedef struct rg_region {
   bool per_rank;    /* a PER_RANK bytes item: only the saving world loads it */
   bool version;     /* the header's version field: a flip may read as newer */
   bool zstd;        /* an item with zstd frames (see campaign.c, "harmless") */
+  bool unread;      /* read by no load, only by dcp_verify's whole-file check: the
+                       trailer and the chunks section's directory checksum of a
+                       format 4 .metadata (its lists carry their own checksums) */
   char what[300];   /* the item ("'fqn' [0:8, 0:40]") or part, for reports */
   char need[2][300]; /* strings a message about it must contain */
   char verify_need[300]; /* a third one for dcp_verify ("(rank 1)"), or "" */

@@ -21,6 +21,22 @@ static uint64_t touch_ref(const dcp_storage_ref *r) {
   return acc;
 }
 
+/* Chunks [0, n) of tensor t from the back (version 4 derived lists: each
+ * from its skip window), stopping at the first failure as a reader would. */
+static uint64_t walk_chunks(dcp_meta *m, size_t t, uint64_t n) {
+  uint64_t acc = 0;
+  for (uint64_t c = n; c-- > 0;) {
+    dcp_chunk_info ci;
+    dcp_status rc = dcp_meta_chunk(m, t, c, &ci);
+    if (rc != DCP_OK) {
+      if (rc != DCP_ECORRUPT) __builtin_trap();
+      break;
+    }
+    acc += touch_ref(&ci.ref) + (uint64_t)ci.box.ndim;
+  }
+  return acc;
+}
+
 /* Walk tensor t's chunks (stopping at the first failure, as a reader would). */
 static uint64_t walk_tensor(dcp_meta *m, size_t t) {
   dcp_tensor_info ti;
@@ -34,6 +50,15 @@ static uint64_t walk_tensor(dcp_meta *m, size_t t) {
   dcp_status grc = dcpi_meta_chunk_grid(m, t, &g, &grid, &err);
   if (grc != DCP_OK && grc != DCP_ECORRUPT) __builtin_trap();
   if (grc == DCP_OK && grid) acc += (uint64_t)g.count;
+  dcpi_flat fl; /* the header-only FLAT read, then single chunks by window */
+  bool flat = false;
+  grc = dcpi_meta_chunk_flat(m, t, &fl, &flat, &err);
+  if (grc != DCP_OK && grc != DCP_ECORRUPT) __builtin_trap();
+  if (grc == DCP_OK && flat) acc += (uint64_t)fl.count;
+  acc += walk_chunks(m, t, ti.chunk_count);
+  const int64_t *bo, *bs; /* the whole list decoded */
+  grc = dcpi_meta_chunk_boxes(m, t, &bo, &bs, &err);
+  if (grc != DCP_OK && grc != DCP_ECORRUPT && grc != DCP_ENOMEM) __builtin_trap();
   if (dcp_meta_find_tensor(m, ti.fqn, &idx) != DCP_OK || idx != t) __builtin_trap();
   for (uint64_t c = 0; c < ti.chunk_count; c++) {
     dcp_chunk_info ci;
@@ -81,7 +106,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   dcp_meta *m = NULL;
   dcp_status rc = dcp_meta_open_memory(ctx, data, size, &m);
   if (rc == DCP_OK) {
-    volatile uint64_t sink = walk_tables(m);
+    dcpi_err err;
+    volatile uint64_t sink = walk_tables(m) + (uint64_t)dcpi_meta_check_whole(m, &err);
     for (size_t t = 0; t < dcp_meta_tensor_count(m); t++) sink += walk_tensor(m, t);
     (void)sink;
   } else if (m != NULL || (rc != DCP_ECORRUPT && rc != DCP_EVERSION && rc != DCP_ENOMEM)) {

@@ -55,23 +55,26 @@ static void add_grid(dcpi_md *md, const char *fqn, int64_t rows, int64_t cols, i
     }
 }
 
-/* A 2-D tensor over mesh 0 (rows sharded by mesh dim 0) whose two row
- * shards are each cut into 3 flat ranges: a FLAT list (format version 3). */
-static void add_flat(dcpi_md *md, const char *fqn, dcpi_err *err) {
-  const int64_t shape[2] = {6, 5}, cell[2] = {3, 5};
+/* A 2-D tensor over mesh 0 (rows sharded by mesh dim 0, rows x 5 each)
+ * whose two row shards are each cut into ranges of per elements: a FLAT
+ * list (format version 3; from version 4 with a skip table when it has
+ * more than 64 chunks). */
+static void add_flat(dcpi_md *md, const char *fqn, int64_t rows, int64_t per, dcpi_err *err) {
+  const int64_t shape[2] = {2 * rows, 5}, cell[2] = {rows, 5};
   const uint32_t map[2] = {1, 0};
   uint32_t tid;
   ok(dcpi_md_add_tensor(md, fqn, DCP_F32, 2, shape, 0, map, &tid, err), err);
   uint64_t cks = 0x3333, at = 0;
-  for (int64_t r0 = 0; r0 < 6; r0 += 3)
-    for (int64_t b = 0; b < 15; b += 5) {
+  for (int64_t r0 = 0; r0 < 2 * rows; r0 += rows)
+    for (int64_t b = 0; b < rows * 5; b += per) {
       const int64_t region_off[2] = {r0, 0};
       int64_t off[6], sz[6];
       size_t n;
-      ok(dcpi_flat_to_boxes(2, region_off, cell, b, 5, off, sz, 3, &n, err), err);
+      int64_t cnt = rows * 5 - b < per ? rows * 5 - b : per;
+      ok(dcpi_flat_to_boxes(2, region_off, cell, b, cnt, off, sz, 3, &n, err), err);
       for (size_t i = 0; i < n; i++) {
         uint64_t raw = (uint64_t)(sz[2 * i] * sz[2 * i + 1] * 4);
-        dcp_storage_ref ref = {.file = (uint32_t)(b / 5 % 2), .codec = DCP_CODEC_NONE,
+        dcp_storage_ref ref = {.file = (uint32_t)(b / per % 2), .codec = DCP_CODEC_NONE,
                                .block_size = 64, .offset = at, .stored_length = raw,
                                .raw_length = raw, .block_count = 1, .block_checksums = &cks};
         at += raw;
@@ -116,8 +119,13 @@ int main(int argc, char **argv) {
   ok(dcpi_md_set_format_version(md, 2, &err), &err);
   emit(md, argv[1], "seed_full_v2.bin");
   ok(dcpi_md_set_format_version(md, DCPI_FORMAT_VERSION, &err), &err);
-  add_flat(md, "optim.exp_avg.model.embed.weight", &err);
+  add_flat(md, "optim.exp_avg.model.embed.weight", 3, 5, &err);
   emit(md, argv[1], "seed_derived.bin");
+  add_flat(md, "optim.exp_avg_sq.model.embed.weight", 60, 7, &err); /* 3 skip windows */
+  add_grid(md, "model.layers.1.mlp.weight", 10, 9, -1, &err);      /* 2 skip windows */
+  emit(md, argv[1], "seed_skip.bin");
+  ok(dcpi_md_set_format_version(md, 3, &err), &err);
+  emit(md, argv[1], "seed_skip_v3.bin");
   dcpi_md_free(md);
   return 0;
 }

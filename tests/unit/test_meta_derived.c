@@ -366,15 +366,16 @@ static void wr_var(uint8_t *p, uint64_t v, size_t n) {
 }
 
 /* Where the skip table of the one tensor's list of a version 4 file is:
- * the interval's byte and each delta's position and length. */
+ * the list, the interval's byte, each delta's position and length, and the
+ * header checksum's position. */
 typedef struct skip_at {
-  size_t every_at, nskip, at[64], len[64];
+  size_t list_at, every_at, nskip, at[64], len[64], header_sum_at;
   uint64_t delta[64];
 } skip_at;
 
 static void find_skip(const uint8_t *buf, const xtensor *t, skip_at *s) {
   const uint8_t *dir = buf + DCPI_HEADER_SIZE + (DCPI_SEC_CHUNKS - 1) * DCPI_DIRENT_SIZE;
-  size_t p = (size_t)dcpi_get_u64(dir + 8);
+  size_t p = s->list_at = (size_t)dcpi_get_u64(dir + 8);
   assert_int_equal(buf[p++], DCPI_FORM_FLAT);
   for (uint32_t d = 0; d < 2 * t->ndim + 1; d++) rd_var(buf, &p); /* n, c per dim; f */
   s->every_at = p;
@@ -387,15 +388,28 @@ static void find_skip(const uint8_t *buf, const xtensor *t, skip_at *s) {
     s->delta[j] = rd_var(buf, &p);
     s->len[j] = p - s->at[j];
   }
+  s->header_sum_at = p + 8 * (s->nskip + 1); /* after the window checksums */
 }
 
-/* The list checksum (the last 8 bytes of the one-tensor index), then
- * every section checksum and the trailer. */
-static void reseal_list(uint8_t *buf, size_t len) {
+/* The window checksums as the (tampered) skip offsets cut the entries, the
+ * list's header checksum, its checksum (the last 8 bytes of the one-tensor
+ * index), then every section checksum and the trailer: so the tampering
+ * reaches the structural checks. */
+static void reseal_list(uint8_t *buf, size_t len, const skip_at *sk) {
   const uint8_t *ch = buf + DCPI_HEADER_SIZE + (DCPI_SEC_CHUNKS - 1) * DCPI_DIRENT_SIZE;
   const uint8_t *tn = buf + DCPI_HEADER_SIZE + (DCPI_SEC_TENSORS - 1) * DCPI_DIRENT_SIZE;
   size_t co = (size_t)dcpi_get_u64(ch + 8), cn = (size_t)dcpi_get_u64(ch + 16);
   size_t to = (size_t)dcpi_get_u64(tn + 8), tl = (size_t)dcpi_get_u64(tn + 16);
+  size_t list_end = co + cn, cut[66];
+  cut[0] = sk->header_sum_at + 8;
+  for (size_t j = 0, at = sk->at[0]; j < sk->nskip; j++) cut[j + 1] = cut[j] + rd_var(buf, &at);
+  cut[sk->nskip + 1] = list_end;
+  for (size_t j = 0; j <= sk->nskip; j++)
+    if (cut[j] <= cut[j + 1] && cut[j + 1] <= list_end)
+      dcpi_put_u64(buf + sk->header_sum_at - 8 * (sk->nskip + 1 - j),
+                   XXH3_64bits(buf + cut[j], cut[j + 1] - cut[j]));
+  dcpi_put_u64(buf + sk->header_sum_at,
+               XXH3_64bits(buf + sk->list_at, sk->header_sum_at - sk->list_at));
   dcpi_put_u64(buf + to + tl - 8, XXH3_64bits(buf + co, cn));
   g_reseal(buf, len);
 }
@@ -441,7 +455,7 @@ static void test_skip_table_hostile(void **state) {
   tu_rng_seed(&rng, tu_seed(19004));
   xtensor *t = calloc(1, sizeof *t);
   t->ndim = 2, t->shape[0] = 40, t->shape[1] = 30, t->mesh_cells[0] = 1, t->mesh_cells[1] = 2;
-  push_flat(t, 50);
+  push_flat(t, 150);
   qsort(t->c, t->n, sizeof t->c[0], cmp_x);
   give_refs(&rng, t);
   size_t len;
@@ -453,11 +467,11 @@ static void test_skip_table_hostile(void **state) {
   for (int k = 0; k < 5; k++) {
     memcpy(bad, buf, len);
     if (k == 0) wr_var(bad + s.at[0], s.delta[0] + 1, 2); /* inside an entry */
-    if (k == 1) wr_var(bad + s.at[0], s.delta[0] + s.delta[1], 2), wr_var(bad + s.at[1], 9 * 64, 2);
-    if (k == 2) wr_var(bad + s.at[1], 9 * 64 - 1, 2); /* fewer bytes than 64 entries take */
+    if (k == 1) wr_var(bad + s.at[0], s.delta[0] + s.delta[1], 2), wr_var(bad + s.at[1], 9 * 128, 2);
+    if (k == 2) wr_var(bad + s.at[1], 9 * 128 - 1, 2); /* fewer bytes than 128 entries take */
     if (k == 3) wr_var(bad + s.at[s.nskip - 1], 16383, 2); /* past the list */
-    if (k == 4) bad[s.every_at] = 63;                     /* another interval */
-    reseal_list(bad, len);
+    if (k == 4) bad[s.every_at] = 127;                    /* another interval */
+    reseal_list(bad, len, &s);
     printf("# skip table case %d: %zu of %zu single reads refused\n", k, check_hostile(t, bad, len),
            t->n);
   }
