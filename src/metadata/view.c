@@ -642,9 +642,11 @@ static dcp_status dec_tables(dcp_meta *m, const sec_range *secs, dcpi_err *err) 
   return rc;
 }
 
-/* Check data, copy it into a new view and decode the tables. */
-static dcp_status open_view(dcp_ctx *ctx, const void *data, size_t len, dcp_meta **out,
-                            dcpi_err *err) {
+/* Check data, give it to a new view (a copy unless owned: then the view
+ * takes the malloc'd buffer itself, on success only) and decode the
+ * tables. */
+static dcp_status open_view(dcp_ctx *ctx, const void *data, size_t len, bool owned,
+                            dcp_meta **out, dcpi_err *err) {
   uint32_t version = 0;
   sec_range secs[DCPI_SEC_COUNT + 1];
   dcp_status rc = check_header(data, len, &version, err);
@@ -652,16 +654,17 @@ static dcp_status open_view(dcp_ctx *ctx, const void *data, size_t len, dcp_meta
     rc = check_directory(data, len, DCPI_SEC_COUNT_OF(version), version >= 4, secs, err);
   if (rc != DCP_OK) return rc;
   dcp_meta *m = calloc(1, sizeof *m);
-  if (!m || !(m->buf = malloc(len))) {
+  if (!m || !(m->buf = owned ? (uint8_t *)data : malloc(len))) {
     free(m);
     return dcpi_fail(err, DCP_ENOMEM, "cannot copy %zu bytes of metadata", len);
   }
-  memcpy(m->buf, data, len);
+  if (!owned) memcpy(m->buf, data, len);
   m->len = len;
   m->version = version;
   m->part_rank = -1;
   m->ctx = ctx;
   if ((rc = dec_tables(m, secs, err)) != DCP_OK) {
+    if (owned) m->buf = NULL; /* still the caller's */
     dcp_meta_free(m);
     return rc;
   }
@@ -680,7 +683,16 @@ dcp_status dcp_meta_open_memory(dcp_ctx *ctx, const void *data, size_t len, dcp_
   *out = NULL;
   static const uint8_t empty[1];
   if (!data) data = empty; /* len is 0: fails as too short, without a NULL offset */
-  open_view(ctx, data, len, out, &err);
+  open_view(ctx, data, len, false, out, &err);
+  return dcpi_ctx_report(ctx, &err);
+}
+
+dcp_status dcpi_meta_open_owned(dcp_ctx *ctx, uint8_t *data, size_t len, dcp_meta **out) {
+  dcpi_err err;
+  dcpi_err_clear(&err);
+  *out = NULL;
+  if (!data) dcpi_fail(&err, DCP_EINVAL, "dcpi_meta_open_owned: NULL buffer");
+  else open_view(ctx, data, len, true, out, &err);
   return dcpi_ctx_report(ctx, &err);
 }
 

@@ -227,6 +227,12 @@ dcp_status dcpi_meta_chunk_grid(dcp_meta *m, size_t ti, dcpi_grid *out, bool *fo
 dcp_status dcpi_meta_chunk_flat(dcp_meta *m, size_t ti, dcpi_flat *out, bool *found,
                                 dcpi_err *err);
 
+/* dcp_meta_open_memory without the copy: on success the view owns data
+ * (a malloc'd buffer of len bytes; dcp_meta_free frees it), on failure it
+ * stays the caller's. Opening a version 4 file then costs the header, the
+ * directory and the small sections, not the file's length. */
+dcp_status dcpi_meta_open_owned(dcp_ctx *ctx, uint8_t *data, size_t len, dcp_meta **out);
+
 /* The whole-file checks that opening leaves out in version 4: the
  * trailer's xxh3 of every byte (and so the chunks section's checksum in
  * the directory, which no access uses); for dcp_verify. DCP_ECORRUPT names

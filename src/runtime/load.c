@@ -35,9 +35,12 @@ static dcp_status read_metadata(dcpi_rt *rt, uint8_t **data, size_t *len) {
   return DCP_OK;
 }
 
-static dcp_status open_view(dcpi_rt *rt, const uint8_t *data, size_t len, dcp_meta **out) {
-  dcp_status rc = dcp_meta_open_memory(rt->ctx, data, len, out);
+/* Open a view of *data (read from storage), handing the buffer over to it
+ * (no copy): *data is NULL afterwards unless the open failed. */
+static dcp_status open_view(dcpi_rt *rt, uint8_t **data, size_t len, dcp_meta **out) {
+  dcp_status rc = dcpi_meta_open_owned(rt->ctx, *data, len, out);
   if (rc) dcpi_fail(&rt->err, rc, "%s/%s: %s", rt->path, DCPI_METADATA_NAME, rt->ctx->last.msg);
+  else *data = NULL;
   return rc;
 }
 
@@ -88,7 +91,7 @@ static dcp_status fetch_metadata(dcpi_rt *rt, const dcp_load_options *o, dcp_met
     if (!rc && (rc = dcpi_rt_bcast(rt, data, len, 0))) goto out;
   }
   if (!rc) *hash = XXH3_64bits(data, len);
-  rc = dcpi_rt_agree(rt, rc ? rc : open_view(rt, data, len, meta));
+  rc = dcpi_rt_agree(rt, rc ? rc : open_view(rt, &data, len, meta));
 out:
   free(data);
   return rc;
@@ -403,7 +406,7 @@ dcp_status dcp_meta_open(dcp_ctx *ctx, const char *path, dcp_meta **out) {
   dcp_status rc = path && *path ? dcpi_rt_open_storage(&rt, 0)
                                : dcpi_fail(&rt.err, DCP_EINVAL, "empty checkpoint path");
   if (!rc) rc = read_metadata(&rt, &data, &len);
-  if (!rc) rc = open_view(&rt, data, len, out);
+  if (!rc) rc = open_view(&rt, &data, len, out);
   free(data);
   if (rt.st) ctx->storage->close(rt.st);
   return dcpi_ctx_report(ctx, &rt.err);
