@@ -457,7 +457,9 @@ typedef struct dcp_bytes_info {
 } dcp_bytes_info;
 
 /* Open a view of an encoded metadata buffer. The buffer is copied; the
- * caller may free it afterwards.
+ * caller may free it afterwards. Format version 4 is opened without a pass
+ * over the whole buffer: chunk lists are verified when first used, the
+ * trailer by dcp_verify.
  * Errors (reason on ctx, which may be NULL): DCP_ECORRUPT (bad magic,
  * truncated, a bound or count that does not fit, checksum mismatch),
  * DCP_EVERSION (a newer format), DCP_ENOMEM. On error *out is NULL. */
@@ -480,7 +482,11 @@ DCP_API dcp_status dcp_meta_find_tensor(const dcp_meta *meta, const char *fqn,
                                         size_t *index);
 
 /* Chunk `chunk` of tensor `tensor`, chunks sorted by box offset
- * (lexicographic). Decodes that tensor's chunk list on first use.
+ * (lexicographic), except the flat (ZeRO/FSDP) ranges of a layout's cells
+ * in format version 4: cell by cell, range by range (docs/format.md,
+ * "Derived chunk lists"). Decodes that tensor's chunk list on first use
+ * (a version 4 grid or flat list: only the window of 128 chunks that holds
+ * this one, verified by its own checksum).
  * Errors: DCP_ENOTFOUND (index out of range), DCP_ECORRUPT (the tensor's
  * chunk list is malformed), DCP_ENOMEM. */
 DCP_API dcp_status dcp_meta_chunk(dcp_meta *meta, size_t tensor, size_t chunk,

@@ -323,9 +323,10 @@ static dcp_status flat_order(enc *e, const dcpi_md_tensor *t, const dcpi_form *f
 
 /* Write the entries of t's derived list in order[] behind a version 4
  * skip table: var interval; per interval-th entry (not the first) its byte
- * offset within the entries, as a delta from the previous one; the xxh3 of
- * each window of entries between those offsets; the xxh3 of the list's
- * header (from its form byte at `start` of w, up to here). */
+ * offset within the entries, as a delta from the previous one; then, when
+ * there is more than one window, the xxh3 of each window of entries
+ * between those offsets and the xxh3 of the list's header (from its form
+ * byte at `start` of w, up to here). A list of one window is read whole. */
 static dcp_status w_skipped_entries(enc *e, dcpi_wbuf *w, size_t start, const dcpi_md_tensor *t,
                                     const chunk_at *order) {
   size_t n = t->nchunks, every = DCPI_SKIP_EVERY, prev = 0, nwin = (n - 1) / every + 1;
@@ -341,9 +342,9 @@ static dcp_status w_skipped_entries(enc *e, dcpi_wbuf *w, size_t start, const dc
     w_chunk(e, &body, t, order[c].c, &ls, true, skip);
   }
   at[nwin] = body.len;
-  for (size_t j = 0; body.status == DCP_OK && j < nwin; j++)
+  for (size_t j = 0; body.status == DCP_OK && nwin > 1 && j < nwin; j++)
     dcpi_w_u64(w, hash_of(body.data + at[j], at[j + 1] - at[j]));
-  if (w->status == DCP_OK) dcpi_w_u64(w, hash_of(w->data + start, w->len - start));
+  if (w->status == DCP_OK && nwin > 1) dcpi_w_u64(w, hash_of(w->data + start, w->len - start));
   if (body.status == DCP_OK && body.len) dcpi_w_bytes(w, body.data, body.len);
   dcp_status rc = body.status;
   free(body.data), free(at);

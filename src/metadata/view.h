@@ -212,17 +212,18 @@ dcp_status dcpi_meta_chunk_boxes(dcp_meta *m, size_t ti, const int64_t **offs,
  * dcpi_meta_chunk_boxes). */
 dcp_status dcpi_meta_chunk_form(dcp_meta *m, size_t ti, dcpi_form *out, dcpi_err *err);
 
-/* When tensor ti's list is a GRID (version 3), its grid into *out and
- * *found true, reading only the list's header (after its checksum): the
- * load planner finds the chunks meeting a box from it without decoding the
+/* When tensor ti's list is a GRID (version 3 and later), its grid into
+ * *out and *found true, reading only the list's header (verified by the
+ * header's own xxh3 in version 4, by the list's in version 3): the load
+ * planner finds the chunks meeting a box from it without decoding the
  * list. *found false otherwise. Errors: DCP_ENOTFOUND, DCP_ECORRUPT. */
 dcp_status dcpi_meta_chunk_grid(dcp_meta *m, size_t ti, dcpi_grid *out, bool *found,
                                 dcpi_err *err);
 
 /* When tensor ti's list is a version 4 FLAT list (chunks in generation
  * order), its arithmetic into *out and *found true, reading only the
- * list's header (after its checksum): the load planner queries it like a
- * grid. *found false otherwise (a version 3 FLAT list is in (offset, size)
+ * list's header (verified by its own xxh3): the load planner queries it
+ * like a grid. *found false otherwise (a version 3 FLAT list is in (offset, size)
  * order: the planner gets its boxes). Errors as dcpi_meta_chunk_grid. */
 dcp_status dcpi_meta_chunk_flat(dcp_meta *m, size_t ti, dcpi_flat *out, bool *found,
                                 dcpi_err *err);

@@ -250,8 +250,8 @@ static dcp_status dec_window_sums(dcpi_dec *d, const dcpi_mv_tensor *t, dcpi_mv_
 /* The skip table of a version 4 derived list: var interval (>= 1), then
  * (nchunks - 1) / interval deltas, each at least interval entries of the
  * smallest size, so the offsets increase; the last must lie inside the
- * entries. Offsets are relative to the first entry. Then the window
- * checksums and the header's. */
+ * entries. Offsets are relative to the first entry. Then (more than one
+ * window) the window checksums and the header's. */
 static dcp_status dec_skip(dcpi_dec *d, const dcpi_mv_tensor *t, dcpi_mv_head *h) {
   dcp_status rc = dcpi_dec_var(d, UINT64_MAX, "skip interval", &h->every);
   if (rc == DCP_OK && h->every == 0) rc = dcpi_dec_fail(d, "skip interval 0");
@@ -270,8 +270,10 @@ static dcp_status dec_skip(dcpi_dec *d, const dcpi_mv_tensor *t, dcpi_mv_head *h
       rc = dcpi_dec_fail(d, "skip offset %zu: %llu bytes for %llu entries", j,
                          (unsigned long long)delta, (unsigned long long)h->every);
     h->skip[j] = at += delta;
+    if (rc == DCP_OK && at > t->list_len) /* also keeps the sum from overflowing */
+      rc = dcpi_dec_fail(d, "skip offset %zu is past the %zu-byte list", j, t->list_len);
   }
-  if (rc == DCP_OK) rc = dec_window_sums(d, t, h);
+  if (rc == DCP_OK && h->nskip) rc = dec_window_sums(d, t, h);
   if (rc == DCP_OK && h->nskip && at >= dcpi_r_left(&d->r))
     rc = dcpi_dec_fail(d, "skip offset %llu is past the %zu bytes of entries",
                        (unsigned long long)at, dcpi_r_left(&d->r));
@@ -307,8 +309,8 @@ static void list_dec(const dcp_meta *m, size_t ti, dcpi_dec *d, dcpi_err *err) {
 
 /* Decode tensor ti's list header into a new dcpi_mv_head (nothing is kept
  * on failure, so every later access fails too), verified: by its own xxh3
- * (a version 4 derived list, whose windows carry theirs), else by the
- * whole list's. */
+ * (a version 4 derived list of several windows, which carry theirs), else
+ * by the whole list's. */
 static dcp_status decode_head(const dcp_meta *m, size_t ti, dcpi_mv_head **out, dcpi_err *err) {
   const dcpi_mv_tensor *t = &m->tensors[ti];
   dcpi_dec d;
@@ -323,6 +325,7 @@ static dcp_status decode_head(const dcp_meta *m, size_t ti, dcpi_mv_head **out, 
   if (rc == DCP_OK && m->version >= 4 && !v4_derived) rc = check_list_sum(m, ti, err);
   if (rc == DCP_OK && v4_derived && h->form.kind == DCPI_FORM_FLAT) rc = dec_flat(&d, t, h);
   if (rc == DCP_OK && v4_derived) rc = dec_skip(&d, t, h);
+  if (rc == DCP_OK && v4_derived && !h->nskip) rc = check_list_sum(m, ti, err); /* one window */
   if (rc != DCP_OK) {
     dcpi_mv_head_free(h);
     return rc;
@@ -420,8 +423,8 @@ static dcp_status decode_list(dcp_meta *m, size_t ti, dcpi_mv_chunks **out, dcpi
   list_dec(m, ti, &d, err);
   d.r.pos = h->entries_at;
   cl->form = h->form;
-  if (h->every) rc = check_list_sum(m, ti, err); /* the head checked only itself */
-  for (size_t j = 0; rc == DCP_OK && h->every && j <= h->nskip; j++)
+  if (h->nskip) rc = check_list_sum(m, ti, err); /* the head checked only itself */
+  for (size_t j = 0; rc == DCP_OK && h->nskip && j <= h->nskip; j++)
     rc = check_window_sum(&d, h, j, h->entries_at + (j ? (size_t)h->skip[j - 1] : 0),
                           j < h->nskip ? h->entries_at + (size_t)h->skip[j] : t->list_len);
   if (rc == DCP_OK) rc = dec_entries(&d, m, t, h, cl, 0, (size_t)t->nchunks);
@@ -462,7 +465,7 @@ static dcp_status load_window(dcp_meta *m, size_t ti, uint64_t c, dcpi_err *err)
   list_dec(m, ti, &d, err);
   d.r.len = end, d.r.pos = start;
   cl->form = h->form;
-  rc = check_window_sum(&d, h, (size_t)j, start, end);
+  rc = h->nskip ? check_window_sum(&d, h, (size_t)j, start, end) : DCP_OK; /* else: the list's */
   if (rc == DCP_OK) rc = dec_entries(&d, m, t, h, cl, first, n);
   if (rc == DCP_OK && d.r.pos != end)
     rc = dcpi_dec_fail(&d, "the entries of skip window %llu end %zu bytes before the next "

@@ -295,7 +295,8 @@ void dcpi_flat_box(const dcpi_flat_pos *p, uint32_t ndim, int64_t *off, int64_t 
 static int query_cell(const dcpi_flat *fl, int64_t cell, const int64_t *off, const int64_t *size,
                       int (*hit)(void *, int64_t, const int64_t *, const int64_t *), void *arg) {
   uint32_t nd = fl->cells.ndim;
-  dcpi_flat_pos p = {.cell = -1};
+  dcpi_flat_pos p; /* no initializer: its arrays are large and filled as used */
+  p.cell = -1;
   pos_range(fl, &p, cell, 0);
   int64_t first = 0, last = 0;
   for (uint32_t d = 0; d < nd; d++) { /* the box's first and last element in the cell */
