@@ -21,11 +21,13 @@ static uint64_t touch_ref(const dcp_storage_ref *r) {
   return acc;
 }
 
-/* Chunks [0, n) of tensor t from the back (version 4 derived lists: each
- * from its skip window), stopping at the first failure as a reader would. */
-static uint64_t walk_chunks(dcp_meta *m, size_t t, uint64_t n) {
+/* Chunks [0, n) of tensor t, from the front or the back (a version 4
+ * derived list not decoded whole: each from its skip window), stopping at
+ * the first failure as a reader would. */
+static uint64_t walk_chunks(dcp_meta *m, size_t t, uint64_t n, bool back) {
   uint64_t acc = 0;
-  for (uint64_t c = n; c-- > 0;) {
+  for (uint64_t k = 0; k < n; k++) {
+    uint64_t c = back ? n - 1 - k : k;
     dcp_chunk_info ci;
     dcp_status rc = dcp_meta_chunk(m, t, c, &ci);
     if (rc != DCP_OK) {
@@ -55,21 +57,12 @@ static uint64_t walk_tensor(dcp_meta *m, size_t t) {
   grc = dcpi_meta_chunk_flat(m, t, &fl, &flat, &err);
   if (grc != DCP_OK && grc != DCP_ECORRUPT) __builtin_trap();
   if (grc == DCP_OK && flat) acc += (uint64_t)fl.count;
-  acc += walk_chunks(m, t, ti.chunk_count);
+  acc += walk_chunks(m, t, ti.chunk_count, true);
   const int64_t *bo, *bs; /* the whole list decoded */
   grc = dcpi_meta_chunk_boxes(m, t, &bo, &bs, &err);
   if (grc != DCP_OK && grc != DCP_ECORRUPT && grc != DCP_ENOMEM) __builtin_trap();
   if (dcp_meta_find_tensor(m, ti.fqn, &idx) != DCP_OK || idx != t) __builtin_trap();
-  for (uint64_t c = 0; c < ti.chunk_count; c++) {
-    dcp_chunk_info ci;
-    dcp_status rc = dcp_meta_chunk(m, t, c, &ci);
-    if (rc != DCP_OK) {
-      if (rc != DCP_ECORRUPT) __builtin_trap();
-      break;
-    }
-    acc += touch_ref(&ci.ref) + (uint64_t)ci.box.ndim;
-  }
-  return acc;
+  return acc + walk_chunks(m, t, ti.chunk_count, false);
 }
 
 /* Walk the eagerly decoded tables. */

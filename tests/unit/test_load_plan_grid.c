@@ -136,40 +136,33 @@ static void same_plans(const dcpi_load_plan *a, const dcpi_load_plan *b, uint32_
   }
 }
 
-static void test_grid_equals_list(void **state) {
-  (void)state;
+/* 500 random cases of make: the arithmetic plan equals the box-index one. */
+static void derived_equals_list(void (*make)(tu_rng *, gcase *), uint64_t seed,
+                                const char *what) {
   tu_rng rng;
-  tu_rng_seed(&rng, tu_seed(1903));
+  tu_rng_seed(&rng, tu_seed(seed));
   size_t overlaps = 0;
   for (int k = 0; k < 500; k++) {
     gcase c;
-    make_case(&rng, &c);
+    make(&rng, &c);
     dcpi_load_plan *g = plan(&c, true, DCP_OK), *l = plan(&c, false, DCP_OK);
     same_plans(g, l, c.ndim);
     overlaps += g->noverlaps;
     dcpi_load_plan_free(g), dcpi_load_plan_free(l);
     free(c.off), free(c.sz);
   }
-  printf("# 500 random grids: %zu overlaps, grid query == box index\n", overlaps);
+  printf("# 500 random %s: %zu overlaps, arithmetic query == box index\n", what, overlaps);
   assert_true(overlaps > 1000);
+}
+
+static void test_grid_equals_list(void **state) {
+  (void)state;
+  derived_equals_list(make_case, 1903, "grids");
 }
 
 static void test_flat_equals_list(void **state) {
   (void)state;
-  tu_rng rng;
-  tu_rng_seed(&rng, tu_seed(1904));
-  size_t overlaps = 0;
-  for (int k = 0; k < 500; k++) {
-    gcase c;
-    make_flat_case(&rng, &c);
-    dcpi_load_plan *g = plan(&c, true, DCP_OK), *l = plan(&c, false, DCP_OK);
-    same_plans(g, l, c.ndim);
-    overlaps += g->noverlaps;
-    dcpi_load_plan_free(g), dcpi_load_plan_free(l);
-    free(c.off), free(c.sz);
-  }
-  printf("# 500 random flat forms: %zu overlaps, flat query == box index\n", overlaps);
-  assert_true(overlaps > 1000);
+  derived_equals_list(make_flat_case, 1904, "flat forms");
 }
 
 /* A FLAT form over another shape than the tensor is corruption. */
