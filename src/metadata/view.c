@@ -26,11 +26,14 @@ static void dec_init(dcpi_dec *d, const dcp_meta *m, sec_range s, const char *wh
   d->r = (dcpi_rbuf){m->buf + s.off, s.len, 0};
   d->err = err;
   d->item = -1;
+  d->kind = d->name = NULL;
   snprintf(d->where, sizeof d->where, "%s", where);
 }
 
-/* Fail unless the cursor consumed its whole range. */
+/* Fail unless the cursor consumed its whole range (the section's, no
+ * longer an item's). */
 static dcp_status dec_end(dcpi_dec *d) {
+  d->item = -1;
   if (dcpi_r_left(&d->r) == 0) return DCP_OK;
   return dcpi_dec_fail(d, "%zu trailing bytes", dcpi_r_left(&d->r));
 }
@@ -200,10 +203,11 @@ static dcp_status dec_strings(dcp_meta *m, sec_range sr, dcpi_err *err) {
   uint64_t n = 0, len = 0;
   dcp_status rc = dcpi_dec_count(&d, DCPI_MIN_STRING, "string count", &n);
   if (rc != DCP_OK) return rc;
-  if (!(m->strings = malloc((n ? n : 1) * sizeof *m->strings)))
+  if (!(m->strings = malloc((n ? n : 1) * sizeof *m->strings)) ||
+      !(m->name_ok = calloc(n ? n : 1, 1)))
     return dcpi_fail(err, DCP_ENOMEM, "cannot hold %llu strings", (unsigned long long)n);
   for (uint64_t i = 0; i < n; i++) {
-    snprintf(d.where, sizeof d.where, "strings section, string %llu", (unsigned long long)i);
+    d.item = (int64_t)i, d.kind = "string";
     if ((rc = dcpi_dec_var(&d, dcpi_r_left(&d.r), "string length", &len)) != DCP_OK) return rc;
     const char *p = (const char *)d.r.p + d.r.pos;
     if (len == dcpi_r_left(&d.r)) return dcpi_dec_fail(&d, "no room for the terminating NUL");
@@ -241,14 +245,17 @@ static dcp_status dec_name(dcpi_dec *d, const dcp_meta *m, const char *what,
 
 /* Resolve a string index that must be an fqn or bytes key: dec_name, then
  * the name rule of dcp_state_add_* (model/name.h), so a hostile file cannot
- * hand a reader a name no saver could have written. */
+ * hand a reader a name no saver could have written. Each string is checked
+ * once (a per-rank bytes key is used by every rank's item). */
 static dcp_status dec_item_name(dcpi_dec *d, const dcp_meta *m, const char *what,
                                 const dcpi_mv_string **out) {
   dcp_status rc = dec_name(d, m, what, out);
   if (rc != DCP_OK) return rc;
-  size_t at;
+  size_t at, idx = (size_t)(*out - m->strings);
+  if (m->name_ok[idx]) return DCP_OK;
   const char *why = dcpi_name_violation((*out)->s, (*out)->len, &at);
   if (why) return dcpi_dec_fail(d, "%s %s at byte %zu", what, why, at);
+  m->name_ok[idx] = 1;
   return DCP_OK;
 }
 
@@ -296,7 +303,7 @@ static dcp_status dec_files(dcp_meta *m, sec_range sr, dcpi_err *err) {
     return dcpi_fail(err, DCP_ENOMEM, "cannot hold %llu files", (unsigned long long)n);
   dcpi_strmap seen = {0};
   for (uint64_t i = 0; i < n && rc == DCP_OK; i++) {
-    snprintf(d.where, sizeof d.where, "files section, file %llu", (unsigned long long)i);
+    d.item = (int64_t)i, d.kind = "file";
     rc = dec_file_entry(&d, m, &seen, &m->files[i]);
     if (rc == DCP_OK) m->nfiles = (size_t)i + 1;
   }
@@ -379,7 +386,7 @@ static dcp_status dec_meshes(dcp_meta *m, sec_range sr, dcpi_err *err) {
   if (!(m->meshes = calloc(n ? n : 1, sizeof *m->meshes)))
     return dcpi_fail(err, DCP_ENOMEM, "cannot hold %llu meshes", (unsigned long long)n);
   for (uint64_t i = 0; i < n; i++) {
-    snprintf(d.where, sizeof d.where, "meshes section, mesh %llu", (unsigned long long)i);
+    d.item = (int64_t)i, d.kind = "mesh";
     m->nmeshes = (size_t)i + 1; /* counted first: a half-decoded mesh is freed too */
     if ((rc = dec_mesh(&d, m, &m->meshes[i])) != DCP_OK) return rc;
   }
@@ -453,7 +460,7 @@ static dcp_status dec_tensor(dcpi_dec *d, const dcp_meta *m, size_t i, size_t *c
   memset(t, 0, sizeof *t);
   dcp_status rc = dec_item_name(d, m, "fqn", &fqn);
   if (rc != DCP_OK) return rc;
-  snprintf(d->where, sizeof d->where, "tensors section, tensor %zu ('%.100s')", i, fqn->s);
+  d->name = fqn->s;
   t->fqn = fqn->s;
   t->fqn_len = fqn->len;
   if (i > 0 && dcpi_md_cmp_bytes(m->tensors[i - 1].fqn, m->tensors[i - 1].fqn_len, t->fqn,
@@ -476,7 +483,7 @@ static dcp_status dec_tensors(dcp_meta *m, sec_range sr, dcpi_err *err) {
     return dcpi_fail(err, DCP_ENOMEM, "cannot hold %llu tensors", (unsigned long long)n);
   size_t cursor = 0;
   for (uint64_t i = 0; i < n; i++) {
-    snprintf(d.where, sizeof d.where, "tensors section, tensor %llu", (unsigned long long)i);
+    d.item = (int64_t)i, d.kind = "tensor", d.name = NULL;
     if ((rc = dec_tensor(&d, m, (size_t)i, &cursor)) != DCP_OK) return rc;
     m->ntensors = (size_t)i + 1;
   }
@@ -523,7 +530,7 @@ static dcp_status dec_bytes_item(dcpi_dec *d, dcp_meta *m, size_t i, dcpi_dec_pr
   uint8_t flags = 0;
   dcp_status rc = dec_item_name(d, m, "bytes key", &key);
   if (rc != DCP_OK) return rc;
-  snprintf(d->where, sizeof d->where, "bytes section, item %zu ('%.100s')", i, key->s);
+  d->name = key->s;
   b->key = key->s;
   b->key_len = key->len;
   if ((rc = dec_scope_rank(d, m, b)) != DCP_OK) return rc;
@@ -547,7 +554,7 @@ static dcp_status dec_bytes(dcp_meta *m, sec_range sr, dcpi_err *err) {
     return dcpi_fail(err, DCP_ENOMEM, "cannot hold %llu bytes items", (unsigned long long)n);
   dcpi_dec_prev p = {0, 0, 0};
   for (uint64_t i = 0; i < n; i++) {
-    snprintf(d.where, sizeof d.where, "bytes section, item %llu", (unsigned long long)i);
+    d.item = (int64_t)i, d.kind = "item", d.name = NULL;
     memset(&m->bytes[i], 0, sizeof m->bytes[i]);
     if ((rc = dec_bytes_item(&d, m, (size_t)i, &p)) != DCP_OK) return rc;
     m->nbytes = (size_t)i + 1;
@@ -568,7 +575,7 @@ static dcp_status dec_kvs(dcp_meta *m, sec_range sr, dcpi_err *err) {
     return dcpi_fail(err, DCP_ENOMEM, "cannot hold %llu key/values", (unsigned long long)n);
   const dcpi_mv_string *key = NULL, *value = NULL, *prev = NULL;
   for (uint64_t i = 0; i < n; i++) {
-    snprintf(d.where, sizeof d.where, "key/value section, entry %llu", (unsigned long long)i);
+    d.item = (int64_t)i, d.kind = "entry";
     if ((rc = dec_name(&d, m, "key", &key)) != DCP_OK) return rc;
     if ((rc = dec_string(&d, m, "value", &value)) != DCP_OK) return rc;
     if (prev && dcpi_md_cmp_bytes(prev->s, prev->len, key->s, key->len) >= 0)
@@ -617,6 +624,7 @@ void dcp_meta_free(dcp_meta *m) {
     dcpi_mv_head_free(m->tensors[i].head);
   }
   free(m->strings);
+  free(m->name_ok);
   free(m->files);
   free(m->meshes);
   free(m->tensors);

@@ -118,6 +118,7 @@ struct dcp_meta {
   int32_t part_rank;   /* -1: a whole checkpoint */
   dcpi_mv_string *strings;
   size_t nstrings;
+  uint8_t *name_ok; /* per string: passed the fqn / key name rule already */
   dcpi_mv_file *files;
   size_t nfiles;
   dcpi_mv_mesh *meshes;
@@ -152,8 +153,10 @@ typedef struct dcpi_dec {
   dcpi_rbuf r;
   dcpi_err *err;
   char where[192];
-  int64_t item; /* when >= 0, appended to `where` as ", chunk <item>" on
-                   failure: per-chunk context without a printf per chunk */
+  int64_t item; /* when >= 0, appended to `where` as ", <kind> <item>" on
+                   failure: per-item context without a printf per item */
+  const char *kind; /* the item's kind ("file", "tensor"...); NULL: "chunk" */
+  const char *name; /* or NULL: the item's name, appended as " ('<name>')" */
 } dcpi_dec;
 
 /* Record DCP_ECORRUPT with "<where> at byte <pos>: <reason>" and return it. */

@@ -303,7 +303,7 @@ static dcp_status check_window_sum(dcpi_dec *d, const dcpi_mv_head *h, size_t j,
 /* A cursor over tensor ti's list, its failures naming the tensor. */
 static void list_dec(const dcp_meta *m, size_t ti, dcpi_dec *d, dcpi_err *err) {
   const dcpi_mv_tensor *t = &m->tensors[ti];
-  *d = (dcpi_dec){{m->buf + m->chunks_off + t->list_off, t->list_len, 0}, err, "", -1};
+  *d = (dcpi_dec){{m->buf + m->chunks_off + t->list_off, t->list_len, 0}, err, "", -1, NULL, NULL};
   snprintf(d->where, sizeof d->where, "chunks section, tensor %zu ('%.100s')", ti, t->fqn);
 }
 

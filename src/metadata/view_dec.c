@@ -17,9 +17,13 @@ dcp_status dcpi_dec_fail(dcpi_dec *d, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  const char *kind = d->kind ? d->kind : "chunk";
+  if (d->item >= 0 && d->name)
+    return dcpi_fail(d->err, DCP_ECORRUPT, "corrupt metadata: %s, %s %lld ('%.100s') at byte "
+                     "%zu: %s", d->where, kind, (long long)d->item, d->name, d->r.pos, msg);
   if (d->item >= 0)
-    return dcpi_fail(d->err, DCP_ECORRUPT, "corrupt metadata: %s, chunk %lld at byte %zu: %s",
-                     d->where, (long long)d->item, d->r.pos, msg);
+    return dcpi_fail(d->err, DCP_ECORRUPT, "corrupt metadata: %s, %s %lld at byte %zu: %s",
+                     d->where, kind, (long long)d->item, d->r.pos, msg);
   return dcpi_fail(d->err, DCP_ECORRUPT, "corrupt metadata: %s at byte %zu: %s", d->where,
                    d->r.pos, msg);
 }
