@@ -282,4 +282,18 @@ static inline void g_reseal(uint8_t *p, size_t len) {
   dcpi_put_u64(p + len - 8, XXH3_64bits(p, len - 8));
 }
 
+/* Where a flip at byte `at` of a version 4 file must be caught: in a chunk
+ * list it is caught when that list is first used (its own checksums), in
+ * the trailer or the chunks section's checksum in the directory only by
+ * the whole-file check (nothing else reads them), anywhere else at open. */
+typedef enum { G_AT_OPEN, G_AT_ACCESS, G_BY_WHOLE } g_catch;
+static inline g_catch g_where_caught(const uint8_t *buf, size_t len, size_t at) {
+  const uint8_t *chunks = buf + DCPI_HEADER_SIZE + (DCPI_SEC_CHUNKS - 1) * DCPI_DIRENT_SIZE;
+  uint64_t off = dcpi_get_u64(chunks + 8), n = dcpi_get_u64(chunks + 16);
+  size_t cks = (size_t)(chunks - buf) + 24;
+  if (at >= off && at < off + n) return G_AT_ACCESS;
+  if (at >= len - DCPI_TRAILER_SIZE || (at >= cks && at < cks + 8)) return G_BY_WHOLE;
+  return G_AT_OPEN;
+}
+
 #endif

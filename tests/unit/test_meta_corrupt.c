@@ -83,21 +83,6 @@ static void test_truncation(void **state) {
   free(buf);
 }
 
-/* Where a flip at byte `at` of a version 4 file must be caught: in a chunk
- * list it is caught when that list is first used (its own checksum), in
- * the trailer or the chunks section's checksum in the directory only by
- * the whole-file check (nothing else reads them), anywhere else at open. */
-typedef enum { AT_OPEN, AT_ACCESS, BY_WHOLE } catch_at;
-static catch_at where_caught(const uint8_t *buf, size_t len, size_t at) {
-  const uint8_t *chunks = buf + DCPI_HEADER_SIZE + (DCPI_SEC_CHUNKS - 1) * DCPI_DIRENT_SIZE;
-  uint64_t off = dcpi_get_u64(chunks + 8), n = dcpi_get_u64(chunks + 16);
-  if (at >= off && at < off + n) return AT_ACCESS;
-  if (at >= len - DCPI_TRAILER_SIZE || (at >= (size_t)(chunks + 24 - buf) &&
-                                        at < (size_t)(chunks + 32 - buf)))
-    return BY_WHOLE;
-  return AT_OPEN;
-}
-
 /* Single bit flips are all caught: DCP_EVERSION exactly when the flip turns
  * the version field (bytes 8..11) into a number above the current one,
  * DCP_ECORRUPT otherwise (including version 0); at open, at the first
@@ -113,15 +98,15 @@ static void test_bit_flips(void **state) {
   for (int i = 0; i < 4000; i++) {
     size_t bit = (size_t)tu_rng_range(&rng, 0, (int64_t)(len * 8) - 1);
     if (i < 96) bit = 64 + (size_t)i % 32; /* always cover every version bit */
-    catch_at when = where_caught(buf, len, bit / 8);
+    g_catch when = g_where_caught(buf, len, bit / 8);
     buf[bit / 8] ^= (uint8_t)(1u << (bit % 8));
     dcp_status want = DCP_ECORRUPT;
     if (bit / 8 >= 8 && bit / 8 < 12 && dcpi_get_u32(buf + 8) > DCPI_FORMAT_VERSION)
       want = DCP_EVERSION;
     dcp_status rc = open_and_walk(buf, len, &fails);
-    assert_int_equal(rc, when == AT_OPEN ? want : DCP_OK);
-    if (when == AT_ACCESS) assert_true(fails > 0);
-    if (when == BY_WHOLE) {
+    assert_int_equal(rc, when == G_AT_OPEN ? want : DCP_OK);
+    if (when == G_AT_ACCESS) assert_true(fails > 0);
+    if (when == G_BY_WHOLE) {
       dcp_meta *v;
       dcpi_err err;
       assert_int_equal(fails, 0);
@@ -133,8 +118,8 @@ static void test_bit_flips(void **state) {
     buf[bit / 8] ^= (uint8_t)(1u << (bit % 8));
   }
   printf("# flips caught at open %zu, at first access %zu, by the whole-file check %zu\n",
-         seen[AT_OPEN], seen[AT_ACCESS], seen[BY_WHOLE]);
-  assert_true(seen[AT_ACCESS] > 0);
+         seen[G_AT_OPEN], seen[G_AT_ACCESS], seen[G_BY_WHOLE]);
+  assert_true(seen[G_AT_ACCESS] > 0);
   free(buf);
 }
 

@@ -478,6 +478,51 @@ static void test_skip_table_hostile(void **state) {
   free(buf), free(bad), free(t);
 }
 
+/* Every byte of a version 4 file with a 3-window FLAT list, one bit flipped
+ * each: caught at open, at the first read of the list (whichever window
+ * the reads start with: every chunk is read alone on a fresh view, the
+ * damaged window's and the header's checksums fail), or, in the trailer and
+ * the chunks section's directory checksum, by the whole-file check. */
+static void test_flip_every_byte(void **state) {
+  (void)state;
+  tu_rng rng;
+  tu_rng_seed(&rng, tu_seed(19005));
+  xtensor *t = calloc(1, sizeof *t);
+  t->ndim = 2, t->shape[0] = 40, t->shape[1] = 30, t->mesh_cells[0] = 1, t->mesh_cells[1] = 2;
+  push_flat(t, 150);
+  qsort(t->c, t->n, sizeof t->c[0], cmp_x);
+  give_refs(&rng, t);
+  size_t len, seen[3] = {0};
+  uint8_t *buf = encode(&rng, t, 4, &len);
+  for (size_t at = 0; at < len; at++) {
+    g_catch when = g_where_caught(buf, len, at);
+    buf[at] ^= (uint8_t)(1u << (at % 8));
+    dcp_meta *v;
+    dcp_status rc = dcp_meta_open_memory(NULL, buf, len, &v);
+    assert_int_equal(rc == DCP_OK, when != G_AT_OPEN);
+    size_t failed = 0;
+    for (size_t c = 0; v && c < t->n; c++) {
+      dcp_chunk_info ci;
+      dcp_status cs = dcp_meta_chunk(v, 0, (c * 97) % t->n, &ci);
+      assert_true(cs == DCP_OK || cs == DCP_ECORRUPT);
+      failed += cs != DCP_OK;
+      if (failed) break;
+    }
+    if (when == G_AT_ACCESS) assert_true(failed > 0);
+    if (when == G_BY_WHOLE) {
+      dcpi_err err;
+      assert_int_equal(failed, 0);
+      assert_int_equal(dcpi_meta_check_whole(v, &err), DCP_ECORRUPT);
+    }
+    dcp_meta_free(v);
+    seen[when]++;
+    buf[at] ^= (uint8_t)(1u << (at % 8));
+  }
+  printf("# %zu bytes flipped: %zu caught at open, %zu at the first read, %zu by the whole-file "
+         "check\n", len, seen[G_AT_OPEN], seen[G_AT_ACCESS], seen[G_BY_WHOLE]);
+  free(buf), free(t);
+}
+
 /* ---- through the public API: save with one layout, load with another ---- */
 
 typedef tu_fixture fixture;
@@ -677,6 +722,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_random_flat),
       cmocka_unit_test(test_random_irregular),
       cmocka_unit_test(test_skip_table_hostile),
+      cmocka_unit_test(test_flip_every_byte),
       cmocka_unit_test_setup_teardown(test_save_grid_load_other, setup, teardown),
       cmocka_unit_test_setup_teardown(test_save_records_layouts, setup, teardown),
       cmocka_unit_test_setup_teardown(test_layout_records, setup, teardown),
