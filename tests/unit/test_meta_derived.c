@@ -449,17 +449,24 @@ static size_t check_hostile(const xtensor *t, const uint8_t *buf, size_t len) {
  * list, another interval) is corrupt: the whole list never decodes, a
  * window read alone fails or (a window the damage does not reach) gives
  * the right chunk, and nothing is read outside the buffer (ASan). */
+/* A 40 x 30 tensor over 2 column cells, each cut into 150 flat ranges
+ * (360 chunks: a FLAT list of 3 skip windows), encoded as version 4. */
+static uint8_t *three_windows(tu_rng *rng, xtensor **out, size_t *len) {
+  xtensor *t = *out = calloc(1, sizeof *t);
+  t->ndim = 2, t->shape[0] = 40, t->shape[1] = 30, t->mesh_cells[0] = 1, t->mesh_cells[1] = 2;
+  push_flat(t, 150);
+  qsort(t->c, t->n, sizeof t->c[0], cmp_x);
+  give_refs(rng, t);
+  return encode(rng, t, 4, len);
+}
+
 static void test_skip_table_hostile(void **state) {
   (void)state;
   tu_rng rng;
   tu_rng_seed(&rng, tu_seed(19004));
-  xtensor *t = calloc(1, sizeof *t);
-  t->ndim = 2, t->shape[0] = 40, t->shape[1] = 30, t->mesh_cells[0] = 1, t->mesh_cells[1] = 2;
-  push_flat(t, 150);
-  qsort(t->c, t->n, sizeof t->c[0], cmp_x);
-  give_refs(&rng, t);
+  xtensor *t;
   size_t len;
-  uint8_t *buf = encode(&rng, t, 4, &len), *bad = malloc(len);
+  uint8_t *buf = three_windows(&rng, &t, &len), *bad = malloc(len);
   assert_int_equal(check_view(&rng, t, buf, len, 4), DCPI_FORM_FLAT);
   skip_at s;
   find_skip(buf, t, &s);
@@ -487,13 +494,9 @@ static void test_flip_every_byte(void **state) {
   (void)state;
   tu_rng rng;
   tu_rng_seed(&rng, tu_seed(19005));
-  xtensor *t = calloc(1, sizeof *t);
-  t->ndim = 2, t->shape[0] = 40, t->shape[1] = 30, t->mesh_cells[0] = 1, t->mesh_cells[1] = 2;
-  push_flat(t, 150);
-  qsort(t->c, t->n, sizeof t->c[0], cmp_x);
-  give_refs(&rng, t);
+  xtensor *t;
   size_t len, seen[3] = {0};
-  uint8_t *buf = encode(&rng, t, 4, &len);
+  uint8_t *buf = three_windows(&rng, &t, &len);
   for (size_t at = 0; at < len; at++) {
     g_catch when = g_where_caught(buf, len, at);
     buf[at] ^= (uint8_t)(1u << (at % 8));
