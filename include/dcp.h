@@ -955,7 +955,10 @@ DCP_API void dcp_async_free(dcp_async *h);
  * that saved asynchronously (dcp_ctx_free does it too). A no-op otherwise.
  * The wait has no deadline of its own, so that a long save is never cut
  * short at exit: to bound it, call dcp_async_wait_for and, if that times
- * out, dcp_async_abort first. */
+ * out, dcp_async_abort first. Handles not freed yet stay valid after it
+ * (and after dcp_ctx_free): wait, test, fence and abort return their save's
+ * outcome (no message goes to a context any more), and dcp_async_free
+ * frees them. */
 DCP_API void dcp_async_shutdown(dcp_ctx *ctx);
 
 /* ------------------------------------------------------------------------ */

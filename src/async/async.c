@@ -3,6 +3,7 @@
  * job submission. */
 #include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +30,24 @@ void dcpi_async_wait_idle_locked(dcpi_async_writer *w) {
   }
 }
 
-/* Wait for a pending save, stop the writer, free the pool and w: the
- * release function the context calls (dcp_ctx_free) or dcp_async_shutdown. */
+/* Drop one reference to w (the context's or a handle's); the last one
+ * frees what is left of it, its lock and condition. Caller holds w->mu,
+ * which this releases. */
+static void writer_unref_unlock(dcpi_async_writer *w) {
+  bool last = --w->refs == 0;
+  pthread_mutex_unlock(&w->mu);
+  if (!last) return;
+  pthread_cond_destroy(&w->cv);
+  pthread_mutex_destroy(&w->mu);
+  free(w);
+}
+
+/* Wait for a pending save, stop the writer, free the pool and drop the
+ * context's reference: the release function the context calls
+ * (dcp_ctx_free) or dcp_async_shutdown. Handles not freed yet keep w's
+ * lock, condition and their outcome alive, so a wait, test, fence or free
+ * after the shutdown (or after dcp_ctx_free) still answers; they no longer
+ * touch the context. */
 static void writer_release(dcpi_ctx_ext *ext) {
   dcpi_async_writer *w = (dcpi_async_writer *)ext;
   pthread_mutex_lock(&w->mu);
@@ -43,9 +60,10 @@ static void writer_release(dcpi_ctx_ext *ext) {
   dcpi_writer_stop(w);
   dcpi_pool_free(&w->pool);
   free(w->coll), free(w->coll_options), free(w->rendezvous);
-  pthread_cond_destroy(&w->cv);
-  pthread_mutex_destroy(&w->mu);
-  free(w);
+  w->coll = w->coll_options = w->rendezvous = NULL;
+  pthread_mutex_lock(&w->mu);
+  w->ctx = NULL; /* the context may be freed next */
+  writer_unref_unlock(w);
 }
 
 static dcpi_async_writer *writer_new(dcp_ctx *ctx) {
@@ -54,6 +72,7 @@ static dcpi_async_writer *writer_new(dcp_ctx *ctx) {
   w->ext.release = writer_release;
   w->ctx = ctx;
   w->sock = -1;
+  w->refs = 1; /* the context's */
   pthread_mutex_init(&w->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -179,8 +198,9 @@ dcp_status dcp_async_fence(dcp_async *h) {
     err.code = h->stage_status;
     snprintf(err.msg, sizeof err.msg, "%s", h->msg);
   }
+  dcp_ctx *ctx = w->ctx; /* NULL once the context let go of its writer */
   pthread_mutex_unlock(&w->mu);
-  return err.code ? dcpi_ctx_report(w->ctx, &err) : DCP_OK;
+  return err.code ? dcpi_ctx_report(ctx, &err) : DCP_OK;
 }
 
 /* The handle's outcome as the context's result and statistics. Caller
@@ -190,8 +210,10 @@ static dcp_status report_locked(dcp_async *h, dcpi_err *err) {
   err->code = h->status;
   snprintf(err->msg, sizeof err->msg, "%s", h->msg);
   /* the persisting side's figures become the context's statistics */
-  w->ctx->stats = h->stats;
-  w->ctx->stats.struct_size = sizeof w->ctx->stats;
+  if (w->ctx) {
+    w->ctx->stats = h->stats;
+    w->ctx->stats.struct_size = sizeof w->ctx->stats;
+  }
   return h->status;
 }
 
@@ -231,8 +253,9 @@ dcp_status dcp_async_wait_for(dcp_async *h, int64_t timeout_ms) {
     dcpi_fail(&err, DCP_ETIMEDOUT,
               "async save still persisting after %lld ms (the writer, pid %d, goes on; "
               "wait again or dcp_async_abort)", (long long)timeout_ms, (int)w->pid);
+  dcp_ctx *ctx = w->ctx; /* NULL once the context let go of its writer */
   pthread_mutex_unlock(&w->mu);
-  return dcpi_ctx_report(w->ctx, &err);
+  return ctx ? dcpi_ctx_report(ctx, &err) : err.code;
 }
 
 dcp_status dcp_async_wait(dcp_async *h) { return dcp_async_wait_for(h, -1); }
@@ -258,6 +281,12 @@ void dcp_async_free(dcp_async *h) {
   dcpi_async_writer *w = h->w;
   pthread_mutex_lock(&w->mu);
   while (!(h->done && h->staged)) pthread_cond_wait(&w->cv, &w->mu);
-  pthread_mutex_unlock(&w->mu);
+  writer_unref_unlock(w);
   free(h);
+}
+
+void dcpi_async_handle_ref(dcpi_async_writer *w) {
+  pthread_mutex_lock(&w->mu);
+  w->refs++;
+  pthread_mutex_unlock(&w->mu);
 }

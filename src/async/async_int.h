@@ -37,6 +37,7 @@ typedef struct dcpi_async_writer {
   uint64_t seq;              /* last job submitted */
   uint64_t spawns, saves, prepares;
   int keep;         /* the writer was spawned in keep mode (memory tier) */
+  unsigned refs;    /* the context's (until released) + one per live handle */
 } dcpi_async_writer;
 
 struct dcp_async {
@@ -52,6 +53,10 @@ struct dcp_async {
 
 /* ctx's writer state, created on first use (NULL: out of memory). */
 dcpi_async_writer *dcpi_async_writer_of(dcp_ctx *ctx);
+
+/* A new handle of w's takes a reference to it (dropped by dcp_async_free),
+ * so that the handle outlives the context's release of w. */
+void dcpi_async_handle_ref(dcpi_async_writer *w);
 
 /* Find the dcp-writer executable (DCP_WRITER, next to libdcp, PATH) into
  * buf. Errors: DCP_ENOTFOUND naming the places tried. */

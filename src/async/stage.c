@@ -354,6 +354,7 @@ dcp_status dcp_async_save(dcp_ctx *ctx, dcp_state *st, const char *path,
     free(h);
     return dcpi_ctx_report(ctx, &err);
   }
+  dcpi_async_handle_ref(w); /* h outlives a shutdown until dcp_async_free */
   *out = h;
   return DCP_OK;
 }
