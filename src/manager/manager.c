@@ -390,7 +390,7 @@ static void keep_plan(dcp_manager *m, int64_t step) {
   uint8_t *data = NULL;
   size_t len = 0;
   if (!dcpi_rt_open_storage(&srt, 0) &&
-      !dcpi_rt_read_file(&srt, DCPI_PLAN_FILE_NAME, &data, &len, &ignored) && len >= 8) {
+      !dcpi_plan_file_read(&srt, &data, &len, &ignored)) {
     /* a run whose geometry holds writes the same plan every step: the
      * file's own trailing checksum tells, and the root's copy stays */
     uint64_t sum = dcpi_get_u64(data + len - 8);

@@ -34,6 +34,35 @@ void dcpi_plan_file_write(dcpi_rt *rt, const dcpi_plan_entry *e) {
   dcpi_wbuf_free(&w);
 }
 
+dcp_status dcpi_plan_file_read(dcpi_rt *rt, uint8_t **data, size_t *len, dcpi_err *err) {
+  uint64_t size = 0;
+  *data = NULL;
+  dcp_status rc = dcpi_rt_file_size(rt, DCPI_PLAN_FILE_NAME, &size, err);
+  if (rc) return rc;
+  if (size < sizeof magic + 8 || size > DCPI_PLAN_FILE_MAX)
+    return dcpi_fail(err, DCP_ECORRUPT, ".plan: %llu bytes, not a plan file",
+                     (unsigned long long)size);
+  dcp_storage_file *f = NULL;
+  if ((rc = dcpi_rt_file_open(rt, DCPI_PLAN_FILE_NAME, DCP_FILE_READ, &f, err))) return rc;
+  uint8_t head[sizeof magic];
+  uint8_t *buf = NULL;
+  rc = dcpi_rt_file_read(rt, f, head, sizeof head, 0, err);
+  if (!rc && memcmp(head, magic, sizeof magic) != 0)
+    rc = dcpi_fail(err, DCP_ECORRUPT, ".plan: not a plan file");
+  if (!rc && !(buf = malloc((size_t)size)))
+    rc = dcpi_fail(err, DCP_ENOMEM, "out of memory for .plan");
+  if (!rc) rc = dcpi_rt_file_read(rt, f, buf, (size_t)size, 0, err);
+  dcpi_err ignored;
+  dcpi_rt_file_close(rt, f, &ignored);
+  if (rc) {
+    free(buf);
+    return rc;
+  }
+  *data = buf;
+  *len = (size_t)size;
+  return DCP_OK;
+}
+
 dcpi_plan_entry *dcpi_plan_file_accept(const uint8_t *file, size_t len, int32_t rank,
                                        int32_t world, dcpi_plan_key key, const uint8_t *plan,
                                        size_t plan_len, dcpi_err *err) {
@@ -117,7 +146,7 @@ static dcp_status read_parent_plan(dcpi_rt *rt, uint8_t **data, size_t *len) {
   dcpi_err_clear(&prt.err);
   dcpi_err ignored;
   dcp_status rc = dcpi_rt_open_storage(&prt, 0);
-  if (!rc) rc = dcpi_rt_read_file(&prt, DCPI_PLAN_FILE_NAME, data, len, &ignored);
+  if (!rc) rc = dcpi_plan_file_read(&prt, data, len, &ignored);
   if (prt.st) rt->ctx->storage->close(prt.st);
   return rc;
 }
@@ -133,8 +162,7 @@ bool dcpi_plan_file_seed(dcpi_rt *rt, dcpi_plan_key key, const uint8_t *plan, si
   uint8_t *data = NULL;
   size_t len = 0;
   dcpi_err ignored;
-  if (dcpi_rt_read_file(rt, DCPI_PLAN_FILE_NAME, &data, &len, &ignored) &&
-      read_parent_plan(rt, &data, &len))
+  if (dcpi_plan_file_read(rt, &data, &len, &ignored) && read_parent_plan(rt, &data, &len))
     return false;
   dcpi_plan_entry *e = dcpi_plan_file_accept(data, len, rt->ctx->rank, rt->ctx->world_size, key,
                                              plan, plan_len, &ignored);

@@ -28,6 +28,16 @@
 
 #define DCPI_PLAN_FILE_NAME ".plan"
 #define DCPI_PLAN_FILE_TMP ".plan.tmp"
+/* The largest .plan read (every rank's plan of a 10^4-rank job fits). */
+#define DCPI_PLAN_FILE_MAX ((uint64_t)1 << 30)
+
+/* The .plan of rt's directory, whole, into *data (malloc'd) and *len: only
+ * a regular file (the plugin's open refuses links and FIFOs) of at most
+ * DCPI_PLAN_FILE_MAX bytes that begins with the plan magic, checked before
+ * the rest is read, so that a junk, sparse or planted huge file costs a
+ * stat and 8 bytes, never its size in memory. Errors: DCP_ECORRUPT (too
+ * short, too large, no magic), storage errors (DCP_ENOTFOUND: none). */
+dcp_status dcpi_plan_file_read(dcpi_rt *rt, uint8_t **data, size_t *len, dcpi_err *err);
 
 /* The file's bytes for entry e (rank 0's: with every rank's plan) into w:
  * magic "DCPPLAN1", the entry (dcpi_plan_entry_encode), xxh3 of all that. */

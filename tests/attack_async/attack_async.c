@@ -204,6 +204,397 @@ static int run_back_to_back(const ak_args *a) {
   return 0;
 }
 
+
+/* ---- the recorded plan (.plan) ------------------------------------------------- */
+
+/* The bytes of file path (malloc'd) and their length; exits when absent. */
+static uint8_t *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  CHECK(f, "open %s: %s", path, strerror(errno));
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  uint8_t *buf = malloc(n > 0 ? (size_t)n : 1);
+  CHECK(buf && fread(buf, 1, (size_t)n, f) == (size_t)n, "read %s", path);
+  fclose(f);
+  *len = (size_t)n;
+  return buf;
+}
+
+static void spit(const char *path, const void *data, size_t len) {
+  unlink(path);
+  FILE *f = fopen(path, "wb");
+  CHECK(f && fwrite(data, 1, len, f) == len && fclose(f) == 0, "write %s", path);
+}
+
+/* Plant bytes as DIR/.plan and as its parent's .plan. */
+static void plant(const char *dir, const char *parent, const void *data, size_t len) {
+  char p[700];
+  mkdir(dir, 0755);
+  snprintf(p, sizeof p, "%s/.plan", dir);
+  spit(p, data, len);
+  snprintf(p, sizeof p, "%s/.plan", parent);
+  spit(p, data, len);
+}
+
+/* The .plan file bytes of entry e (a valid file: magic, entry, checksum). */
+static uint8_t *plan_file_of(const dcpi_plan_entry *e, size_t *len) {
+  dcpi_wbuf w = {0};
+  dcpi_plan_file_encode(e, &w);
+  CHECK(!w.status, "encode a .plan");
+  *len = w.len;
+  return w.data;
+}
+
+/* The entry recorded in the .plan at path (exits unless it decodes). */
+static dcpi_plan_entry *entry_of(const char *ckpt) {
+  char p[700];
+  snprintf(p, sizeof p, "%s/.plan", ckpt);
+  size_t len;
+  uint8_t *f = slurp(p, &len);
+  CHECK(len > 16, "%s is %zu bytes", p, len);
+  dcpi_plan_entry *e = NULL;
+  dcpi_err err;
+  CHECK(dcpi_plan_entry_decode(f + 8, len - 16, &e, &err) == DCP_OK, "decode %s: %s", p, err.msg);
+  free(f);
+  return e;
+}
+
+/* Save m (gen) to path on a fresh context (nothing cached: it reads what
+ * was planted), then load and check it; returns whether the plan hit. */
+static int fresh_save_check(const ak_args *a, model *m, int gen, const char *path,
+                            const dcp_save_options *so) {
+  dcp_ctx *ctx = open_one(a);
+  fill(m, gen);
+  dcp_state *st = state_of(ctx, m);
+  OK(dcp_save(ctx, st, path, so), ctx);
+  dcp_stats s = {.struct_size = sizeof s};
+  OK(dcp_ctx_stats(ctx, &s), ctx);
+  dcp_verify_report rep = {.struct_size = sizeof rep};
+  OK(dcp_verify(ctx, path, &rep), ctx);
+  dcp_state_free(st);
+  load_check(ctx, path, gen);
+  dcp_ctx_free(ctx);
+  return s.plan_cache_hit;
+}
+
+static int run_plan_planted(const ak_args *a) {
+  char real[600], other[600], target[700];
+  snprintf(real, sizeof real, "%s/real", a->dir);
+  snprintf(other, sizeof other, "%s/other", a->dir);
+  model *m = new_model(1);
+  /* this geometry's recorded plan, and another geometry's (rows 0..31 only) */
+  CHECK(fresh_save_check(a, m, 1, real, NULL) == 0, "the first save hit");
+  model *half = new_model(2); /* the same tensor in two chunks of half the rows */
+  dcp_ctx *ctx = open_one(a);
+  dcp_state *st;
+  int64_t shape[2] = {ROWS, COLS}, off0[2] = {0, 0}, off1[2] = {ROWS / 2, 0};
+  int64_t size[2] = {ROWS / 2, COLS};
+  OK(dcp_state_create(ctx, &st), ctx);
+  OK(dcp_state_add_tensor(st, "w", DCP_F32, 2, shape), ctx);
+  OK(dcp_state_add_chunk(st, "w", off0, size, half->w), ctx);
+  OK(dcp_state_add_chunk(st, "w", off1, size, half->w + ROWS / 2 * COLS), ctx);
+  OK(dcp_state_add_bytes(st, "rng", DCP_SCOPE_REPLICATED, half->rng, NB), ctx);
+  OK(dcp_save(ctx, st, other, NULL), ctx);
+  load_check(ctx, other, 2);
+  dcp_state_free(st);
+  dcp_ctx_free(ctx);
+  dcpi_plan_entry *mine = entry_of(real), *theirs = entry_of(other);
+  size_t len;
+  uint8_t *f;
+
+  /* 1. another geometry's valid .plan: a miss, the save plans for itself */
+  f = plan_file_of(theirs, &len);
+  snprintf(target, sizeof target, "%s/t1", a->dir);
+  plant(target, a->dir, f, len);
+  free(f);
+  CHECK(fresh_save_check(a, m, 3, target, NULL) == 0, "another geometry's .plan hit");
+
+  /* 2. this geometry's plan with a forged assignment that writes nothing
+   * (and a forged generation): used, but the assignment is rebuilt */
+  uint8_t none[2] = {0, 0};
+  dcpi_plan_entry forged = *mine;
+  forged.assignment = none;
+  forged.assignment_len = sizeof none;
+  forged.generation = 12345;
+  f = plan_file_of(&forged, &len);
+  snprintf(target, sizeof target, "%s/t2", a->dir);
+  plant(target, a->dir, f, len);
+  free(f);
+  CHECK(fresh_save_check(a, m, 4, target, NULL) == 1, "this geometry's .plan did not hit");
+
+  /* 3. the slot holds this plan, but the file claims a world of two */
+  dcpi_plan_entry w2 = *mine;
+  size_t lens[2] = {mine->plan_lens[0], mine->plan_lens[0]};
+  uint8_t *both = malloc(2 * lens[0]);
+  CHECK(both);
+  memcpy(both, mine->plans, lens[0]);
+  memcpy(both + lens[0], mine->plans, lens[0]);
+  w2.world = 2, w2.plans = both, w2.plan_lens = lens;
+  f = plan_file_of(&w2, &len);
+  snprintf(target, sizeof target, "%s/t3", a->dir);
+  plant(target, a->dir, f, len);
+  free(f);
+  free(both);
+  CHECK(fresh_save_check(a, m, 5, target, NULL) == 0, "a world-of-two .plan hit");
+
+  /* 4. the right plan with one byte of the plan flipped and the checksum
+   * made valid again: the slot no longer matches */
+  dcpi_plan_entry flip = *mine;
+  uint8_t *copy = malloc(mine->plan_lens[0]);
+  CHECK(copy);
+  memcpy(copy, mine->plans, mine->plan_lens[0]);
+  copy[mine->plan_lens[0] / 2] ^= 0x40;
+  flip.plans = copy;
+  f = plan_file_of(&flip, &len);
+  snprintf(target, sizeof target, "%s/t4", a->dir);
+  plant(target, a->dir, f, len);
+  free(f);
+  free(copy);
+  CHECK(fresh_save_check(a, m, 6, target, NULL) == 0, "a tampered .plan hit");
+
+  /* 5. garbage with the magic and a valid checksum, and a truncated file */
+  uint8_t junk[64];
+  memcpy(junk, "DCPPLAN1", 8);
+  for (size_t i = 8; i < sizeof junk - 8; i++) junk[i] = (uint8_t)(i * 37);
+  dcpi_put_u64(junk + sizeof junk - 8, XXH3_64bits(junk, sizeof junk - 8));
+  snprintf(target, sizeof target, "%s/t5", a->dir);
+  plant(target, a->dir, junk, sizeof junk);
+  CHECK(fresh_save_check(a, m, 7, target, NULL) == 0, "garbage hit");
+  snprintf(target, sizeof target, "%s/t6", a->dir);
+  plant(target, a->dir, junk, 5);
+  CHECK(fresh_save_check(a, m, 8, target, NULL) == 0, "a truncated .plan hit");
+
+  /* 6. overwriting a checkpoint whose own .plan is another geometry's */
+  f = plan_file_of(theirs, &len);
+  snprintf(target, sizeof target, "%s/.plan", real);
+  spit(target, f, len);
+  free(f);
+  dcp_save_options so;
+  dcp_save_options_init(&so);
+  so.flags = DCP_SAVE_OVERWRITE;
+  CHECK(fresh_save_check(a, m, 9, real, &so) == 0, "an overwrite replayed another geometry");
+  dcpi_plan_entry_drop(mine);
+  dcpi_plan_entry_drop(theirs);
+  free(m);
+  free(half);
+  printf("plan-planted: no planted .plan made a save miss data; every load exact\n");
+  return 0;
+}
+
+/* Whether the process's peak resident memory stays under mib MiB. */
+static long peak_rss_mib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long kb = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "VmHWM:", 6)) kb = atol(line + 6);
+  if (f) fclose(f);
+  return kb / 1024;
+}
+
+static int run_plan_special(const ak_args *a) {
+  alarm(240); /* a save that blocks on a FIFO fails the test instead of hanging it */
+  char real[600], target[700], p[800];
+  snprintf(real, sizeof real, "%s/real", a->dir);
+  model *m = new_model(1);
+  CHECK(fresh_save_check(a, m, 1, real, NULL) == 0, "the first save hit");
+  snprintf(p, sizeof p, "%s/.plan", real);
+  /* a symbolic link to a valid .plan, in the directory and the parent */
+  for (int where = 0; where < 2; where++) {
+    snprintf(target, sizeof target, "%s/link%d", a->dir, where);
+    mkdir(target, 0755);
+    char link[800];
+    snprintf(link, sizeof link, "%s/.plan", where ? a->dir : target);
+    CHECK(symlink(p, link) == 0, "symlink %s", link);
+    fresh_save_check(a, m, 2 + where, target, NULL); /* hit or not: exact */
+    unlink(link);
+  }
+  /* a FIFO nobody writes: opening it must not block the save */
+  snprintf(target, sizeof target, "%s/fifo", a->dir);
+  mkdir(target, 0755);
+  snprintf(p, sizeof p, "%s/.plan", target);
+  CHECK(mkfifo(p, 0644) == 0, "mkfifo %s", p);
+  CHECK(fresh_save_check(a, m, 4, target, NULL) == 0, "a FIFO hit");
+  /* a directory named .plan */
+  snprintf(target, sizeof target, "%s/dir", a->dir);
+  mkdir(target, 0755);
+  snprintf(p, sizeof p, "%s/.plan", target);
+  CHECK(mkdir(p, 0755) == 0, "mkdir %s", p);
+  CHECK(fresh_save_check(a, m, 5, target, NULL) == 0, "a directory hit");
+  /* a 3 GiB sparse file: never read whole (peak memory stays small) */
+  snprintf(target, sizeof target, "%s/huge", a->dir);
+  mkdir(target, 0755);
+  snprintf(p, sizeof p, "%s/.plan", target);
+  int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  CHECK(fd >= 0 && ftruncate(fd, (off_t)3 << 30) == 0, "a sparse %s", p);
+  close(fd);
+  CHECK(fresh_save_check(a, m, 6, target, NULL) == 0, "a huge .plan hit");
+  long peak = peak_rss_mib();
+  CHECK(peak >= 0 && peak < 1024, "peak memory %ld MiB: the huge .plan was read", peak);
+  unlink(p); /* 3 GiB of nothing, but a listing would show it */
+  free(m);
+  printf("plan-special: link, FIFO, directory and huge .plan: no hang, peak %ld MiB, exact\n",
+         peak);
+  return 0;
+}
+
+/* ---- one state, other block sizes and codecs ------------------------------------ */
+
+/* Block size, codec and block count of w's first chunk at path. */
+static void layout_of(dcp_ctx *ctx, const char *path, uint32_t *bs, int *codec, uint64_t *n) {
+  dcp_meta *meta;
+  OK(dcp_meta_open(ctx, path, &meta), ctx);
+  size_t t;
+  OK(dcp_meta_find_tensor(meta, "w", &t), ctx);
+  dcp_chunk_info ci;
+  OK(dcp_meta_chunk(meta, t, 0, &ci), ctx);
+  *bs = ci.ref.block_size, *codec = (int)ci.ref.codec, *n = ci.ref.block_count;
+  dcp_meta_free(meta);
+}
+
+static int run_plan_opts(const ak_args *a) {
+  static const uint32_t sizes[] = {4096, 65536, 4096, 1u << 20};
+  static const uint32_t flags[] = {0, 0, DCP_SAVE_COMPRESS, DCP_SAVE_COMPRESS};
+  enum { N = 4 };
+  model *m = new_model(1);
+  dcp_ctx *ctx = open_one(a); /* one context: its cache sees every save */
+  dcp_state *st = state_of(ctx, m);
+  for (int round = 0; round < 2 * N; round++) {
+    int k = round % N, gen = 10 + round;
+    char p[600], ref[600];
+    snprintf(p, sizeof p, "%s/r%d", a->dir, round);
+    snprintf(ref, sizeof ref, "%s/ref%d", a->dir, round);
+    dcp_save_options so;
+    dcp_save_options_init(&so);
+    so.block_size = sizes[k];
+    so.flags = flags[k];
+    fill(m, gen);
+    if (round & 1) { /* async: the writer's cache, fed by the trainer's */
+      dcp_async *h;
+      OK(dcp_async_save(ctx, st, p, &so, &h), ctx);
+      OK(dcp_async_wait(h), ctx);
+      dcp_async_free(h);
+    } else {
+      OK(dcp_save(ctx, st, p, &so), ctx);
+    }
+    /* the same save from a context that never planned anything */
+    fresh_save_check(a, m, gen, ref, &so);
+    uint32_t bs, rbs;
+    int codec, rcodec;
+    uint64_t n, rn;
+    layout_of(ctx, p, &bs, &codec, &n);
+    layout_of(ctx, ref, &rbs, &rcodec, &rn);
+    CHECK(bs == rbs && codec == rcodec && n == rn,
+          "round %d (block size %u, flags %u): block size %u codec %d blocks %" PRIu64
+          ", a fresh save has %u %d %" PRIu64, round, sizes[k], flags[k], bs, codec, n, rbs,
+          rcodec, rn);
+    CHECK(bs <= sizes[k], "round %d: block size %u over the %u asked", round, bs, sizes[k]);
+    CHECK((codec != DCP_CODEC_NONE) == (flags[k] != 0), "round %d: codec %d", round, codec);
+    load_check(ctx, p, gen);
+  }
+  dcp_state_free(st);
+  dcp_ctx_free(ctx);
+  free(m);
+  printf("plan-opts: %d saves, each with its own block size and codec\n", 2 * N);
+  return 0;
+}
+
+/* ---- the memory tier under an overwrite ----------------------------------------- */
+
+/* A world of one whose writer keeps its saves in memory (job "attack"). */
+static dcp_ctx *open_kept(const ak_args *a) {
+  dcp_ctx *ctx = open_one(a);
+  dcp_memtier_options o;
+  dcp_memtier_options_init(&o);
+  o.keep = 2;
+  o.linger_ms = 30000;
+  o.job = "attack";
+  OK(dcp_memtier_set(ctx, &o), ctx);
+  return ctx;
+}
+
+/* Until this rank's writer holds a snapshot of path's committed metadata. */
+static void wait_kept(dcp_ctx *ctx, const char *path) {
+  char p[700];
+  snprintf(p, sizeof p, "%s/.metadata", path);
+  size_t len;
+  uint8_t *md = slurp(p, &len);
+  uint64_t h = XXH3_64bits(md, len);
+  free(md);
+  for (int i = 0; i < 600; i++) {
+    dcpi_snap_reply r;
+    int fd;
+    if (dcpi_memtier_get(ctx, "attack", path, 0, h, &r, &fd) == DCP_MEMTIER_USED) {
+      close(fd);
+      dcpi_snap_reply_free(&r);
+      return;
+    }
+    usleep(50000);
+  }
+  CHECK(0, "the writer holds no snapshot of %s after 30 s", path);
+}
+
+/* Load path on ctx: generation gen, and where the bytes came from. */
+static void load_from(dcp_ctx *ctx, const char *path, int gen, uint32_t tier) {
+  load_check(ctx, path, gen);
+  dcp_stats s = {.struct_size = sizeof s};
+  OK(dcp_ctx_stats(ctx, &s), ctx);
+  CHECK(s.mem_tier == tier, "%s: mem_tier %u, expected %u", path, s.mem_tier, tier);
+}
+
+static int run_memtier_overwrite(const ak_args *a) {
+  char p[600];
+  snprintf(p, sizeof p, "%s/ckpt", a->dir);
+  model *m = new_model(1);
+  dcp_ctx *kept = open_kept(a);
+  dcp_state *st = state_of(kept, m);
+  dcp_async *h;
+  OK(dcp_async_save(kept, st, p, NULL, &h), kept);
+  OK(dcp_async_wait(h), kept);
+  dcp_async_free(h);
+  wait_kept(kept, p);
+  load_from(kept, p, 1, DCP_MEMTIER_USED);
+  /* another job overwrites the path: a copy, then in place */
+  static const uint32_t how[] = {DCP_SAVE_OVERWRITE, DCP_SAVE_OVERWRITE | DCP_SAVE_IN_PLACE};
+  for (int k = 0; k < 2; k++) {
+    dcp_save_options so;
+    dcp_save_options_init(&so);
+    so.flags = how[k];
+    dcp_ctx *other = open_one(a);
+    fill(m, 2 + k);
+    dcp_state *ost = state_of(other, m);
+    OK(dcp_save(other, ost, p, &so), other);
+    dcp_state_free(ost);
+    dcp_ctx_free(other);
+    load_from(kept, p, 2 + k, DCP_MEMTIER_STALE);
+  }
+  /* kept again, then the other job's save is removed by hand and the kept
+   * one's .metadata put back: the snapshot matches and serves exact bytes */
+  fill(m, 5);
+  dcp_save_options so;
+  dcp_save_options_init(&so);
+  so.flags = DCP_SAVE_OVERWRITE;
+  OK(dcp_async_save(kept, st, p, &so, &h), kept);
+  OK(dcp_async_wait(h), kept);
+  dcp_async_free(h);
+  wait_kept(kept, p);
+  load_from(kept, p, 5, DCP_MEMTIER_USED);
+  /* a data file edited on disk after the snapshot: the load never mixes
+   * the edit with memory (the metadata still describes the kept bytes) */
+  char cmd[1400];
+  snprintf(cmd, sizeof cmd, "for f in %s/data-*.dcp; do printf 'XXXX' | dd of=$f bs=1 seek=100 "
+           "conv=notrunc status=none; done", p);
+  CHECK(system(cmd) == 0, "edit the data file");
+  load_from(kept, p, 5, DCP_MEMTIER_USED);
+  dcp_state_free(st);
+  OK(dcp_memtier_stop(kept), kept);
+  dcp_ctx_free(kept);
+  free(m);
+  printf("memtier-overwrite: overwritten twice (STALE, new values), kept again (USED)\n");
+  return 0;
+}
+
 /* ---- main ---------------------------------------------------------------------- */
 
 typedef struct mode {
@@ -216,7 +607,11 @@ int main(int argc, char **argv) {
   ak_parse(argc, argv, &a);
   g_rank = 0;
   static const mode modes[] = {{"after-shutdown", run_after_shutdown},
-                               {"back-to-back", run_back_to_back}};
+                               {"back-to-back", run_back_to_back},
+                               {"plan-planted", run_plan_planted},
+                               {"plan-special", run_plan_special},
+                               {"plan-opts", run_plan_opts},
+                               {"memtier-overwrite", run_memtier_overwrite}};
   for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
     if (!strcmp(a.mode, modes[i].name)) return modes[i].run(&a);
   fprintf(stderr, "attack_async: unknown mode '%s'\n", a.mode);
