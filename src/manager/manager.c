@@ -226,9 +226,15 @@ dcp_status dcpi_manager_decide(dcp_manager *m, const dcpi_step_scan *v, size_t n
                                dcpi_verdict *verdicts, dcpi_decision_summary *sum) {
   dcpi_step_entry *e = n ? malloc(n * sizeof *e) : NULL;
   if (n && !e) return DCP_ENOMEM;
+  /* The newest step this manager made durable (or found at open) is kept
+   * like a pinned one: a committed step newer than it that appeared since
+   * (a killed job's orphaned writer finishing its step) would otherwise be
+   * the anchor, and retention would delete the step `latest` just named. */
   for (size_t i = 0; i < n; i++)
-    e[i] = (dcpi_step_entry){.step = v[i].step, .state = v[i].state, .bytes = v[i].bytes,
-                             .pinned = v[i].state == DCP_STEP_COMMITTED && pinned(m, v[i].step)};
+    e[i] = (dcpi_step_entry){
+        .step = v[i].step, .state = v[i].state, .bytes = v[i].bytes,
+        .pinned = v[i].state == DCP_STEP_COMMITTED &&
+                  (pinned(m, v[i].step) || v[i].step == m->newest)};
   dcpi_retention p = {.keep_last = m->opts.keep_last, .keep_every = m->opts.keep_every,
                       .max_bytes = m->opts.max_bytes,
                       .keep_incomplete = (m->opts.flags & DCP_MANAGER_KEEP_INCOMPLETE) != 0};
