@@ -382,6 +382,19 @@ dcp_status dcp_manager_gc_result(const dcp_manager *m, dcp_manager_gc_report *ou
 
 /* ---- saving ------------------------------------------------------------------------ */
 
+/* Rank 0: write `name` in the root atomically through the temporary tmp.
+ * The root is this manager's (it holds the lease), so whatever sits at
+ * the temporary name — a crashed write's leftover, a symbolic link or
+ * another non-file that the storage plugin refuses to open — is removed
+ * first (the link itself, never its target): it must not block `latest`
+ * (and with it retention) for good. */
+static dcp_status write_root_file(dcp_manager *m, const char *name, const char *tmp,
+                                  const void *data, size_t len, dcpi_err *err) {
+  dcpi_err ignored;
+  dcpi_rt_remove(&m->rt, tmp, &ignored);
+  return dcpi_rt_write_file_atomic(&m->rt, name, tmp, data, len, err);
+}
+
 /* Rank 0: the step's recorded save plan (.plan) becomes the root's, so that
  * a restarted job's first save into a new step directory finds it there
  * (the save looks next to its checkpoint, then in the parent directory:
@@ -401,8 +414,7 @@ static void keep_plan(dcp_manager *m, int64_t step) {
      * file's own trailing checksum tells, and the root's copy stays */
     uint64_t sum = dcpi_get_u64(data + len - 8);
     if (sum != m->root_plan_sum &&
-        !dcpi_rt_write_file_atomic(&m->rt, DCPI_PLAN_FILE_NAME, DCPI_PLAN_FILE_TMP, data, len,
-                                   &ignored))
+        !write_root_file(m, DCPI_PLAN_FILE_NAME, DCPI_PLAN_FILE_TMP, data, len, &ignored))
       m->root_plan_sum = sum;
   }
   if (srt.st) m->ctx->storage->close(srt.st);
@@ -418,8 +430,7 @@ static void finish_durable(dcp_manager *m, int64_t step) {
   if (m->ctx->rank == 0) {
     char line[40];
     int len = snprintf(line, sizeof line, "step-%" PRId64 "\n", step);
-    rc = dcpi_rt_write_file_atomic(&m->rt, DCPI_LATEST_NAME, DCPI_LATEST_TMP, line, (size_t)len,
-                                  &err);
+    rc = write_root_file(m, DCPI_LATEST_NAME, DCPI_LATEST_TMP, line, (size_t)len, &err);
     if (!rc) keep_plan(m, step);
   }
   rc = dcpi_manager_agree(m, rc, &err);
