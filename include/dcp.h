@@ -977,9 +977,11 @@ typedef enum dcp_async_staging {
 } dcp_async_staging;
 
 /* Stage later async saves of ctx in mode (waits first for a save still
- * pending). With DCP_ASYNC_STAGE_BACKGROUND the caller must keep the state
- * and every buffer it names alive and unchanged until dcp_async_fence (or
- * dcp_async_wait or dcp_async_free, which imply it) returns for that save:
+ * pending). With DCP_ASYNC_STAGE_BACKGROUND the caller must keep every
+ * buffer the state names alive and unchanged until dcp_async_fence (or
+ * dcp_async_wait or dcp_async_free, which imply it) returns for that save
+ * (the state itself may be freed or changed once dcp_async_save returned:
+ * the staging thread reads the buffers only):
  * call the fence before the step that mutates them (the optimizer step),
  * after the compute that only reads them. A copy callback is then called
  * on the staging thread (a framework's D2H copy must use a stream it may

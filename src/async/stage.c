@@ -42,22 +42,35 @@ static dcp_status place_items(const dcp_state *st, dcpi_wp_job *j, size_t *total
   return DCP_OK;
 }
 
-/* Copy every item into the pool at the offsets of job (on the caller's
- * thread, or the staging thread in background mode: the copy callback is
- * called there). */
-static void copy_items(dcpi_async_writer *w, const dcp_state *st, const dcpi_wp_job *j) {
+/* The caller's buffer of every chunk, then of every bytes item, of st (in
+ * job order), taken on the caller's thread: the staging thread reads the
+ * buffers only, never the state, which may be freed or changed once
+ * dcp_async_save returned. NULL when out of memory. */
+static const void **item_sources(const dcp_state *st) {
+  const void **src = malloc((st->nchunks + st->nbytes + 1) * sizeof *src);
+  if (!src) return NULL;
+  for (size_t i = 0; i < st->nchunks; i++) src[i] = st->chunks[i].data;
+  for (size_t i = 0; i < st->nbytes; i++) src[st->nchunks + i] = st->bytes[i].data;
+  return src;
+}
+
+/* Copy every item of job from its buffer (src, as item_sources) into the
+ * pool at its offset (on the caller's thread, or the staging thread in
+ * background mode: the copy callback is called there). */
+static void copy_items(dcpi_async_writer *w, const dcpi_wp_job *j, const void *const *src) {
   uint8_t *base = w->pool.base;
-  for (size_t i = 0; i < st->nchunks; i++) {
-    const dcpi_chunk_item *c = &st->chunks[i];
-    if (c->nbytes <= 0) continue;
+  for (size_t i = 0; i < j->nchunks; i++) {
+    size_t n = (size_t)j->chunks[i].nbytes;
+    if (!n) continue;
     if (w->copy)
-      w->copy(w->copy_arg, base + j->chunks[i].offset, c->data, (size_t)c->nbytes);
+      w->copy(w->copy_arg, base + j->chunks[i].offset, src[i], n);
     else
-      dcpi_parallel_memcpy(base + j->chunks[i].offset, c->data, (size_t)c->nbytes);
+      dcpi_parallel_memcpy(base + j->chunks[i].offset, src[i], n);
   }
-  for (size_t i = 0; i < st->nbytes; i++)
-    if (st->bytes[i].len)
-      dcpi_parallel_memcpy(base + j->bytes[i].offset, st->bytes[i].data, st->bytes[i].len);
+  for (size_t i = 0; i < j->nbytes; i++)
+    if (j->bytes[i].len)
+      dcpi_parallel_memcpy(base + j->bytes[i].offset, src[j->nchunks + i],
+                           (size_t)j->bytes[i].len);
 }
 
 /* The tensors of st, borrowed (fqn and layout pointers stay st's). */
@@ -244,7 +257,7 @@ static void unclaim(dcpi_async_writer *w) {
 typedef struct stage_job {
   dcpi_async_writer *w;
   dcp_async *h;           /* pending since before the copy */
-  const dcp_state *st;    /* the caller's: read until staged */
+  const void **src;       /* the caller's buffers (item_sources): read until staged */
   dcpi_wp_job j;          /* the pool offsets of every item */
   uint8_t *payload;       /* the encoded SAVE */
   size_t len;
@@ -252,6 +265,7 @@ typedef struct stage_job {
 
 static void stage_job_free(stage_job *sj) {
   job_release(&sj->j);
+  free(sj->src);
   free(sj->payload);
   free(sj);
 }
@@ -267,7 +281,7 @@ static dcp_status stage_run(stage_job *sj) {
   dcp_async *h = sj->h;
   dcpi_err err;
   dcpi_err_clear(&err);
-  copy_items(w, sj->st, &sj->j);
+  copy_items(w, &sj->j, sj->src);
   pthread_mutex_lock(&w->mu);
   int gone = h->done; /* only the writer's death finishes a job not yet sent */
   pthread_mutex_unlock(&w->mu);
@@ -316,6 +330,7 @@ static dcp_status async_save(dcpi_async_writer *w, dcp_state *st, const char *pa
   if (!sj) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
   dcp_status rc = claim(w, err);
   if (!rc) rc = prepare_job(w, st, path, opts, &sj->j, err);
+  if (!rc && !(sj->src = item_sources(st))) rc = dcpi_fail(err, DCP_ENOMEM, "out of memory");
   if (!rc) {
     h->seq = sj->j.seq = ++w->seq;
     rc = dcpi_wp_job_encode(&sj->j, &sj->payload, &sj->len);
@@ -326,7 +341,7 @@ static dcp_status async_save(dcpi_async_writer *w, dcp_state *st, const char *pa
     unclaim(w);
     return rc;
   }
-  sj->w = w, sj->h = h, sj->st = st;
+  sj->w = w, sj->h = h;
   rc = stage_start(w, sj);
   if (rc) {
     pthread_mutex_lock(&w->mu);

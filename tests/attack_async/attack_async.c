@@ -24,13 +24,19 @@
  *                 layout (each records its own block size and codec)
  *   attack_async memtier-overwrite --dir D   a kept snapshot, then the path
  *                 overwritten by another job's save (also in place): the
- *                 load serves the new values, never the snapshot's
+ *                 load serves the new values, never the snapshot's; a data
+ *                 file edited after the snapshot: exact values still
+ *   attack_async background-free --dir D   background staging, the state
+ *                 freed right after dcp_async_save returned (its buffers
+ *                 kept until the fence): the staging thread never reads
+ *                 the freed state (valgrind), the checkpoint is exact
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -595,6 +601,48 @@ static int run_memtier_overwrite(const ak_args *a) {
   return 0;
 }
 
+
+/* ---- background staging: the state freed right after the call -------------------- */
+
+static atomic_int g_gate; /* the copy callback waits for it */
+
+static void gated_copy(void *arg, void *dst, const void *src, size_t len) {
+  (void)arg;
+  while (!atomic_load(&g_gate)) usleep(1000);
+  memcpy(dst, src, len);
+}
+
+static int run_background_free(const ak_args *a) {
+  char p[600];
+  snprintf(p, sizeof p, "%s/ckpt", a->dir);
+  model *m = new_model(1);
+  dcp_ctx *ctx = open_one(a);
+  OK(dcp_async_set_staging(ctx, DCP_ASYNC_STAGE_BACKGROUND), ctx);
+  OK(dcp_async_set_copy(ctx, gated_copy, NULL), ctx);
+  for (int round = 0; round < 2; round++) {
+    fill(m, 1 + round);
+    dcp_state *st = state_of(ctx, m);
+    dcp_async *h;
+    dcp_save_options so;
+    dcp_save_options_init(&so);
+    so.flags = DCP_SAVE_OVERWRITE;
+    atomic_store(&g_gate, 0);
+    OK(dcp_async_save(ctx, st, p, &so, &h), ctx);
+    /* the copy cannot have begun: the state goes, its buffers stay */
+    dcp_state_free(st);
+    atomic_store(&g_gate, 1);
+    OK(dcp_async_fence(h), ctx);
+    fill(m, 50); /* the buffers change after the fence */
+    OK(dcp_async_wait(h), ctx);
+    dcp_async_free(h);
+    load_check(ctx, p, 1 + round);
+  }
+  dcp_ctx_free(ctx);
+  free(m);
+  printf("background-free: the state freed before the staging copy; saves exact\n");
+  return 0;
+}
+
 /* ---- main ---------------------------------------------------------------------- */
 
 typedef struct mode {
@@ -611,7 +659,8 @@ int main(int argc, char **argv) {
                                {"plan-planted", run_plan_planted},
                                {"plan-special", run_plan_special},
                                {"plan-opts", run_plan_opts},
-                               {"memtier-overwrite", run_memtier_overwrite}};
+                               {"memtier-overwrite", run_memtier_overwrite},
+                               {"background-free", run_background_free}};
   for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
     if (!strcmp(a.mode, modes[i].name)) return modes[i].run(&a);
   fprintf(stderr, "attack_async: unknown mode '%s'\n", a.mode);
