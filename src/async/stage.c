@@ -179,7 +179,7 @@ static dcp_status take_base(dcpi_async_writer *w, const char *path, dcpi_wp_job 
   if (rt.st) ctx->storage->close(rt.st);
   j->has_base = 1;
   j->base_committed = b.committed, j->base_len = b.len, j->base_head = b.head;
-  j->base_rank_seq = b.rank_seq;
+  j->base_rank_seq = b.rank_seq, j->base_parts_hash = b.parts_hash;
   return rc;
 }
 

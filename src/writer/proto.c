@@ -94,6 +94,7 @@ dcp_status dcpi_wp_job_encode(const dcpi_wp_job *j, uint8_t **out, size_t *len) 
   dcpi_w_varint(&w, j->base_len);
   dcpi_w_varint(&w, j->base_head);
   dcpi_w_varint(&w, j->base_rank_seq);
+  dcpi_w_varint(&w, j->base_parts_hash);
   dcpi_w_varint(&w, j->nkv);
   for (size_t i = 0; i < j->nkv; i++) {
     w_str(&w, j->kv_keys[i]);
@@ -302,6 +303,7 @@ dcp_status dcpi_wp_job_decode(const uint8_t *p, size_t len, dcpi_wp_job *j, dcpi
             r_u64(&d, &j->save_id, "save id") && r_u32(&d, &j->has_base, "base") &&
             r_u32(&d, &j->base_committed, "base") && r_u64(&d, &j->base_len, "base") &&
             r_u64(&d, &j->base_head, "base") && r_u64(&d, &j->base_rank_seq, "base") &&
+            r_u64(&d, &j->base_parts_hash, "base") &&
             r_kv(&d, j) && r_coord(&d, &j->coord) && r_u64(&d, &j->pool_size, "pool size") &&
             r_items(&d, j);
   if (ok && !j->path) ok = bad(&d, "path");

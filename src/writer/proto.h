@@ -18,9 +18,9 @@
 #include "base/err.h"
 
 #define DCPI_WP_MAGIC 0x57504344u /* "DCPW" */
-#define DCPI_WP_VERSION 5u /* 2: DONE carries the save's statistics; 3: layouts, PLAN;
+#define DCPI_WP_VERSION 6u /* 2: DONE carries the save's statistics; 3: layouts, PLAN;
                               4: the save's save_id and base, the context's lease_ms;
-                              5: OPEN */
+                              5: OPEN; 6: the base's parts hash */
 #define DCPI_WP_HEADER 24u
 #define DCPI_WP_MAX_PAYLOAD (1ull << 30) /* refuse frames above 1 GiB */
 
@@ -76,6 +76,7 @@ typedef struct dcpi_wp_job {
    * dcpi_base_peek; has_base 0 when this rank took none). */
   uint32_t has_base, base_committed;
   uint64_t base_len, base_head, base_rank_seq;
+  uint64_t base_parts_hash; /* the names of the parts there (dcpi_base.parts_hash) */
   size_t nkv;
   char **kv_keys, **kv_values;
   dcpi_wp_coord coord;

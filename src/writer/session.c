@@ -217,7 +217,8 @@ void dcpi_wsession_save(dcpi_wsession *s, const dcpi_wp_job *job, const uint8_t 
   dcp_save_options o;
   job_options(job, &o);
   dcpi_base started = {.committed = job->base_committed != 0, .len = job->base_len,
-                       .head = job->base_head, .rank_seq = job->base_rank_seq};
+                       .head = job->base_head, .rank_seq = job->base_rank_seq,
+                       .parts_hash = job->base_parts_hash};
   rc = dcpi_save_over(s->ctx, state, job->path, &o, job->has_base ? &started : NULL);
   dcp_state_free(state);
   if (rc) {

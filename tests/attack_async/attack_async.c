@@ -26,6 +26,9 @@
  *                 overwritten by another job's save (also in place): the
  *                 load serves the new values, never the snapshot's; a data
  *                 file edited after the snapshot: exact values still
+ *   attack_async async-over-parts --dir D   an async save with
+ *                 DCP_SAVE_OVERWRITE into a directory holding one rank's part
+ *                 of a crashed uncoordinated save commits (as a sync one)
  *   attack_async background-free --dir D   background staging, the state
  *                 freed right after dcp_async_save returned (its buffers
  *                 kept until the fence): the staging thread never reads
@@ -643,6 +646,48 @@ static int run_background_free(const ak_args *a) {
   return 0;
 }
 
+
+/* ---- an async save over a crashed uncoordinated save's part ---------------------- */
+
+static int run_async_over_parts(const ak_args *a) {
+  char p[600];
+  snprintf(p, sizeof p, "%s/ckpt", a->dir);
+  /* rank 0 of a world of two, detached, commits its part; rank 1 never does */
+  dcp_ctx_config cfg;
+  dcp_ctx_config_init(&cfg);
+  cfg.rank = 0;
+  cfg.world_size = 2;
+  dcp_ctx *half;
+  CHECK(dcp_ctx_create(&cfg, &half) == DCP_OK, "detached ctx: %s", dcp_ctx_create_error());
+  model *m = new_model(1);
+  m->rows = ROWS / 2;
+  fill(m, 1);
+  dcp_state *st = state_of(half, m);
+  dcp_save_options so;
+  dcp_save_options_init(&so);
+  so.save_id = 42;
+  OK(dcp_save(half, st, p, &so), half);
+  dcp_state_free(st);
+  dcp_ctx_free(half);
+  /* a coordinated async save told to overwrite it commits */
+  m->rows = ROWS;
+  fill(m, 2);
+  dcp_ctx *ctx = open_one(a);
+  st = state_of(ctx, m);
+  dcp_save_options_init(&so);
+  so.flags = DCP_SAVE_OVERWRITE;
+  dcp_async *h;
+  OK(dcp_async_save(ctx, st, p, &so, &h), ctx);
+  OK(dcp_async_wait(h), ctx);
+  dcp_async_free(h);
+  load_check(ctx, p, 2);
+  dcp_state_free(st);
+  dcp_ctx_free(ctx);
+  free(m);
+  printf("async-over-parts: an async overwrite of a crashed uncoordinated part commits\n");
+  return 0;
+}
+
 /* ---- main ---------------------------------------------------------------------- */
 
 typedef struct mode {
@@ -660,7 +705,8 @@ int main(int argc, char **argv) {
                                {"plan-special", run_plan_special},
                                {"plan-opts", run_plan_opts},
                                {"memtier-overwrite", run_memtier_overwrite},
-                               {"background-free", run_background_free}};
+                               {"background-free", run_background_free},
+                               {"async-over-parts", run_async_over_parts}};
   for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
     if (!strcmp(a.mode, modes[i].name)) return modes[i].run(&a);
   fprintf(stderr, "attack_async: unknown mode '%s'\n", a.mode);
