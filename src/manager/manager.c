@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -472,11 +473,13 @@ static dcp_status check_save(dcp_manager *m, int64_t step, const dcp_save_option
 }
 
 /* Rank 0: the step's directory must not be a link or a file, nor being
- * written by someone else. */
-static dcp_status check_dir(dcp_manager *m, int64_t step, dcpi_err *err) {
+ * written by someone else; *incomplete: it holds what a crashed save left
+ * (which the save then replaces). */
+static dcp_status check_dir(dcp_manager *m, int64_t step, bool *incomplete, dcpi_err *err) {
   char path[4200];
   dcp_manager_step_path(m, step, path, sizeof path);
   struct stat sb;
+  *incomplete = false;
   if (lstat(path, &sb) != 0) return DCP_OK; /* a new step */
   dcpi_step_scan sc;
   dcpi_step_examine(m->ctx, m->root, step, &sc);
@@ -487,7 +490,8 @@ static dcp_status check_dir(dcp_manager *m, int64_t step, dcpi_err *err) {
   if (sc.state == DCP_STEP_COMMITTED || sc.state == DCP_STEP_CORRUPT)
     return dcpi_fail(err, DCP_EEXIST, "%s holds a checkpoint already (%s)", path,
                      dcp_step_state_name(sc.state));
-  return DCP_OK; /* incomplete: the save replaces what a crashed one left */
+  *incomplete = true; /* the save replaces what a crashed one left */
+  return DCP_OK;
 }
 
 /* opts with the step's key/value added, into *o (keys and values in kk, vv). */
@@ -527,8 +531,14 @@ static dcp_status save_step(dcp_manager *m, int64_t step, dcp_state *st,
   }
   dcp_status rc = check_save(m, step, opts, &err);
   if (rc) return report(m, &err);
-  if (m->ctx->rank == 0) rc = check_dir(m, step, &err);
+  bool incomplete = false;
+  if (m->ctx->rank == 0) rc = check_dir(m, step, &incomplete, &err);
   if ((rc = dcpi_manager_agree(m, rc, &err))) return report(m, &err);
+  /* every rank saves with the same flags: a crashed save's leftovers (a
+   * part of an uncoordinated save among them, which a save refuses to
+   * replace unless told) are overwritten */
+  int64_t redo = incomplete;
+  if ((rc = dcpi_manager_bcast(m, &redo, sizeof redo, &err))) return report(m, &err);
 
   char path[4200], num[32];
   dcp_manager_step_path(m, step, path, sizeof path);
@@ -540,6 +550,7 @@ static dcp_status save_step(dcp_manager *m, int64_t step, dcp_state *st,
     dcpi_fail(&err, DCP_ENOMEM, "out of memory");
     return report(m, &err);
   }
+  if (redo) o.flags |= DCP_SAVE_OVERWRITE;
   if (async) {
     dcp_async *h = NULL;
     rc = dcp_async_save(m->ctx, st, path, &o, &h);
