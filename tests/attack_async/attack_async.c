@@ -29,6 +29,12 @@
  *   attack_async async-over-parts --dir D   an async save with
  *                 DCP_SAVE_OVERWRITE into a directory holding one rank's part
  *                 of a crashed uncoordinated save commits (as a sync one)
+ *   attack_async kill-loop --dir D   16 rounds: a trainer async-saves a new
+ *                 generation over one path and is SIGKILLed at a random
+ *                 moment, its writer too in half of them (a quarter in keep
+ *                 mode, restored from memory): the path always loads whole
+ *                 as the old or the new generation, never a mix, and
+ *                 verifies
  *   attack_async background-free --dir D   background staging, the state
  *                 freed right after dcp_async_save returned (its buffers
  *                 kept until the fence): the staging thread never reads
@@ -43,6 +49,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -688,6 +695,114 @@ static int run_async_over_parts(const ak_args *a) {
   return 0;
 }
 
+
+/* ---- SIGKILL anywhere: old or new checkpoint, never a mix ------------------------- */
+
+/* The generation every element of path holds (-1: a mix, or no checkpoint
+ * that loads). */
+static int generation_at(dcp_ctx *ctx, const char *path) {
+  model *m = calloc(1, sizeof *m);
+  CHECK(m);
+  m->rows = ROWS;
+  dcp_state *st = state_of(ctx, m);
+  int gen = -1;
+  if (dcp_load(ctx, st, path, NULL) == DCP_OK) {
+    gen = (int)(m->w[0] / 100000);
+    for (int64_t i = 0; i < ROWS * COLS && gen >= 0; i++)
+      if (m->w[i] != w_at(gen, i)) gen = -1;
+    for (int i = 0; i < NB && gen >= 0; i++)
+      if (m->rng[i] != (uint8_t)(gen * 7 + i)) gen = -1;
+  }
+  dcp_state_free(st);
+  free(m);
+  return gen;
+}
+
+/* The doomed trainer of round `gen`: an async save of gen over path (kept
+ * in memory when keep), its writer's pid down the pipe, then SIGKILL after
+ * kill_us. */
+static void doomed_trainer(const ak_args *a, const char *path, int gen, int keep, long kill_us,
+                           int pipe_w) {
+  dcp_ctx *ctx = keep ? open_kept(a) : open_one(a);
+  model *m = new_model(gen);
+  dcp_state *st = state_of(ctx, m);
+  dcp_save_options so;
+  dcp_save_options_init(&so);
+  so.flags = DCP_SAVE_OVERWRITE;
+  dcp_async *h;
+  OK(dcp_async_save(ctx, st, path, &so, &h), ctx);
+  int wpid = (int)dcpi_async_writer_pid(ctx);
+  CHECK(write(pipe_w, &wpid, sizeof wpid) == (ssize_t)sizeof wpid, "pipe");
+  usleep((useconds_t)kill_us);
+  raise(SIGKILL);
+}
+
+/* Reap pid (an orphaned writer, reparented to this subreaper) within ms
+ * milliseconds: 1 when it ended. A writer that died is reaped at once, so
+ * its pid never lingers as a zombie that looks like a live lease holder. */
+static int reaped_within(pid_t pid, long ms) {
+  for (long waited = 0; waited <= ms; waited += 10) {
+    pid_t r = waitpid(pid, NULL, WNOHANG);
+    if (r == pid || (r < 0 && errno == ECHILD)) return 1;
+    usleep(10000);
+  }
+  return 0;
+}
+
+static int run_kill_loop(const ak_args *a) {
+  /* the doomed trainers' writers become this process's children */
+  CHECK(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0, "PR_SET_CHILD_SUBREAPER");
+  char p[600];
+  snprintf(p, sizeof p, "%s/ckpt", a->dir);
+  unsigned seed = 7;
+  int committed = -1, rounds = 16, news = 0;
+  for (int round = 0; round < rounds; round++) {
+    int gen = round + 1, keep = round % 4 == 3;
+    long kill_us = (long)(rand_r(&seed) % 40000);
+    long writer_kill_us = round % 2 ? (long)(rand_r(&seed) % 60000) : -1;
+    setenv("DCP_WRITER_DELAY_MS", round % 3 ? "0" : "20", 1);
+    int fds[2];
+    CHECK(pipe(fds) == 0, "pipe");
+    pid_t child = fork();
+    CHECK(child >= 0, "fork");
+    if (child == 0) {
+      close(fds[0]);
+      doomed_trainer(a, p, gen, keep, kill_us, fds[1]);
+    }
+    close(fds[1]);
+    int wpid = 0, status;
+    CHECK(read(fds[0], &wpid, sizeof wpid) == (ssize_t)sizeof wpid, "round %d: no writer pid",
+          round);
+    close(fds[0]);
+    if (writer_kill_us >= 0) { /* the writer dies too, anywhere */
+      usleep((useconds_t)writer_kill_us);
+      kill(wpid, SIGKILL);
+    }
+    CHECK(waitpid(child, &status, 0) == child, "round %d: reap the trainer", round);
+    unsetenv("DCP_WRITER_DELAY_MS");
+    dcp_ctx *ctx = keep ? open_kept(a) : open_one(a);
+    if (keep) { /* the kept writer lingers: load once from it, then stop it */
+      int g = generation_at(ctx, p);
+      CHECK(g == committed || g == gen, "round %d (kept): generation %d, expected %d or %d",
+            round, g, committed, gen);
+      dcp_memtier_stop(ctx);
+    }
+    CHECK(reaped_within(wpid, 60000), "round %d: the writer %d never ended", round, wpid);
+    int g = generation_at(ctx, p);
+    CHECK(g == committed || g == gen, "round %d: the checkpoint holds generation %d, expected %d "
+          "(old) or %d (new)", round, g, committed, gen);
+    if (g >= 0) {
+      dcp_verify_report rep = {.struct_size = sizeof rep};
+      OK(dcp_verify(ctx, p, &rep), ctx);
+    }
+    news += g == gen;
+    committed = g;
+    dcp_ctx_free(ctx);
+  }
+  printf("kill-loop: %d rounds, %d committed the new save, never a mix\n", rounds, news);
+  return 0;
+}
+
 /* ---- main ---------------------------------------------------------------------- */
 
 typedef struct mode {
@@ -706,7 +821,8 @@ int main(int argc, char **argv) {
                                {"plan-opts", run_plan_opts},
                                {"memtier-overwrite", run_memtier_overwrite},
                                {"background-free", run_background_free},
-                               {"async-over-parts", run_async_over_parts}};
+                               {"async-over-parts", run_async_over_parts},
+                               {"kill-loop", run_kill_loop}};
   for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
     if (!strcmp(a.mode, modes[i].name)) return modes[i].run(&a);
   fprintf(stderr, "attack_async: unknown mode '%s'\n", a.mode);
