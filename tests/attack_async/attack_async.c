@@ -1,7 +1,7 @@
 /* attack_async — attacks on the async writer, its handles, the recorded
  * save plan (.plan) and the memory tier: each mode tries to make a save
  * commit something wrong, a load return wrong values, or a call hang or
- * touch freed memory. One world of one rank per mode:
+ * touch freed memory. One world of one rank per mode (plan-w2: two):
  *
  *   attack_async after-shutdown --dir D   handles outlive the writer: wait,
  *                 test, fence and free after dcp_async_shutdown and after
@@ -29,6 +29,10 @@
  *   attack_async async-over-parts --dir D   an async save with
  *                 DCP_SAVE_OVERWRITE into a directory holding one rank's part
  *                 of a crashed uncoordinated save commits (as a sync one)
+ *   dcp_launch 2 T attack_async plan-w2 --dir D --rendezvous R   two ranks:
+ *                 a recorded plan hits on both; a .plan whose slot matches
+ *                 one rank only (the other's from another geometry) is a
+ *                 miss on both, every load exact
  *   attack_async kill-loop --dir D   16 rounds: a trainer async-saves a new
  *                 generation over one path and is SIGKILLed at a random
  *                 moment, its writer too in half of them (a quarter in keep
@@ -62,6 +66,7 @@
 #include "rank_check.h"
 #include "runtime/plan_cache.h"
 #include "runtime/plan_persist.h"
+#include "runtime/rt.h"
 
 #define ROWS 64
 #define COLS 96
@@ -803,6 +808,125 @@ static int run_kill_loop(const ak_args *a) {
   return 0;
 }
 
+
+/* ---- two ranks, a .plan that matches one rank's slot only ------------------------ */
+
+static int g_world = 1, g_sub; /* plan-w2: the world, and the next rendezvous */
+
+/* A fresh context of this rank (nothing cached), in a rendezvous of its
+ * own (each generation of contexts its own subdirectory). */
+static dcp_ctx *open_fresh(const ak_args *a) {
+  char rdv[700];
+  snprintf(rdv, sizeof rdv, "%s/sub%d", a->rdv, g_sub++);
+  mkdir(rdv, 0755);
+  ak_args b = *a;
+  b.rdv = rdv;
+  return ak_open_ctx(&b);
+}
+
+/* Every rank waits until rank 0 gets here (a broadcast on ctx). */
+static void sync_ranks(dcp_ctx *ctx) {
+  dcpi_rt rt = {.ctx = ctx, .path = "."};
+  dcpi_err_clear(&rt.err);
+  int64_t v = 0;
+  OK(dcpi_rt_bcast(&rt, &v, sizeof v, 0), ctx);
+}
+
+/* This rank's rows of "w" as one chunk or, split, two. */
+static dcp_state *rank_state(dcp_ctx *ctx, model *m, int split) {
+  dcp_state *st;
+  int64_t shape[2] = {ROWS, COLS}, half = m->rows / 2;
+  OK(dcp_state_create(ctx, &st), ctx);
+  OK(dcp_state_add_tensor(st, "w", DCP_F32, 2, shape), ctx);
+  int64_t off0[2] = {m->row0, 0}, size0[2] = {split ? half : m->rows, COLS};
+  OK(dcp_state_add_chunk(st, "w", off0, size0, m->w), ctx);
+  if (split) {
+    int64_t off1[2] = {m->row0 + half, 0}, size1[2] = {m->rows - half, COLS};
+    OK(dcp_state_add_chunk(st, "w", off1, size1, m->w + half * COLS), ctx);
+  }
+  OK(dcp_state_add_bytes(st, "rng", DCP_SCOPE_REPLICATED, m->rng, NB), ctx);
+  return st;
+}
+
+/* Save gen (one chunk per rank) to path on fresh contexts; returns the
+ * plan-cache hit; the whole tensor loads exact. */
+static int w2_save(const ak_args *a, model *m, int gen, const char *path, int split) {
+  dcp_ctx *ctx = open_fresh(a);
+  fill(m, gen);
+  dcp_state *st = rank_state(ctx, m, split);
+  OK(dcp_save(ctx, st, path, NULL), ctx);
+  dcp_stats s = {.struct_size = sizeof s};
+  OK(dcp_ctx_stats(ctx, &s), ctx);
+  dcp_state_free(st);
+  load_check(ctx, path, gen);
+  dcp_ctx_free(ctx);
+  return s.plan_cache_hit;
+}
+
+static int run_plan_w2(const ak_args *a) {
+  const char *r = getenv("DCP_TEST_RANK"), *w = getenv("DCP_TEST_WORLD");
+  CHECK(r && w && a->rdv, "plan-w2 runs under dcp_launch with --rendezvous");
+  g_rank = atoi(r), g_world = atoi(w);
+  CHECK(g_world == 2, "plan-w2 needs 2 ranks");
+  mkdir(a->rdv, 0755);
+  model *m = new_model(1);
+  m->rows = ROWS / 2;
+  m->row0 = g_rank * m->rows;
+  char real[600], other[600], t[700];
+  snprintf(real, sizeof real, "%s/real", a->dir);
+  snprintf(other, sizeof other, "%s/other", a->dir);
+  CHECK(w2_save(a, m, 1, real, 0) == 0, "the first save hit");
+  CHECK(w2_save(a, m, 2, other, 1) == 0, "the split save hit");
+  /* a restarted job's save with the recorded plan: a hit on both ranks */
+  snprintf(t, sizeof t, "%s/again", a->dir);
+  dcp_ctx *ctx = open_fresh(a);
+  if (g_rank == 0) {
+    mkdir(t, 0755);
+    char from[700], to[800];
+    snprintf(from, sizeof from, "%s/.plan", real);
+    snprintf(to, sizeof to, "%s/.plan", t);
+    size_t len;
+    uint8_t *f = slurp(from, &len);
+    spit(to, f, len);
+    free(f);
+  }
+  sync_ranks(ctx);
+  dcp_ctx_free(ctx);
+  CHECK(w2_save(a, m, 3, t, 0) == 1, "the recorded plan did not hit");
+  /* files whose slot matches on one rank only: the other rank's slot from
+   * the split geometry, then the other way round */
+  for (int odd = 0; odd < 2; odd++) {
+    snprintf(t, sizeof t, "%s/mixed%d", a->dir, odd);
+    ctx = open_fresh(a);
+    if (g_rank == 0) {
+      dcpi_plan_entry *mine = entry_of(real), *theirs = entry_of(other);
+      CHECK(mine->world == 2 && theirs->world == 2, "recorded worlds");
+      size_t lens[2] = {odd ? theirs->plan_lens[0] : mine->plan_lens[0],
+                        odd ? mine->plan_lens[1] : theirs->plan_lens[1]};
+      uint8_t *both = malloc(lens[0] + lens[1]);
+      CHECK(both);
+      memcpy(both, odd ? theirs->plans : mine->plans, lens[0]);
+      memcpy(both + lens[0], (odd ? mine->plans : theirs->plans) +
+                                 (odd ? mine->plan_lens[0] : theirs->plan_lens[0]), lens[1]);
+      dcpi_plan_entry mixed = *mine;
+      mixed.plans = both, mixed.plan_lens = lens;
+      size_t len;
+      uint8_t *f = plan_file_of(&mixed, &len);
+      plant(t, a->dir, f, len);
+      free(f);
+      free(both);
+      dcpi_plan_entry_drop(mine);
+      dcpi_plan_entry_drop(theirs);
+    }
+    sync_ranks(ctx);
+    dcp_ctx_free(ctx);
+    CHECK(w2_save(a, m, 4 + odd, t, 0) == 0, "a .plan matching rank %d only hit", odd ? 1 : 0);
+  }
+  free(m);
+  printf("plan-w2 (rank %d): a .plan that matches one rank's slot is a miss on both\n", g_rank);
+  return 0;
+}
+
 /* ---- main ---------------------------------------------------------------------- */
 
 typedef struct mode {
@@ -822,7 +946,8 @@ int main(int argc, char **argv) {
                                {"memtier-overwrite", run_memtier_overwrite},
                                {"background-free", run_background_free},
                                {"async-over-parts", run_async_over_parts},
-                               {"kill-loop", run_kill_loop}};
+                               {"kill-loop", run_kill_loop},
+                               {"plan-w2", run_plan_w2}};
   for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
     if (!strcmp(a.mode, modes[i].name)) return modes[i].run(&a);
   fprintf(stderr, "attack_async: unknown mode '%s'\n", a.mode);
