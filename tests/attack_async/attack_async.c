@@ -39,6 +39,10 @@
  *                 mode, restored from memory): the path always loads whole
  *                 as the old or the new generation, never a mix, and
  *                 verifies
+ *   attack_async bad-requests --dir D   NULL and empty arguments, an unknown
+ *                 flag, a path that is a file or under one: errors, never a
+ *                 crash; the same writer then saves a state with an empty
+ *                 tensor and an empty bytes item, exact
  *   attack_async background-free --dir D   background staging, the state
  *                 freed right after dcp_async_save returned (its buffers
  *                 kept until the fence): the staging thread never reads
@@ -927,6 +931,62 @@ static int run_plan_w2(const ak_args *a) {
   return 0;
 }
 
+
+/* ---- bad requests to the writer ---------------------------------------------------- */
+
+/* An async save of st to path: the outcome of the call, or of its wait. */
+static dcp_status async_outcome(dcp_ctx *ctx, dcp_state *st, const char *path,
+                                const dcp_save_options *so) {
+  dcp_async *h = NULL;
+  dcp_status rc = dcp_async_save(ctx, st, path, so, &h);
+  if (rc) return rc;
+  rc = dcp_async_wait(h);
+  dcp_async_free(h);
+  return rc;
+}
+
+static int run_bad_requests(const ak_args *a) {
+  model *m = new_model(1);
+  dcp_ctx *ctx = open_one(a);
+  dcp_state *st = state_of(ctx, m);
+  char p[700], file[700];
+  snprintf(file, sizeof file, "%s/a-file", a->dir);
+  spit(file, "x", 1);
+  dcp_async *h = (dcp_async *)1;
+  CHECK(dcp_async_save(ctx, st, "", NULL, &h) == DCP_EINVAL && !h, "empty path");
+  CHECK(dcp_async_save(ctx, NULL, file, NULL, &h) == DCP_EINVAL, "NULL state");
+  CHECK(dcp_async_save(ctx, st, file, NULL, NULL) == DCP_EINVAL, "NULL handle");
+  CHECK(dcp_async_wait(NULL) == DCP_EINVAL && dcp_async_fence(NULL) == DCP_EINVAL &&
+        dcp_async_abort(NULL) == DCP_EINVAL && dcp_async_wait_for(NULL, 0) == DCP_EINVAL,
+        "NULL handles");
+  dcp_async_free(NULL);
+  dcp_save_options so;
+  dcp_save_options_init(&so);
+  so.block_size = 0;
+  so.flags = 0x40000000u; /* no such flag */
+  snprintf(p, sizeof p, "%s/flag", a->dir);
+  CHECK(async_outcome(ctx, st, p, &so) != DCP_OK, "an unknown flag was accepted");
+  /* a path that is a file, and one under a file: refused, the writer lives on */
+  CHECK(async_outcome(ctx, st, file, NULL) != DCP_OK, "saved into a file");
+  snprintf(p, sizeof p, "%s/a-file/under", a->dir);
+  CHECK(async_outcome(ctx, st, p, NULL) != DCP_OK, "saved under a file");
+  /* an empty tensor and an empty bytes item beside the rest */
+  int64_t zero[1] = {0}, zoff[1] = {0};
+  OK(dcp_state_add_tensor(st, "empty", DCP_F32, 1, zero), ctx);
+  OK(dcp_state_add_chunk(st, "empty", zoff, zero, m->w), ctx);
+  OK(dcp_state_add_bytes(st, "nothing", DCP_SCOPE_REPLICATED, m->rng, 0), ctx);
+  snprintf(p, sizeof p, "%s/ok", a->dir);
+  OK(async_outcome(ctx, st, p, NULL), ctx);
+  CHECK(dcpi_async_spawns(ctx) == 1, "%" PRIu64 " writers spawned: a refused job killed one",
+        dcpi_async_spawns(ctx));
+  dcp_state_free(st);
+  load_check(ctx, p, 1);
+  dcp_ctx_free(ctx);
+  free(m);
+  printf("bad-requests: refused with errors, the writer serves the next save\n");
+  return 0;
+}
+
 /* ---- main ---------------------------------------------------------------------- */
 
 typedef struct mode {
@@ -947,7 +1007,8 @@ int main(int argc, char **argv) {
                                {"background-free", run_background_free},
                                {"async-over-parts", run_async_over_parts},
                                {"kill-loop", run_kill_loop},
-                               {"plan-w2", run_plan_w2}};
+                               {"plan-w2", run_plan_w2},
+                               {"bad-requests", run_bad_requests}};
   for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
     if (!strcmp(a.mode, modes[i].name)) return modes[i].run(&a);
   fprintf(stderr, "attack_async: unknown mode '%s'\n", a.mode);
