@@ -55,8 +55,16 @@ static void writer_release(dcpi_ctx_ext *ext) {
   int keep = w->keep && w->alive;
   pthread_mutex_unlock(&w->mu);
   /* a shutdown is no crash: the writer need not keep its snapshots for a
-   * restart (docs/recovery.md) */
-  if (keep) dcp_memtier_stop(w->ctx);
+   * restart (docs/recovery.md). BYE reaches it however far it got with its
+   * last keep (a STOP on its snapshot socket finds nobody before the first
+   * keep has started the server, and the writer then lingered for its whole
+   * linger time while dcp_async_shutdown waited for it); the STOP also ends
+   * a lingering writer of an earlier trainer that ours has not replaced. */
+  if (keep) {
+    dcpi_err ignored;
+    dcpi_wp_send(w->sock, DCPI_WP_BYE, NULL, 0, -1, &ignored);
+    dcp_memtier_stop(w->ctx);
+  }
   dcpi_writer_stop(w);
   dcpi_pool_free(&w->pool);
   free(w->coll), free(w->coll_options), free(w->rendezvous);

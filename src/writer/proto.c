@@ -454,7 +454,7 @@ dcp_status dcpi_wp_check_header(const uint8_t *hdr, uint16_t *type, uint64_t *le
                      DCPI_WP_VERSION);
   *type = (uint16_t)(hdr[6] | hdr[7] << 8);
   *len = dcpi_get_u64(hdr + 8);
-  if (*type < DCPI_WP_SAVE || *type > DCPI_WP_SNAP_STOP)
+  if (*type < DCPI_WP_SAVE || *type > DCPI_WP_BYE)
     return dcpi_fail(err, DCP_ECORRUPT, "writer protocol: unknown message type %u", *type);
   if (*len > DCPI_WP_MAX_PAYLOAD)
     return dcpi_fail(err, DCP_ECORRUPT, "writer protocol: payload of %llu bytes",

@@ -20,7 +20,7 @@
 #define DCPI_WP_MAGIC 0x57504344u /* "DCPW" */
 #define DCPI_WP_VERSION 6u /* 2: DONE carries the save's statistics; 3: layouts, PLAN;
                               4: the save's save_id and base, the context's lease_ms;
-                              5: OPEN; 6: the base's parts hash */
+                              5: OPEN; 6: the base's parts hash, BYE */
 #define DCPI_WP_HEADER 24u
 #define DCPI_WP_MAX_PAYLOAD (1ull << 30) /* refuse frames above 1 GiB */
 
@@ -28,12 +28,14 @@
  * PLAN: either way, one plan cache entry the other side has not seen; the
  * trainer sends its new ones before a SAVE, the writer before a DONE.
  * OPEN: trainer → writer (dcp_async_prepare), the coordination config:
- * the writer opens its context now, ahead of the first SAVE; no reply. */
+ * the writer opens its context now, ahead of the first SAVE; no reply.
+ * BYE: trainer → writer, no payload, a clean shutdown (dcp_async_shutdown
+ * of a keep-mode writer): drop the snapshots and exit without lingering. */
 enum { DCPI_WP_SAVE = 1, DCPI_WP_DONE = 2, DCPI_WP_PLAN = 3, DCPI_WP_OPEN = 4,
        /* the memory tier's snapshot socket (writer/snapshot.h), never the
         * trainer's socketpair: GET and STOP (client → writer), SNAP (the
         * answer to both, a GET's with the snapshot's memfd) */
-       DCPI_WP_SNAP_GET = 5, DCPI_WP_SNAP = 6, DCPI_WP_SNAP_STOP = 7 };
+       DCPI_WP_SNAP_GET = 5, DCPI_WP_SNAP = 6, DCPI_WP_SNAP_STOP = 7, DCPI_WP_BYE = 8 };
 
 /* Coordination config of the writer's own context. */
 typedef struct dcpi_wp_coord {

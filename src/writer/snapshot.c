@@ -171,10 +171,11 @@ static void drop_at(dcpi_snap_store *s, size_t i) {
 
 /* Add p as the newest; drop snapshots of the same origin and path, then
  * the oldest of p's origin while more than keep are held, then the oldest
- * of all while the budget is exceeded. */
+ * of all while the budget is exceeded. Nothing once a STOP came (it may
+ * come while p was being read). */
 static void add(dcpi_snap_store *s, dcpi_snap *p) {
   pthread_mutex_lock(&s->mu);
-  dcpi_snap **grown = realloc(s->snaps, (s->nsnaps + 1) * sizeof *grown);
+  dcpi_snap **grown = s->stopped ? NULL : realloc(s->snaps, (s->nsnaps + 1) * sizeof *grown);
   if (!grown) {
     pthread_mutex_unlock(&s->mu);
     snap_free(p);
@@ -274,6 +275,14 @@ static void serve_get(dcpi_snap_store *s, int c, const dcpi_snap_req *q, dcpi_sn
   if (fd >= 0) close(fd);
 }
 
+void dcpi_snap_stop(dcpi_snap_store *s) {
+  pthread_mutex_lock(&s->mu);
+  s->stopped = true;
+  drop_all(s);
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
 /* One connection: one request, one answer. */
 static void serve(dcpi_snap_store *s, int c) {
   uint16_t type;
@@ -293,13 +302,7 @@ static void serve(dcpi_snap_store *s, int c) {
   if (mine && type == DCPI_WP_SNAP_GET) {
     serve_get(s, c, &q, &r);
   } else {
-    if (mine) { /* STOP */
-      pthread_mutex_lock(&s->mu);
-      s->stopped = true;
-      drop_all(s);
-      pthread_cond_broadcast(&s->cv);
-      pthread_mutex_unlock(&s->mu);
-    }
+    if (mine) dcpi_snap_stop(s); /* STOP */
     answer(c, &r, -1);
   }
   dcpi_snap_req_free(&q);

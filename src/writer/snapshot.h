@@ -118,6 +118,10 @@ void dcpi_snap_store_init(dcpi_snap_store *s, uint32_t keep, uint64_t budget, in
  * storage. */
 void dcpi_snap_keep(dcpi_snap_store *s, dcp_ctx *ctx, const char *path, int32_t rank);
 
+/* A STOP (from a snapshot client, or the trainer's BYE): drop every
+ * snapshot, keep none from now on, end a linger. */
+void dcpi_snap_stop(dcpi_snap_store *s);
+
 /* Peer replication, after dcpi_snap_keep on every writer (collective over
  * ctx's writers; a no-op without replicas or with one rank): this rank's
  * snapshot of path goes to its s->replicas peers, the copies of the ranks

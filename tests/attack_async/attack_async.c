@@ -43,6 +43,10 @@
  *                 flag, a path that is a file or under one: errors, never a
  *                 crash; the same writer then saves a state with an empty
  *                 tensor and an empty bytes item, exact
+ *   attack_async shutdown-linger --dir D   keep mode with a 10-minute
+ *                 linger: dcp_async_shutdown (and dcp_ctx_free) right after
+ *                 the first kept save returns at once and the writer is
+ *                 gone, though its snapshot server had not started yet
  *   attack_async background-free --dir D   background staging, the state
  *                 freed right after dcp_async_save returned (its buffers
  *                 kept until the fence): the staging thread never reads
@@ -987,6 +991,51 @@ static int run_bad_requests(const ak_args *a) {
   return 0;
 }
 
+
+/* ---- a clean shutdown right after a kept save --------------------------------------- */
+
+#define LINGER_BIG ((size_t)96 << 20) /* its keep takes a while to read back */
+
+static int run_shutdown_linger(const ak_args *a) {
+  alarm(200); /* a shutdown that waits out the 10-minute linger fails the test */
+  char p[600];
+  snprintf(p, sizeof p, "%s/ckpt", a->dir);
+  uint8_t *big = malloc(LINGER_BIG);
+  CHECK(big);
+  memset(big, 0x5a, LINGER_BIG);
+  for (int round = 0; round < 2; round++) {
+    dcp_ctx *ctx = open_one(a);
+    dcp_memtier_options o;
+    dcp_memtier_options_init(&o);
+    o.keep = 1;
+    o.linger_ms = 600000;
+    o.job = "attack-linger";
+    OK(dcp_memtier_set(ctx, &o), ctx);
+    dcp_state *st;
+    int64_t shape[1] = {(int64_t)LINGER_BIG}, off[1] = {0};
+    OK(dcp_state_create(ctx, &st), ctx);
+    OK(dcp_state_add_tensor(st, "big", DCP_U8, 1, shape), ctx);
+    OK(dcp_state_add_chunk(st, "big", off, shape, big), ctx);
+    dcp_save_options so;
+    dcp_save_options_init(&so);
+    so.flags = DCP_SAVE_OVERWRITE;
+    dcp_async *h;
+    OK(dcp_async_save(ctx, st, p, &so, &h), ctx);
+    OK(dcp_async_wait(h), ctx);
+    dcp_async_free(h);
+    pid_t wpid = dcpi_async_writer_pid(ctx);
+    /* at once: the writer is still reading its snapshot back */
+    if (round == 0) dcp_async_shutdown(ctx);
+    dcp_state_free(st);
+    dcp_ctx_free(ctx); /* round 1: the release through dcp_ctx_free */
+    CHECK(wpid > 0 && kill(wpid, 0) != 0, "round %d: the writer %d outlived the shutdown",
+          round, (int)wpid);
+  }
+  free(big);
+  printf("shutdown-linger: a clean shutdown right after a kept save does not linger\n");
+  return 0;
+}
+
 /* ---- main ---------------------------------------------------------------------- */
 
 typedef struct mode {
@@ -1008,7 +1057,8 @@ int main(int argc, char **argv) {
                                {"async-over-parts", run_async_over_parts},
                                {"kill-loop", run_kill_loop},
                                {"plan-w2", run_plan_w2},
-                               {"bad-requests", run_bad_requests}};
+                               {"bad-requests", run_bad_requests},
+                               {"shutdown-linger", run_shutdown_linger}};
   for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
     if (!strcmp(a.mode, modes[i].name)) return modes[i].run(&a);
   fprintf(stderr, "attack_async: unknown mode '%s'\n", a.mode);

@@ -142,6 +142,12 @@ int main(int argc, char **argv) {
       rc = 1;
       break;
     }
+    if (!st && type == DCPI_WP_BYE && pool_fd < 0) {
+      /* a clean shutdown: no restart will come for the snapshots */
+      free(p);
+      dcpi_snap_stop(&store);
+      break;
+    }
     if (!st && type == DCPI_WP_OPEN && pool_fd < 0) {
       /* dcp_async_prepare: open the context (and the collective) now; a
        * failure is left for the first SAVE to try again and report */
