@@ -33,6 +33,10 @@
  *                 a recorded plan hits on both; a .plan whose slot matches
  *                 one rank only (the other's from another geometry) is a
  *                 miss on both, every load exact
+ *   dcp_launch 2 T attack_async peer-kill --dir D --rendezvous R   keep
+ *                 mode with one replica: rank 1's writer is SIGKILLed right
+ *                 after the save (while it keeps and replicates); a fresh
+ *                 trainer of the job restores exact values every round
  *   attack_async kill-loop --dir D   16 rounds: a trainer async-saves a new
  *                 generation over one path and is SIGKILLed at a random
  *                 moment, its writer too in half of them (a quarter in keep
@@ -1036,6 +1040,69 @@ static int run_shutdown_linger(const ak_args *a) {
   return 0;
 }
 
+
+/* ---- two ranks: a writer killed during peer replication ------------------------------- */
+
+/* ctx's memory tier: keep 1, one replica on the next rank, job "attack-peer". */
+static void set_peer_tier(dcp_ctx *ctx) {
+  dcp_memtier_options o;
+  dcp_memtier_options_init(&o);
+  o.keep = 1;
+  o.replicas = 1;
+  o.peer_jump = 1;
+  o.linger_ms = 30000;
+  o.job = "attack-peer";
+  OK(dcp_memtier_set(ctx, &o), ctx);
+}
+
+static int run_peer_kill(const ak_args *a) {
+  const char *r = getenv("DCP_TEST_RANK"), *w = getenv("DCP_TEST_WORLD");
+  CHECK(r && w && a->rdv && atoi(w) == 2, "peer-kill runs on 2 ranks under dcp_launch");
+  g_rank = atoi(r), g_world = 2;
+  mkdir(a->rdv, 0755);
+  char p[600];
+  snprintf(p, sizeof p, "%s/ckpt", a->dir);
+  model *m = new_model(1);
+  m->rows = ROWS / 2;
+  m->row0 = g_rank * m->rows;
+  for (int round = 0; round < 3; round++) {
+    dcp_ctx *ctx = open_fresh(a);
+    set_peer_tier(ctx);
+    fill(m, 1 + round);
+    dcp_state *st = rank_state(ctx, m, 0);
+    dcp_save_options so;
+    dcp_save_options_init(&so);
+    so.flags = DCP_SAVE_OVERWRITE;
+    dcp_async *h;
+    OK(dcp_async_save(ctx, st, p, &so, &h), ctx);
+    OK(dcp_async_wait(h), ctx);
+    dcp_async_free(h);
+    pid_t wpid = dcpi_async_writer_pid(ctx);
+    /* rank 1's writer dies while it keeps and replicates (round 2: later) */
+    if (g_rank == 1) {
+      if (round == 2) usleep(200000);
+      kill(wpid, SIGKILL);
+    }
+    sync_ranks(ctx);
+    /* a fresh trainer of the same job loads: memory, a peer's copy or
+     * storage, exact every time */
+    dcp_ctx *fresh = open_fresh(a);
+    set_peer_tier(fresh);
+    load_check(fresh, p, 1 + round);
+    dcp_stats s = {.struct_size = sizeof s};
+    OK(dcp_ctx_stats(fresh, &s), fresh);
+    CHECK(g_rank == 0 || s.mem_tier != DCP_MEMTIER_USED, "rank 1 used a dead writer's memory");
+    dcp_memtier_stop(fresh);
+    dcp_ctx_free(fresh);
+    dcp_state_free(st);
+    dcp_ctx_free(ctx); /* rank 0's writer gives up on its dead peer by the timeout */
+  }
+  free(m);
+  printf("peer-kill (rank %d): a writer killed while replicating: every restore exact\n",
+         g_rank);
+  return 0;
+}
+
 /* ---- main ---------------------------------------------------------------------- */
 
 typedef struct mode {
@@ -1058,7 +1125,8 @@ int main(int argc, char **argv) {
                                {"kill-loop", run_kill_loop},
                                {"plan-w2", run_plan_w2},
                                {"bad-requests", run_bad_requests},
-                               {"shutdown-linger", run_shutdown_linger}};
+                               {"shutdown-linger", run_shutdown_linger},
+                               {"peer-kill", run_peer_kill}};
   for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
     if (!strcmp(a.mode, modes[i].name)) return modes[i].run(&a);
   fprintf(stderr, "attack_async: unknown mode '%s'\n", a.mode);
