@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "async/async_int.h"
 #include "core/plugin.h"
@@ -201,6 +202,7 @@ static dcp_status describe_options(const dcp_save_options *in, dcpi_wp_job *j, d
 }
 
 static void job_release(dcpi_wp_job *j) {
+  free(j->cwd);
   free(j->tensors), free(j->chunks), free(j->bytes);
   free(j->coord.plugin_path);
 }
@@ -211,6 +213,9 @@ static dcp_status prepare_job(dcpi_async_writer *w, dcp_state *st, const char *p
                               const dcp_save_options *opts, dcpi_wp_job *j, dcpi_err *err) {
   size_t total = 0;
   j->path = (char *)path;
+  /* the writer was spawned in another working directory, maybe: a
+   * relative path must name the same directory there as here */
+  j->cwd = getcwd(NULL, 0);
   j->ntensors = st->ntensors, j->nchunks = st->nchunks, j->nbytes = st->nbytes;
   j->tensors = calloc(st->ntensors + 1, sizeof *j->tensors);
   j->chunks = calloc(st->nchunks + 1, sizeof *j->chunks);

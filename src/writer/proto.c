@@ -84,6 +84,7 @@ dcp_status dcpi_wp_job_encode(const dcpi_wp_job *j, uint8_t **out, size_t *len) 
   dcpi_wbuf w = {0};
   dcpi_w_varint(&w, j->seq);
   w_str(&w, j->path);
+  w_str(&w, j->cwd);
   dcpi_w_varint(&w, j->flags);
   dcpi_w_varint(&w, j->block_size);
   dcpi_w_varint(&w, j->policy);
@@ -298,6 +299,7 @@ dcp_status dcpi_wp_job_decode(const uint8_t *p, size_t len, dcpi_wp_job *j, dcpi
   memset(j, 0, sizeof *j);
   rd d = {{p, len, 0}, err, DCP_OK};
   bool ok = r_u64(&d, &j->seq, "seq") && r_str(&d, &j->path, "path") && j->path &&
+            r_str(&d, &j->cwd, "cwd") &&
             r_u32(&d, &j->flags, "flags") && r_u32(&d, &j->block_size, "block size") &&
             r_u32(&d, &j->policy, "policy") && r_i32(&d, &j->zstd_level, "zstd level") &&
             r_u64(&d, &j->save_id, "save id") && r_u32(&d, &j->has_base, "base") &&
@@ -345,6 +347,7 @@ void dcpi_wp_coord_free(dcpi_wp_coord *c) {
 void dcpi_wp_job_free(dcpi_wp_job *j) {
   if (!j) return;
   free(j->path);
+  free(j->cwd);
   for (size_t i = 0; i < j->nkv; i++) {
     if (j->kv_keys) free(j->kv_keys[i]);
     if (j->kv_values) free(j->kv_values[i]);

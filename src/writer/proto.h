@@ -20,7 +20,8 @@
 #define DCPI_WP_MAGIC 0x57504344u /* "DCPW" */
 #define DCPI_WP_VERSION 6u /* 2: DONE carries the save's statistics; 3: layouts, PLAN;
                               4: the save's save_id and base, the context's lease_ms;
-                              5: OPEN; 6: the base's parts hash, BYE */
+                              5: OPEN; 6: the base's parts hash, BYE, the
+                              trainer's working directory */
 #define DCPI_WP_HEADER 24u
 #define DCPI_WP_MAX_PAYLOAD (1ull << 30) /* refuse frames above 1 GiB */
 
@@ -71,6 +72,8 @@ typedef struct dcpi_wp_bytes {
 typedef struct dcpi_wp_job {
   uint64_t seq;
   char *path;
+  char *cwd; /* the trainer's working directory (NULL: unknown), which the writer
+               enters first: a relative path means what it means to the trainer */
   uint32_t flags, block_size, policy;
   int32_t zstd_level;
   uint64_t save_id; /* dcp_save_options.save_id (uncoordinated saves) */

@@ -5,9 +5,11 @@
 
 #include "core/ctx.h"
 
-#include <stdlib.h>
+#include <errno.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void dcpi_wsession_init(dcpi_wsession *s) { memset(s, 0, sizeof *s); }
 
@@ -200,6 +202,14 @@ static void job_options(const dcpi_wp_job *job, dcp_save_options *o) {
 
 void dcpi_wsession_save(dcpi_wsession *s, const dcpi_wp_job *job, const uint8_t *base,
                         dcpi_err *err) {
+  /* the trainer's working directory first: its relative paths (the
+   * checkpoint's, a rendezvous) are relative to it, not to where the
+   * writer was spawned (the trainer may have changed it since) */
+  if (job->cwd && job->cwd[0] && chdir(job->cwd) != 0) {
+    dcpi_fail(err, DCP_EIO, "dcp-writer (rank %d): cannot enter the trainer's working "
+              "directory %s: %s", job->coord.rank, job->cwd, strerror(errno));
+    return;
+  }
   dcp_status rc = ensure_ctx(s, &job->coord, err);
   if (rc) return;
   dcp_state *state = NULL;

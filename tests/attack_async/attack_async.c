@@ -37,6 +37,9 @@
  *                 mode with one replica: rank 1's writer is SIGKILLed right
  *                 after the save (while it keeps and replicates); a fresh
  *                 trainer of the job restores exact values every round
+ *   attack_async chdir --dir D   the trainer changes its working directory
+ *                 after its writer started: a relative async save lands in
+ *                 the trainer's directory, as a sync one would
  *   attack_async kill-loop --dir D   16 rounds: a trainer async-saves a new
  *                 generation over one path and is SIGKILLed at a random
  *                 moment, its writer too in half of them (a quarter in keep
@@ -60,6 +63,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -1103,6 +1107,38 @@ static int run_peer_kill(const ak_args *a) {
   return 0;
 }
 
+
+/* ---- the trainer changes its working directory ---------------------------------------- */
+
+static int run_chdir(const ak_args *a) {
+  char one[4200], two[4200], abs_dir[PATH_MAX];
+  CHECK(realpath(a->dir, abs_dir), "realpath %s", a->dir);
+  snprintf(one, sizeof one, "%s/one", abs_dir);
+  snprintf(two, sizeof two, "%s/two", abs_dir);
+  mkdir(one, 0755);
+  mkdir(two, 0755);
+  CHECK(chdir(one) == 0, "chdir %s", one);
+  model *m = new_model(1);
+  dcp_ctx *ctx = open_one(a);
+  OK(dcp_async_prepare(ctx, NULL), ctx); /* the writer starts in one/ */
+  CHECK(chdir(two) == 0, "chdir %s", two);
+  dcp_state *st = state_of(ctx, m);
+  dcp_async *h;
+  OK(dcp_async_save(ctx, st, "ckpt", NULL, &h), ctx); /* relative: two/ckpt */
+  OK(dcp_async_wait(h), ctx);
+  dcp_async_free(h);
+  char there[4300];
+  snprintf(there, sizeof there, "%s/ckpt/.metadata", two);
+  CHECK(access(there, F_OK) == 0, "the async save of 'ckpt' is not in the trainer's working "
+        "directory %s (the writer's is %s)", two, one);
+  load_check(ctx, "ckpt", 1);
+  dcp_state_free(st);
+  dcp_ctx_free(ctx);
+  free(m);
+  printf("chdir: a relative async save lands in the trainer's working directory\n");
+  return 0;
+}
+
 /* ---- main ---------------------------------------------------------------------- */
 
 typedef struct mode {
@@ -1126,7 +1162,8 @@ int main(int argc, char **argv) {
                                {"plan-w2", run_plan_w2},
                                {"bad-requests", run_bad_requests},
                                {"shutdown-linger", run_shutdown_linger},
-                               {"peer-kill", run_peer_kill}};
+                               {"peer-kill", run_peer_kill},
+                               {"chdir", run_chdir}};
   for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
     if (!strcmp(a.mode, modes[i].name)) return modes[i].run(&a);
   fprintf(stderr, "attack_async: unknown mode '%s'\n", a.mode);
