@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/ctx.h"
 #include "manager/manager_int.h"
@@ -124,6 +125,20 @@ static int64_t newest_committed(dcp_manager *m) {
   return newest;
 }
 
+/* root as an absolute path (malloc'd; NULL when out of memory or the
+ * working directory is unknown): the root is a POSIX directory, and the
+ * caller may change its working directory while the manager is open, so a
+ * relative root is resolved once, here. */
+static char *absolute_root(const char *root) {
+  if (root[0] == '/') return strdup(root);
+  char *cwd = getcwd(NULL, 0);
+  size_t n = cwd ? strlen(cwd) + strlen(root) + 2 : 0;
+  char *out = cwd ? malloc(n) : NULL;
+  if (out) snprintf(out, n, "%s/%s", cwd, root);
+  free(cwd);
+  return out;
+}
+
 dcp_status dcp_manager_open(dcp_ctx *ctx, const char *root, const dcp_manager_options *opts,
                             dcp_manager **out) {
   if (out) *out = NULL;
@@ -145,7 +160,13 @@ dcp_status dcp_manager_open(dcp_ctx *ctx, const char *root, const dcp_manager_op
     return dcpi_ctx_report(ctx, &err);
   }
   dcp_manager *m = calloc(1, sizeof *m);
-  if (!m || !(m->root = strdup(root))) {
+  if (m && (m->root = absolute_root(root)) && strlen(m->root) > 4000) {
+    free(m->root);
+    free(m);
+    dcpi_fail(&err, DCP_EINVAL, "the manager's root %s is too long once absolute", root);
+    return dcpi_ctx_report(ctx, &err);
+  }
+  if (!m || !m->root) {
     free(m);
     dcpi_fail(&err, DCP_ENOMEM, "out of memory opening a manager");
     return dcpi_ctx_report(ctx, &err);

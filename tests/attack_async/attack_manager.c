@@ -6,6 +6,11 @@
  *                 job's next durable steps (50, 60) must survive their own
  *                 retention, `latest` must name a committed step, and the
  *                 orphan's step must load exact
+ *   attack_manager parts --dir D     saves (sync, async) into incomplete steps
+ *                 that hold one rank's part of a crashed uncoordinated save
+ *   attack_manager chdir --dir D     a relative root, then the working
+ *                 directory changes: steps, latest and retention stay in the
+ *                 root that was opened
  *   attack_manager hand --dir D      entries made by hand: step-N a file,
  *                 a directory of garbage, a corrupt .metadata, another
  *                 job's checkpoint; `latest`, `latest.tmp` and `.plan` as
@@ -17,6 +22,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -316,6 +322,49 @@ static int run_parts(void) {
   return 0;
 }
 
+
+/* ---- a relative root, then the working directory changes ----------------------- */
+
+static int run_chdir(void) {
+  char abs_dir[PATH_MAX], elsewhere[4200], p[4400];
+  MK_CHECK(realpath(g_dir, abs_dir), "realpath");
+  snprintf(elsewhere, sizeof elsewhere, "%s/elsewhere", abs_dir);
+  mkdir(elsewhere, 0755);
+  MK_CHECK(chdir(abs_dir) == 0, "chdir");
+  dcp_ctx *ctx = mk_ctx(0, 1, NULL, 30000, 0);
+  dcp_manager_options mo;
+  dcp_manager_options_init(&mo);
+  mo.keep_last = 1;
+  mo.flags = DCP_MANAGER_QUIET;
+  dcp_manager *m;
+  OKM(dcp_manager_open(ctx, "root", &mo, &m), ctx); /* relative */
+  MK_CHECK(chdir(elsewhere) == 0, "chdir");
+  mk_model md;
+  mk_model_init(&md, ctx);
+  save_step(m, ctx, &md, 10);
+  mk_model_fill(&md, 20);
+  OKM(dcp_manager_save_async(m, 20, md.st, NULL), ctx);
+  OKM(dcp_manager_wait(m, -1), ctx);
+  char root[4300];
+  snprintf(root, sizeof root, "%s/root", abs_dir);
+  MK_CHECK(latest_of(root) == 20, "latest of the root names %" PRId64, latest_of(root));
+  snprintf(p, sizeof p, "%s/step-20/.metadata", root);
+  MK_CHECK(access(p, F_OK) == 0, "step 20 is not in the root the manager opened");
+  snprintf(p, sizeof p, "%s/step-10", root);
+  MK_CHECK(access(p, F_OK) != 0, "step 10 survived keep_last 1");
+  snprintf(p, sizeof p, "%s/root", elsewhere);
+  MK_CHECK(access(p, F_OK) != 0, "a root appeared in the new working directory");
+  int64_t step;
+  OKM(dcp_manager_resume(m, 0, &step), ctx);
+  MK_CHECK(step == 20, "resumed %" PRId64, step);
+  load_is(m, ctx, 20);
+  mk_model_free(&md);
+  dcp_manager_free(m);
+  dcp_ctx_free(ctx);
+  printf("chdir: a relative root stays the one opened when the working directory changes\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   for (int i = 2; i + 1 < argc; i += 2)
     if (!strcmp(argv[i], "--dir")) g_dir = argv[i + 1];
@@ -327,6 +376,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "orphan")) return run_orphan();
   if (!strcmp(argv[1], "hand")) return run_hand();
   if (!strcmp(argv[1], "parts")) return run_parts();
+  if (!strcmp(argv[1], "chdir")) return run_chdir();
   fprintf(stderr, "attack_manager: unknown mode '%s'\n", argv[1]);
   return 2;
 }
