@@ -11,6 +11,9 @@
  *   attack_manager chdir --dir D     a relative root, then the working
  *                 directory changes: steps, latest and retention stay in the
  *                 root that was opened
+ *   attack_manager zombie-lease --dir D   (disabled: src/runtime/lease.c)
+ *                 a job that held the root is killed and not reaped yet: a
+ *                 new manager should take its lease at once
  *   attack_manager hand --dir D      entries made by hand: step-N a file,
  *                 a directory of garbage, a corrupt .metadata, another
  *                 job's checkpoint; `latest`, `latest.tmp` and `.plan` as
@@ -365,6 +368,38 @@ static int run_chdir(void) {
   return 0;
 }
 
+
+/* ---- a dead holder that is still a zombie ----------------------------------------- */
+
+static int run_zombie_lease(void) {
+  char root[600];
+  snprintf(root, sizeof root, "%s/root", g_dir);
+  dcp_manager_options mo;
+  dcp_manager_options_init(&mo);
+  mo.flags = DCP_MANAGER_QUIET;
+  pid_t child = fork();
+  MK_CHECK(child >= 0, "fork");
+  if (child == 0) { /* a job that takes the root and is killed */
+    dcp_ctx *ctx = mk_ctx(0, 1, NULL, 30000, 0);
+    dcp_manager *m;
+    OKM(dcp_manager_open(ctx, root, &mo, &m), ctx);
+    raise(SIGKILL);
+  }
+  /* dead, not reaped yet (as under a container's init that never waits) */
+  siginfo_t info;
+  MK_CHECK(waitid(P_PID, (id_t)child, &info, WEXITED | WNOWAIT) == 0, "waitid");
+  dcp_ctx *ctx = mk_ctx(0, 1, NULL, 30000, 0);
+  dcp_manager *m;
+  dcp_status rc = dcp_manager_open(ctx, root, &mo, &m);
+  waitpid(child, NULL, 0);
+  MK_CHECK(rc == DCP_OK, "the root of a dead (zombie) job: %s: %s", dcp_strerror(rc),
+           dcp_ctx_last_error(ctx));
+  dcp_manager_free(m);
+  dcp_ctx_free(ctx);
+  printf("zombie-lease: a dead holder's lease is taken over before it is reaped\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   for (int i = 2; i + 1 < argc; i += 2)
     if (!strcmp(argv[i], "--dir")) g_dir = argv[i + 1];
@@ -377,6 +412,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "hand")) return run_hand();
   if (!strcmp(argv[1], "parts")) return run_parts();
   if (!strcmp(argv[1], "chdir")) return run_chdir();
+  if (!strcmp(argv[1], "zombie-lease")) return run_zombie_lease();
   fprintf(stderr, "attack_manager: unknown mode '%s'\n", argv[1]);
   return 2;
 }
