@@ -143,6 +143,17 @@ static model *new_model(int gen) {
   return m;
 }
 
+/* An async save of st over path (DCP_SAVE_OVERWRITE), waited for. */
+static void async_overwrite(dcp_ctx *ctx, dcp_state *st, const char *path) {
+  dcp_save_options so;
+  dcp_save_options_init(&so);
+  so.flags = DCP_SAVE_OVERWRITE;
+  dcp_async *h;
+  OK(dcp_async_save(ctx, st, path, &so, &h), ctx);
+  OK(dcp_async_wait(h), ctx);
+  dcp_async_free(h);
+}
+
 /* ---- after-shutdown --------------------------------------------------------- */
 
 static void check_finished(dcp_async *h, dcp_status want) {
@@ -539,15 +550,24 @@ static int run_plan_opts(const ak_args *a) {
 
 /* ---- the memory tier under an overwrite ----------------------------------------- */
 
+/* ctx's memory tier: keep snapshots of job, replicas on the next ranks,
+ * lingering linger_ms. */
+static void set_tier(dcp_ctx *ctx, uint32_t keep, uint32_t replicas, int64_t linger_ms,
+                     const char *job) {
+  dcp_memtier_options o;
+  dcp_memtier_options_init(&o);
+  o.keep = keep;
+  o.replicas = replicas;
+  o.peer_jump = 1;
+  o.linger_ms = linger_ms;
+  o.job = job;
+  OK(dcp_memtier_set(ctx, &o), ctx);
+}
+
 /* A world of one whose writer keeps its saves in memory (job "attack"). */
 static dcp_ctx *open_kept(const ak_args *a) {
   dcp_ctx *ctx = open_one(a);
-  dcp_memtier_options o;
-  dcp_memtier_options_init(&o);
-  o.keep = 2;
-  o.linger_ms = 30000;
-  o.job = "attack";
-  OK(dcp_memtier_set(ctx, &o), ctx);
+  set_tier(ctx, 2, 0, 30000, "attack");
   return ctx;
 }
 
@@ -702,12 +722,7 @@ static int run_async_over_parts(const ak_args *a) {
   fill(m, 2);
   dcp_ctx *ctx = open_one(a);
   st = state_of(ctx, m);
-  dcp_save_options_init(&so);
-  so.flags = DCP_SAVE_OVERWRITE;
-  dcp_async *h;
-  OK(dcp_async_save(ctx, st, p, &so, &h), ctx);
-  OK(dcp_async_wait(h), ctx);
-  dcp_async_free(h);
+  async_overwrite(ctx, st, p);
   load_check(ctx, p, 2);
   dcp_state_free(st);
   dcp_ctx_free(ctx);
@@ -1013,24 +1028,13 @@ static int run_shutdown_linger(const ak_args *a) {
   memset(big, 0x5a, LINGER_BIG);
   for (int round = 0; round < 2; round++) {
     dcp_ctx *ctx = open_one(a);
-    dcp_memtier_options o;
-    dcp_memtier_options_init(&o);
-    o.keep = 1;
-    o.linger_ms = 600000;
-    o.job = "attack-linger";
-    OK(dcp_memtier_set(ctx, &o), ctx);
+    set_tier(ctx, 1, 0, 600000, "attack-linger");
     dcp_state *st;
     int64_t shape[1] = {(int64_t)LINGER_BIG}, off[1] = {0};
     OK(dcp_state_create(ctx, &st), ctx);
     OK(dcp_state_add_tensor(st, "big", DCP_U8, 1, shape), ctx);
     OK(dcp_state_add_chunk(st, "big", off, shape, big), ctx);
-    dcp_save_options so;
-    dcp_save_options_init(&so);
-    so.flags = DCP_SAVE_OVERWRITE;
-    dcp_async *h;
-    OK(dcp_async_save(ctx, st, p, &so, &h), ctx);
-    OK(dcp_async_wait(h), ctx);
-    dcp_async_free(h);
+    async_overwrite(ctx, st, p);
     pid_t wpid = dcpi_async_writer_pid(ctx);
     /* at once: the writer is still reading its snapshot back */
     if (round == 0) dcp_async_shutdown(ctx);
@@ -1048,16 +1052,7 @@ static int run_shutdown_linger(const ak_args *a) {
 /* ---- two ranks: a writer killed during peer replication ------------------------------- */
 
 /* ctx's memory tier: keep 1, one replica on the next rank, job "attack-peer". */
-static void set_peer_tier(dcp_ctx *ctx) {
-  dcp_memtier_options o;
-  dcp_memtier_options_init(&o);
-  o.keep = 1;
-  o.replicas = 1;
-  o.peer_jump = 1;
-  o.linger_ms = 30000;
-  o.job = "attack-peer";
-  OK(dcp_memtier_set(ctx, &o), ctx);
-}
+static void set_peer_tier(dcp_ctx *ctx) { set_tier(ctx, 1, 1, 30000, "attack-peer"); }
 
 static int run_peer_kill(const ak_args *a) {
   const char *r = getenv("DCP_TEST_RANK"), *w = getenv("DCP_TEST_WORLD");
@@ -1074,13 +1069,7 @@ static int run_peer_kill(const ak_args *a) {
     set_peer_tier(ctx);
     fill(m, 1 + round);
     dcp_state *st = rank_state(ctx, m, 0);
-    dcp_save_options so;
-    dcp_save_options_init(&so);
-    so.flags = DCP_SAVE_OVERWRITE;
-    dcp_async *h;
-    OK(dcp_async_save(ctx, st, p, &so, &h), ctx);
-    OK(dcp_async_wait(h), ctx);
-    dcp_async_free(h);
+    async_overwrite(ctx, st, p);
     pid_t wpid = dcpi_async_writer_pid(ctx);
     /* rank 1's writer dies while it keeps and replicates (round 2: later) */
     if (g_rank == 1) {

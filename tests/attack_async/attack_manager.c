@@ -92,18 +92,24 @@ static void save_step(dcp_manager *m, dcp_ctx *ctx, mk_model *md, int64_t step) 
   OKM(dcp_manager_save(m, step, md->st, NULL), ctx);
 }
 
+/* A manager of root on ctx: keep_last as given, quiet. */
+static dcp_manager *open_manager(dcp_ctx *ctx, const char *root, uint32_t keep_last) {
+  dcp_manager_options mo;
+  dcp_manager_options_init(&mo);
+  mo.keep_last = keep_last;
+  mo.flags = DCP_MANAGER_QUIET;
+  dcp_manager *m;
+  OKM(dcp_manager_open(ctx, root, &mo, &m), ctx);
+  return m;
+}
+
 /* ---- orphan ------------------------------------------------------------------ */
 
 /* The killed job: step 10 durable, step 100 staged (its writer delayed),
  * the writer's pid into pidfile, then SIGKILL. */
 static void doomed_job(const char *root, const char *pidfile) {
   dcp_ctx *ctx = mk_ctx(0, 1, NULL, 30000, 0);
-  dcp_manager_options mo;
-  dcp_manager_options_init(&mo);
-  mo.keep_last = 1;
-  mo.flags = DCP_MANAGER_QUIET;
-  dcp_manager *m;
-  OKM(dcp_manager_open(ctx, root, &mo, &m), ctx);
+  dcp_manager *m = open_manager(ctx, root, 1);
   mk_model md;
   mk_model_init(&md, ctx);
   save_step(m, ctx, &md, 10);
@@ -134,12 +140,7 @@ static int run_orphan(void) {
   /* hold the orphan until the restarted job has resumed */
   MK_CHECK(kill(wpid, SIGSTOP) == 0, "stop the orphan");
   dcp_ctx *ctx = mk_ctx(0, 1, NULL, 30000, 0);
-  dcp_manager_options mo;
-  dcp_manager_options_init(&mo);
-  mo.keep_last = 1;
-  mo.flags = DCP_MANAGER_QUIET;
-  dcp_manager *m;
-  OKM(dcp_manager_open(ctx, root, &mo, &m), ctx);
+  dcp_manager *m = open_manager(ctx, root, 1);
   int64_t step;
   OKM(dcp_manager_resume(m, 0, &step), ctx);
   MK_CHECK(step == 10, "resumed %" PRId64 ", not 10 (the orphan committed early)", step);
@@ -290,12 +291,7 @@ static int run_parts(void) {
   snprintf(root, sizeof root, "%s/root", g_dir);
   mkdir(root, 0755);
   dcp_ctx *ctx = mk_ctx(0, 1, NULL, 30000, 0);
-  dcp_manager_options mo;
-  dcp_manager_options_init(&mo);
-  mo.keep_last = 2;
-  mo.flags = DCP_MANAGER_QUIET;
-  dcp_manager *m;
-  OKM(dcp_manager_open(ctx, root, &mo, &m), ctx);
+  dcp_manager *m = open_manager(ctx, root, 2);
   mk_model md;
   mk_model_init(&md, ctx);
   save_step(m, ctx, &md, 10);
@@ -335,12 +331,7 @@ static int run_chdir(void) {
   mkdir(elsewhere, 0755);
   MK_CHECK(chdir(abs_dir) == 0, "chdir");
   dcp_ctx *ctx = mk_ctx(0, 1, NULL, 30000, 0);
-  dcp_manager_options mo;
-  dcp_manager_options_init(&mo);
-  mo.keep_last = 1;
-  mo.flags = DCP_MANAGER_QUIET;
-  dcp_manager *m;
-  OKM(dcp_manager_open(ctx, "root", &mo, &m), ctx); /* relative */
+  dcp_manager *m = open_manager(ctx, "root", 1); /* relative */
   MK_CHECK(chdir(elsewhere) == 0, "chdir");
   mk_model md;
   mk_model_init(&md, ctx);
