@@ -59,11 +59,13 @@ static void writer_release(dcpi_ctx_ext *ext) {
    * last keep (a STOP on its snapshot socket finds nobody before the first
    * keep has started the server, and the writer then lingered for its whole
    * linger time while dcp_async_shutdown waited for it); the STOP also ends
-   * a lingering writer of an earlier trainer that ours has not replaced. */
+   * a lingering writer of an earlier trainer that ours has not replaced;
+   * it goes first, while our writer still serves its socket (after BYE it
+   * closes it, and a STOP then racing with that close would fail). */
   if (keep) {
     dcpi_err ignored;
-    dcpi_wp_send(w->sock, DCPI_WP_BYE, NULL, 0, -1, &ignored);
     dcp_memtier_stop(w->ctx);
+    dcpi_wp_send(w->sock, DCPI_WP_BYE, NULL, 0, -1, &ignored);
   }
   dcpi_writer_stop(w);
   dcpi_pool_free(&w->pool);
