@@ -11,6 +11,10 @@
  *   attack_manager chdir --dir D     a relative root, then the working
  *                 directory changes: steps, latest and retention stay in the
  *                 root that was opened
+ *   attack_manager corrupt-newest --dir D   the newest step's .metadata goes
+ *                 corrupt: resume takes the one before, retention never
+ *                 deletes it, no save goes into it; then the newest step's
+ *                 data goes bad: a verifying resume falls back
  *   attack_manager zombie-lease --dir D   (disabled: src/runtime/lease.c)
  *                 a job that held the root is killed and not reaped yet: a
  *                 new manager should take its lease at once
@@ -391,6 +395,60 @@ static int run_zombie_lease(void) {
   return 0;
 }
 
+
+/* ---- the newest committed step goes corrupt -------------------------------------- */
+
+/* Flip one byte of file path at offset off. */
+static void flip_byte(const char *path, long off) {
+  FILE *f = fopen(path, "r+b");
+  MK_CHECK(f && fseek(f, off, SEEK_SET) == 0, "open %s", path);
+  int c = fgetc(f);
+  MK_CHECK(c != EOF && fseek(f, off, SEEK_SET) == 0 && fputc(c ^ 0x20, f) != EOF, "flip");
+  fclose(f);
+}
+
+static int run_corrupt_newest(void) {
+  char root[600], p[800];
+  snprintf(root, sizeof root, "%s/root", g_dir);
+  dcp_ctx *ctx = mk_ctx(0, 1, NULL, 30000, 0);
+  dcp_manager *m = open_manager(ctx, root, 2);
+  mk_model md;
+  mk_model_init(&md, ctx);
+  for (int64_t s = 10; s <= 30; s += 10) save_step(m, ctx, &md, s);
+  dcp_manager_free(m);
+  snprintf(p, sizeof p, "%s/step-30/.metadata", root); /* its metadata, then */
+  flip_byte(p, 40);
+  m = open_manager(ctx, root, 2);
+  int64_t step;
+  OKM(dcp_manager_resume(m, 0, &step), ctx);
+  MK_CHECK(step == 20, "resumed %" PRId64 " past a corrupt step 30", step);
+  load_is(m, ctx, 20);
+  MK_CHECK(dcp_manager_save(m, 30, md.st, NULL) == DCP_EEXIST, "saved into the corrupt step");
+  save_step(m, ctx, &md, 40);
+  int found;
+  MK_CHECK(state_of(m, 30, &found) == DCP_STEP_CORRUPT && found, "the corrupt step 30 went");
+  MK_CHECK(committed(m, 20) && committed(m, 40) && !committed(m, 10), "keep_last 2 of 10, 20, 40");
+  /* step 40's data goes bad: a plain resume takes it, a verifying one falls back */
+  snprintf(p, sizeof p, "%s/step-40", root);
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd, "for f in %s/data-*.dcp; do printf 'XX' | dd of=$f bs=1 seek=8 "
+           "conv=notrunc status=none; done", p);
+  MK_CHECK(system(cmd) == 0, "corrupt step 40's data");
+  OKM(dcp_manager_resume(m, 0, &step), ctx);
+  MK_CHECK(step == 40, "a plain resume took %" PRId64, step);
+  OKM(dcp_manager_resume(m, DCP_RESUME_VERIFY, &step), ctx);
+  MK_CHECK(step == 20, "a verifying resume took %" PRId64 ", not 20", step);
+  load_is(m, ctx, 20);
+  /* retention after the next save keeps 50 and 40 (bad data is not its to judge) */
+  save_step(m, ctx, &md, 50);
+  MK_CHECK(committed(m, 50) && state_of(m, 30, &found) == DCP_STEP_CORRUPT, "after step 50");
+  mk_model_free(&md);
+  dcp_manager_free(m);
+  dcp_ctx_free(ctx);
+  printf("corrupt-newest: resume skips a corrupt newest step, retention never deletes it\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   for (int i = 2; i + 1 < argc; i += 2)
     if (!strcmp(argv[i], "--dir")) g_dir = argv[i + 1];
@@ -404,6 +462,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "parts")) return run_parts();
   if (!strcmp(argv[1], "chdir")) return run_chdir();
   if (!strcmp(argv[1], "zombie-lease")) return run_zombie_lease();
+  if (!strcmp(argv[1], "corrupt-newest")) return run_corrupt_newest();
   fprintf(stderr, "attack_manager: unknown mode '%s'\n", argv[1]);
   return 2;
 }
