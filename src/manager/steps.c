@@ -83,8 +83,7 @@ static bool lease_live(dcpi_rt *rt, const char *name, char *who, size_t cap) {
   if (!ok) return false;
   snprintf(who, cap, "host %s pid %" PRId64, r.host, r.pid);
   char host[256] = "";
-  if (gethostname(host, sizeof host - 1) == 0 && !strncmp(host, r.host, 64) && r.pid > 0 &&
-      kill((pid_t)r.pid, 0) != 0 && errno == ESRCH)
+  if (gethostname(host, sizeof host - 1) == 0 && !strncmp(host, r.host, 64) && dcpi_pid_gone(r.pid))
     return false; /* this host's holder is dead */
   return dcpi_lease_wall_ms() <= r.expires_ms + r.grace_ms;
 }

@@ -32,6 +32,7 @@
  */
 #include "runtime/lease.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -242,6 +243,40 @@ static bool held_here(const uint8_t nonce[16]) {
   return found;
 }
 
+/* The state letter of /proc/<pid>/stat (after the command's closing
+ * parenthesis, which may itself hold spaces or parentheses), or 0. */
+static char proc_state(int64_t pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%" PRId64 "/stat", pid);
+  FILE *f = fopen(path, "re");
+  if (!f) return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *close = strrchr(buf, ')');
+  return close && close[1] == ' ' ? close[2] : 0;
+}
+
+/* Tasks (threads) of pid still listed in /proc/<pid>/task, or -1. */
+static int proc_tasks(int64_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%" PRId64 "/task", pid);
+  DIR *d = opendir(path);
+  if (!d) return -1;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));)
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n;
+}
+
+bool dcpi_pid_gone(int64_t pid) {
+  if (pid <= 0 || pid > INT32_MAX) return false;
+  if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
+  char st = proc_state(pid);
+  return (st == 'Z' || st == 'X') && proc_tasks(pid) == 1;
+}
+
 /* Whether r's holder is known to be gone: same host, same boot, same pid
  * namespace, and its pid is gone (or it is this process, which does not
  * hold that lease). A reused pid keeps the lease alive until its expiry
@@ -252,7 +287,7 @@ static bool holder_dead(const dcpi_lease *l, const dcpi_lease_record *r) {
       r->pid > INT32_MAX)
     return false;
   if (r->pid == (int64_t)getpid()) return !held_here(r->nonce);
-  return kill((pid_t)r->pid, 0) != 0 && errno == ESRCH;
+  return dcpi_pid_gone(r->pid);
 }
 
 /* This host's name in the record's alphabet. */

@@ -137,4 +137,12 @@ bool dcpi_lease_record_parse(const char *buf, size_t len, dcpi_lease_record *r);
 /* Wall-clock milliseconds since the epoch. */
 int64_t dcpi_lease_wall_ms(void);
 
+/* Whether process pid of this pid namespace has exited: no such pid, or a
+ * zombie (exited, not yet reaped by its parent: a container init that never
+ * waits, a trainer that killed its writer) with no live thread left. A
+ * process whose main thread exited while others run also shows state Z
+ * but keeps tasks: it counts as alive. Anything unreadable counts as alive
+ * (the safe direction: the lease then waits for its expiry). */
+bool dcpi_pid_gone(int64_t pid);
+
 #endif
