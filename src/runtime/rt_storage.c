@@ -3,8 +3,11 @@
  * dcpi_err messages that name the plugin, the operation and the file. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "base/wire.h"
 #include "core/plugin.h"
+#include "metadata/format.h"
 #include "runtime/rt.h"
 
 /* Find the storage plugin on first use ("posix" unless configured). */
@@ -99,6 +102,33 @@ dcp_status dcpi_rt_list(dcpi_rt *rt, int (*fn)(void *arg, const char *name), voi
   return done(rt, rt->ctx->storage->list(rt->st, fn, arg, &perr), &perr, "list", "", err);
 }
 
+/* Files above this size that begin like .metadata have their header's total
+ * length compared with the file's before the whole file is read. */
+#define PEEK_ABOVE ((uint64_t)1 << 20)
+
+/* A file of `size` bytes open at f whose first bytes are those of a
+ * .metadata (magic, a version this library reads) but whose header gives
+ * another total length is corrupt (truncated, padded, or a damaged header):
+ * say so before allocating and reading all of it, so that a .metadata
+ * padded to terabytes (a sparse file) is refused at once instead of
+ * exhausting memory. Other files pass (their own decoder judges them).
+ * Errors: DCP_ECORRUPT, the read's. */
+static dcp_status check_meta_length(dcpi_rt *rt, dcp_storage_file *f, const char *name,
+                                    uint64_t size, dcpi_err *err) {
+  uint8_t h[DCPI_HEADER_SIZE];
+  if (size <= PEEK_ABOVE) return DCP_OK;
+  dcp_status rc = dcpi_rt_file_read(rt, f, h, sizeof h, 0, err);
+  if (rc) return rc;
+  uint32_t version = dcpi_get_u32(h + DCPI_MAGIC_LEN);
+  if (memcmp(h, DCPI_MAGIC, DCPI_MAGIC_LEN) || version < 1 || version > DCPI_FORMAT_VERSION)
+    return DCP_OK;
+  uint64_t total = dcpi_get_u64(h + 16);
+  if (total == size) return DCP_OK;
+  return dcpi_fail(err, DCP_ECORRUPT, "%s/%s: corrupt metadata: the header says %llu bytes, the "
+                   "file has %llu (truncated, padded or a damaged header; not read)",
+                   rt->path, name, (unsigned long long)total, (unsigned long long)size);
+}
+
 dcp_status dcpi_rt_read_file(dcpi_rt *rt, const char *name, uint8_t **data, size_t *len,
                              dcpi_err *err) {
   uint64_t size;
@@ -108,14 +138,18 @@ dcp_status dcpi_rt_read_file(dcpi_rt *rt, const char *name, uint8_t **data, size
   if (rc) return rc;
   if (size > SIZE_MAX / 2) return dcpi_fail(err, DCP_ECORRUPT, "'%s' is %llu bytes", name,
                                             (unsigned long long)size);
-  uint8_t *buf = malloc(size ? (size_t)size : 1);
-  if (!buf) return dcpi_fail(err, DCP_ENOMEM, "out of memory for '%s'", name);
-  if ((rc = dcpi_rt_file_open(rt, name, DCP_FILE_READ, &f, err))) {
-    free(buf);
+  if ((rc = dcpi_rt_file_open(rt, name, DCP_FILE_READ, &f, err))) return rc;
+  dcpi_err ignored;
+  if ((rc = check_meta_length(rt, f, name, size, err))) {
+    dcpi_rt_file_close(rt, f, &ignored);
     return rc;
   }
+  uint8_t *buf = malloc(size ? (size_t)size : 1);
+  if (!buf) {
+    dcpi_rt_file_close(rt, f, &ignored);
+    return dcpi_fail(err, DCP_ENOMEM, "out of memory for '%s'", name);
+  }
   rc = dcpi_rt_file_read(rt, f, buf, (size_t)size, 0, err);
-  dcpi_err ignored;
   dcpi_rt_file_close(rt, f, rc ? &ignored : err);
   if (rc) {
     free(buf);
