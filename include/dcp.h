@@ -591,7 +591,9 @@ typedef struct dcp_save_options {
                            also for 0) */
   int32_t zstd_level;   /* with DCP_SAVE_COMPRESS (default 3, also for 0) */
   dcp_policy policy;    /* default DCP_POLICY_BALANCED */
-  size_t nkv;           /* user key/values stored in .metadata (step, ...) */
+  size_t nkv;           /* user key/values stored in .metadata (step, ...):
+                           keys follow the fqn rule, values are valid
+                           UTF-8 (else DCP_EINVAL: they become JSON) */
   const char *const *kv_keys;
   const char *const *kv_values;
   /* -- since 0.3 -- */

@@ -34,6 +34,16 @@ static const char *byte_violation(const unsigned char *s, size_t i, size_t len) 
   return NULL;
 }
 
+size_t dcpi_utf8_valid_prefix(const char *s, size_t len) {
+  const unsigned char *u = (const unsigned char *)s;
+  for (size_t i = 0; i < len;) {
+    size_t n = utf8_seq(u + i, len - i);
+    if (!n) return i;
+    i += n;
+  }
+  return len;
+}
+
 const char *dcpi_name_violation(const char *name, size_t len, size_t *at) {
   *at = 0;
   if (!name) return "is NULL";

@@ -30,4 +30,12 @@ dcp_status dcpi_name_check(const char *name, size_t len, const char *what, dcp_s
  * its byte offset in *at. */
 const char *dcpi_name_violation(const char *name, size_t len, size_t *at);
 
+/* Where the len bytes at s stop being valid UTF-8 (shortest form, no
+ * surrogates; any code point, controls included): the byte offset of the
+ * first invalid sequence, or len when all of it is valid. For strings that
+ * are not names (key/value values) but must still be UTF-8, as dcp.h says
+ * of every string, because they become JSON (safetensors __metadata__,
+ * `dcp inspect --json`). */
+size_t dcpi_utf8_valid_prefix(const char *s, size_t len);
+
 #endif

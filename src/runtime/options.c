@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/sized.h"
+#include "model/name.h"
 #include "runtime/load_int.h"
 #include "planner/save_plan.h"
 #include "runtime/rt.h"
@@ -17,6 +18,23 @@ void dcp_save_options_init(dcp_save_options *o) {
   o->block_size = DCPI_SAVE_DEFAULT_BLOCK_SIZE;
   o->zstd_level = DCPI_DEFAULT_ZSTD_LEVEL;
   o->policy = DCP_POLICY_BALANCED;
+}
+
+/* Every key/value value is a string of valid UTF-8 (dcp.h: strings are
+ * UTF-8): it becomes JSON in exported safetensors headers and in `dcp
+ * inspect --json`, where invalid bytes could not be written. Keys follow
+ * the name rule, checked by the metadata builder.
+ * Errors: DCP_EINVAL naming the key and the byte offset. */
+static dcp_status check_kv_values(const dcp_save_options *o, dcpi_err *err) {
+  for (size_t k = 0; k < o->nkv; k++) {
+    const char *v = o->kv_values[k];
+    if (!v) continue; /* the builder refuses it, naming the key */
+    size_t len = strlen(v), ok = dcpi_utf8_valid_prefix(v, len);
+    if (ok != len)
+      return dcpi_fail(err, DCP_EINVAL, "save options: the value of key/value %zu is not valid "
+                       "UTF-8 at byte %zu", k, ok);
+  }
+  return DCP_OK;
 }
 
 dcp_status dcpi_save_options_effective(const dcp_save_options *in, dcp_save_options *out,
@@ -36,7 +54,7 @@ dcp_status dcpi_save_options_effective(const dcp_save_options *in, dcp_save_opti
     return dcpi_fail(err, DCP_EINVAL, "save options: unknown policy %d", (int)out->policy);
   if (out->nkv && (!out->kv_keys || !out->kv_values))
     return dcpi_fail(err, DCP_EINVAL, "save options: nkv %zu with NULL arrays", out->nkv);
-  return DCP_OK;
+  return check_kv_values(out, err);
 }
 
 void dcp_load_options_init(dcp_load_options *o) {
