@@ -84,7 +84,12 @@ dcp_status dcpi_rt_sync_dir(dcpi_rt *rt, dcpi_err *err);
 dcp_status dcpi_rt_list(dcpi_rt *rt, int (*fn)(void *arg, const char *name), void *arg,
                         dcpi_err *err);
 
-/* Read a whole file into a malloc'd buffer (*data, *len). */
+/* Read a whole file into a malloc'd buffer (*data, *len). A file that a
+ * rename replaces while it is read (a save committing a new .metadata
+ * under a load) is read again, up to 4 times, so that the bytes are all of
+ * one file, never a cut of one measured by another's size. A file above
+ * 1 MiB that begins like a .metadata but whose header gives another length
+ * is DCP_ECORRUPT before it is read whole. */
 dcp_status dcpi_rt_read_file(dcpi_rt *rt, const char *name, uint8_t **data, size_t *len,
                              dcpi_err *err);
 /* Write a whole file durably under `name`: to a temporary name, sync,

@@ -1,6 +1,7 @@
 /* rt_storage.c — storage wrappers: the context's storage plugin on the
  * operation's checkpoint directory, with plugin errors turned into
  * dcpi_err messages that name the plugin, the operation and the file. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,28 +130,37 @@ static dcp_status check_meta_length(dcpi_rt *rt, dcp_storage_file *f, const char
                    rt->path, name, (unsigned long long)total, (unsigned long long)size);
 }
 
-dcp_status dcpi_rt_read_file(dcpi_rt *rt, const char *name, uint8_t **data, size_t *len,
-                             dcpi_err *err) {
-  uint64_t size;
+/* How often dcpi_rt_read_file reads a file again that a rename replaced
+ * while it was read. */
+#define READ_ATTEMPTS 4
+
+/* One read of the whole file `name` (see dcpi_rt_read_file). Its size is
+ * taken by name before and after the read: when they differ (or the read
+ * came up short), a rename replaced the file in between — the handle read
+ * one file, the size was another's — and *moved is set, with the status
+ * of what failed (DCP_ECORRUPT for a short read, or set here). */
+static dcp_status read_once(dcpi_rt *rt, const char *name, uint8_t **data, size_t *len,
+                            bool *moved, dcpi_err *err) {
+  uint64_t size, after;
   dcp_storage_file *f;
-  *data = NULL;
+  dcpi_err ignored;
+  *moved = false;
   dcp_status rc = dcpi_rt_file_size(rt, name, &size, err);
   if (rc) return rc;
   if (size > SIZE_MAX / 2) return dcpi_fail(err, DCP_ECORRUPT, "'%s' is %llu bytes", name,
                                             (unsigned long long)size);
   if ((rc = dcpi_rt_file_open(rt, name, DCP_FILE_READ, &f, err))) return rc;
-  dcpi_err ignored;
-  if ((rc = check_meta_length(rt, f, name, size, err))) {
-    dcpi_rt_file_close(rt, f, &ignored);
-    return rc;
-  }
-  uint8_t *buf = malloc(size ? (size_t)size : 1);
-  if (!buf) {
-    dcpi_rt_file_close(rt, f, &ignored);
-    return dcpi_fail(err, DCP_ENOMEM, "out of memory for '%s'", name);
-  }
-  rc = dcpi_rt_file_read(rt, f, buf, (size_t)size, 0, err);
+  uint8_t *buf = NULL;
+  rc = check_meta_length(rt, f, name, size, err);
+  if (!rc && !(buf = malloc(size ? (size_t)size : 1)))
+    rc = dcpi_fail(err, DCP_ENOMEM, "out of memory for '%s'", name);
+  if (!rc) rc = dcpi_rt_file_read(rt, f, buf, (size_t)size, 0, err);
   dcpi_rt_file_close(rt, f, rc ? &ignored : err);
+  if ((!rc || rc == DCP_ECORRUPT) && !dcpi_rt_file_size(rt, name, &after, &ignored) &&
+      after != size) {
+    *moved = true;
+    if (!rc) rc = dcpi_fail(err, DCP_ECORRUPT, "'%s' was replaced while it was read", name);
+  }
   if (rc) {
     free(buf);
     return rc;
@@ -158,6 +168,15 @@ dcp_status dcpi_rt_read_file(dcpi_rt *rt, const char *name, uint8_t **data, size
   *data = buf;
   *len = (size_t)size;
   return DCP_OK;
+}
+
+dcp_status dcpi_rt_read_file(dcpi_rt *rt, const char *name, uint8_t **data, size_t *len,
+                             dcpi_err *err) {
+  *data = NULL;
+  bool moved = true;
+  dcp_status rc = DCP_OK;
+  for (int i = 0; moved && i < READ_ATTEMPTS; i++) rc = read_once(rt, name, data, len, &moved, err);
+  return rc;
 }
 
 dcp_status dcpi_rt_write_file_atomic(dcpi_rt *rt, const char *name, const char *tmp_name,

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+int at_quiet;
+
 /* splitmix64 of x: the one mixing function of the generator. */
 static uint64_t mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -357,6 +359,7 @@ dcp_status at_build(dcp_ctx *ctx, const at_model *m, int32_t world, int32_t rank
 static int check_item(const at_model *m, const struct at_buf *x, int32_t rank) {
   for (size_t i = 0; i < x->len; i++)
     if (x->p[i] != at_item_byte(m, x->item_rank, i)) {
+      if (at_quiet) return -1;
       fprintf(stderr, "rank %d: bytes item %s: byte %zu wrong\n", rank,
               x->item_rank < 0 ? "at.rng" : "at.rank", i);
       return -1;
@@ -383,6 +386,7 @@ int at_verify(const at_model *m, const at_bufs *bufs, int32_t rank) {
     } else {
       bad = at_check(m, x->t, &x->box, x->p);
     }
+    if (bad >= 0 && at_quiet) return -1;
     if (bad >= 0) {
       fprintf(stderr, "rank %d: seed %llu: %s (%s, ndim %u)%s box offset0 %lld size0 %lld: byte %lld wrong\n",
               rank, (unsigned long long)m->seed, m->t[x->t].fqn, dcp_dtype_name(m->t[x->t].dtype),

@@ -95,7 +95,8 @@ dcp_status at_build(dcp_ctx *ctx, const at_model *m, int32_t world, int32_t rank
                     uint64_t salt, int with_items, int per_rank, dcp_state *st, at_bufs *bufs);
 
 /* Check every loaded buffer; returns 0 or -1 (with a line on stderr that
- * names the tensor, box and byte). */
+ * names the tensor, box and byte, unless at_quiet is set). */
+extern int at_quiet;
 int at_verify(const at_model *m, const at_bufs *bufs, int32_t rank);
 
 void at_free_bufs(at_bufs *bufs);

@@ -1,0 +1,210 @@
+/* test_attack_concurrent — two processes overwrite one checkpoint in a loop
+ * (two jobs, each its own context: model A and model B of the same
+ * geometry, other bytes) while a third loads it in a loop. Every save
+ * returns DCP_OK, DCP_EBUSY (the other holds the lease) or DCP_ESTALE
+ * (the other committed first); every load returns DCP_OK with all of A or
+ * all of B (never a mix, never other bytes) or DCP_ESTALE, and with
+ * DCP_SAVE_IN_PLACE also DCP_EINCOMPLETE / DCP_ENOTFOUND (no checkpoint
+ * while one is rewritten). Also: dcp_ctx_free right after an async save
+ * returns: the save completes and loads. */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "at_gen.h"
+#include "testutil.h"
+
+#define SAVES_PER_WRITER 25 /* committed saves each */
+
+static dcp_ctx *new_ctx(const tu_fixture *f) {
+  dcp_ctx_config cfg;
+  dcp_ctx_config_init(&cfg);
+  cfg.storage = "posix";
+  cfg.plugin_path = f->plugins;
+  dcp_ctx *c = NULL;
+  if (dcp_ctx_create(&cfg, &c)) return NULL;
+  return c;
+}
+
+/* One save of m (world 1) with flags; returns its status. */
+static dcp_status save_once(dcp_ctx *c, const at_model *m, const char *dir, uint32_t flags) {
+  dcp_state *st;
+  if (dcp_state_create(c, &st)) return DCP_ENOMEM;
+  at_bufs *b = calloc(1, sizeof *b);
+  dcp_status rc = b ? at_build(c, m, 1, 0, 1, 1, 1, 1, st, b) : DCP_ENOMEM;
+  dcp_save_options o;
+  dcp_save_options_init(&o);
+  o.flags = flags;
+  o.block_size = 4096;
+  if (!rc) rc = dcp_save(c, st, dir, &o);
+  dcp_state_free(st);
+  if (b) at_free_bufs(b);
+  free(b);
+  return rc;
+}
+
+/* A writer process: overwrites of m until SAVES_PER_WRITER of them
+ * committed (or 40 times as many tries), with a short random pause after
+ * each; exit 0 when every status was an allowed one. */
+static void writer(const tu_fixture *f, const at_model *m, uint32_t flags) {
+  dcp_ctx *c = new_ctx(f);
+  if (!c) _exit(2);
+  int ok = 0, busy = 0, stale = 0;
+  unsigned seed = (unsigned)m->seed;
+  for (int i = 0; ok < SAVES_PER_WRITER && i < 40 * SAVES_PER_WRITER; i++) {
+    dcp_status rc = save_once(c, m, f->ckpt, DCP_SAVE_OVERWRITE | flags);
+    ok += rc == DCP_OK, busy += rc == DCP_EBUSY, stale += rc == DCP_ESTALE;
+    usleep((useconds_t)(rand_r(&seed) % 3000)); /* let the other one in */
+    if (rc && rc != DCP_EBUSY && rc != DCP_ESTALE) {
+      fprintf(stderr, "writer %llu: save: %s: %s\n", (unsigned long long)m->seed,
+              dcp_strerror(rc), dcp_ctx_last_error(c));
+      _exit(1);
+    }
+  }
+  fprintf(stderr, "writer %llu: %d saved, %d busy, %d stale\n", (unsigned long long)m->seed, ok,
+          busy, stale);
+  dcp_ctx_free(c);
+  _exit(0);
+}
+
+/* Load everything; 'A', 'B', or 0 with *rc set (a failed load), or 'X' (a
+ * load that returned DCP_OK with bytes of neither). */
+static int load_which(dcp_ctx *c, const at_model *a, const at_model *b, const char *dir,
+                      dcp_status *rc) {
+  dcp_state *st;
+  assert_int_equal(dcp_state_create(c, &st), DCP_OK);
+  at_bufs *x = calloc(1, sizeof *x);
+  assert_non_null(x);
+  assert_int_equal(at_build(c, a, 1, 0, 0, 1, 1, 1, st, x), DCP_OK);
+  *rc = dcp_load(c, st, dir, NULL);
+  int which = 0;
+  if (*rc == DCP_OK) {
+    at_quiet = 1;
+    which = at_verify(a, x, 0) == 0 ? 'A' : at_verify(b, x, 0) == 0 ? 'B' : 'X';
+    at_quiet = 0;
+  }
+  dcp_state_free(st);
+  at_free_bufs(x);
+  free(x);
+  return which;
+}
+
+static void race(tu_fixture *f, uint32_t flags) {
+  at_model a, b;
+  at_model_gen(&a, 200);
+  b = a;
+  b.seed = 250; /* same geometry and per-rank length, other bytes */
+  dcp_ctx *c0 = new_ctx(f);
+  assert_non_null(c0);
+  assert_int_equal(save_once(c0, &a, f->ckpt, 0), DCP_OK);
+  pid_t pa = fork();
+  if (pa == 0) writer(f, &a, flags);
+  pid_t pb = fork();
+  if (pb == 0) writer(f, &b, flags);
+  int loads[4] = {0}, running = 2, status, bad = 0;
+  while (running > 0) {
+    dcp_status rc;
+    int w = load_which(f->ctx, &a, &b, f->ckpt, &rc);
+    loads[w == 'A' ? 0 : w == 'B' ? 1 : w == 'X' ? 3 : 2]++;
+    if (w == 'X') bad = fprintf(stderr, "a load returned DCP_OK with bytes of neither save\n");
+    int allowed = rc == DCP_OK || rc == DCP_ESTALE ||
+                  ((flags & DCP_SAVE_IN_PLACE) && (rc == DCP_EINCOMPLETE || rc == DCP_ENOTFOUND));
+    if (!allowed)
+      bad = fprintf(stderr, "load: %s: %s\n", dcp_strerror(rc), dcp_ctx_last_error(f->ctx));
+    while (running > 0 && waitpid(-1, &status, WNOHANG) > 0) {
+      running--;
+      if (!WIFEXITED(status) || WEXITSTATUS(status)) bad = fprintf(stderr, "a writer failed\n");
+    }
+  }
+  fprintf(stderr, "flags %u: loads of A %d, of B %d, failed %d, mixed %d\n", flags, loads[0],
+          loads[1], loads[2], loads[3]);
+  assert_int_equal(bad, 0);
+  dcp_status rc;
+  int w = load_which(f->ctx, &a, &b, f->ckpt, &rc); /* quiet now: one of them */
+  assert_int_equal(rc, DCP_OK);
+  assert_true(w == 'A' || w == 'B');
+  dcp_ctx_free(c0);
+}
+
+static void test_overwrite_race(void **state) { race(*state, 0); }
+static void test_overwrite_race_in_place(void **state) { race(*state, DCP_SAVE_IN_PLACE); }
+
+/* dcp_meta_open in a tight loop while two writers overwrite: .metadata is
+ * always there (renamed over, never removed), so every open succeeds. It
+ * used to fail with DCP_ECORRUPT "file .metadata ends at N, wanted M
+ * bytes" when the rename fell between the size and the read. */
+static void test_meta_open_race(void **state) {
+  tu_fixture *f = *state;
+  at_model a, b;
+  at_model_gen(&a, 200);
+  b = a;
+  b.seed = 250;
+  b.rep_len = a.rep_len + 17; /* another .metadata length */
+  dcp_ctx *c0 = new_ctx(f);
+  assert_non_null(c0);
+  assert_int_equal(save_once(c0, &a, f->ckpt, 0), DCP_OK);
+  pid_t pa = fork();
+  if (pa == 0) writer(f, &a, 0);
+  pid_t pb = fork();
+  if (pb == 0) writer(f, &b, 0);
+  int running = 2, status, bad = 0, opens = 0;
+  while (running > 0) {
+    dcp_meta *m = NULL;
+    dcp_status rc = dcp_meta_open(f->ctx, f->ckpt, &m);
+    opens++;
+    if (rc) bad = fprintf(stderr, "meta_open: %s: %s\n", dcp_strerror(rc), dcp_ctx_last_error(f->ctx));
+    dcp_meta_free(m);
+    while (running > 0 && waitpid(-1, &status, WNOHANG) > 0) {
+      running--;
+      if (!WIFEXITED(status) || WEXITSTATUS(status)) bad = fprintf(stderr, "a writer failed\n");
+    }
+  }
+  fprintf(stderr, "%d opens\n", opens);
+  assert_int_equal(bad, 0);
+  dcp_ctx_free(c0);
+}
+
+/* dcp_ctx_free right after dcp_async_save returned (no wait): the free
+ * waits for the writer, and the checkpoint is complete. */
+static void test_free_during_async(void **state) {
+  tu_fixture *f = *state;
+  at_model m;
+  at_model_gen(&m, 300);
+  dcp_ctx *c = new_ctx(f);
+  assert_non_null(c);
+  dcp_state *st;
+  assert_int_equal(dcp_state_create(c, &st), DCP_OK);
+  at_bufs *b = calloc(1, sizeof *b);
+  assert_non_null(b);
+  assert_int_equal(at_build(c, &m, 1, 0, 1, 1, 1, 1, st, b), DCP_OK);
+  dcp_async *h = NULL;
+  assert_int_equal(dcp_async_save(c, st, f->ckpt, NULL, &h), DCP_OK);
+  dcp_state_free(st);
+  at_free_bufs(b);
+  dcp_async_free(h);
+  dcp_ctx_free(c);
+  assert_int_equal(dcp_state_create(f->ctx, &st), DCP_OK);
+  assert_int_equal(at_build(f->ctx, &m, 1, 0, 0, 2, 1, 1, st, b), DCP_OK);
+  assert_int_equal(dcp_load(f->ctx, st, f->ckpt, NULL), DCP_OK);
+  assert_int_equal(at_verify(&m, b, 0), 0);
+  dcp_state_free(st);
+  at_free_bufs(b);
+  free(b);
+}
+
+static int setup(void **state) { return tu_fixture_setup(state, "dcp-attack-race"); }
+
+int main(int argc, char **argv) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_overwrite_race, setup, tu_fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_overwrite_race_in_place, setup, tu_fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_meta_open_race, setup, tu_fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_free_during_async, setup, tu_fixture_teardown),
+  };
+  return TU_RUN(tests, NULL, NULL);
+}
