@@ -57,11 +57,33 @@ static void test_missing_data_file(void **state) {
   assert_true(rc == DCP_EINCOMPLETE || rc == DCP_ENOTFOUND);
 }
 
+/* An empty tensor (a zero extent) whose other extents are huge: the state
+ * accepts shape [2^63-1, 0, 1] of F64 (0 elements, 0 bytes), so the save
+ * must too; the metadata builder multiplies the element size by the
+ * extents one at a time and fails it with DCP_EOVERFLOW "byte size
+ * overflows int64" before it meets the 0. (The state's own check has the
+ * same order dependence the other way: [0, M, M] is accepted and saves,
+ * [M, M, 0] is DCP_EOVERFLOW at dcp_state_add_tensor.) */
+static void test_empty_huge_extent(void **state) {
+  tu_fixture *f = *state;
+  dcp_state *st;
+  assert_int_equal(dcp_state_create(f->ctx, &st), DCP_OK);
+  int64_t sh[3] = {INT64_MAX, 0, 1}, off[3] = {0, 0, 0};
+  assert_int_equal(dcp_state_add_tensor(st, "w", DCP_F64, 3, sh), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(st, "w", off, sh, NULL), DCP_OK);
+  dcp_status rc = dcp_save(f->ctx, st, f->ckpt, NULL);
+  fprintf(stderr, "save: %s: %s\n", dcp_strerror(rc), dcp_ctx_last_error(f->ctx));
+  assert_int_equal(rc, DCP_OK);
+  assert_int_equal(dcp_load(f->ctx, st, f->ckpt, NULL), DCP_OK);
+  dcp_state_free(st);
+}
+
 static int setup(void **state) { return tu_fixture_setup(state, "dcp-attack-known"); }
 
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_missing_data_file, setup, tu_fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_empty_huge_extent, setup, tu_fixture_teardown),
   };
   return TU_RUN(tests, NULL, NULL);
 }
