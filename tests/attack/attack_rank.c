@@ -17,7 +17,8 @@
  *   --load-clash KIND  a load where rank world-1 disagrees (dedup: another
  *                   read_dedup; dtype/shape: its tensor declared differently,
  *                   a local error) — every rank fails, none hangs
- * options: --salt N (decomposition), --overwrite, --compress, --dedup on|off
+ * options: --salt N (decomposition), --overwrite, --compress, --dedup on|off,
+ *   --async (the save is a dcp_async_save; buffers scribbled right after)
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -33,7 +34,7 @@
 typedef struct args {
   const char *dir, *rdv, *clash, *load_clash, *dedup;
   uint64_t seed, salt;
-  int save, load_world, overwrite, compress;
+  int save, load_world, overwrite, compress, async;
 } args;
 
 static void parse(int argc, char **argv, args *a) {
@@ -45,6 +46,7 @@ static void parse(int argc, char **argv, args *a) {
     if (!strcmp(k, "--save")) a->save = 1;
     else if (!strcmp(k, "--overwrite")) a->overwrite = 1;
     else if (!strcmp(k, "--compress")) a->compress = 1;
+    else if (!strcmp(k, "--async")) a->async = 1;
     else if (v && !strcmp(k, "--dir")) a->dir = v, i++;
     else if (v && !strcmp(k, "--rendezvous")) a->rdv = v, i++;
     else if (v && !strcmp(k, "--seed")) a->seed = strtoull(v, NULL, 10), i++;
@@ -84,6 +86,24 @@ static dcp_save_options save_opts(const args *a) {
   return o;
 }
 
+/* An async save of st: the writers coordinate over the file collective in
+ * RDV/writers; the buffers are scribbled over (and the state freed) as
+ * soon as the save returns, then its outcome is awaited. */
+static void do_async(dcp_ctx *ctx, const args *a, dcp_state *st, at_bufs *b,
+                     const dcp_save_options *o) {
+  char wr[4200];
+  snprintf(wr, sizeof wr, "%s/writers", a->rdv);
+  OK(dcp_async_set_coordination(ctx, "file", wr, NULL), ctx);
+  dcp_async *h = NULL;
+  OK(dcp_async_save(ctx, st, a->dir, o, &h), ctx);
+  for (size_t i = 0; i < b->n; i++) memset(b->b[i].p, 0xA5, b->b[i].len);
+  dcp_state_free(st);
+  at_free_bufs(b);
+  OK(dcp_async_wait(h), ctx);
+  dcp_async_free(h);
+  dcp_async_shutdown(ctx);
+}
+
 static void do_save(dcp_ctx *ctx, const args *a, const at_model *m) {
   int32_t w = dcp_ctx_world_size(ctx), r = dcp_ctx_rank(ctx);
   dcp_state *st;
@@ -91,6 +111,10 @@ static void do_save(dcp_ctx *ctx, const args *a, const at_model *m) {
   static at_bufs b;
   OK(at_build(ctx, m, w, r, 1, a->salt, 1, 1, st, &b), ctx);
   dcp_save_options o = save_opts(a);
+  if (a->async) {
+    do_async(ctx, a, st, &b, &o);
+    return;
+  }
   OK(dcp_save(ctx, st, a->dir, &o), ctx);
   dcp_state_free(st);
   at_free_bufs(&b);

@@ -123,12 +123,61 @@ static void test_range_edges(void **state) {
   dcp_state_free(st);
 }
 
+/* Names that differ only by Unicode normalization (U+00E9 and e U+0301,
+ * U+212B and U+00C5), a 4096-byte name, and the largest bytes key: each
+ * its own item through save, load, export, import and inspect --json
+ * (never merged, never swapped). */
+static void test_name_twins(void **state) {
+  tu_fixture *f = *state;
+  static char longname[DCP_MAX_NAME + 1];
+  memset(longname, 'n', DCP_MAX_NAME);
+  longname[0] = 'L';
+  const char *names[] = {"caf\xc3\xa9", "cafe\xcc\x81", "\xe2\x84\xab", "\xc3\x85", longname};
+  enum { N = 5 };
+  static int32_t vals[N][3], back[N][3];
+  dcp_state *st;
+  assert_int_equal(dcp_state_create(f->ctx, &st), DCP_OK);
+  int64_t n = 3, o = 0;
+  for (int i = 0; i < N; i++) {
+    for (int j = 0; j < 3; j++) vals[i][j] = i * 10 + j;
+    assert_int_equal(dcp_state_add_tensor(st, names[i], DCP_I32, 1, &n), DCP_OK);
+    assert_int_equal(dcp_state_add_chunk(st, names[i], &o, &n, vals[i]), DCP_OK);
+  }
+  assert_int_equal(dcp_save(f->ctx, st, f->ckpt, NULL), DCP_OK);
+  dcp_state_free(st);
+  char st_dir[PATH_MAX + 16], st_file[PATH_MAX + 48], imp[PATH_MAX + 16];
+  snprintf(st_dir, sizeof st_dir, "%s/st", f->dir);
+  snprintf(st_file, sizeof st_file, "%s/model.safetensors", st_dir);
+  snprintf(imp, sizeof imp, "%s/imp", f->dir);
+  assert_int_equal(dcp_export_safetensors(f->ctx, f->ckpt, st_dir, 0), DCP_OK);
+  assert_int_equal(dcp_import_safetensors(f->ctx, st_file, imp, 0), DCP_OK);
+  const char *dirs[] = {f->ckpt, imp};
+  for (int d = 0; d < 2; d++) {
+    memset(back, 0, sizeof back);
+    assert_int_equal(dcp_state_create(f->ctx, &st), DCP_OK);
+    for (int i = N; i-- > 0;) { /* declared in another order */
+      assert_int_equal(dcp_state_add_tensor(st, names[i], DCP_I32, 1, &n), DCP_OK);
+      assert_int_equal(dcp_state_add_chunk(st, names[i], &o, &n, back[i]), DCP_OK);
+    }
+    assert_int_equal(dcp_load(f->ctx, st, dirs[d], NULL), DCP_OK);
+    assert_memory_equal(back, vals, sizeof vals);
+    dcp_state_free(st);
+  }
+  char tu[PATH_MAX], cmd[3 * PATH_MAX];
+  tu_plugin_dir(tu, sizeof tu); /* BUILD/lib/dcp: the dcp command is BUILD/bin/dcp */
+  snprintf(cmd, sizeof cmd, "'%s/../../bin/dcp' inspect '%s' --json | python3 -c \"import json,sys; "
+           "d=json.load(sys.stdin); t=[x['fqn'] for x in d['tensors']]; "
+           "sys.exit(0 if len(set(t)) == %d else 1)\"", tu, imp, N);
+  assert_int_equal(system(cmd), 0);
+}
+
 static int setup(void **state) { return tu_fixture_setup(state, "dcp-attack-api"); }
 
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_kv_values, setup, tu_fixture_teardown),
       cmocka_unit_test_setup_teardown(test_range_edges, setup, tu_fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_name_twins, setup, tu_fixture_teardown),
   };
   return TU_RUN(tests, NULL, NULL);
 }

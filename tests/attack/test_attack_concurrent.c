@@ -26,6 +26,7 @@ static dcp_ctx *new_ctx(const tu_fixture *f) {
   dcp_ctx_config_init(&cfg);
   cfg.storage = "posix";
   cfg.plugin_path = f->plugins;
+  cfg.lease_ms = 300; /* a killed holder's lease is broken within ~0.5 s */
   dcp_ctx *c = NULL;
   if (dcp_ctx_create(&cfg, &c)) return NULL;
   return c;
@@ -169,6 +170,70 @@ static void test_meta_open_race(void **state) {
   dcp_ctx_free(c0);
 }
 
+/* A writer SIGKILLed at a random moment of an overwrite (writing, syncing,
+ * committing, removing the old files), 60 times: the directory then loads
+ * as all of the old save or all of the new one (with DCP_SAVE_IN_PLACE
+ * also: nothing committed), and the next save (the dead holder's lease is
+ * broken at once on this host) commits. */
+static void test_kill_mid_overwrite(void **state) {
+  tu_fixture *f = *state;
+  at_model a, b;
+  at_model_gen(&a, 200);
+  b = a;
+  b.seed = 250;
+  dcp_ctx *c0 = new_ctx(f);
+  assert_non_null(c0);
+  assert_int_equal(save_once(c0, &a, f->ckpt, 0), DCP_OK);
+  unsigned seed = 7;
+  int seen[2] = {0, 0};
+  /* how long a child's save takes, unkilled (the median of 3): the kills
+   * land in [0, 1.5 x) */
+  long spans[3];
+  for (int k = 0; k < 3; k++) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pid_t p0 = fork();
+    if (p0 == 0) {
+      dcp_ctx *c = new_ctx(f);
+      _exit(c && save_once(c, &a, f->ckpt, DCP_SAVE_OVERWRITE) == DCP_OK ? 0 : 1);
+    }
+    int st0;
+    assert_int_equal(waitpid(p0, &st0, 0), p0);
+    assert_true(WIFEXITED(st0) && WEXITSTATUS(st0) == 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    spans[k] = (t1.tv_sec - t0.tv_sec) * 1000000L + (t1.tv_nsec - t0.tv_nsec) / 1000;
+  }
+  long lo = spans[0] < spans[1] ? spans[0] : spans[1], hi = spans[0] ^ spans[1] ^ lo;
+  long span_us = (spans[2] < lo ? lo : spans[2] > hi ? hi : spans[2]) * 3 / 2 + 1;
+  for (int trial = 0; trial < 60; trial++) {
+    const at_model *next = trial % 2 ? &a : &b;
+    assert_int_equal(save_once(c0, trial % 2 ? &b : &a, f->ckpt, DCP_SAVE_OVERWRITE), DCP_OK);
+    pid_t p = fork();
+    if (p == 0) {
+      dcp_ctx *c = new_ctx(f);
+      _exit(c && save_once(c, next, f->ckpt, DCP_SAVE_OVERWRITE | (trial % 3 == 2 ? DCP_SAVE_IN_PLACE : 0)) == DCP_OK ? 0 : 1);
+    }
+    usleep((useconds_t)(rand_r(&seed) % (unsigned)span_us));
+    kill(p, SIGKILL);
+    int status;
+    assert_int_equal(waitpid(p, &status, 0), p);
+    dcp_status rc;
+    int w = load_which(f->ctx, &a, &b, f->ckpt, &rc);
+    if (rc == DCP_EINCOMPLETE && trial % 3 == 2) { /* killed between un-commit and commit */
+      continue;
+    }
+    if (rc) fprintf(stderr, "trial %d: load: %s: %s\n", trial, dcp_strerror(rc), dcp_ctx_last_error(f->ctx));
+    assert_int_equal(rc, DCP_OK);
+    assert_true(w == 'A' || w == 'B');
+    seen[w == (trial % 2 ? 'A' : 'B')]++; /* [1]: the killed save had committed */
+  }
+  fprintf(stderr, "kills within %ld us: %d before the commit, %d after\n", span_us, seen[0],
+          seen[1]);
+  assert_int_equal(save_once(c0, &b, f->ckpt, DCP_SAVE_OVERWRITE), DCP_OK);
+  assert_int_equal(dcp_verify(f->ctx, f->ckpt, NULL), DCP_OK);
+  dcp_ctx_free(c0);
+}
+
 /* dcp_ctx_free right after dcp_async_save returned (no wait): the free
  * waits for the writer, and the checkpoint is complete. */
 static void test_free_during_async(void **state) {
@@ -204,6 +269,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_overwrite_race, setup, tu_fixture_teardown),
       cmocka_unit_test_setup_teardown(test_overwrite_race_in_place, setup, tu_fixture_teardown),
       cmocka_unit_test_setup_teardown(test_meta_open_race, setup, tu_fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_kill_mid_overwrite, setup, tu_fixture_teardown),
       cmocka_unit_test_setup_teardown(test_free_during_async, setup, tu_fixture_teardown),
   };
   return TU_RUN(tests, NULL, NULL);

@@ -101,6 +101,28 @@ static void test_reshard_worlds(void **state) {
     }
 }
 
+/* A PER_RANK bytes item saved by a world of 3 (or 5) and loaded by a
+ * world of 1: DCP_ESCOPE, never rank 0's bytes passed off as this
+ * world's. */
+static void test_per_rank_other_world(void **state) {
+  tu_fixture *f = *state;
+  for (int32_t w = 3; w <= 5; w += 2) {
+    at_model m;
+    at_model_gen(&m, 4000 + (uint64_t)w);
+    tu_remove_tree(f->ckpt);
+    save_world(f, &m, w, 1);
+    dcp_state *st;
+    assert_int_equal(dcp_state_create(f->ctx, &st), DCP_OK);
+    at_bufs *b = calloc(1, sizeof *b);
+    assert_non_null(b);
+    assert_int_equal(at_build(f->ctx, &m, 1, 0, 0, 2, 1, 1, st, b), DCP_OK);
+    assert_int_equal(dcp_load(f->ctx, st, f->ckpt, NULL), DCP_ESCOPE);
+    dcp_state_free(st);
+    at_free_bufs(b);
+    free(b);
+  }
+}
+
 /* Scribble over every buffer of b (the trainer's next step). */
 static void scribble(at_bufs *b) {
   for (size_t i = 0; i < b->n; i++) memset(b->b[i].p, 0x5A, b->b[i].len);
@@ -192,6 +214,7 @@ static int setup(void **state) { return tu_fixture_setup(state, "dcp-attack"); }
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_reshard_worlds, setup, tu_fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_per_rank_other_world, setup, tu_fixture_teardown),
       cmocka_unit_test_setup_teardown(test_async_mutate, setup, tu_fixture_teardown),
       cmocka_unit_test_setup_teardown(test_export_import, setup, tu_fixture_teardown),
   };
