@@ -6,6 +6,7 @@
 #include <string.h>
 
 int at_quiet;
+uint64_t at_perm_salt;
 
 /* splitmix64 of x: the one mixing function of the generator. */
 static uint64_t mix(uint64_t x) {
@@ -102,7 +103,8 @@ static void plan_layout(rng *g, const at_tensor *t, int32_t world, at_hold *h) {
   h->mesh_ndim = shape_kind == 0 ? 1 : 2;
   h->mesh[0] = shape_kind == 0 ? world : shape_kind == 1 ? 1 : shape_kind == 2 ? world : a;
   h->mesh[1] = shape_kind == 0 ? 1 : world / h->mesh[0];
-  perm(g, world, h->mesh_ranks);
+  rng pg = rng_of(next(g), at_perm_salt, 5, 6);
+  perm(&pg, world, h->mesh_ranks);
   memset(h->map, 0, sizeof h->map);
   for (uint32_t md = 0; md < h->mesh_ndim && t->ndim > 0; md++) {
     int64_t td = below(g, t->ndim + 1);
@@ -201,8 +203,11 @@ void at_rank_plan(const at_model *m, size_t t, int32_t world, int32_t rank, int 
     out->kind = AT_FLAT;
     if (saving) {
       int64_t c[65];
+      int32_t order[64];
       cuts(&g, numel, world, c);
-      out->flat_begin = c[rank], out->flat_count = c[rank + 1] - c[rank];
+      rng pg = rng_of(next(&g), at_perm_salt, 7, 8);
+      perm(&pg, world, order); /* which rank holds which range */
+      out->flat_begin = c[order[rank]], out->flat_count = c[order[rank] + 1] - c[order[rank]];
     } else {
       out->flat_begin = below(&local, numel + 1);
       out->flat_count = below(&local, numel - out->flat_begin + 1);
@@ -401,4 +406,49 @@ int at_verify(const at_model *m, const at_bufs *bufs, int32_t rank) {
 void at_free_bufs(at_bufs *bufs) {
   for (size_t i = 0; i < bufs->n; i++) free(bufs->b[i].p);
   bufs->n = 0;
+}
+
+dcp_status at_state_new(dcp_ctx *ctx, const at_model *m, int32_t world, int32_t rank, int saving,
+                        uint64_t salt, int items, dcp_state **st, at_bufs **bufs) {
+  *st = NULL;
+  *bufs = calloc(1, sizeof **bufs);
+  if (!*bufs) return DCP_ENOMEM;
+  dcp_status rc = dcp_state_create(ctx, st);
+  if (!rc)
+    rc = at_build(ctx, m, world, rank, saving, salt, items & AT_ITEMS, items & AT_PER_RANK, *st,
+                  *bufs);
+  if (rc) {
+    at_state_free(*st, *bufs);
+    *st = NULL, *bufs = NULL;
+  }
+  return rc;
+}
+
+void at_state_free(dcp_state *st, at_bufs *bufs) {
+  dcp_state_free(st);
+  if (bufs) at_free_bufs(bufs);
+  free(bufs);
+}
+
+dcp_status at_save(dcp_ctx *ctx, const at_model *m, int32_t world, int32_t rank, const char *dir,
+                   const dcp_save_options *opts) {
+  dcp_state *st;
+  at_bufs *b;
+  dcp_status rc = at_state_new(ctx, m, world, rank, 1, 1, AT_ITEMS | AT_PER_RANK, &st, &b);
+  if (!rc) rc = dcp_save(ctx, st, dir, opts);
+  at_state_free(st, b);
+  return rc;
+}
+
+dcp_status at_load_all(dcp_ctx *ctx, const at_model *m, int per_rank, const char *dir,
+                       int *wrong) {
+  dcp_state *st;
+  at_bufs *b;
+  *wrong = 0;
+  dcp_status rc =
+      at_state_new(ctx, m, 1, 0, 0, 1, AT_ITEMS | (per_rank ? AT_PER_RANK : 0), &st, &b);
+  if (!rc) rc = dcp_load(ctx, st, dir, NULL);
+  if (!rc) *wrong = at_verify(m, b, 0) != 0;
+  at_state_free(st, b);
+  return rc;
 }

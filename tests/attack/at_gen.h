@@ -97,8 +97,33 @@ dcp_status at_build(dcp_ctx *ctx, const at_model *m, int32_t world, int32_t rank
 /* Check every loaded buffer; returns 0 or -1 (with a line on stderr that
  * names the tensor, box and byte, unless at_quiet is set). */
 extern int at_quiet;
+
+/* Varies only which rank holds which shard (the permutation of a layout's
+ * mesh, the order of flat ranges over the ranks), nothing else: 0 by
+ * default. */
+extern uint64_t at_perm_salt;
 int at_verify(const at_model *m, const at_bufs *bufs, int32_t rank);
 
 void at_free_bufs(at_bufs *bufs);
+
+/* at_build into a new state of ctx, with its buffers on the heap: *st and
+ * *bufs (both NULL on error). items: 0, AT_ITEMS (the replicated bytes
+ * item) or AT_ITEMS | AT_PER_RANK. Free with at_state_free. */
+#define AT_ITEMS 1
+#define AT_PER_RANK 2
+dcp_status at_state_new(dcp_ctx *ctx, const at_model *m, int32_t world, int32_t rank, int saving,
+                        uint64_t salt, int items, dcp_state **st, at_bufs **bufs);
+void at_state_free(dcp_state *st, at_bufs *bufs);
+
+/* Save what `rank` of `world` holds of m (salt 1, items and the per-rank
+ * item) at dir with opts (NULL: defaults); the save's status. */
+dcp_status at_save(dcp_ctx *ctx, const at_model *m, int32_t world, int32_t rank, const char *dir,
+                   const dcp_save_options *opts);
+
+/* Load all of m as world 1 (salt 1, items, the per-rank item when
+ * per_rank) from dir; the load's status, and *wrong 1 when it returned
+ * DCP_OK with bytes that at_verify rejects. */
+dcp_status at_load_all(dcp_ctx *ctx, const at_model *m, int per_rank, const char *dir,
+                       int *wrong);
 
 #endif

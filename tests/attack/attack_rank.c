@@ -18,7 +18,9 @@
  *                   read_dedup; dtype/shape: its tensor declared differently,
  *                   a local error) — every rank fails, none hangs
  * options: --salt N (decomposition), --overwrite, --compress, --dedup on|off,
- *   --async (the save is a dcp_async_save; buffers scribbled right after)
+ *   --async (the save is a dcp_async_save; buffers scribbled right after),
+ *   --perm-salt N (only which rank holds which shard changes), loads:
+ *   --meta-per-rank, --no-pipeline, --inflight BYTES
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -34,7 +36,8 @@
 typedef struct args {
   const char *dir, *rdv, *clash, *load_clash, *dedup;
   uint64_t seed, salt;
-  int save, load_world, overwrite, compress, async;
+  int save, load_world, overwrite, compress, async, meta_per_rank, no_pipeline;
+  uint64_t inflight;
 } args;
 
 static void parse(int argc, char **argv, args *a) {
@@ -47,6 +50,10 @@ static void parse(int argc, char **argv, args *a) {
     else if (!strcmp(k, "--overwrite")) a->overwrite = 1;
     else if (!strcmp(k, "--compress")) a->compress = 1;
     else if (!strcmp(k, "--async")) a->async = 1;
+    else if (!strcmp(k, "--meta-per-rank")) a->meta_per_rank = 1;
+    else if (!strcmp(k, "--no-pipeline")) a->no_pipeline = 1;
+    else if (v && !strcmp(k, "--inflight")) a->inflight = strtoull(v, NULL, 10), i++;
+    else if (v && !strcmp(k, "--perm-salt")) at_perm_salt = strtoull(v, NULL, 10), i++;
     else if (v && !strcmp(k, "--dir")) a->dir = v, i++;
     else if (v && !strcmp(k, "--rendezvous")) a->rdv = v, i++;
     else if (v && !strcmp(k, "--seed")) a->seed = strtoull(v, NULL, 10), i++;
@@ -116,6 +123,9 @@ static void do_save(dcp_ctx *ctx, const args *a, const at_model *m) {
     return;
   }
   OK(dcp_save(ctx, st, a->dir, &o), ctx);
+  dcp_stats sx = {.struct_size = sizeof sx};
+  OK(dcp_ctx_stats(ctx, &sx), ctx);
+  if (r == 0) fprintf(stderr, "save: plan cache hit %u\n", sx.plan_cache_hit);
   dcp_state_free(st);
   at_free_bufs(&b);
 }
@@ -131,6 +141,9 @@ static void do_load(dcp_ctx *ctx, const args *a, const at_model *m) {
   o.read_dedup = !strcmp(a->dedup, "on") ? DCP_READ_DEDUP_ON
                  : !strcmp(a->dedup, "off") ? DCP_READ_DEDUP_OFF
                                             : DCP_READ_DEDUP_AUTO;
+  if (a->meta_per_rank) o.flags |= DCP_LOAD_METADATA_PER_RANK;
+  if (a->no_pipeline) o.flags |= DCP_LOAD_NO_PIPELINE;
+  if (a->inflight) o.max_inflight_bytes = a->inflight;
   OK(dcp_load(ctx, st, a->dir, &o), ctx);
   CHECK(at_verify(m, &b, r) == 0, "seed %llu: loaded bytes differ", (unsigned long long)a->seed);
   if (r == 0) {

@@ -10,30 +10,12 @@
 #include "ckpt_files.h"
 #include "testutil.h"
 
-/* Save the model m at dir (one rank). */
-static void save_model(dcp_ctx *ctx, const at_model *m, const char *dir) {
-  dcp_state *st;
-  assert_int_equal(dcp_state_create(ctx, &st), DCP_OK);
-  at_bufs *b = calloc(1, sizeof *b);
-  assert_non_null(b);
-  assert_int_equal(at_build(ctx, m, 1, 0, 1, 1, 1, 1, st, b), DCP_OK);
-  assert_int_equal(dcp_save(ctx, st, dir, NULL), DCP_OK);
-  dcp_state_free(st);
-  at_free_bufs(b);
-  free(b);
-}
-
+/* Load all of m from dir, the status (and its message on stderr). */
 static dcp_status load_model(dcp_ctx *ctx, const at_model *m, const char *dir) {
-  dcp_state *st;
-  assert_int_equal(dcp_state_create(ctx, &st), DCP_OK);
-  at_bufs *b = calloc(1, sizeof *b);
-  assert_non_null(b);
-  assert_int_equal(at_build(ctx, m, 1, 0, 0, 1, 1, 1, st, b), DCP_OK);
-  dcp_status rc = dcp_load(ctx, st, dir, NULL);
+  int wrong;
+  dcp_status rc = at_load_all(ctx, m, 1, dir, &wrong);
   fprintf(stderr, "load: %s: %s\n", dcp_strerror(rc), dcp_ctx_last_error(ctx));
-  dcp_state_free(st);
-  at_free_bufs(b);
-  free(b);
+  assert_false(wrong);
   return rc;
 }
 
@@ -48,7 +30,7 @@ static void test_missing_data_file(void **state) {
   tu_fixture *f = *state;
   at_model m;
   at_model_gen(&m, 5);
-  save_model(f->ctx, &m, f->ckpt);
+  assert_int_equal(at_save(f->ctx, &m, 1, 0, f->ckpt, NULL), DCP_OK);
   char p[PATH_MAX + 64];
   assert_true(ck_data_file(f->ckpt, 0, p, sizeof p));
   assert_int_equal(unlink(p), 0);

@@ -33,6 +33,18 @@ static dcp_status save_kv(dcp_ctx *ctx, const char *dir, size_t n, const char **
   return rc;
 }
 
+/* Export f->ckpt to safetensors in DIR/st and import that back (copied)
+ * into out = DIR/<name>. */
+static void export_import(const tu_fixture *f, const char *name, char *out, size_t cap) {
+  char st_dir[PATH_MAX + 16], st_file[PATH_MAX + 48];
+  snprintf(st_dir, sizeof st_dir, "%s/st", f->dir);
+  snprintf(st_file, sizeof st_file, "%s/model.safetensors", st_dir);
+  snprintf(out, cap, "%s/%s", f->dir, name);
+  assert_int_equal(dcp_export_safetensors(f->ctx, f->ckpt, st_dir, 0), DCP_OK);
+  assert_int_equal(dcp_import_safetensors(f->ctx, st_file, out, 0), DCP_OK);
+}
+
+/* Whether dir holds a committed .metadata. */
 static int committed(const char *dir) {
   char p[PATH_MAX + 32];
   snprintf(p, sizeof p, "%s/.metadata", dir);
@@ -61,12 +73,8 @@ static void test_kv_values(void **state) {
   assert_false(committed(f->ckpt));
   const char *k5[] = {"q", "ctl", "cjk"}, *v5[] = {"a\"b\\c\n}{", "x\x01\x1f\x7fy", "\xe6\xad\xa5"};
   assert_int_equal(save_kv(f->ctx, f->ckpt, 3, k5, v5), DCP_OK);
-  char st_dir[PATH_MAX + 16], st_file[PATH_MAX + 48], back[PATH_MAX + 16];
-  snprintf(st_dir, sizeof st_dir, "%s/st", f->dir);
-  snprintf(st_file, sizeof st_file, "%s/model.safetensors", st_dir);
-  snprintf(back, sizeof back, "%s/back", f->dir);
-  assert_int_equal(dcp_export_safetensors(f->ctx, f->ckpt, st_dir, 0), DCP_OK);
-  assert_int_equal(dcp_import_safetensors(f->ctx, st_file, back, 0), DCP_OK);
+  char back[PATH_MAX + 16];
+  export_import(f, "back", back, sizeof back);
   dcp_meta *m;
   assert_int_equal(dcp_meta_open(f->ctx, back, &m), DCP_OK);
   size_t seen = 0;
@@ -145,12 +153,8 @@ static void test_name_twins(void **state) {
   }
   assert_int_equal(dcp_save(f->ctx, st, f->ckpt, NULL), DCP_OK);
   dcp_state_free(st);
-  char st_dir[PATH_MAX + 16], st_file[PATH_MAX + 48], imp[PATH_MAX + 16];
-  snprintf(st_dir, sizeof st_dir, "%s/st", f->dir);
-  snprintf(st_file, sizeof st_file, "%s/model.safetensors", st_dir);
-  snprintf(imp, sizeof imp, "%s/imp", f->dir);
-  assert_int_equal(dcp_export_safetensors(f->ctx, f->ckpt, st_dir, 0), DCP_OK);
-  assert_int_equal(dcp_import_safetensors(f->ctx, st_file, imp, 0), DCP_OK);
+  char imp[PATH_MAX + 16];
+  export_import(f, "imp", imp, sizeof imp);
   const char *dirs[] = {f->ckpt, imp};
   for (int d = 0; d < 2; d++) {
     memset(back, 0, sizeof back);

@@ -34,19 +34,11 @@ static dcp_ctx *new_ctx(const tu_fixture *f) {
 
 /* One save of m (world 1) with flags; returns its status. */
 static dcp_status save_once(dcp_ctx *c, const at_model *m, const char *dir, uint32_t flags) {
-  dcp_state *st;
-  if (dcp_state_create(c, &st)) return DCP_ENOMEM;
-  at_bufs *b = calloc(1, sizeof *b);
-  dcp_status rc = b ? at_build(c, m, 1, 0, 1, 1, 1, 1, st, b) : DCP_ENOMEM;
   dcp_save_options o;
   dcp_save_options_init(&o);
   o.flags = flags;
   o.block_size = 4096;
-  if (!rc) rc = dcp_save(c, st, dir, &o);
-  dcp_state_free(st);
-  if (b) at_free_bufs(b);
-  free(b);
-  return rc;
+  return at_save(c, m, 1, 0, dir, &o);
 }
 
 /* A writer process: overwrites of m until SAVES_PER_WRITER of them
@@ -73,15 +65,41 @@ static void writer(const tu_fixture *f, const at_model *m, uint32_t flags) {
   _exit(0);
 }
 
+/* Models A and B: the same geometry and per-rank length, other bytes. */
+static void two_models(at_model *a, at_model *b) {
+  at_model_gen(a, 200);
+  *b = *a;
+  b->seed = 250;
+}
+
+/* Save a at f->ckpt, then fork the two writers (of a and of b). */
+static dcp_ctx *start_writers(tu_fixture *f, const at_model *a, const at_model *b,
+                              uint32_t flags) {
+  dcp_ctx *c0 = new_ctx(f);
+  assert_non_null(c0);
+  assert_int_equal(save_once(c0, a, f->ckpt, 0), DCP_OK);
+  if (fork() == 0) writer(f, a, flags);
+  if (fork() == 0) writer(f, b, flags);
+  return c0;
+}
+
+/* Reap the writers that ended; *running counts those left, *bad is set
+ * when one failed. */
+static void reap_writers(int *running, int *bad) {
+  int status;
+  while (*running > 0 && waitpid(-1, &status, WNOHANG) > 0) {
+    (*running)--;
+    if (!WIFEXITED(status) || WEXITSTATUS(status)) *bad = fprintf(stderr, "a writer failed\n");
+  }
+}
+
 /* Load everything; 'A', 'B', or 0 with *rc set (a failed load), or 'X' (a
  * load that returned DCP_OK with bytes of neither). */
 static int load_which(dcp_ctx *c, const at_model *a, const at_model *b, const char *dir,
                       dcp_status *rc) {
   dcp_state *st;
-  assert_int_equal(dcp_state_create(c, &st), DCP_OK);
-  at_bufs *x = calloc(1, sizeof *x);
-  assert_non_null(x);
-  assert_int_equal(at_build(c, a, 1, 0, 0, 1, 1, 1, st, x), DCP_OK);
+  at_bufs *x;
+  assert_int_equal(at_state_new(c, a, 1, 0, 0, 1, AT_ITEMS | AT_PER_RANK, &st, &x), DCP_OK);
   *rc = dcp_load(c, st, dir, NULL);
   int which = 0;
   if (*rc == DCP_OK) {
@@ -89,25 +107,15 @@ static int load_which(dcp_ctx *c, const at_model *a, const at_model *b, const ch
     which = at_verify(a, x, 0) == 0 ? 'A' : at_verify(b, x, 0) == 0 ? 'B' : 'X';
     at_quiet = 0;
   }
-  dcp_state_free(st);
-  at_free_bufs(x);
-  free(x);
+  at_state_free(st, x);
   return which;
 }
 
 static void race(tu_fixture *f, uint32_t flags) {
   at_model a, b;
-  at_model_gen(&a, 200);
-  b = a;
-  b.seed = 250; /* same geometry and per-rank length, other bytes */
-  dcp_ctx *c0 = new_ctx(f);
-  assert_non_null(c0);
-  assert_int_equal(save_once(c0, &a, f->ckpt, 0), DCP_OK);
-  pid_t pa = fork();
-  if (pa == 0) writer(f, &a, flags);
-  pid_t pb = fork();
-  if (pb == 0) writer(f, &b, flags);
-  int loads[4] = {0}, running = 2, status, bad = 0;
+  two_models(&a, &b);
+  dcp_ctx *c0 = start_writers(f, &a, &b, flags);
+  int loads[4] = {0}, running = 2, bad = 0;
   while (running > 0) {
     dcp_status rc;
     int w = load_which(f->ctx, &a, &b, f->ckpt, &rc);
@@ -117,10 +125,7 @@ static void race(tu_fixture *f, uint32_t flags) {
                   ((flags & DCP_SAVE_IN_PLACE) && (rc == DCP_EINCOMPLETE || rc == DCP_ENOTFOUND));
     if (!allowed)
       bad = fprintf(stderr, "load: %s: %s\n", dcp_strerror(rc), dcp_ctx_last_error(f->ctx));
-    while (running > 0 && waitpid(-1, &status, WNOHANG) > 0) {
-      running--;
-      if (!WIFEXITED(status) || WEXITSTATUS(status)) bad = fprintf(stderr, "a writer failed\n");
-    }
+    reap_writers(&running, &bad);
   }
   fprintf(stderr, "flags %u: loads of A %d, of B %d, failed %d, mixed %d\n", flags, loads[0],
           loads[1], loads[2], loads[3]);
@@ -142,28 +147,17 @@ static void test_overwrite_race_in_place(void **state) { race(*state, DCP_SAVE_I
 static void test_meta_open_race(void **state) {
   tu_fixture *f = *state;
   at_model a, b;
-  at_model_gen(&a, 200);
-  b = a;
-  b.seed = 250;
+  two_models(&a, &b);
   b.rep_len = a.rep_len + 17; /* another .metadata length */
-  dcp_ctx *c0 = new_ctx(f);
-  assert_non_null(c0);
-  assert_int_equal(save_once(c0, &a, f->ckpt, 0), DCP_OK);
-  pid_t pa = fork();
-  if (pa == 0) writer(f, &a, 0);
-  pid_t pb = fork();
-  if (pb == 0) writer(f, &b, 0);
-  int running = 2, status, bad = 0, opens = 0;
+  dcp_ctx *c0 = start_writers(f, &a, &b, 0);
+  int running = 2, bad = 0, opens = 0;
   while (running > 0) {
     dcp_meta *m = NULL;
     dcp_status rc = dcp_meta_open(f->ctx, f->ckpt, &m);
     opens++;
     if (rc) bad = fprintf(stderr, "meta_open: %s: %s\n", dcp_strerror(rc), dcp_ctx_last_error(f->ctx));
     dcp_meta_free(m);
-    while (running > 0 && waitpid(-1, &status, WNOHANG) > 0) {
-      running--;
-      if (!WIFEXITED(status) || WEXITSTATUS(status)) bad = fprintf(stderr, "a writer failed\n");
-    }
+    reap_writers(&running, &bad);
   }
   fprintf(stderr, "%d opens\n", opens);
   assert_int_equal(bad, 0);
@@ -178,9 +172,7 @@ static void test_meta_open_race(void **state) {
 static void test_kill_mid_overwrite(void **state) {
   tu_fixture *f = *state;
   at_model a, b;
-  at_model_gen(&a, 200);
-  b = a;
-  b.seed = 250;
+  two_models(&a, &b);
   dcp_ctx *c0 = new_ctx(f);
   assert_non_null(c0);
   assert_int_equal(save_once(c0, &a, f->ckpt, 0), DCP_OK);
@@ -243,23 +235,16 @@ static void test_free_during_async(void **state) {
   dcp_ctx *c = new_ctx(f);
   assert_non_null(c);
   dcp_state *st;
-  assert_int_equal(dcp_state_create(c, &st), DCP_OK);
-  at_bufs *b = calloc(1, sizeof *b);
-  assert_non_null(b);
-  assert_int_equal(at_build(c, &m, 1, 0, 1, 1, 1, 1, st, b), DCP_OK);
+  at_bufs *b;
+  assert_int_equal(at_state_new(c, &m, 1, 0, 1, 1, AT_ITEMS | AT_PER_RANK, &st, &b), DCP_OK);
   dcp_async *h = NULL;
   assert_int_equal(dcp_async_save(c, st, f->ckpt, NULL, &h), DCP_OK);
-  dcp_state_free(st);
-  at_free_bufs(b);
+  at_state_free(st, b);
   dcp_async_free(h);
   dcp_ctx_free(c);
-  assert_int_equal(dcp_state_create(f->ctx, &st), DCP_OK);
-  assert_int_equal(at_build(f->ctx, &m, 1, 0, 0, 2, 1, 1, st, b), DCP_OK);
-  assert_int_equal(dcp_load(f->ctx, st, f->ckpt, NULL), DCP_OK);
-  assert_int_equal(at_verify(&m, b, 0), 0);
-  dcp_state_free(st);
-  at_free_bufs(b);
-  free(b);
+  int wrong;
+  assert_int_equal(at_load_all(f->ctx, &m, 1, f->ckpt, &wrong), DCP_OK);
+  assert_false(wrong);
 }
 
 static int setup(void **state) { return tu_fixture_setup(state, "dcp-attack-race"); }

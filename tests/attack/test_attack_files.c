@@ -17,21 +17,8 @@
 #include "ckpt_files.h"
 #include "testutil.h"
 
-/* Read the whole file p into a malloc'd buffer (*len). */
-static uint8_t *slurp(const char *p, size_t *len) {
-  FILE *f = fopen(p, "rb");
-  assert_non_null(f);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *b = malloc((size_t)n + 1);
-  assert_non_null(b);
-  assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  *len = (size_t)n;
-  return b;
-}
 
+/* Write the n bytes at b to the file p (created or truncated). */
 static void spit(const char *p, const uint8_t *b, size_t n) {
   FILE *f = fopen(p, "wb");
   assert_non_null(f);
@@ -39,39 +26,67 @@ static void spit(const char *p, const uint8_t *b, size_t n) {
   assert_int_equal(fclose(f), 0);
 }
 
-/* Save the model of seed at dir (one rank, one data file). */
+/* Write orig (n bytes) to p with byte `at` xor mask. */
+static void spit_flipped(const char *p, uint8_t *orig, size_t n, size_t at, uint8_t mask) {
+  orig[at] ^= mask;
+  spit(p, orig, n);
+  orig[at] ^= mask;
+}
+
+/* Save the model m at dir (one rank, one data file, 4 KiB blocks). */
 static void save_model(dcp_ctx *ctx, const at_model *m, const char *dir, uint32_t flags) {
-  dcp_state *st;
-  assert_int_equal(dcp_state_create(ctx, &st), DCP_OK);
-  at_bufs *b = calloc(1, sizeof *b);
-  assert_non_null(b);
-  assert_int_equal(at_build(ctx, m, 1, 0, 1, 1, 1, 1, st, b), DCP_OK);
   dcp_save_options o;
   dcp_save_options_init(&o);
   o.flags = flags;
   o.block_size = 4096;
-  dcp_status rc = dcp_save(ctx, st, dir, &o);
+  dcp_status rc = at_save(ctx, m, 1, 0, dir, &o);
   if (rc) fprintf(stderr, "save: %s\n", dcp_ctx_last_error(ctx));
   assert_int_equal(rc, DCP_OK);
-  dcp_state_free(st);
-  at_free_bufs(b);
-  free(b);
 }
 
 /* Load the whole model from dir: DCP_OK only with every byte right (the
  * test fails otherwise); returns the status. */
 static dcp_status load_model(dcp_ctx *ctx, const at_model *m, const char *dir) {
-  dcp_state *st;
-  assert_int_equal(dcp_state_create(ctx, &st), DCP_OK);
-  at_bufs *b = calloc(1, sizeof *b);
-  assert_non_null(b);
-  assert_int_equal(at_build(ctx, m, 1, 0, 0, 1, 1, 1, st, b), DCP_OK);
-  dcp_status rc = dcp_load(ctx, st, dir, NULL);
-  if (rc == DCP_OK && at_verify(m, b, 0) != 0) fail_msg("load returned DCP_OK with wrong bytes");
-  dcp_state_free(st);
-  at_free_bufs(b);
-  free(b);
+  int wrong;
+  dcp_status rc = at_load_all(ctx, m, 1, dir, &wrong);
+  if (wrong) fail_msg("load returned DCP_OK with wrong bytes");
   return rc;
+}
+
+static void assert_specific(dcp_status rc, const char *what, size_t at);
+
+/* The file p cut at every step-th length from 0 (orig, n bytes, restored
+ * after): load and dcp_verify fail with a specific code, and so does
+ * dcp_meta_open when p is the .metadata (is_meta). */
+static void check_cuts(tu_fixture *f, const at_model *m, const char *p, const uint8_t *orig,
+                       size_t n, size_t step, int is_meta) {
+  for (size_t cut = 0; cut < n; cut += step) {
+    spit(p, orig, cut);
+    assert_specific(load_model(f->ctx, m, f->ckpt), "truncated load", cut);
+    dcp_meta *mv = NULL;
+    dcp_status rc = dcp_meta_open(f->ctx, f->ckpt, &mv);
+    if (rc || is_meta) assert_specific(rc, "truncated meta_open", cut);
+    dcp_meta_free(mv);
+    assert_specific(dcp_verify(f->ctx, f->ckpt, NULL), "truncated verify", cut);
+  }
+  spit(p, orig, n);
+}
+
+/* The file p with one byte flipped at every step-th offset (orig, n
+ * bytes, restored after): dcp_verify fails with a specific code, and a
+ * load too when p is the .metadata (is_meta); a data file's load may
+ * instead return the right bytes (a flip in bytes no block covers). The
+ * mask of offset `at` is 1 << (at % 8). */
+static void check_flips(tu_fixture *f, const at_model *m, const char *p, uint8_t *orig,
+                        size_t n, size_t step, int is_meta) {
+  for (size_t at = 0; at < n; at += step) {
+    spit_flipped(p, orig, n, at, (uint8_t)(1u << (at % 8)));
+    dcp_status rc = load_model(f->ctx, m, f->ckpt);
+    if (rc || is_meta) assert_specific(rc, "flipped load", at);
+    assert_specific(dcp_verify(f->ctx, f->ckpt, NULL), "flipped verify", at);
+  }
+  spit(p, orig, n);
+  assert_int_equal(load_model(f->ctx, m, f->ckpt), DCP_OK);
 }
 
 /* rc is one of the codes a damaged checkpoint may give. */
@@ -82,8 +97,14 @@ static void assert_specific(dcp_status rc, const char *what, size_t at) {
   fail_msg("%s at %zu: %s", what, at, dcp_strerror(rc));
 }
 
-static void meta_path(const tu_fixture *f, char *p, size_t cap) {
+/* Save the model of seed at f->ckpt (into *m); its .metadata's path into
+ * p and its bytes, returned (*n of them). */
+static uint8_t *saved_metadata(tu_fixture *f, uint64_t seed, at_model *m, char *p, size_t cap,
+                               size_t *n) {
+  at_model_gen(m, seed);
+  save_model(f->ctx, m, f->ckpt, 0);
   snprintf(p, cap, "%s/.metadata", f->ckpt);
+  return tu_read_file(p, n);
 }
 
 /* .metadata cut at every length and every byte flipped: load, meta_open and
@@ -91,28 +112,11 @@ static void meta_path(const tu_fixture *f, char *p, size_t cap) {
 static void test_metadata_damage(void **state) {
   tu_fixture *f = *state;
   at_model m;
-  at_model_gen(&m, 77);
-  save_model(f->ctx, &m, f->ckpt, 0);
-  char p[PATH_MAX + 32];
-  meta_path(f, p, sizeof p);
+  char p[PATH_MAX + 64];
   size_t n;
-  uint8_t *orig = slurp(p, &n);
-  for (size_t cut = 0; cut < n; cut++) {
-    spit(p, orig, cut);
-    assert_specific(load_model(f->ctx, &m, f->ckpt), "truncated load", cut);
-    dcp_meta *mv = NULL;
-    assert_specific(dcp_meta_open(f->ctx, f->ckpt, &mv), "truncated meta_open", cut);
-    assert_null(mv);
-  }
-  for (size_t at = 0; at < n; at++) {
-    orig[at] ^= (uint8_t)(1u << (at % 8));
-    spit(p, orig, n);
-    orig[at] ^= (uint8_t)(1u << (at % 8));
-    assert_specific(load_model(f->ctx, &m, f->ckpt), "flipped load", at);
-    assert_specific(dcp_verify(f->ctx, f->ckpt, NULL), "flipped verify", at);
-  }
-  spit(p, orig, n);
-  assert_int_equal(load_model(f->ctx, &m, f->ckpt), DCP_OK);
+  uint8_t *orig = saved_metadata(f, 77, &m, p, sizeof p, &n);
+  check_cuts(f, &m, p, orig, n, 1, 1);
+  check_flips(f, &m, p, orig, n, 1, 1);
   free(orig);
 }
 
@@ -128,22 +132,11 @@ static void test_data_damage(void **state) {
     char p[PATH_MAX + 64];
     assert_true(ck_data_file(f->ckpt, 0, p, sizeof p));
     size_t n;
-    uint8_t *orig = slurp(p, &n);
+    uint8_t *orig = tu_read_file(p, &n);
     size_t step = n / 97 + 1;
-    for (size_t cut = 0; cut < n; cut += step) {
-      spit(p, orig, cut);
-      assert_specific(load_model(f->ctx, &m, f->ckpt), "truncated data load", cut);
-      assert_specific(dcp_verify(f->ctx, f->ckpt, NULL), "truncated data verify", cut);
-    }
-    for (size_t at = 0; at < n; at += step) {
-      orig[at] ^= 0x10;
-      spit(p, orig, n);
-      orig[at] ^= 0x10;
-      dcp_status rc = load_model(f->ctx, &m, f->ckpt);
-      if (rc) assert_specific(rc, "flipped data load", at);
-      assert_specific(dcp_verify(f->ctx, f->ckpt, NULL), "flipped data verify", at);
-    }
-    spit(p, orig, n); /* appended bytes: the recorded length differs */
+    check_cuts(f, &m, p, orig, n, step, 0);
+    check_flips(f, &m, p, orig, n, step, 0);
+    /* appended bytes: the recorded length differs */
     FILE *a = fopen(p, "ab");
     assert_non_null(a);
     fputs("tail", a);
@@ -171,7 +164,7 @@ static void test_data_swapped(void **state) {
   assert_true(ck_data_file(f->ckpt, 0, pa, sizeof pa));
   assert_true(ck_data_file(other, 0, pb, sizeof pb));
   size_t na, nb;
-  uint8_t *a = slurp(pa, &na), *b = slurp(pb, &nb);
+  uint8_t *a = tu_read_file(pa, &na), *b = tu_read_file(pb, &nb);
   assert_int_equal(na, nb);
   spit(pa, b, nb);
   assert_specific(load_model(f->ctx, &m, f->ckpt), "swapped data load", 0);
@@ -192,12 +185,9 @@ static void test_data_swapped(void **state) {
 static void test_huge_sparse(void **state) {
   tu_fixture *f = *state;
   at_model m;
-  at_model_gen(&m, 92);
-  save_model(f->ctx, &m, f->ckpt, 0);
   char p[PATH_MAX + 64];
-  meta_path(f, p, sizeof p);
   size_t n;
-  uint8_t *orig = slurp(p, &n);
+  uint8_t *orig = saved_metadata(f, 92, &m, p, sizeof p, &n);
   assert_int_equal(truncate(p, (off_t)1 << 40), 0);
   assert_specific(load_model(f->ctx, &m, f->ckpt), "huge metadata load", 0);
   dcp_meta *mv = NULL;
@@ -221,10 +211,8 @@ static void test_hostile_paths(void **state) {
   snprintf(p, sizeof p, "%s/plainfile", f->dir);
   spit(p, (const uint8_t *)"x", 1);
   dcp_state *st;
-  assert_int_equal(dcp_state_create(f->ctx, &st), DCP_OK);
-  at_bufs *b = calloc(1, sizeof *b);
-  assert_non_null(b);
-  assert_int_equal(at_build(f->ctx, &m, 1, 0, 1, 1, 1, 1, st, b), DCP_OK);
+  at_bufs *b;
+  assert_int_equal(at_state_new(f->ctx, &m, 1, 0, 1, 1, AT_ITEMS | AT_PER_RANK, &st, &b), DCP_OK);
   dcp_status rc = dcp_save(f->ctx, st, p, NULL);
   assert_true(rc < 0);
   assert_true(rc != DCP_ENOMEM);
@@ -242,9 +230,7 @@ static void test_hostile_paths(void **state) {
   rc = dcp_save(f->ctx, st, "", NULL);
   assert_int_equal(rc, DCP_EINVAL);
   free(longp);
-  dcp_state_free(st);
-  at_free_bufs(b);
-  free(b);
+  at_state_free(st, b);
 }
 
 static int setup(void **state) { return tu_fixture_setup(state, "dcp-attack-files"); }

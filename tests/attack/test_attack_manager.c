@@ -38,36 +38,36 @@ static dcp_manager *open_mgr(dcp_ctx *ctx, const char *root, uint32_t keep_last)
   return m;
 }
 
-/* Save step `step` with the model of seed base+step. */
+/* The state of step `step` (the model of seed 500 + step): saving holds
+ * all of it, loading another decomposition (0xEE-filled buffers). */
+static dcp_state *step_state(dcp_ctx *ctx, int64_t step, int saving, at_model *mod,
+                             at_bufs **b) {
+  at_model_gen(mod, 500 + (uint64_t)step);
+  dcp_state *st;
+  assert_int_equal(at_state_new(ctx, mod, 1, 0, saving, saving ? 1 : 2, AT_ITEMS | AT_PER_RANK,
+                                &st, b),
+                   DCP_OK);
+  return st;
+}
+
 static void save_step(dcp_ctx *ctx, dcp_manager *m, int64_t step) {
   at_model mod;
-  at_model_gen(&mod, 500 + (uint64_t)step);
-  dcp_state *st;
-  assert_int_equal(dcp_state_create(ctx, &st), DCP_OK);
-  at_bufs *b = calloc(1, sizeof *b);
-  assert_non_null(b);
-  assert_int_equal(at_build(ctx, &mod, 1, 0, 1, 1, 1, 1, st, b), DCP_OK);
+  at_bufs *b;
+  dcp_state *st = step_state(ctx, step, 1, &mod, &b);
   dcp_status rc = dcp_manager_save(m, step, st, NULL);
   if (rc) fprintf(stderr, "save step %lld: %s\n", (long long)step, dcp_ctx_last_error(ctx));
   assert_int_equal(rc, DCP_OK);
-  dcp_state_free(st);
-  at_free_bufs(b);
-  free(b);
+  at_state_free(st, b);
 }
 
+/* Load step `step` and check every byte. */
 static void load_step(dcp_ctx *ctx, dcp_manager *m, int64_t step) {
   at_model mod;
-  at_model_gen(&mod, 500 + (uint64_t)step);
-  dcp_state *st;
-  assert_int_equal(dcp_state_create(ctx, &st), DCP_OK);
-  at_bufs *b = calloc(1, sizeof *b);
-  assert_non_null(b);
-  assert_int_equal(at_build(ctx, &mod, 1, 0, 0, 2, 1, 1, st, b), DCP_OK);
+  at_bufs *b;
+  dcp_state *st = step_state(ctx, step, 0, &mod, &b);
   assert_int_equal(dcp_manager_load(m, step, st, NULL), DCP_OK);
   assert_int_equal(at_verify(&mod, b, 0), 0);
-  dcp_state_free(st);
-  at_free_bufs(b);
-  free(b);
+  at_state_free(st, b);
 }
 
 static int exists(const char *root, const char *name) {

@@ -37,10 +37,9 @@ static void save_world(const tu_fixture *f, const at_model *m, int32_t world, ui
   for (int32_t r = 0; r < world; r++) {
     dcp_ctx *c = world == 1 ? f->ctx : detached(f, world, r);
     dcp_state *st;
-    assert_int_equal(dcp_state_create(c, &st), DCP_OK);
-    at_bufs *b = calloc(1, sizeof *b);
-    assert_non_null(b);
-    assert_int_equal(at_build(c, m, world, r, 1, salt, 1, 1, st, b), DCP_OK);
+    at_bufs *b;
+    assert_int_equal(at_state_new(c, m, world, r, 1, salt, AT_ITEMS | AT_PER_RANK, &st, &b),
+                     DCP_OK);
     dcp_save_options o;
     dcp_save_options_init(&o);
     o.save_id = m->seed + 1;
@@ -50,9 +49,7 @@ static void save_world(const tu_fixture *f, const at_model *m, int32_t world, ui
     if (rc) fprintf(stderr, "seed %llu world %d rank %d: save: %s\n", (unsigned long long)m->seed,
                     world, r, dcp_ctx_last_error(c));
     assert_int_equal(rc, DCP_OK);
-    dcp_state_free(st);
-    at_free_bufs(b);
-    free(b);
+    at_state_free(st, b);
     if (c != f->ctx) dcp_ctx_free(c);
   }
 }
@@ -61,10 +58,10 @@ static void save_world(const tu_fixture *f, const at_model *m, int32_t world, ui
 static void load_check(const tu_fixture *f, const at_model *m, int32_t saved_world,
                        uint64_t salt) {
   dcp_state *st;
-  assert_int_equal(dcp_state_create(f->ctx, &st), DCP_OK);
-  at_bufs *b = calloc(1, sizeof *b);
-  assert_non_null(b);
-  assert_int_equal(at_build(f->ctx, m, 1, 0, 0, salt, 1, saved_world == 1, st, b), DCP_OK);
+  at_bufs *b;
+  assert_int_equal(at_state_new(f->ctx, m, 1, 0, 0, salt,
+                                AT_ITEMS | (saved_world == 1 ? AT_PER_RANK : 0), &st, &b),
+                   DCP_OK);
   dcp_status rc = dcp_load(f->ctx, st, f->ckpt, NULL);
   if (rc) fprintf(stderr, "seed %llu world %d: load: %s\n", (unsigned long long)m->seed,
                   saved_world, dcp_ctx_last_error(f->ctx));
@@ -77,9 +74,7 @@ static void load_check(const tu_fixture *f, const at_model *m, int32_t saved_wor
       assert_int_equal(at_verify(m, b, 0), -1);
       break;
     }
-  dcp_state_free(st);
-  at_free_bufs(b);
-  free(b);
+  at_state_free(st, b);
 }
 
 static void test_reshard_worlds(void **state) {
@@ -112,14 +107,11 @@ static void test_per_rank_other_world(void **state) {
     tu_remove_tree(f->ckpt);
     save_world(f, &m, w, 1);
     dcp_state *st;
-    assert_int_equal(dcp_state_create(f->ctx, &st), DCP_OK);
-    at_bufs *b = calloc(1, sizeof *b);
-    assert_non_null(b);
-    assert_int_equal(at_build(f->ctx, &m, 1, 0, 0, 2, 1, 1, st, b), DCP_OK);
+    at_bufs *b;
+    assert_int_equal(at_state_new(f->ctx, &m, 1, 0, 0, 2, AT_ITEMS | AT_PER_RANK, &st, &b),
+                     DCP_OK);
     assert_int_equal(dcp_load(f->ctx, st, f->ckpt, NULL), DCP_ESCOPE);
-    dcp_state_free(st);
-    at_free_bufs(b);
-    free(b);
+    at_state_free(st, b);
   }
 }
 
@@ -143,19 +135,16 @@ static void test_async_mutate(void **state) {
     at_model_gen(&m, s * 31 + 7);
     tu_remove_tree(f->ckpt);
     dcp_state *st;
-    assert_int_equal(dcp_state_create(f->ctx, &st), DCP_OK);
-    at_bufs *b = calloc(1, sizeof *b);
-    assert_non_null(b);
-    assert_int_equal(at_build(f->ctx, &m, 1, 0, 1, 1, 1, 1, st, b), DCP_OK);
+    at_bufs *b;
+    assert_int_equal(at_state_new(f->ctx, &m, 1, 0, 1, 1, AT_ITEMS | AT_PER_RANK, &st, &b),
+                     DCP_OK);
     dcp_async *h = NULL;
     dcp_status rc = dcp_async_save(f->ctx, st, f->ckpt, NULL, &h);
     if (rc) fprintf(stderr, "async_save: %s\n", dcp_ctx_last_error(f->ctx));
     assert_int_equal(rc, DCP_OK);
     if (bg) assert_int_equal(dcp_async_fence(h), DCP_OK);
     scribble(b);
-    dcp_state_free(st);
-    at_free_bufs(b);
-    free(b);
+    at_state_free(st, b);
     rc = dcp_async_wait(h);
     if (rc) fprintf(stderr, "async wait: %s\n", dcp_ctx_last_error(f->ctx));
     assert_int_equal(rc, DCP_OK);
@@ -193,18 +182,14 @@ static void test_export_import(void **state) {
                       link ? " --link" : "", dcp_ctx_last_error(f->ctx));
       assert_int_equal(rc, DCP_OK);
       dcp_state *st;
-      assert_int_equal(dcp_state_create(f->ctx, &st), DCP_OK);
-      at_bufs *b = calloc(1, sizeof *b);
-      assert_non_null(b);
-      assert_int_equal(at_build(f->ctx, &m, 1, 0, 0, 3 + (uint64_t)link, 0, 0, st, b), DCP_OK);
+      at_bufs *b;
+      assert_int_equal(at_state_new(f->ctx, &m, 1, 0, 0, 3 + (uint64_t)link, 0, &st, &b), DCP_OK);
       rc = dcp_load(f->ctx, st, to, NULL);
       if (rc) fprintf(stderr, "seed %llu: load of the import: %s\n", (unsigned long long)m.seed,
                       dcp_ctx_last_error(f->ctx));
       assert_int_equal(rc, DCP_OK);
       assert_int_equal(at_verify(&m, b, 0), 0);
-      dcp_state_free(st);
-      at_free_bufs(b);
-      free(b);
+      at_state_free(st, b);
     }
   }
 }

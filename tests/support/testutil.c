@@ -70,6 +70,21 @@ dcp_ctx *tu_scratch_ctx(const char *prefix, char *dir, size_t dir_cap, char *plu
   return ctx;
 }
 
+uint8_t *tu_read_file(const char *path, size_t *len) {
+  FILE *fp = fopen(path, "rb");
+  assert_non_null(fp);
+  fseek(fp, 0, SEEK_END);
+  long n = ftell(fp);
+  fseek(fp, 0, SEEK_SET);
+  assert_true(n >= 0);
+  uint8_t *buf = malloc((size_t)n + 1);
+  assert_non_null(buf);
+  assert_int_equal(fread(buf, 1, (size_t)n, fp), (size_t)n);
+  fclose(fp);
+  *len = (size_t)n;
+  return buf;
+}
+
 void tu_remove_tree(const char *dir) {
   char cmd[PATH_MAX + 16];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -43,6 +43,10 @@ void tu_plugin_dir(char *out, size_t cap);
 dcp_ctx *tu_scratch_ctx(const char *prefix, char *dir, size_t dir_cap, char *plugins,
                         size_t plugins_cap);
 
+/* The whole file at path in a malloc'd buffer (one byte more than *len,
+ * for a NUL); the test fails when it cannot be read. */
+uint8_t *tu_read_file(const char *path, size_t *len);
+
 /* A fixture's end: rm -rf dir (the test fails if that fails). */
 void tu_remove_tree(const char *dir);
 

@@ -51,18 +51,6 @@ static char *path_of(const fixture *f, const char *name) {
   return p[k];
 }
 
-static uint8_t *slurp(const char *path, size_t *len) {
-  FILE *fp = fopen(path, "rb");
-  assert_non_null(fp);
-  fseek(fp, 0, SEEK_END);
-  long n = ftell(fp);
-  fseek(fp, 0, SEEK_SET);
-  uint8_t *buf = malloc((size_t)n + 1);
-  assert_int_equal(fread(buf, 1, (size_t)n, fp), (size_t)n);
-  fclose(fp);
-  *len = (size_t)n;
-  return buf;
-}
 
 static dcp_status check(fixture *f, dcp_status rc) {
   if (rc) fprintf(stderr, "  (%s) %s\n", dcp_strerror(rc), dcp_ctx_last_error(f->ctx));
@@ -77,7 +65,7 @@ typedef struct st_file {
 } st_file;
 
 static void st_open(const char *path, st_file *sf) {
-  sf->buf = slurp(path, &sf->len);
+  sf->buf = tu_read_file(path, &sf->len);
   uint64_t hlen;
   dcpi_err err;
   assert_int_equal(dcpi_st_header_len(sf->buf, sf->len, &hlen, &err), DCP_OK);
@@ -633,7 +621,7 @@ static void test_hf_cache_links(void **state) {
   st_tensor t[4];
   make_hf_cache(f, t);
   size_t blen;
-  uint8_t *blob = slurp(path_of(f, "hub/blobs/a1"), &blen);
+  uint8_t *blob = tu_read_file(path_of(f, "hub/blobs/a1"), &blen);
   /* one file, a sharded index, a chain of links: imported as copies */
   assert_int_equal(check(f, dcp_import_safetensors(
                                 f->ctx, path_of(f, "hub/snapshots/one/model.safetensors"),
@@ -666,7 +654,7 @@ static void test_hf_cache_links(void **state) {
   struct stat sb;
   assert_int_equal(lstat(path_of(f, "hub/snapshots/one/.metadata"), &sb), -1);
   size_t alen;
-  uint8_t *after = slurp(path_of(f, "hub/blobs/a1"), &alen);
+  uint8_t *after = tu_read_file(path_of(f, "hub/blobs/a1"), &alen);
   assert_int_equal(alen, blen);
   assert_memory_equal(after, blob, blen);
   free(after);
@@ -694,7 +682,7 @@ static void test_hf_cache_strict_output(void **state) {
     assert_int_equal(rc, DCP_EIO);
     assert_non_null(strstr(dcp_ctx_last_error(f->ctx), "symbolic link"));
     size_t n;
-    uint8_t *v = slurp(path_of(f, "victim"), &n);
+    uint8_t *v = tu_read_file(path_of(f, "victim"), &n);
     assert_int_equal(n, 7);
     assert_memory_equal(v, "keep me", 7);
     free(v);
@@ -723,11 +711,11 @@ static void test_import_over_own_files(void **state) {
     assert_int_equal(mkdir(path_of(f, own[i].dir), 0755), 0);
     assert_int_equal(st_write(path_of(f, src), &t, 1, NULL, NULL, 0), 0);
     size_t n0, n1;
-    uint8_t *before = slurp(path_of(f, src), &n0);
+    uint8_t *before = tu_read_file(path_of(f, src), &n0);
     assert_int_equal(dcp_import_safetensors(f->ctx, path_of(f, src), path_of(f, own[i].dir),
                                             own[i].flags), DCP_EINVAL);
     assert_non_null(strstr(dcp_ctx_last_error(f->ctx), "that the import writes"));
-    uint8_t *after = slurp(path_of(f, src), &n1);
+    uint8_t *after = tu_read_file(path_of(f, src), &n1);
     assert_int_equal(n0, n1);
     assert_memory_equal(before, after, n0);
     free(before);
