@@ -175,7 +175,12 @@ dcp_status dcpi_rt_read_file(dcpi_rt *rt, const char *name, uint8_t **data, size
   *data = NULL;
   bool moved = true;
   dcp_status rc = DCP_OK;
-  for (int i = 0; moved && i < READ_ATTEMPTS; i++) rc = read_once(rt, name, data, len, &moved, err);
+  dcpi_err e; /* an attempt's failure reaches err only when it is the last */
+  for (int i = 0; moved && i < READ_ATTEMPTS; i++) {
+    dcpi_err_clear(&e);
+    rc = read_once(rt, name, data, len, &moved, &e);
+  }
+  if (rc && err) *err = e;
   return rc;
 }
 
