@@ -93,7 +93,8 @@ static void perm(rng *r, int32_t n, int32_t *p) {
 }
 
 /* A layout over every rank: a 1-d or 2-d mesh (size-1 dims too) with
- * permuted ranks, each mesh dim sharding a random tensor dim or none. */
+ * permuted ranks, each mesh dim sharding a random tensor dim or none; or
+ * (one in four) a 1-d mesh of some of the ranks, which the others lack. */
 static void plan_layout(rng *g, const at_tensor *t, int32_t world, at_hold *h) {
   h->kind = AT_LAYOUT;
   int32_t a = 1;
@@ -105,6 +106,10 @@ static void plan_layout(rng *g, const at_tensor *t, int32_t world, at_hold *h) {
   h->mesh[1] = shape_kind == 0 ? 1 : world / h->mesh[0];
   rng pg = rng_of(next(g), at_perm_salt, 5, 6);
   perm(&pg, world, h->mesh_ranks);
+  if (below(g, 4) == 0) { /* a mesh of some ranks only: the others lack it */
+    h->mesh_ndim = 1;
+    h->mesh[0] = 1 + below(g, world), h->mesh[1] = 1;
+  }
   memset(h->map, 0, sizeof h->map);
   for (uint32_t md = 0; md < h->mesh_ndim && t->ndim > 0; md++) {
     int64_t td = below(g, t->ndim + 1);
@@ -292,7 +297,8 @@ static dcp_status add_layout(dcp_ctx *ctx, const at_model *m, size_t t, const at
   if (!l) return DCP_EINVAL;
   dcp_box b;
   dcp_status rc = dcp_layout_box(l, ten->shape, rank, &b);
-  if (rc == DCP_OK) {
+  if (rc == DCP_ENOTFOUND) rc = DCP_OK; /* not in its mesh: this rank lacks the tensor */
+  else if (rc == DCP_OK) {
     struct at_buf *x = new_buf(bufs, at_box_bytes(m, t, &b), saving);
     x->t = t, x->box = b;
     if (saving) at_fill(m, t, &b, x->p);
