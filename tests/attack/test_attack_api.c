@@ -3,11 +3,13 @@
  * overflow, views indexed out of range. Each must be a specific status,
  * nothing committed, never a crash; and what a save accepts, export,
  * import and `dcp inspect --json` must carry through unchanged. */
+#define _GNU_SOURCE /* memmem */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "meta_reseal.h"
 #include "testutil.h"
 
 static float g_w[6] = {1, 2, 3, 4, 5, 6};
@@ -86,6 +88,39 @@ static void test_kv_values(void **state) {
   }
   assert_int_equal(seen, 3);
   dcp_meta_free(m);
+}
+
+/* `dcp inspect` of a checkpoint whose key/value values hold an escape
+ * sequence (saved as they are) and bytes that are not UTF-8 (a .metadata
+ * written before save refused them, or tampered with; resealed here): the
+ * text shows them as \xNN, never echoing the escape to the terminal, and
+ * --json keeps every key (it used to leave the non-UTF-8 one out). */
+static void test_inspect_hostile_kv(void **state) {
+  tu_fixture *f = *state;
+  const char *k[] = {"esc", "raw"}, *v[] = {"a\x1b[2Jb", "PLACEHOLDER"};
+  assert_int_equal(save_kv(f->ctx, f->ckpt, 2, k, v), DCP_OK);
+  char p[PATH_MAX + 32];
+  snprintf(p, sizeof p, "%s/.metadata", f->ckpt);
+  size_t n;
+  uint8_t *b = tu_read_file(p, &n);
+  uint8_t *at = memmem(b, n, "PLACEHOLDER", 11);
+  assert_non_null(at);
+  at[0] = 0xff, at[1] = 0xfe; /* not UTF-8 */
+  tu_meta_reseal(b, n);
+  FILE *fp = fopen(p, "wb");
+  assert_non_null(fp);
+  assert_int_equal(fwrite(b, 1, n, fp), n);
+  assert_int_equal(fclose(fp), 0);
+  free(b);
+  char tu[PATH_MAX], cmd[8 * PATH_MAX];
+  tu_plugin_dir(tu, sizeof tu);
+  snprintf(cmd, sizeof cmd, "'%s/../../bin/dcp' inspect '%s' | grep -q \"$(printf '\\033')\" && exit 1; "
+           "'%s/../../bin/dcp' inspect '%s' | grep -qF 'raw = \\xff\\xfeACEHOLDER' && "
+           "'%s/../../bin/dcp' inspect '%s' --json | python3 -c \"import json,sys; "
+           "d=json.load(sys.stdin)['key_values']; b=chr(92); "
+           "sys.exit(0 if d['esc'] == 'a'+chr(27)+'[2Jb' and "
+           "d['raw'] == b+'xff'+b+'xfeACEHOLDER' else 1)\"", tu, f->ckpt, tu, f->ckpt, tu, f->ckpt);
+  assert_int_equal(system(cmd), 0);
 }
 
 /* Ranged reads whose end wraps around, flat ranges whose end overflows,
@@ -181,6 +216,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_kv_values, setup, tu_fixture_teardown),
       cmocka_unit_test_setup_teardown(test_range_edges, setup, tu_fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_inspect_hostile_kv, setup, tu_fixture_teardown),
       cmocka_unit_test_setup_teardown(test_name_twins, setup, tu_fixture_teardown),
   };
   return TU_RUN(tests, NULL, NULL);

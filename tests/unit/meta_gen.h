@@ -15,6 +15,7 @@
 #include "base/wire.h"
 #include "metadata/format.h"
 #include "metadata/meta.h"
+#include "meta_reseal.h"
 #include "testutil.h"
 
 #define G_MAXT 24 /* tensors */
@@ -270,17 +271,9 @@ static inline void *g_encode(const g_model *m, tu_rng *shuffle, size_t *len) {
   return buf;
 }
 
-/* Recompute every section checksum (where the directory still makes sense)
- * and the trailer, so tampering reaches the structural checks. */
-static inline void g_reseal(uint8_t *p, size_t len) {
-  if (len < DCPI_SECTIONS_START + DCPI_TRAILER_SIZE) return;
-  for (unsigned i = 0; i < DCPI_SEC_COUNT; i++) {
-    uint8_t *d = p + DCPI_HEADER_SIZE + i * DCPI_DIRENT_SIZE;
-    uint64_t off = dcpi_get_u64(d + 8), n = dcpi_get_u64(d + 16);
-    if (off <= len && n <= len - off) dcpi_put_u64(d + 24, XXH3_64bits(p + off, (size_t)n));
-  }
-  dcpi_put_u64(p + len - 8, XXH3_64bits(p, len - 8));
-}
+/* Recompute every section checksum and the trailer, so tampering reaches
+ * the structural checks (tests/support/meta_reseal.c). */
+static inline void g_reseal(uint8_t *p, size_t len) { tu_meta_reseal(p, len); }
 
 /* Where a flip at byte `at` of a version 4 file must be caught: in a chunk
  * list it is caught when that list is first used (its own checksums), in

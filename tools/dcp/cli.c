@@ -278,3 +278,28 @@ const char *cli_human(uint64_t n, char *buf, unsigned cap) {
   else snprintf(buf, cap, "%.1f %s", v, u[k]);
   return buf;
 }
+
+char *cli_escape(const char *s) {
+  json_t *probe = json_string(s); /* NULL: not valid UTF-8 */
+  bool utf8 = probe != NULL;
+  json_decref(probe);
+  size_t n = strlen(s);
+  char *out = malloc(4 * n + 1), *o = out;
+  if (!out) return NULL;
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p < 0x20 || *p == 0x7F || (*p >= 0x80 && !utf8)) o += sprintf(o, "\\x%02x", *p);
+    else if (*p == '\\') *o++ = '\\', *o++ = '\\';
+    else *o++ = (char)*p;
+  }
+  *o = '\0';
+  return out;
+}
+
+json_t *cli_json_text(const char *s) {
+  json_t *j = json_string(s);
+  if (j) return j;
+  char *e = cli_escape(s);
+  j = e ? json_string(e) : NULL;
+  free(e);
+  return j;
+}

@@ -74,6 +74,18 @@ bool cli_make_parents(const char *cmd, const char *path);
 json_t *cli_json_new(const char *cmd);
 int cli_json_finish(json_t *root, int rc, dcp_ctx *ctx, dcp_status s);
 
+/* A user string (a key/value value: any bytes a checkpoint holds) made
+ * safe to show: a malloc'd copy where control characters and, when s is
+ * not valid UTF-8, every byte above 0x7F are written \xNN (and a
+ * backslash \\), so that no terminal escape is echoed and the text is
+ * valid UTF-8. NULL only when out of memory. */
+char *cli_escape(const char *s);
+
+/* A JSON string of s: s itself when it is valid UTF-8 (JSON escapes the
+ * control characters), else cli_escape(s) — never NULL for a string that
+ * jansson refuses, so no key is silently left out. */
+json_t *cli_json_text(const char *s);
+
 /* A whole decimal number in [min, max] into *out ("12"; no sign, no
  * spaces). False when malformed or out of range. */
 bool cli_parse_count(const char *s, uint64_t min, uint64_t max, uint64_t *out);

@@ -164,7 +164,9 @@ static void text_header(dcp_meta *m, const char *path) {
   for (size_t i = 0; i < dcp_meta_kv_count(m); i++) {
     const char *k, *v;
     dcp_meta_kv(m, i, &k, &v);
-    printf("  %s = %s\n", k, v);
+    char *e = cli_escape(v);
+    printf("  %s = %s\n", k, e ? e : "(out of memory)");
+    free(e);
   }
 }
 
@@ -272,7 +274,7 @@ static json_t *inspect_json(dcp_meta *m, const char *path) {
   for (size_t i = 0; i < dcp_meta_kv_count(m); i++) {
     const char *k, *v;
     dcp_meta_kv(m, i, &k, &v);
-    json_object_set_new(kv, k, json_string(v));
+    json_object_set_new(kv, k, cli_json_text(v));
   }
   for (size_t i = 0; i < dcp_meta_tensor_count(m); i++)
     json_array_append_new(tensors, tensor_json(m, i));
