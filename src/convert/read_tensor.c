@@ -7,16 +7,16 @@
 
 #include "base/checked.h"
 #include "convert/cv.h"
+#include "model/box.h"
 #include "metadata/view.h"
 
 dcp_status dcpi_cv_tensor_bytes(const dcp_meta *m, size_t ti, uint64_t *bytes, dcpi_err *err) {
   dcp_tensor_info t;
   dcp_status rc = dcp_meta_tensor(m, ti, &t);
   if (rc) return dcpi_fail(err, rc, "no tensor %zu", ti);
-  int64_t n = (int64_t)dcp_dtype_size(t.dtype);
-  for (uint32_t d = 0; d < t.ndim; d++)
-    if (!dcpi_mul_i64(n, t.shape[d], &n))
-      return dcpi_fail(err, DCP_EOVERFLOW, "tensor '%s': byte size overflows", t.fqn);
+  int64_t numel, n;
+  if (dcpi_numel(t.ndim, t.shape, &numel) || !dcpi_mul_i64(numel, (int64_t)dcp_dtype_size(t.dtype), &n))
+    return dcpi_fail(err, DCP_EOVERFLOW, "tensor '%s': byte size overflows", t.fqn);
   *bytes = (uint64_t)n;
   return DCP_OK;
 }
@@ -94,9 +94,8 @@ dcp_status dcpi_cv_check_coverage(dcp_meta *m, size_t ti, dcpi_err *err) {
   dcp_status rc = dcp_meta_tensor(m, ti, &t);
   if (rc) return dcpi_fail(err, rc, "no tensor %zu", ti);
   int64_t numel = 1, sum = 0, vol = 0;
-  for (uint32_t d = 0; d < t.ndim; d++)
-    if (!dcpi_mul_i64(numel, t.shape[d], &numel))
-      return dcpi_fail(err, DCP_ECORRUPT, "tensor '%s': element count overflows", t.fqn);
+  if (dcpi_numel(t.ndim, t.shape, &numel))
+    return dcpi_fail(err, DCP_ECORRUPT, "tensor '%s': element count overflows", t.fqn);
   for (size_t c = 0; c < t.chunk_count; c++) {
     if ((rc = check_chunk(m, &t, ti, c, &vol, err))) return rc;
     if (!dcpi_add_i64(sum, vol, &sum))

@@ -10,6 +10,7 @@
 #include "base/checked.h"
 #include "metadata/codec.h"
 #include "metadata/md_int.h"
+#include "model/box.h"
 #include "model/name.h"
 
 /* Duplicate n bytes of s as a NUL-terminated string, or NULL on ENOMEM. */
@@ -243,13 +244,12 @@ static dcp_status check_tensor_geometry(const char *fqn, dcp_dtype dtype, uint32
   if (ndim > DCP_MAX_NDIM)
     return dcpi_fail(err, DCP_EINVAL, "tensor '%s': ndim %u exceeds %d", fqn, ndim, DCP_MAX_NDIM);
   if (ndim > 0 && !shape) return dcpi_fail(err, DCP_EINVAL, "tensor '%s': shape is NULL", fqn);
-  int64_t bytes = (int64_t)esize;
-  for (uint32_t d = 0; d < ndim; d++) {
+  for (uint32_t d = 0; d < ndim; d++)
     if (shape[d] < 0)
       return dcpi_fail(err, DCP_EINVAL, "tensor '%s': extent %u is negative", fqn, d);
-    if (!dcpi_mul_i64(bytes, shape[d], &bytes))
-      return dcpi_fail(err, DCP_EOVERFLOW, "tensor '%s': byte size overflows int64", fqn);
-  }
+  int64_t numel, bytes; /* the count first: a zero extent anywhere makes it 0 */
+  if (dcpi_numel(ndim, shape, &numel) || !dcpi_mul_i64(numel, (int64_t)esize, &bytes))
+    return dcpi_fail(err, DCP_EOVERFLOW, "tensor '%s': byte size overflows int64", fqn);
   return DCP_OK;
 }
 

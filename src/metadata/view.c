@@ -13,6 +13,7 @@
 #include "metadata/common.h"
 #include "metadata/format.h"
 #include "metadata/view.h"
+#include "model/box.h"
 #include "model/name.h"
 
 /* Position and length of one section within the buffer. */
@@ -405,13 +406,14 @@ static dcp_status dec_tensor_geometry(dcpi_dec *d, dcpi_mv_tensor *t) {
   if (rc != DCP_OK) return rc;
   t->dtype = (dcp_dtype)dt;
   t->ndim = (uint32_t)ndim;
-  int64_t bytes = (int64_t)dcp_dtype_size(t->dtype);
   for (uint32_t k = 0; k < t->ndim; k++) {
     if ((rc = dcpi_dec_var(d, INT64_MAX, "extent", &e)) != DCP_OK) return rc;
     t->shape[k] = (int64_t)e;
-    if (!dcpi_mul_i64(bytes, t->shape[k], &bytes))
-      return dcpi_dec_fail(d, "byte size of the shape overflows int64");
   }
+  int64_t numel, bytes; /* the count first: a zero extent anywhere makes it 0 */
+  if (dcpi_numel(t->ndim, t->shape, &numel) ||
+      !dcpi_mul_i64(numel, (int64_t)dcp_dtype_size(t->dtype), &bytes))
+    return dcpi_dec_fail(d, "byte size of the shape overflows int64");
   return DCP_OK;
 }
 

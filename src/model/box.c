@@ -2,16 +2,22 @@
  * decomposition of a flat row-major element range into boxes. */
 #include "model/box.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "base/checked.h"
 
+/* Any zero extent makes the count 0 whatever the others are, so [M, M, 0]
+ * is as empty (and as valid) as [0, M, M]: look for one before multiplying. */
 dcp_status dcpi_numel(uint32_t ndim, const int64_t *sizes, int64_t *numel) {
-  int64_t n = 1;
+  bool empty = false;
   for (uint32_t d = 0; d < ndim; d++) {
     if (sizes[d] < 0) return DCP_EINVAL;
-    if (!dcpi_mul_i64(n, sizes[d], &n)) return DCP_EOVERFLOW;
+    empty |= sizes[d] == 0;
   }
+  int64_t n = empty ? 0 : 1;
+  for (uint32_t d = 0; d < ndim && !empty; d++)
+    if (!dcpi_mul_i64(n, sizes[d], &n)) return DCP_EOVERFLOW;
   *numel = n;
   return DCP_OK;
 }
