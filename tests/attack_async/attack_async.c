@@ -1054,6 +1054,19 @@ static int run_shutdown_linger(const ak_args *a) {
 /* ctx's memory tier: keep 1, one replica on the next rank, job "attack-peer". */
 static void set_peer_tier(dcp_ctx *ctx) { set_tier(ctx, 1, 1, 30000, "attack-peer"); }
 
+/* Both ranks of run_peer_kill meet: each creates <rdv>/meet<round>.<rank>
+ * and waits (up to 60 s) for the other's. */
+static void file_barrier(const ak_args *a, int round) {
+  char mine[700], theirs[700];
+  snprintf(mine, sizeof mine, "%s/meet%d.%d", a->rdv, round, g_rank);
+  snprintf(theirs, sizeof theirs, "%s/meet%d.%d", a->rdv, round, 1 - g_rank);
+  FILE *f = fopen(mine, "w");
+  CHECK(f != NULL, "cannot create %s", mine);
+  fclose(f);
+  for (int i = 0; i < 6000 && access(theirs, F_OK) != 0; i++) usleep(10000);
+  CHECK(access(theirs, F_OK) == 0, "rank %d never reached round %d's end", 1 - g_rank, round);
+}
+
 static int run_peer_kill(const ak_args *a) {
   const char *r = getenv("DCP_TEST_RANK"), *w = getenv("DCP_TEST_WORLD");
   CHECK(r && w && a->rdv && atoi(w) == 2, "peer-kill runs on 2 ranks under dcp_launch");
@@ -1089,6 +1102,11 @@ static int run_peer_kill(const ak_args *a) {
     dcp_ctx_free(fresh);
     dcp_state_free(st);
     dcp_ctx_free(ctx); /* rank 0's writer gives up on its dead peer by the timeout */
+    /* ...or not, when its replication was done before the kill: the ranks
+     * reach the next round's rendezvous up to a timeout apart, and the
+     * later one would find the earlier one gone. Meet first, through the
+     * file system, with a deadline of their own. */
+    if (round < 2) file_barrier(a, round);
   }
   free(m);
   printf("peer-kill (rank %d): a writer killed while replicating: every restore exact\n",
