@@ -54,7 +54,9 @@ build() { # build DIR [cmake args...]
 # tests/valgrind.supp lists the leaks tests make on purpose.
 memcheck_one() { # memcheck_one TEST LOGDIR
   local name=$1 logs=$2
-  if (cd build/tests && timeout 900 valgrind -q --error-exitcode=1 --leak-check=full \
+  # the environment ctest gives the tests (the async ones spawn dcp-writer)
+  if (cd build/tests && DCP_WRITER="$ROOT/build/bin/dcp-writer" DCP_PLUGIN_PATH="$ROOT/build/lib/dcp" \
+        timeout 900 valgrind -q --error-exitcode=1 --leak-check=full \
         --errors-for-leak-kinds=definite --suppressions="$ROOT/tests/valgrind.supp" \
         "./$name") >"$logs/$name.log" 2>&1; then
     echo "memcheck ok:     $name"
