@@ -463,6 +463,19 @@ static void test_commit_rules(void **state) {
   dcp_state_free(ld);
 }
 
+/* Load the whole of "w" into scratch memory; the load's status. */
+static dcp_status load_whole_w(fixture *f) {
+  static float all[ROWS * COLS];
+  dcp_state *ld;
+  assert_int_equal(dcp_state_create(f->ctx, &ld), DCP_OK);
+  int64_t shape[2] = {ROWS, COLS}, off[2] = {0, 0};
+  assert_int_equal(dcp_state_add_tensor(ld, "w", DCP_F32, 2, shape), DCP_OK);
+  assert_int_equal(dcp_state_add_chunk(ld, "w", off, shape, all), DCP_OK);
+  dcp_status rc = dcp_load(f->ctx, ld, f->ckpt, NULL);
+  dcp_state_free(ld);
+  return rc;
+}
+
 /* Flip one byte of the data file: the load names the tensor and box. */
 static void test_corrupt_block(void **state) {
   fixture *f = *state;
@@ -477,18 +490,11 @@ static void test_corrupt_block(void **state) {
   byte ^= 0x10;
   assert_int_equal(pwrite(fd, &byte, 1, at), 1);
   close(fd);
-  static float all[ROWS * COLS];
-  dcp_state *ld;
-  assert_int_equal(dcp_state_create(f->ctx, &ld), DCP_OK);
-  int64_t shape[2] = {ROWS, COLS}, off[2] = {0, 0};
-  assert_int_equal(dcp_state_add_tensor(ld, "w", DCP_F32, 2, shape), DCP_OK);
-  assert_int_equal(dcp_state_add_chunk(ld, "w", off, shape, all), DCP_OK);
-  assert_int_equal(dcp_load(f->ctx, ld, f->ckpt, NULL), DCP_ECORRUPT);
+  assert_int_equal(load_whole_w(f), DCP_ECORRUPT);
   const char *msg = dcp_ctx_last_error(f->ctx);
   assert_non_null(strstr(msg, "'w'"));
   assert_non_null(strstr(msg, "[120:300, 0:50]"));
   assert_non_null(strstr(msg, "data-00000."));
-  dcp_state_free(ld);
 }
 
 /* A data file deleted from a committed checkpoint: the same .metadata is
@@ -501,18 +507,11 @@ static void test_missing_data_file(void **state) {
   char p[PATH_MAX + 64];
   assert_true(ck_data_file(f->ckpt, 0, p, sizeof p));
   assert_int_equal(unlink(p), 0);
-  static float all[ROWS * COLS];
-  dcp_state *ld;
-  assert_int_equal(dcp_state_create(f->ctx, &ld), DCP_OK);
-  int64_t shape[2] = {ROWS, COLS}, off[2] = {0, 0};
-  assert_int_equal(dcp_state_add_tensor(ld, "w", DCP_F32, 2, shape), DCP_OK);
-  assert_int_equal(dcp_state_add_chunk(ld, "w", off, shape, all), DCP_OK);
-  assert_int_equal(dcp_load(f->ctx, ld, f->ckpt, NULL), DCP_EINCOMPLETE);
+  assert_int_equal(load_whole_w(f), DCP_EINCOMPLETE);
   const char *msg = dcp_ctx_last_error(f->ctx);
   assert_non_null(strstr(msg, "is missing"));
   assert_non_null(strstr(msg, "data-00000."));
   assert_null(strstr(msg, "replaced"));
-  dcp_state_free(ld);
 }
 
 static void test_mismatches(void **state) {
