@@ -114,7 +114,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t plen = size - DCPI_WP_HEADER;
   dcp_status rc = dcpi_wp_check_header(data, &type, &len, &err);
   if (rc == DCP_OK) {
-    if (type < DCPI_WP_SAVE || type > DCPI_WP_SNAP_STOP || len > DCPI_WP_MAX_PAYLOAD) __builtin_trap();
+    if (type < DCPI_WP_SAVE || type > DCPI_WP_BYE || len > DCPI_WP_MAX_PAYLOAD) __builtin_trap();
     if (len == plen) {
       rc = dcpi_wp_check_payload(data, p, plen, &err);
       if (rc != DCP_OK && rc != DCP_ECORRUPT) __builtin_trap();
