@@ -5,7 +5,7 @@ directory. Prints one table: save seconds, async-save blocking seconds,
 load seconds into a changed sharding, bytes on disk.
 
     /usr/bin/python3 bench/torch_peer.py [--world 4] [--mib 256] [--tensors 8]
-                                         [--dir DIR] [--quick]
+                                         [--dir DIR] [--quick] [--dedup auto|on|off]
 
 It starts --world rank processes of itself (torch.distributed over gloo,
 file rendezvous). The state is --tensors float32 matrices [R, C] of --mib
@@ -40,6 +40,8 @@ def parse():
     ap.add_argument("--repeat", type=int, default=3, help="repetitions; medians are printed")
     ap.add_argument("--dir", help="checkpoint directory (default: a temporary one)")
     ap.add_argument("--quick", action="store_true", help="8 MiB, for the test suite")
+    ap.add_argument("--dedup", choices=("auto", "on", "off"), default="auto",
+                    help="libdcp's read_dedup for the load (default auto)")
     a = ap.parse_args()
     if a.quick:
         a.mib, a.tensors, a.repeat = 8, 4, 1
@@ -224,7 +226,8 @@ class Rank:
         self.evict_all()
         cols = [self.torch.zeros(self.rows, self.cols // self.world) for _ in self.names]
         dest = self.dcp_items(cols, by_cols)
-        load = self.timed(lambda: dcp.load(self.ctx, dest, path))
+        dedup = getattr(dcp, "READ_DEDUP_" + self.a.dedup.upper())
+        load = self.timed(lambda: dcp.load(self.ctx, dest, path, read_dedup=dedup))
         self.check(cols, self.col_box(), "libdcp")
         return {"save": save, "block": block, "persist": persist, "load": load,
                 "bytes": disk_bytes(path) if self.rank == 0 else 0}

@@ -341,11 +341,13 @@ static dcp_status own_keys(const dcp_state *st, dcpi_load_key **keys, uint32_t *
 
 /* Every rank's host id (one allgather) when the collective can tell hosts
  * apart: *out (world entries, freed by the caller), or NULL when it cannot
- * or every rank is on one host. Called by every rank at the same point
- * (one plugin: the same table everywhere). */
-static dcp_status gather_hosts(dcpi_rt *rt, uint64_t **out) {
+ * or every rank is on one host; *one_host is set when it can and they are
+ * (the same on every rank: it comes from the allgather). Called by every
+ * rank at the same point (one plugin: the same table everywhere). */
+static dcp_status gather_hosts(dcpi_rt *rt, uint64_t **out, bool *one_host) {
   dcp_ctx *ctx = rt->ctx;
   *out = NULL;
+  *one_host = false;
   if (!DCP_HAS_FIELD(ctx->coll, dcp_coll_plugin, host_id) || !ctx->coll->host_id) return DCP_OK;
   size_t world = (size_t)ctx->world_size;
   uint64_t mine = ctx->coll->host_id(ctx->comm);
@@ -356,6 +358,7 @@ static dcp_status gather_hosts(dcpi_rt *rt, uint64_t **out) {
   size_t same = 1;
   while (!rc && same < world && all[same] == all[0]) same++;
   if (rc || same == world) {
+    *one_host = !rc;
     free(all);
     return rc;
   }
@@ -433,7 +436,7 @@ dcp_status dcpi_load_schedule(dcpi_rt *rt, dcp_meta *m, const dcpi_saved_source 
   size_t nkeys = 0;
   dcpi_read_groups *g = NULL;
   uint64_t *hosts = NULL;
-  bool usable = false;
+  bool usable = false, one_host = false;
   int64_t v[L_COUNT] = {0};
   if (!rc && local_on) rc = own_keys(st, &keys, &chunk_of, &nkeys, &rt->err);
   if (!rc && local_on) rc = dcpi_load_layout_groups(st, world, policy, &usable, &g, &rt->err);
@@ -458,7 +461,7 @@ dcp_status dcpi_load_schedule(dcpi_rt *rt, dcp_meta *m, const dcpi_saved_source 
     goto agree;
   }
   if (!local_on) goto agree; /* the same on every rank now */
-  if ((rc = gather_hosts(rt, &hosts))) goto agree;
+  if ((rc = gather_hosts(rt, &hosts, &one_host))) goto agree;
   bool agreed = !memcmp(v + L_A, v + L_B, 3 * sizeof *v);
   if (!v[L_NEED] && agreed) {
     sc->path = DCPI_DEDUP_LAYOUT;
@@ -479,8 +482,12 @@ dcp_status dcpi_load_schedule(dcpi_rt *rt, dcp_meta *m, const dcpi_saved_source 
       rc = dcpi_fail(&rt->err, DCP_ENOMEM, "read dedup: out of memory for the schedule");
   }
   /* the needs exchange, unless the layouts show no read could be shared
-   * (the same sums on every rank: the same choice) */
-  if (sc->path == DCPI_DEDUP_EXCHANGE || v[L_SHARE])
+   * (the same sums on every rank: the same choice), or AUTO finds every
+   * rank on one host: there the page cache already reads a shared block
+   * from storage once, and re-reading it is cheaper than receiving pieces
+   * through the collective (docs/benchmarks.md, "Host-aware sharing") */
+  bool share_pays = mode == DCP_READ_DEDUP_ON || !one_host;
+  if (share_pays && (sc->path == DCPI_DEDUP_EXCHANGE || v[L_SHARE]))
     rc = dcpi_load_share_plan(rt, m, st, plan, policy, hosts, sc, rc);
 agree:
   rc = dcpi_rt_agree(rt, rc);

@@ -12,7 +12,7 @@
  *                                      .plan of a restarted job, or a gather)
  *            [--dedup auto|on|off] [--no-pipeline] [--max-inflight N] [--reader-lowest]
  *            [--check-reads] [--expect-path 0|1|2] [--corrupt] [--dedup-mismatch]
- *            [--max-read-ratio R] [--seed S] [--corrupt-shared]
+ *            [--max-read-ratio R] [--seed S] [--corrupt-shared] [--expect-no-share]
  *            [--timeout-ms MS] [--fault stall|exit|pause --fault-rank R
  *             --fault-phase save|load [--fault-at start|OP[:N]] [--dead-ranks R,R,...]]
  *
@@ -57,6 +57,9 @@
  * received adds up likewise, and, when nothing was shared, that the
  * readers' loads meet the balancer's guarantee; it prints max/mean of the
  * load. --max-read-ratio R also demands bytes read <= R x bytes needed.
+ * --expect-no-share demands that no partial-overlap sharing happened (read
+ * dedup AUTO with every rank on one host): then every distinct box is read
+ * by one rank, blocks that boxes share read again.
  * --seed S shuffles the load mesh's ranks (a random reshard).
  * --corrupt-shared flips a byte of a column-sharded tensor that, with TP
  * going up, one rank reads for others: every rank must fail with the
@@ -354,6 +357,7 @@ typedef struct args {
   int save_tp, load_tp, compress, lowest, expect_exists, overwrite, meta_per_rank, no_bytes,
       save_twice, expect_plan_hit;
   int no_pipeline, reader_lowest, check_reads, expect_path, corrupt, dedup_mismatch;
+  int expect_no_share;
   int corrupt_shared;
   double max_read_ratio; /* --max-read-ratio: 0 when unchecked */
   long long max_inflight, timeout_ms;
@@ -381,6 +385,7 @@ static args parse(int argc, char **argv) {
     else if (!strcmp(k, "--corrupt")) a.corrupt = 1;
     else if (!strcmp(k, "--dedup-mismatch")) a.dedup_mismatch = 1;
     else if (!strcmp(k, "--corrupt-shared")) a.corrupt_shared = 1;
+    else if (!strcmp(k, "--expect-no-share")) a.expect_no_share = 1;
     else if (!strcmp(k, "--max-read-ratio")) a.max_read_ratio = atof(v), i++;
     else if (!strcmp(k, "--seed")) g_seed = (unsigned)atoi(v), i++;
     else if (!strcmp(k, "--dedup")) a.dedup = v, i++;
@@ -636,7 +641,8 @@ static void check_reads(const args *a, const rank_model *m, const rank_stats *al
   /* dedup: every block once (replica groups and partial-overlap sharing),
    * so the old planner's reads (need_unique: one read per distinct box,
    * blocks shared by boxes read again) fail this where they differ */
-  uint64_t want = path ? need_union : need_naive, want_pay = path ? pay_unique : pay_naive;
+  uint64_t want = !path ? need_naive : a->expect_no_share ? need_unique : need_union;
+  uint64_t want_pay = path ? pay_unique : pay_naive;
   CHECK(read == want, "data bytes read over all ranks: %llu, expected %llu (union %llu, per "
         "distinct box %llu, naive %llu)", (unsigned long long)read, (unsigned long long)want,
         (unsigned long long)need_union, (unsigned long long)need_unique,
@@ -649,6 +655,8 @@ static void check_reads(const args *a, const rank_model *m, const rank_stats *al
         (unsigned long long)sent, (unsigned long long)recv,
         (unsigned long long)(path ? multi_bytes : 0), (unsigned long long)(path ? multi_recv : 0));
   uint64_t pieces = sent - (path ? multi_bytes : 0);
+  CHECK(!a->expect_no_share || pieces == 0, "%llu bytes of shared pieces sent, expected none",
+        (unsigned long long)pieces);
   /* what the load needs: each distinct box's bytes and the bytes items */
   double ratio = (double)read / (double)(pay_unique + items);
   CHECK(a->max_read_ratio <= 0 || ratio <= a->max_read_ratio,
