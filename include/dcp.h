@@ -1173,6 +1173,11 @@ typedef void (*dcp_manager_log_fn)(void *arg, const char *line);
                                           never after a save */
 #define DCP_MANAGER_KEEP_INCOMPLETE 4u /* never delete incomplete directories */
 #define DCP_MANAGER_QUIET 8u           /* no log lines at all */
+#define DCP_MANAGER_DEFER_FENCE 16u    /* dcp_manager_save_async under
+                                          background staging returns before
+                                          the copy is done: the caller calls
+                                          dcp_manager_fence before the
+                                          buffers change (since 0.3) */
 
 typedef struct dcp_manager_options {
   uint32_t struct_size;   /* sizeof(dcp_manager_options), set by init */
@@ -1233,6 +1238,11 @@ DCP_API dcp_status dcp_manager_save(dcp_manager *m, int64_t step, dcp_state *st,
 /* As dcp_manager_save, asynchronously (dcp_async_save): returns after
  * staging; latest and retention move only when the save is durable, at
  * dcp_manager_wait (or at the next save, which waits for it first).
+ * Under background staging (dcp_async_set_staging) it still returns only
+ * once staged, unless the manager was opened with DCP_MANAGER_DEFER_FENCE:
+ * then it returns before the copy, and every buffer st names must stay
+ * unchanged until dcp_manager_fence (or dcp_manager_wait, the next save or
+ * dcp_manager_free, which imply it) returns.
  * Errors: as dcp_async_save, and as dcp_manager_save's checks. */
 DCP_API dcp_status dcp_manager_save_async(dcp_manager *m, int64_t step, dcp_state *st,
                                           const dcp_save_options *opts);
@@ -1248,6 +1258,15 @@ DCP_API dcp_status dcp_manager_wait(dcp_manager *m, int64_t timeout_ms);
  * uncommitted (incomplete, cleaned by a later retention). DCP_OK when none
  * is pending or it had already finished well. Not collective. */
 DCP_API dcp_status dcp_manager_abort(dcp_manager *m);
+
+/* Wait until the pending async save is staged (dcp_async_fence): from then
+ * on its state's buffers may change. Blocks for the staging only, never
+ * for the writing; at once when nothing is pending or the save was staged
+ * in blocking mode. What a trainer calls before the optimizer step with
+ * DCP_MANAGER_DEFER_FENCE. Not collective.
+ * Errors: DCP_EINVAL (NULL), or the staging's failure (as dcp_async_fence;
+ * dcp_manager_wait then returns it too and latest does not move). */
+DCP_API dcp_status dcp_manager_fence(dcp_manager *m);
 
 /* The step of the pending async save, or -1 when none is pending. */
 DCP_API int64_t dcp_manager_pending_step(const dcp_manager *m);

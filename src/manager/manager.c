@@ -83,7 +83,8 @@ void dcp_manager_options_init(dcp_manager_options *opts) {
 /* ---- open / free -------------------------------------------------------------- */
 
 #define KNOWN_FLAGS \
-  (DCP_MANAGER_READ_ONLY | DCP_MANAGER_NO_AUTO_GC | DCP_MANAGER_KEEP_INCOMPLETE | DCP_MANAGER_QUIET)
+  (DCP_MANAGER_READ_ONLY | DCP_MANAGER_NO_AUTO_GC | DCP_MANAGER_KEEP_INCOMPLETE | \
+   DCP_MANAGER_QUIET | DCP_MANAGER_DEFER_FENCE)
 
 /* Rank 0's part of the open: the root and its lease. */
 static dcp_status open_root(dcp_manager *m, dcpi_err *err) {
@@ -578,9 +579,10 @@ static dcp_status save_step(dcp_manager *m, int64_t step, dcp_state *st,
     if (!rc) {
       m->pending = h;
       m->pending_step = step;
-      /* "returns after staging" also under background staging, which has no
-       * fence of the manager's own: a staging failure is dcp_manager_wait's */
-      (void)dcp_async_fence(h);
+      /* "returns after staging" also under background staging, unless the
+       * caller fences (dcp_manager_fence): a staging failure is
+       * dcp_manager_wait's either way */
+      if (!(m->opts.flags & DCP_MANAGER_DEFER_FENCE)) (void)dcp_async_fence(h);
     }
   } else {
     rc = dcp_save(m->ctx, st, path, &o);
@@ -623,6 +625,11 @@ dcp_status dcp_manager_wait(dcp_manager *m, int64_t timeout_ms) {
   if (rc) return report(m, &err);
   finish_durable(m, step);
   return DCP_OK;
+}
+
+dcp_status dcp_manager_fence(dcp_manager *m) {
+  if (!m) return DCP_EINVAL;
+  return m->pending ? dcp_async_fence(m->pending) : DCP_OK;
 }
 
 dcp_status dcp_manager_abort(dcp_manager *m) {

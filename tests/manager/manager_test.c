@@ -8,9 +8,18 @@
  *       root, a symlinked step, a step someone else wrote, an abandoned
  *       directory, a corrupt step, a non-canonical name, steps that go back.
  *
+ *   manager_test fence --dir D [--rendezvous R]
+ *       DCP_MANAGER_DEFER_FENCE under background staging: save_async
+ *       returns while the copy is still held back (a copy callback that
+ *       waits to be released), dcp_manager_fence waits for it, buffers
+ *       changed after the fence never reach the step, and the next save
+ *       and wait fence an unfenced save themselves.
+ *
  * The crash trials and the preemption test are in manager_crash.c. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -317,6 +326,74 @@ static int mode_basic(const args *a) {
   return 0;
 }
 
+/* The copy callback of mode_fence: holds every copy back until the test
+ * releases it (or 60 s pass: then save_async did not return before the
+ * copy, which the test reports). */
+static atomic_int copy_released, copy_timed_out, copies;
+static void held_copy(void *arg, void *dst, const void *src, size_t len) {
+  (void)arg;
+  struct timespec t = {0, 10 * 1000 * 1000};
+  for (int i = 0; !atomic_load(&copy_released) && i < 6000; i++) nanosleep(&t, NULL);
+  if (!atomic_load(&copy_released)) atomic_store(&copy_timed_out, 1);
+  atomic_fetch_add(&copies, 1);
+  memcpy(dst, src, len);
+}
+
+static int mode_fence(const args *a) {
+  const char *r = getenv("DCP_TEST_RANK"), *w = getenv("DCP_TEST_WORLD");
+  int32_t rank = r && w ? atoi(r) : 0, world = r && w ? atoi(w) : 1;
+  dcp_ctx *ctx = mk_ctx(rank, world, a->rdv, 60000, 0);
+  MK_CHECK(dcp_async_set_staging(ctx, DCP_ASYNC_STAGE_BACKGROUND) == DCP_OK, "staging");
+  MK_CHECK(dcp_async_set_copy(ctx, held_copy, NULL) == DCP_OK, "copy callback");
+  mk_model md;
+  mk_model_init(&md, ctx);
+  char root[4096];
+  snprintf(root, sizeof root, "%s/root", a->dir);
+  mkdir(a->dir, 0755); /* every rank: the root's parent (EEXIST is fine) */
+  dcp_manager *m;
+  dcp_manager_options o;
+  dcp_manager_options_init(&o);
+  o.flags = DCP_MANAGER_QUIET | DCP_MANAGER_DEFER_FENCE;
+  MK_CHECK(dcp_manager_open(ctx, root, &o, &m) == DCP_OK, "open: %s", dcp_ctx_last_error(ctx));
+  MK_CHECK(dcp_manager_fence(NULL) == DCP_EINVAL, "fence(NULL)");
+  MK_CHECK(dcp_manager_fence(m) == DCP_OK, "fence with nothing pending");
+
+  /* step 1: returns with the copy held back; fence; then change the buffers */
+  mk_model_fill(&md, 1);
+  MK_CHECK(dcp_manager_save_async(m, 1, md.st, NULL) == DCP_OK, "save 1: %s",
+           dcp_ctx_last_error(ctx));
+  MK_CHECK(!atomic_load(&copy_timed_out), "save_async waited for the copy (no deferred fence)");
+  atomic_store(&copy_released, 1);
+  MK_CHECK(dcp_manager_fence(m) == DCP_OK, "fence 1: %s", dcp_ctx_last_error(ctx));
+  MK_CHECK(atomic_load(&copies) > 0, "the fence returned before any copy");
+  mk_model_fill(&md, 77); /* after the fence: must not reach step 1 */
+  MK_CHECK(dcp_manager_wait(m, -1) == DCP_OK, "wait 1: %s", dcp_ctx_last_error(ctx));
+  MK_CHECK(latest_of(root) == 1, "latest after step 1");
+
+  /* step 2 unfenced by the caller: the next save fences and waits for it */
+  atomic_store(&copy_released, 0);
+  mk_model_fill(&md, 2);
+  MK_CHECK(dcp_manager_save_async(m, 2, md.st, NULL) == DCP_OK, "save 2");
+  MK_CHECK(!atomic_load(&copy_timed_out), "save_async 2 waited for the copy");
+  atomic_store(&copy_released, 1);
+  mk_model other; /* step 2's buffers stay untouched until its fence */
+  mk_model_init(&other, ctx);
+  mk_model_fill(&other, 3);
+  MK_CHECK(dcp_manager_save_async(m, 3, other.st, NULL) == DCP_OK, "save 3");
+  MK_CHECK(dcp_manager_pending_step(m) == 3, "pending 3");
+  mk_model_fill(&md, 79); /* step 2 was fenced by save 3 */
+  MK_CHECK(dcp_manager_wait(m, -1) == DCP_OK, "wait 3: %s", dcp_ctx_last_error(ctx));
+  MK_CHECK(latest_of(root) == 3, "latest after step 3");
+  mk_model_free(&other);
+  for (int64_t step = 1; step <= 3; step++) load_is(m, &md, step);
+  dcp_manager_free(m);
+  mk_model_free(&md);
+  dcp_async_shutdown(ctx);
+  dcp_ctx_free(ctx);
+  if (rank == 0) printf("manager fence: deferred fences held, steps 1-3 bit for bit\n");
+  return 0;
+}
+
 /* Steps 1..5 (keep everything), an abandoned step-6 and a symlinked
  * step-7, for the `dcp steps` / `dcp gc` test (cli_steps.sh). */
 static int mode_populate(const args *a) {
@@ -357,6 +434,7 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(argv[1], "basic")) return mode_basic(&a);
   if (!strcmp(argv[1], "populate")) return mode_populate(&a);
+  if (!strcmp(argv[1], "fence")) return mode_fence(&a);
   fprintf(stderr, "manager_test: unknown mode %s\n", argv[1]);
   return 2;
 }

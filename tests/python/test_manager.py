@@ -1,8 +1,9 @@
 """dcp.CheckpointManager in one process: steps saved sync and async with a
 retention policy, latest, resume and bit-exact restore, a keep predicate
 and list, the log callback, a second manager on the root (BusyError), a
-read-only one beside it, a root that is a file, callbacks that raise, and
-the preemption calls (request_save, should_save, save_now)."""
+read-only one beside it, a root that is a file, callbacks that raise, the
+preemption calls (request_save, should_save, save_now), and defer_fence
+under background staging."""
 import os
 import sys
 import tempfile
@@ -109,6 +110,26 @@ def main():
         check("no keep" in str(e), str(e))
     check("step-6" in os.listdir(root), "a failing predicate keeps the steps")
     mgr.close()
+
+    # background staging with the fence deferred to the caller: buffers
+    # changed after fence() never reach the step
+    ctx.set_async_staging(True)
+    mgr = dcp.CheckpointManager(ctx, os.path.join(tmp, "deferred"), quiet=True, defer_fence=True)
+    mgr.fence()  # nothing pending: returns at once
+    big = np.zeros(1 << 20, dtype=np.uint32)
+    for step in (20, 21):
+        w[:] = values(step)
+        big[:] = step
+        mgr.save_async(step, {"w": w, "big": big})
+        mgr.fence()
+        w[:] = 0
+        big[:] = 0
+    mgr.wait()
+    for step in (20, 21):
+        mgr.load(step, {"w": w, "big": big})
+        check((w == values(step)).all() and (big == step).all(), "deferred step %d" % step)
+    mgr.close()
+    ctx.set_async_staging(False)
 
     # a root that is a file
     path = os.path.join(tmp, "afile")

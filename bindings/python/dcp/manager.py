@@ -79,13 +79,16 @@ class CheckpointManager:
     keep_incomplete: never delete incomplete directories (crashed saves).
     log: callable(line) for the manager's log lines (rank 0), default stderr;
         ``quiet=True`` silences them.
+    defer_fence: with background staging (``ctx.set_async_staging(True)``),
+        :meth:`save_async` returns before the copy; call :meth:`fence`
+        before the saved buffers change (the optimizer step).
 
     A second manager on the same root (in any job) raises dcp.BusyError.
     """
 
     def __init__(self, ctx, root, *, keep_last=None, keep_every=None, max_bytes=None,
                  keep=None, read_only=False, auto_gc=True, keep_incomplete=False, log=None,
-                 quiet=False):
+                 quiet=False, defer_fence=False):
         keep_steps, keep_fn = (), None
         if callable(keep):
             keep_fn = keep
@@ -101,7 +104,7 @@ class CheckpointManager:
         self._m = _dcp.Manager(ctx, self.root, **counts,
                                keep_steps=keep_steps, keep=keep_fn, read_only=bool(read_only),
                                auto_gc=bool(auto_gc), keep_incomplete=bool(keep_incomplete),
-                               quiet=bool(quiet), log=log)
+                               quiet=bool(quiet), log=log, defer_fence=bool(defer_fence))
         self._staged = None  # the pending async save's state (kept until it is done)
 
     @property
@@ -122,10 +125,19 @@ class CheckpointManager:
     def save_async(self, step, items, **options):
         """Start an async save of ``items`` as ``step`` and return once
         staged (the buffers may change). ``latest`` and retention move only
-        when it is durable: at :meth:`wait`, or at the next save."""
+        when it is durable: at :meth:`wait`, or at the next save. With
+        background staging (``ctx.set_async_staging(True)``) and
+        ``defer_fence=True`` it returns before the copy: call :meth:`fence`
+        before the buffers change (the optimizer step)."""
         st, _ = _state_of(self._ctx, items)
         self._m.save_async(_step(step), st, **options)
         self._staged = st
+
+    def fence(self):
+        """Block until the pending async save is staged (at once when none
+        is, or it was staged in blocking mode); from then on its buffers may
+        change. Raises the staging's dcp.Error (``wait`` raises it too)."""
+        self._m.fence()
 
     def wait(self, timeout=None):
         """Wait for the pending async save (seconds, None: no limit); raise

@@ -96,18 +96,19 @@ static void manager_dealloc(PyObject *self) {
 
 /* Manager(ctx, root, *, keep_last=0, keep_every=0, max_bytes=0,
  *         keep_steps=(), keep=None, read_only=False, auto_gc=True,
- *         keep_incomplete=False, quiet=False, log=None) */
+ *         keep_incomplete=False, quiet=False, log=None, defer_fence=False) */
 static PyObject *manager_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
   static char *names[] = {"ctx",     "root",      "keep_last", "keep_every", "max_bytes",
                           "keep_steps", "keep",   "read_only", "auto_gc",    "keep_incomplete",
-                          "quiet",   "log",       NULL};
+                          "quiet",   "log",       "defer_fence", NULL};
   PyObject *ctx_obj, *root_obj, *keep_steps = NULL, *keep = Py_None, *log = Py_None;
   /* checked conversions: "I" and "K" wrap (keep_last=2**32+1 was 1) */
   long long keep_last = 0, keep_every = 0, max_bytes = 0;
-  int read_only = 0, auto_gc = 1, keep_incomplete = 0, quiet = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$LLLOOppppO:Manager", names, &ctx_obj, &root_obj,
-                                   &keep_last, &keep_every, &max_bytes, &keep_steps, &keep,
-                                   &read_only, &auto_gc, &keep_incomplete, &quiet, &log))
+  int read_only = 0, auto_gc = 1, keep_incomplete = 0, quiet = 0, defer_fence = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$LLLOOppppOp:Manager", names, &ctx_obj,
+                                   &root_obj, &keep_last, &keep_every, &max_bytes, &keep_steps,
+                                   &keep, &read_only, &auto_gc, &keep_incomplete, &quiet, &log,
+                                   &defer_fence))
     return NULL;
   if (keep_last < 0 || keep_last > (long long)UINT32_MAX || keep_every < 0 || max_bytes < 0)
     return dcpi_py_raise(DCP_EINVAL, "Manager: keep_last (at most 2^32-1), keep_every and "
@@ -131,7 +132,8 @@ static PyObject *manager_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
   o.keep_every = keep_every;
   o.max_bytes = max_bytes;
   o.flags = (read_only ? DCP_MANAGER_READ_ONLY : 0) | (auto_gc ? 0 : DCP_MANAGER_NO_AUTO_GC) |
-            (keep_incomplete ? DCP_MANAGER_KEEP_INCOMPLETE : 0) | (quiet ? DCP_MANAGER_QUIET : 0);
+            (keep_incomplete ? DCP_MANAGER_KEEP_INCOMPLETE : 0) | (quiet ? DCP_MANAGER_QUIET : 0) |
+            (defer_fence ? DCP_MANAGER_DEFER_FENCE : 0);
   if (keep_steps && keep_steps != Py_None) {
     PyObject *seq = PySequence_Fast(keep_steps, "keep_steps must be a sequence of ints");
     if (!seq) goto fail;
@@ -268,6 +270,16 @@ static PyObject *m_wait(PyObject *self, PyObject *args, PyObject *kw) {
   if (!c) return NULL;
   dcp_status rc;
   UNLOCKED(c, rc = dcp_manager_wait(pm->m, ms));
+  return result(pm, rc, Py_NewRef(Py_None));
+}
+
+static PyObject *m_fence(PyObject *self, PyObject *unused) {
+  (void)unused;
+  dcpi_py_manager *pm = (dcpi_py_manager *)self;
+  dcpi_py_ctx *c = usable(pm);
+  if (!c) return NULL;
+  dcp_status rc;
+  UNLOCKED(c, rc = dcp_manager_fence(pm->m));
   return result(pm, rc, Py_NewRef(Py_None));
 }
 
@@ -465,6 +477,7 @@ static PyMethodDef manager_methods[] = {
     METH("save", m_save, KW, "save(step, state, **save options): durable on return."),
     METH("save_async", m_save_async, KW, "save_async(step, state, **save options): staged."),
     METH("wait", m_wait, KW, "wait(timeout=None): the pending async save, then latest/gc."),
+    METH("fence", m_fence, METH_NOARGS, "fence(): wait until the pending async save is staged."),
     METH("abort", m_abort, METH_NOARGS, "abort(): give up the pending async save."),
     METH("steps", m_steps, METH_NOARGS, "steps() -> [(step, state, bytes, keep, note)]."),
     METH("resume", m_resume, KW, "resume(*, verify=False) -> newest loadable step or None."),
