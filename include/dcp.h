@@ -587,8 +587,9 @@ typedef enum dcp_policy {
 typedef struct dcp_save_options {
   uint32_t struct_size; /* sizeof(dcp_save_options), set by init */
   uint32_t flags;       /* DCP_SAVE_* */
-  uint32_t block_size;  /* raw bytes per checksummed block (default 4 MiB,
-                           also for 0) */
+  uint32_t block_size;  /* raw bytes per checksummed block, 4 KiB to 1 GiB
+                           (DCP_EINVAL otherwise; default 4 MiB, also for
+                           0) */
   int32_t zstd_level;   /* with DCP_SAVE_COMPRESS (default 3, also for 0) */
   dcp_policy policy;    /* default DCP_POLICY_BALANCED */
   size_t nkv;           /* user key/values stored in .metadata (step, ...):

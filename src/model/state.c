@@ -117,7 +117,12 @@ static dcp_status add_chunk(dcp_state *st, uint32_t ti, const int64_t *offset,
                      dcpi_box_str(t->ndim, offset, size, a, sizeof a));
   for (size_t i = 0; i < st->nchunks; i++) {
     const dcpi_chunk_item *c = &st->chunks[i];
-    if (c->tensor == ti && dcpi_boxes_overlap(t->ndim, c->box.offset, c->box.size, offset, size))
+    if (c->tensor != ti) continue;
+    /* empty boxes overlap nothing, but the same one twice is still one
+     * chunk added twice (the save's plan would refuse it, later) */
+    bool same = t->ndim == 0 || (!memcmp(c->box.offset, offset, t->ndim * sizeof *offset) &&
+                                 !memcmp(c->box.size, size, t->ndim * sizeof *size));
+    if (same || dcpi_boxes_overlap(t->ndim, c->box.offset, c->box.size, offset, size))
       return dcpi_fail(err, DCP_EOVERLAP, "tensor '%s': chunk %s overlaps chunk %s", t->fqn,
                        dcpi_box_str(t->ndim, offset, size, a, sizeof a),
                        dcpi_box_str(t->ndim, c->box.offset, c->box.size, b, sizeof b));
