@@ -21,7 +21,7 @@
 #include "model/box.h"
 #include "planner/global_plan_int.h"
 #include "planner/local_plan_int.h"
-#include "planner/radix.h"
+#include "base/radix.h"
 
 /* What the builder knows of a name: where it was first seen, and its kind. */
 typedef struct name_info {

@@ -1,5 +1,5 @@
 /* radix.c — stable LSD radix sort over 8-bit digits. */
-#include "planner/radix.h"
+#include "base/radix.h"
 
 #include <string.h>
 

@@ -1,8 +1,8 @@
 /* radix.h — stable LSD radix sort of (key, value) pairs by a 64-bit key.
- * The planner sorts millions of precomputed keys with it instead of a
- * comparator-driven qsort. */
-#ifndef DCP_PLANNER_RADIX_H
-#define DCP_PLANNER_RADIX_H
+ * The planner and the metadata encoder sort millions of precomputed keys
+ * with it instead of a comparator-driven qsort. */
+#ifndef DCP_BASE_RADIX_H
+#define DCP_BASE_RADIX_H
 
 #include <stddef.h>
 #include <stdint.h>
