@@ -38,7 +38,8 @@ dcp_status dcpi_global_plan_tensor(const dcpi_global_plan *gp, size_t i, dcpi_gp
   *out = (dcpi_gp_tensor){.fqn = gp->names + t->name_at, .fqn_len = t->name_len,
                           .dtype = (dcp_dtype)t->dtype, .ndim = t->ndim, .shape = t->shape,
                           .numel = t->numel, .nbytes = t->nbytes,
-                          .first_item = (size_t)t->first_item, .nitems = (size_t)t->nitems};
+                          .first_item = (size_t)t->first_item, .nitems = (size_t)t->nitems,
+                          .layout = t->layout != 0};
   return DCP_OK;
 }
 

@@ -10,6 +10,7 @@ typedef struct dcpi_gp_tensor_rec {
   uint32_t name_len;
   uint32_t dtype;
   uint32_t ndim;
+  uint32_t layout; /* owners by the rule of layout_plan.h */
   int64_t shape[DCP_MAX_NDIM];
   int64_t numel, nbytes;
   uint64_t first_item, nitems;

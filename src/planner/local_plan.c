@@ -113,6 +113,15 @@ dcp_status dcpi_local_plan_add_tensor(dcpi_local_plan *lp, const char *fqn, dcp_
   return DCP_OK;
 }
 
+dcp_status dcpi_local_plan_mark_layout(dcpi_local_plan *lp, uint32_t index, dcpi_err *err) {
+  dcp_status rc = check_open(lp, err);
+  if (rc) return rc;
+  if (index >= lp->ntensors)
+    return dcpi_fail(err, DCP_ENOTFOUND, "local plan: no tensor with index %u", index);
+  lp->tensors[index].layout = 1;
+  return DCP_OK;
+}
+
 dcp_status dcpi_local_plan_add_chunk(dcpi_local_plan *lp, uint32_t index, const int64_t *offset,
                                      const int64_t *size, dcpi_err *err) {
   dcp_status rc = check_open(lp, err);
@@ -331,12 +340,27 @@ dcp_status dcpi_local_plan_finish(dcpi_local_plan *lp, dcpi_err *err) {
 
 /* ---- from a state ------------------------------------------------------ */
 
+/* Mark the tensors of st that came from a layout and have no other chunk
+ * (dcp_state_add_chunk may add more to any tensor). */
+static dcp_status mark_layouts(dcpi_local_plan *lp, const dcp_state *st, dcpi_err *err) {
+  uint8_t *n = calloc(st->ntensors ? st->ntensors : 1, 1);
+  if (!n) return dcpi_fail(err, DCP_ENOMEM, "local plan: out of memory");
+  for (size_t c = 0; c < st->nchunks; c++)
+    if (n[st->chunks[c].tensor] < 2) n[st->chunks[c].tensor]++;
+  dcp_status rc = DCP_OK;
+  for (size_t i = 0; i < st->ntensors && !rc; i++)
+    if (st->tensors[i].layout && n[i] == 1) rc = dcpi_local_plan_mark_layout(lp, (uint32_t)i, err);
+  free(n);
+  return rc;
+}
+
 static dcp_status fill_from_state(dcpi_local_plan *lp, const dcp_state *st, dcpi_err *err) {
   dcp_status rc = DCP_OK;
   for (size_t i = 0; i < st->ntensors && !rc; i++) {
     const dcpi_tensor_item *t = &st->tensors[i];
     rc = dcpi_local_plan_add_tensor(lp, t->fqn, t->dtype, t->ndim, t->shape, NULL, err);
   }
+  if (!rc) rc = mark_layouts(lp, st, err);
   for (size_t i = 0; i < st->nchunks && !rc; i++) {
     const dcpi_chunk_item *c = &st->chunks[i];
     rc = dcpi_local_plan_add_chunk(lp, c->tensor, c->box.offset, c->box.size, err);
@@ -379,7 +403,7 @@ dcp_status dcpi_local_plan_tensor(const dcpi_local_plan *lp, size_t i, dcpi_lp_t
   *out = (dcpi_lp_tensor_view){.fqn = lp->names + t->name_at, .fqn_len = t->name_len,
                                .dtype = (dcp_dtype)t->dtype, .ndim = t->ndim,
                                .shape = lp->pool + t->shape_at, .first_chunk = t->first_chunk,
-                               .nchunks = t->nchunks};
+                               .nchunks = t->nchunks, .layout = t->layout != 0};
   return DCP_OK;
 }
 

@@ -16,6 +16,7 @@ typedef struct dcpi_lp_tensor {
   uint32_t ndim;
   uint32_t nchunks;     /* after finish */
   uint32_t first_chunk; /* after finish: canonical index of its first chunk */
+  uint32_t layout;      /* 1: saved from a layout (dcpi_local_plan_mark_layout) */
 } dcpi_lp_tensor;
 
 typedef struct dcpi_lp_bytes {

@@ -6,7 +6,8 @@
  *   "DCPLPLAN" u32le version=1
  *   varint rank, world_size, policy, flags, block_size
  *   varint ntensors, then per tensor (fqn order):
- *     varint len, len name bytes, varint dtype, varint ndim,
+ *     varint len, len name bytes, varint dtype word (the dtype, | 0x100
+ *     for a layout tensor: dcpi_local_plan_mark_layout), varint ndim,
  *     ndim varint extents, varint nchunks,
  *     per chunk (canonical order): ndim zz offsets, ndim zz sizes
  *   varint nbytes, then per bytes item (key order):
@@ -26,6 +27,7 @@
 #define PLAN_VERSION 1u
 #define HEADER_LEN 12 /* magic + version */
 #define TRAILER_LEN 8 /* checksum */
+#define LAYOUT_BIT 0x100u /* in a tensor's dtype word */
 
 static void encode_tensors(const dcpi_local_plan *lp, dcpi_wbuf *w) {
   dcpi_w_varint(w, lp->ntensors);
@@ -33,7 +35,7 @@ static void encode_tensors(const dcpi_local_plan *lp, dcpi_wbuf *w) {
     const dcpi_lp_tensor *t = &lp->tensors[i];
     dcpi_w_varint(w, t->name_len);
     dcpi_w_bytes(w, lp->names + t->name_at, t->name_len);
-    dcpi_w_varint(w, t->dtype);
+    dcpi_w_varint(w, t->dtype | (t->layout ? LAYOUT_BIT : 0));
     dcpi_w_varint(w, t->ndim);
     for (uint32_t d = 0; d < t->ndim; d++) dcpi_w_varint(w, (uint64_t)lp->pool[t->shape_at + d]);
     dcpi_w_varint(w, t->nchunks);
@@ -140,7 +142,8 @@ static dcp_status get_tensor(decoder *d) {
   uint64_t dtype = 0, ndim = 0;
   int64_t shape[DCP_MAX_NDIM];
   dcp_status rc = get_name(d);
-  if (!rc) rc = get_u(d, DCP_DTYPE_END_ - 1, "bad dtype", &dtype);
+  if (!rc) rc = get_u(d, LAYOUT_BIT | (DCP_DTYPE_END_ - 1), "bad dtype", &dtype);
+  if (!rc && (dtype & ~LAYOUT_BIT) >= DCP_DTYPE_END_) rc = corrupt(d, "bad dtype");
   if (!rc) rc = get_u(d, DCP_MAX_NDIM, "bad ndim", &ndim);
   for (uint64_t k = 0; k < ndim && !rc; k++) {
     uint64_t e;
@@ -149,8 +152,10 @@ static dcp_status get_tensor(decoder *d) {
   }
   uint32_t index;
   if (!rc)
-    rc = rebrand(d, dcpi_local_plan_add_tensor(d->lp, d->name, (dcp_dtype)dtype,
+    rc = rebrand(d, dcpi_local_plan_add_tensor(d->lp, d->name, (dcp_dtype)(dtype & ~LAYOUT_BIT),
                                                (uint32_t)ndim, shape, &index, d->err));
+  if (!rc && (dtype & LAYOUT_BIT))
+    rc = rebrand(d, dcpi_local_plan_mark_layout(d->lp, index, d->err));
   return rc ? rc : get_chunks(d, index, (uint32_t)ndim);
 }
 

@@ -20,6 +20,7 @@
 #include "base/strmap.h"
 #include "model/box.h"
 #include "planner/global_plan_int.h"
+#include "planner/layout_plan.h"
 #include "planner/local_plan_int.h"
 #include "base/radix.h"
 
@@ -29,6 +30,7 @@ typedef struct name_info {
   uint32_t index; /* its tensor or bytes index there */
   uint32_t is_bytes;
   uint32_t canon; /* canonical index among tensors, or among bytes keys */
+  uint32_t layout; /* a tensor every sighting marked a layout tensor */
 } name_info;
 
 typedef struct builder {
@@ -180,6 +182,8 @@ static dcp_status intern_names(builder *b) {
       uint32_t *id = &b->tmap[b->tmap_at[r] + i];
       dcp_status rc = intern(b, rk, i, 0, t->name_at, t->name_len, id);
       if (!rc && b->info[*id].rank != rk) rc = same_tensor(b, &b->info[*id], rk, t);
+      if (!rc) /* first sighting: its mark; later ones: all must mark it */
+        b->info[*id].layout = b->info[*id].rank == rk ? t->layout : b->info[*id].layout & t->layout;
       if (rc) return rc;
     }
     for (uint32_t i = 0; i < lp->nbytes; i++) {
@@ -246,7 +250,7 @@ static dcp_status fill_tensor(builder *b, size_t k, const name_ref *ref, uint64_
   const dcpi_lp_tensor *t = &lp->tensors[f->index];
   dcpi_gp_tensor_rec *g = &gp->tensors[k];
   *g = (dcpi_gp_tensor_rec){.name_at = *names_at, .name_len = ref->len, .dtype = t->dtype,
-                            .ndim = t->ndim};
+                            .ndim = t->ndim, .layout = f->layout};
   memcpy(gp->names + *names_at, ref->name, ref->len + 1);
   *names_at += ref->len + 1;
   memcpy(g->shape, lp->pool + t->shape_at, t->ndim * sizeof *g->shape);
@@ -629,15 +633,21 @@ static dcp_status make_bytes(builder *b) {
  * receives the rows of each piece but the last. */
 static uint32_t piece_count(const dcpi_global_plan *gp, size_t i, int64_t *rows_per) {
   const dcpi_gp_tensor_rec *t = &gp->tensors[gp->items[i].tensor];
-  uint32_t nh = dcpi_gp_item_nholders(gp, i);
-  if (gp->opts.policy == DCPI_BALANCE_LOWEST_RANK || nh < 2 || t->ndim == 0) return 1;
-  int64_t rows = dcpi_gp_item_box(gp, i)[t->ndim];
-  int64_t k = dcpi_gp_item_nbytes(gp, i) / ((int64_t)gp->opts.block_size * DCPI_SPLIT_MIN_BLOCKS);
-  if (k > nh) k = nh;
-  if (k > rows) k = rows;
-  if (k < 2) return 1;
-  *rows_per = (rows + k - 1) / k;
-  return (uint32_t)((rows + *rows_per - 1) / *rows_per);
+  int64_t rows = t->ndim ? dcpi_gp_item_box(gp, i)[t->ndim] : 1;
+  return dcpi_split_pieces(dcpi_gp_item_nbytes(gp, i), rows, dcpi_gp_item_nholders(gp, i),
+                           t->ndim, &gp->opts, rows_per);
+}
+
+/* The owner of piece p of item i (unsplit) of a layout tensor, by the rule
+ * of layout_plan.h; -1 (for the balancer) for any other tensor's. */
+static int32_t rule_owner(const dcpi_global_plan *gp, size_t i, uint32_t p) {
+  const dcpi_gp_tensor_rec *t = &gp->tensors[gp->items[i].tensor];
+  if (!t->layout) return -1;
+  const int64_t *box = dcpi_gp_item_box(gp, i);
+  uint64_t h = dcpi_layout_item_hash(gp->names + t->name_at, t->name_len, t->ndim, box,
+                                     box + t->ndim);
+  return dcpi_layout_owner(gp->holders + gp->items[i].holders_at, dcpi_gp_item_nholders(gp, i),
+                           p, h, gp->opts.policy);
 }
 
 typedef struct split_arrays {
@@ -650,9 +660,9 @@ typedef struct split_arrays {
 } split_arrays;
 
 /* Append item i of gp to out whole (piece_at UINT64_MAX), or rows
- * [r0, r0 + n) of it as a piece. */
+ * [r0, r0 + n) of it as a piece, with its owner (-1: balancer's). */
 static void put_item(const dcpi_global_plan *gp, size_t i, split_arrays *out, int64_t r0,
-                     int64_t n, bool piece) {
+                     int64_t n, bool piece, int32_t owner) {
   const dcpi_gp_tensor_rec *t = &gp->tensors[gp->items[i].tensor];
   uint32_t nd = t->ndim, nh = dcpi_gp_item_nholders(gp, i);
   const int64_t *box = dcpi_gp_item_box(gp, i);
@@ -667,7 +677,7 @@ static void put_item(const dcpi_global_plan *gp, size_t i, split_arrays *out, in
   out->nboxes += 2 * (size_t)nd;
   out->piece_at[out->nitems] = piece ? (uint64_t)r0 * row_bytes : UINT64_MAX;
   out->items[out->nitems++] = (dcpi_gp_item_rec){.holders_at = out->nholdings,
-                                                  .tensor = gp->items[i].tensor, .owner = -1};
+                                                  .tensor = gp->items[i].tensor, .owner = owner};
   memcpy(out->holders + out->nholdings, gp->holders + gp->items[i].holders_at,
          nh * sizeof *out->holders);
   memcpy(out->holder_chunks + out->nholdings, gp->holder_chunks + gp->items[i].holders_at,
@@ -688,7 +698,10 @@ static dcp_status split_replicated(builder *b) {
     holdings += (size_t)(k - 1) * dcpi_gp_item_nholders(gp, i);
     boxes += (size_t)(k - 1) * 2 * gp->tensors[gp->items[i].tensor].ndim;
   }
-  if (!items) return DCP_OK;
+  if (!items) {
+    for (size_t i = 0; i < gp->nitems; i++) gp->items[i].owner = rule_owner(gp, i, 0);
+    return DCP_OK;
+  }
   size_t nboxes = 0;
   for (size_t t = 0; t < gp->ntensors; t++) nboxes += (size_t)gp->tensors[t].nitems * 2 * gp->tensors[t].ndim;
   split_arrays out = {.items = malloc((gp->nitems + items) * sizeof *out.items),
@@ -708,10 +721,10 @@ static dcp_status split_replicated(builder *b) {
       int64_t per = 0;
       uint32_t k = piece_count(gp, i, &per);
       int64_t rows = k > 1 ? dcpi_gp_item_box(gp, i)[g->ndim] : 0;
-      if (k == 1) put_item(gp, i, &out, 0, 0, false);
+      if (k == 1) put_item(gp, i, &out, 0, 0, false, rule_owner(gp, i, 0));
       for (uint32_t p = 0; k > 1 && p < k; p++) {
         int64_t r0 = (int64_t)p * per;
-        put_item(gp, i, &out, r0, r0 + per <= rows ? per : rows - r0, true);
+        put_item(gp, i, &out, r0, r0 + per <= rows ? per : rows - r0, true, rule_owner(gp, i, p));
       }
     }
     g->first_item = first, g->nitems = out.nitems - first, g->boxes_at = boxes_at;
@@ -725,8 +738,9 @@ static dcp_status split_replicated(builder *b) {
 
 /* ---- 8. balance -------------------------------------------------------- */
 
-/* Single-holder items go to their holder (their bytes become the base
- * load); the rest are collected into bal (keys: item index, then
+/* Single-holder items go to their holder and layout tensors' items to
+ * their rule's owner (their bytes become the base load); the rest are
+ * collected into bal (keys: item index, then
  * nitems + bytes index) for dcpi_balance_from. */
 static size_t split_items(builder *b, int64_t *base, dcpi_balance_item *bal) {
   dcpi_global_plan *gp = b->gp;
@@ -735,9 +749,9 @@ static size_t split_items(builder *b, int64_t *base, dcpi_balance_item *bal) {
     dcpi_gp_item_rec *it = &gp->items[i];
     const int32_t *h = gp->holders + it->holders_at;
     uint32_t nh = dcpi_gp_item_nholders(gp, i);
-    if (nh == 1) {
-      it->owner = h[0];
-      base[h[0]] += dcpi_gp_item_nbytes(gp, i); /* total fits int64: see make_bytes */
+    if (nh == 1 || it->owner >= 0) {
+      if (it->owner < 0) it->owner = h[0];
+      base[it->owner] += dcpi_gp_item_nbytes(gp, i); /* total fits int64: see make_bytes */
     } else if (bal) {
       bal[m++] = (dcpi_balance_item){dcpi_gp_item_nbytes(gp, i), i, nh, h};
     } else {
@@ -759,11 +773,12 @@ static size_t split_items(builder *b, int64_t *base, dcpi_balance_item *bal) {
   return m;
 }
 
-/* Owners of the multi-holder items, in the order split_items listed them. */
+/* Owners of the balanced items (multi-holder, not owned by the rule: no
+ * owner yet), in the order split_items listed them. */
 static void apply_owners(dcpi_global_plan *gp, const int32_t *owner) {
   size_t m = 0;
   for (size_t i = 0; i < gp->nitems; i++)
-    if (dcpi_gp_item_nholders(gp, i) > 1) gp->items[i].owner = owner[m++];
+    if (gp->items[i].owner < 0) gp->items[i].owner = owner[m++];
   for (size_t j = 0; j < gp->nbytes; j++)
     if (gp->bytes[j].nholders > 1) gp->bytes[j].owner = owner[m++];
 }

@@ -75,6 +75,13 @@ dcp_status dcpi_local_plan_add_tensor(dcpi_local_plan *lp, const char *fqn, dcp_
                                       uint32_t ndim, const int64_t *shape, uint32_t *index,
                                       dcpi_err *err);
 
+/* Mark tensor `index` as saved from a layout (its one chunk is its box of
+ * the layout): the global plan then chooses the owner of each of its
+ * pieces by the rule of planner/layout_plan.h instead of the balancer,
+ * when every rank that declares the tensor marks it. Errors: DCP_ENOTFOUND
+ * (no such tensor), DCP_EINVAL (NULL or finished plan). */
+dcp_status dcpi_local_plan_mark_layout(dcpi_local_plan *lp, uint32_t index, dcpi_err *err);
+
 /* Add the box [offset, offset+size) of tensor `index` (ndim values each;
  * NULL allowed when ndim is 0). Errors: DCP_ENOTFOUND (no such tensor),
  * DCP_EINVAL (NULL arrays, finished plan), DCP_EOVERFLOW (more than
@@ -94,7 +101,9 @@ dcp_status dcpi_local_plan_add_bytes(dcpi_local_plan *lp, const char *key, dcp_s
  * unusable except for free. */
 dcp_status dcpi_local_plan_finish(dcpi_local_plan *lp, dcpi_err *err);
 
-/* A finished plan of st's rank: every tensor, chunk and bytes item of st.
+/* A finished plan of st's rank: every tensor, chunk and bytes item of st;
+ * a tensor added with dcp_state_add_sharded that has no other chunk is
+ * marked as a layout tensor (dcpi_local_plan_mark_layout).
  * Chunk sources (dcpi_local_plan_chunk_source) are indices into st->chunks,
  * bytes sources indices into st->bytes. opts NULL means defaults.
  * Errors: as create/add/finish. */
@@ -119,6 +128,7 @@ typedef struct dcpi_lp_tensor_view {
   uint32_t ndim;
   const int64_t *shape;
   size_t first_chunk, nchunks;
+  bool layout; /* marked with dcpi_local_plan_mark_layout */
 } dcpi_lp_tensor_view;
 
 /* Errors: DCP_ENOTFOUND (i out of range), DCP_EINVAL (not finished). */
@@ -226,6 +236,8 @@ typedef struct dcpi_gp_tensor {
   const int64_t *shape;
   int64_t numel, nbytes;
   size_t first_item, nitems;
+  bool layout; /* every rank that declares it marked it a layout tensor: its
+                  owners follow the rule of planner/layout_plan.h */
 } dcpi_gp_tensor;
 size_t dcpi_global_plan_tensor_count(const dcpi_global_plan *gp);
 /* Errors: DCP_ENOTFOUND. */

@@ -1,0 +1,77 @@
+/* layout_plan.h — per-rank save planning for tensors saved from a layout
+ * (dcp_state_add_sharded: mesh + tensor_map). Every rank of a mesh can
+ * compute every member's box and replica group, so the owner of each
+ * piece is chosen by a rule that depends only on the piece itself, and a
+ * rank computes its own writes without seeing any other rank's plan. The
+ * whole-plan builder (save_plan.c) applies the same rule to layout tensors,
+ * so both give identical results. Pure: no I/O, no globals, deterministic.
+ * See docs/planner.md, "Per-rank planning". */
+#ifndef DCP_PLANNER_LAYOUT_PLAN_H
+#define DCP_PLANNER_LAYOUT_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "planner/save_plan.h"
+
+/* ---- the rule (shared with the whole-plan builder) ---------------------- */
+
+/* How many pieces a box of nbytes bytes and `rows` rows in its first
+ * dimension, held by nholders ranks, is split into (docs/planner.md, step
+ * 8): 1 (LOWEST_RANK policy, one holder, a 0-d tensor, or too small), or
+ * k = min(nholders, rows, nbytes / (DCPI_SPLIT_MIN_BLOCKS blocks)) >= 2
+ * cut into pieces of *rows_per rows (the last may be shorter). *rows_per is
+ * written only when the result is > 1. */
+uint32_t dcpi_split_pieces(int64_t nbytes, int64_t rows, uint32_t nholders, uint32_t ndim,
+                           const dcpi_save_opts *opts, int64_t *rows_per);
+
+/* The item hash h(fqn, box) of the rule: XXH3-64 of the fqn and the
+ * whole (unsplit) box's offsets and sizes, little endian. */
+uint64_t dcpi_layout_item_hash(const char *fqn, size_t fqn_len, uint32_t ndim,
+                               const int64_t *offset, const int64_t *size);
+
+/* The rule: piece `piece` of a box whose holders are holders[0..n)
+ * (ascending) and whose item hash is h is written by holders[(piece + h)
+ * mod n]; under LOWEST_RANK by holders[0]. n >= 1. */
+int32_t dcpi_layout_owner(const int32_t *holders, uint32_t n, uint32_t piece, uint64_t h,
+                          dcpi_balance_policy policy);
+
+/* ---- per-rank planning --------------------------------------------------- */
+
+/* One tensor saved from a layout. Borrowed pointers. */
+typedef struct dcpi_layout_tensor {
+  const char *fqn;
+  size_t fqn_len;
+  dcp_dtype dtype;
+  uint32_t ndim;
+  const int64_t *shape;
+  const dcp_layout *layout;
+} dcpi_layout_tensor;
+
+/* One piece a rank writes: of tensors[tensor], box (ndim offsets then
+ * ndim sizes), nbytes bytes at byte piece_offset of the rank's chunk of
+ * that tensor (0 and the whole chunk when npieces is 1). */
+typedef struct dcpi_layout_write {
+  uint32_t tensor;
+  uint32_t piece, npieces;
+  int64_t nbytes;
+  uint64_t piece_offset;
+  int64_t box[2 * DCP_MAX_NDIM];
+} dcpi_layout_write;
+
+/* The pieces rank `rank` writes of tensors[0..n) under opts (NULL:
+ * defaults), in (tensor, piece) order: for each tensor whose mesh has the
+ * rank, its box (dcpi_layout_box_at), unless empty, split by
+ * dcpi_split_pieces over its replica group, and the pieces the rule gives
+ * to `rank`. Tensors whose mesh lacks the rank contribute nothing.
+ * *out is malloc'd (caller frees; NULL when *count is 0).
+ * Cost O(sum over the rank's tensors of |replica group| log |group|).
+ * Errors: DCP_EINVAL (NULL arguments, a layout whose tensor ndim is not
+ * the tensor's, a mesh rank outside [0, world)), DCP_EOVERFLOW / DCP_EINVAL
+ * (a bad shape, dcpi_check_shape), DCP_ENOMEM. On error *out is NULL. */
+dcp_status dcpi_layout_plan_rank(const dcpi_layout_tensor *tensors, size_t n, int32_t world,
+                                 int32_t rank, const dcpi_save_opts *opts,
+                                 dcpi_layout_write **out, size_t *count, dcpi_err *err);
+
+#endif
