@@ -143,14 +143,19 @@ void dcpi_layout_box_at(const dcp_layout *l, const int64_t *global_shape, int64_
         index = index * l->mesh_shape[m] + coord[m];
         shards *= l->mesh_shape[m];
       }
-    /* ceil-divided chunks; computed without extent+shards-1 overflowing */
-    int64_t chunk = extent / shards + (extent % shards != 0);
-    int64_t lo;
-    if (!dcpi_mul_i64(index, chunk, &lo) || lo > extent) lo = extent;
-    int64_t hi = extent - lo < chunk ? extent : lo + chunk;
-    offset[d] = lo;
-    size[d] = hi - lo;
+    dcpi_layout_split(extent, shards, index, &offset[d], &size[d]);
   }
+}
+
+void dcpi_layout_split(int64_t extent, int64_t shards, int64_t index, int64_t *lo,
+                       int64_t *size) {
+  /* ceil-divided chunks; computed without extent+shards-1 overflowing */
+  int64_t chunk = extent / shards + (extent % shards != 0);
+  int64_t l;
+  if (!dcpi_mul_i64(index, chunk, &l) || l > extent) l = extent;
+  int64_t hi = extent - l < chunk ? extent : l + chunk;
+  *lo = l;
+  *size = hi - l;
 }
 
 dcp_status dcp_layout_box(const dcp_layout *l, const int64_t *global_shape, int32_t rank,

@@ -37,4 +37,10 @@ int64_t dcpi_layout_position(const dcp_layout *l, int32_t rank);
 void dcpi_layout_box_at(const dcp_layout *l, const int64_t *global_shape, int64_t pos,
                         int64_t *offset, int64_t *size);
 
+/* Shard `index` of `shards` ceil-divided shards of a dimension of
+ * `extent` (>= 0): [*lo, *lo + *size), empty past the end. The rule of
+ * dcpi_layout_box_at in one dimension. */
+void dcpi_layout_split(int64_t extent, int64_t shards, int64_t index, int64_t *lo,
+                       int64_t *size);
+
 #endif

@@ -66,32 +66,55 @@ static dcp_status check_tensor(const dcpi_layout_tensor *t, int32_t world, dcpi_
   return dcpi_check_shape(t->ndim, t->shape, dcp_dtype_size(t->dtype), t->fqn, err);
 }
 
+/* Piece p of k (rows_per rows each but the last) of box (off, sz), `rows`
+ * rows of row_bytes: its box, bytes and byte offset in the box. */
+static void piece_of(uint32_t nd, const int64_t *off, const int64_t *sz, uint32_t k,
+                     int64_t rows_per, uint32_t p, int64_t rows, int64_t row_bytes,
+                     int64_t *box, int64_t *nbytes, uint64_t *at) {
+  memcpy(box, off, nd * sizeof *off);
+  memcpy(box + nd, sz, nd * sizeof *sz);
+  *at = 0;
+  *nbytes = rows * row_bytes;
+  if (k < 2) return;
+  int64_t r0 = (int64_t)p * rows_per, n = r0 + rows_per <= rows ? rows_per : rows - r0;
+  box[0] += r0;
+  box[nd] = n;
+  *nbytes = n * row_bytes;
+  *at = (uint64_t)(r0 * row_bytes);
+}
+
+/* The split of box (off, sz) of t over ng holders: piece count, rows per
+ * piece, rows and bytes per row (a 0-d box is one row). */
+typedef struct split {
+  uint32_t k;
+  int64_t per, rows, row_bytes;
+} split;
+
+static split split_of(const dcpi_layout_tensor *t, const int64_t *sz, uint32_t ng,
+                      const dcpi_save_opts *opts) {
+  int64_t numel;
+  dcpi_numel(t->ndim, sz, &numel); /* inside a checked shape */
+  int64_t nbytes = numel * (int64_t)dcp_dtype_size(t->dtype);
+  split s = {.rows = t->ndim ? sz[0] : 1, .per = 0};
+  s.row_bytes = s.rows ? nbytes / s.rows : 0;
+  s.k = dcpi_split_pieces(nbytes, s.rows, ng, t->ndim, opts, &s.per);
+  return s;
+}
+
 /* Append the pieces of box (off, sz) of tensor ti that the rule gives to
  * rank, its holders being group[0..ng). */
 static dcp_status add_pieces(writes *ws, const dcpi_layout_tensor *t, uint32_t ti,
                              const int64_t *off, const int64_t *sz, const int32_t *group,
                              uint32_t ng, int32_t rank, const dcpi_save_opts *opts) {
-  int64_t numel, per = 0;
-  dcpi_numel(t->ndim, sz, &numel); /* inside a checked shape */
-  int64_t nbytes = numel * (int64_t)dcp_dtype_size(t->dtype);
-  int64_t rows = t->ndim ? sz[0] : 1;
-  uint32_t k = dcpi_split_pieces(nbytes, rows, ng, t->ndim, opts, &per);
+  split s = split_of(t, sz, ng, opts);
   uint64_t h = dcpi_layout_item_hash(t->fqn, t->fqn_len, t->ndim, off, sz);
-  for (uint32_t p = 0; p < k; p++) {
+  for (uint32_t p = 0; p < s.k; p++) {
     if (dcpi_layout_owner(group, ng, p, h, opts->policy) != rank) continue;
     if (DCPI_RESERVE(ws->w, ws->cap, ws->n + 1)) return DCP_ENOMEM;
     dcpi_layout_write *w = &ws->w[ws->n++];
-    *w = (dcpi_layout_write){.tensor = ti, .piece = p, .npieces = k, .nbytes = nbytes};
-    memcpy(w->box, off, t->ndim * sizeof *off);
-    memcpy(w->box + t->ndim, sz, t->ndim * sizeof *sz);
-    if (k > 1) {
-      int64_t r0 = (int64_t)p * per, n = r0 + per <= rows ? per : rows - r0;
-      int64_t row_bytes = nbytes / rows;
-      w->box[0] += r0;
-      w->box[t->ndim] = n;
-      w->nbytes = n * row_bytes;
-      w->piece_offset = (uint64_t)(r0 * row_bytes);
-    }
+    *w = (dcpi_layout_write){.tensor = ti, .piece = p, .npieces = s.k};
+    piece_of(t->ndim, off, sz, s.k, s.per, p, s.rows, s.row_bytes, w->box, &w->nbytes,
+             &w->piece_offset);
   }
   return DCP_OK;
 }
@@ -143,4 +166,53 @@ dcp_status dcpi_layout_plan_rank(const dcpi_layout_tensor *tensors, size_t n, in
   *out = ws.w;
   *count = ws.n;
   return DCP_OK;
+}
+
+/* The replica count of t's layout and per tensor dim its shard count. */
+static int64_t shard_counts(const dcp_layout *l, uint32_t ndim, int64_t *shards) {
+  int64_t cells = 1;
+  for (uint32_t d = 0; d < ndim; d++) {
+    shards[d] = 1;
+    for (uint32_t m = 0; m < l->mesh_ndim; m++)
+      if (l->tensor_map[d] & (1u << m)) shards[d] *= l->mesh_shape[m];
+    cells *= shards[d];
+  }
+  return l->nranks / cells;
+}
+
+/* The pieces of cell `cell` (row-major over shards) of t. */
+static dcp_status cell_pieces(const dcpi_layout_tensor *t, const int64_t *shards, int64_t cell,
+                              uint32_t ng, const dcpi_save_opts *opts, dcpi_layout_piece_fn fn,
+                              void *arg) {
+  int64_t off[DCP_MAX_NDIM], sz[DCP_MAX_NDIM], box[2 * DCP_MAX_NDIM], nbytes;
+  uint64_t at;
+  for (uint32_t d = t->ndim; d-- > 0;) {
+    dcpi_layout_split(t->shape[d], shards[d], cell % shards[d], &off[d], &sz[d]);
+    if (sz[d] == 0) return DCP_OK;
+    cell /= shards[d];
+  }
+  split s = split_of(t, sz, ng, opts);
+  dcp_status rc = DCP_OK;
+  for (uint32_t p = 0; !rc && p < s.k; p++) {
+    piece_of(t->ndim, off, sz, s.k, s.per, p, s.rows, s.row_bytes, box, &nbytes, &at);
+    rc = fn(arg, box, nbytes, p, s.k);
+  }
+  return rc;
+}
+
+dcp_status dcpi_layout_pieces(const dcpi_layout_tensor *t, int32_t world,
+                              const dcpi_save_opts *opts, dcpi_layout_piece_fn fn, void *arg,
+                              dcpi_err *err) {
+  if (!t || !fn) return dcpi_fail(err, DCP_EINVAL, "layout pieces: NULL arguments");
+  dcpi_save_opts o;
+  if (opts) o = *opts;
+  else dcpi_save_opts_init(&o);
+  dcp_status rc = dcpi_save_opts_check(&o, err);
+  if (!rc) rc = check_tensor(t, world, err);
+  if (rc) return rc;
+  int64_t shards[DCP_MAX_NDIM];
+  int64_t ng = shard_counts(t->layout, t->ndim, shards), cells = t->layout->nranks / ng;
+  for (int64_t c = 0; !rc && c < cells; c++)
+    rc = cell_pieces(t, shards, c, (uint32_t)ng, &o, fn, arg);
+  return rc;
 }

@@ -74,4 +74,21 @@ dcp_status dcpi_layout_plan_rank(const dcpi_layout_tensor *tensors, size_t n, in
                                  int32_t rank, const dcpi_save_opts *opts,
                                  dcpi_layout_write **out, size_t *count, dcpi_err *err);
 
+/* Called for each piece of a layout tensor: box (ndim offsets then ndim
+ * sizes, valid during the call), its bytes, its index among npieces of its
+ * cell's box. A non-OK return stops the walk and is returned. */
+typedef dcp_status (*dcpi_layout_piece_fn)(void *arg, const int64_t *box, int64_t nbytes,
+                                           uint32_t piece, uint32_t npieces);
+
+/* Every piece of tensor t that some rank writes — each distinct non-empty
+ * box of its layout (the cells of the mesh dims that shard it, in
+ * row-major cell order), split as dcpi_layout_plan_rank splits it — with
+ * no owner (the commit checks that each arrived once; who wrote it does
+ * not matter). Cost O(cells + pieces), independent of the replicas.
+ * Errors: as dcpi_layout_plan_rank's checks of a tensor (world: the mesh
+ * ranks must be below it), or fn's. */
+dcp_status dcpi_layout_pieces(const dcpi_layout_tensor *t, int32_t world,
+                              const dcpi_save_opts *opts, dcpi_layout_piece_fn fn, void *arg,
+                              dcpi_err *err);
+
 #endif

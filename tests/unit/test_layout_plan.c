@@ -159,6 +159,44 @@ static void check_cover(const pcase *c, const rank_writes *rw) {
   }
 }
 
+/* dcpi_layout_pieces: exactly the pieces the ranks write, each once. */
+typedef struct piece_walk {
+  const pcase *c;
+  size_t ti, count;
+  const rank_writes *rw;
+} piece_walk;
+
+static dcp_status on_piece(void *arg, const int64_t *box, int64_t nbytes, uint32_t piece,
+                           uint32_t npieces) {
+  piece_walk *pw = arg;
+  uint32_t nd = pw->c->t[pw->ti].ndim;
+  size_t found = 0;
+  for (int32_t r = 0; r < pw->c->world; r++)
+    for (size_t k = 0; k < pw->rw[r].n; k++) {
+      const dcpi_layout_write *w = &pw->rw[r].w[k];
+      if (w->tensor == pw->ti && !memcmp(w->box, box, 2 * nd * sizeof *box)) {
+        assert_int_equal(w->nbytes, nbytes);
+        assert_int_equal(w->piece, piece);
+        assert_int_equal(w->npieces, npieces);
+        found++;
+      }
+    }
+  assert_int_equal(found, 1);
+  pw->count++;
+  return DCP_OK;
+}
+
+static void check_pieces(const pcase *c, const rank_writes *rw, size_t total) {
+  size_t count = 0;
+  for (size_t ti = 0; ti < c->nt; ti++) {
+    piece_walk pw = {c, ti, 0, rw};
+    assert_int_equal(dcpi_layout_pieces(&c->t[ti], c->world, &c->opts, on_piece, &pw, NULL),
+                     DCP_OK);
+    count += pw.count;
+  }
+  assert_int_equal(count, total);
+}
+
 static void check_case(const pcase *c) {
   dcpi_local_plan *lps[16];
   for (int32_t r = 0; r < c->world; r++) lps[r] = local_plan(c, r);
@@ -189,6 +227,7 @@ static void check_case(const pcase *c) {
   }
   assert_int_equal(items, total); /* and so every write matched one item */
   check_cover(c, rw);
+  check_pieces(c, rw, total);
   for (int32_t r = 0; r < c->world; r++) {
     free(rw[r].w), free(rw[r].matched);
     dcpi_local_plan_free(lps[r]);
