@@ -759,6 +759,10 @@ typedef struct dcp_stats {
                                   this rank's snapshot */
   uint64_t peer_recv_bytes;    /* bytes of this rank's snapshot pulled from a
                                   peer's memory (DCP_MEMTIER_PEER) */
+  /* -- save planning (docs/planner.md, "Per-rank planning") -- */
+  uint32_t save_plan_path;     /* 0: local plans gathered, a global plan
+                                  built (or cached); 1: per-rank planning
+                                  from layouts, one digest per mesh sent */
 } dcp_stats;
 
 /* Copy the statistics of ctx's last save or load into *out. Set

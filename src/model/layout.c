@@ -30,8 +30,8 @@ static dcp_status check_mesh(uint32_t mesh_ndim, const int64_t *mesh_shape, int6
   return DCP_OK;
 }
 
-static dcp_status check_map(uint32_t mesh_ndim, uint32_t tensor_ndim, const uint32_t *map,
-                            dcpi_err *err) {
+dcp_status dcpi_layout_check_map(uint32_t mesh_ndim, uint32_t tensor_ndim, const uint32_t *map,
+                                 dcpi_err *err) {
   if (tensor_ndim > DCP_MAX_NDIM || (tensor_ndim && !map))
     return dcpi_fail(err, DCP_EINVAL, "layout: tensor ndim %u invalid or map NULL",
                      tensor_ndim);
@@ -59,7 +59,7 @@ dcp_status dcpi_layout_create(uint32_t mesh_ndim, const int64_t *mesh_shape,
   if (!out) return dcpi_fail(err, DCP_EINVAL, "layout: out is NULL");
   *out = NULL;
   if ((rc = check_mesh(mesh_ndim, mesh_shape, &n, err))) return rc;
-  if ((rc = check_map(mesh_ndim, tensor_ndim, tensor_map, err))) return rc;
+  if ((rc = dcpi_layout_check_map(mesh_ndim, tensor_ndim, tensor_map, err))) return rc;
   dcp_layout *l = calloc(1, sizeof *l);
   if (!l || !(l->ranks = malloc((size_t)n * sizeof *l->ranks)) ||
       !(l->by_rank = malloc((size_t)n * sizeof *l->by_rank))) {

@@ -26,6 +26,12 @@ dcp_status dcpi_layout_create(uint32_t mesh_ndim, const int64_t *mesh_shape,
                               const int32_t *mesh_ranks, uint32_t tensor_ndim,
                               const uint32_t *tensor_map, dcp_layout **out, dcpi_err *err);
 
+/* DCP_OK when map (tensor_ndim masks) is a valid tensor_map over a mesh of
+ * mesh_ndim dims (each mask names existing mesh dims, no mesh dim twice),
+ * else DCP_EINVAL with the reason. */
+dcp_status dcpi_layout_check_map(uint32_t mesh_ndim, uint32_t tensor_ndim, const uint32_t *map,
+                                 dcpi_err *err);
+
 /* A deep copy of src into *out. */
 dcp_status dcpi_layout_clone(const dcp_layout *src, dcp_layout **out);
 

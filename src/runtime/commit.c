@@ -10,9 +10,9 @@
 #include "base/strmap.h"
 #include "metadata/meta.h"
 #include "runtime/replace.h"
+#include "runtime/save_layout.h"
 
-void dcpi_commit_put_result(dcpi_wbuf *out, uint8_t kind, uint64_t gidx, const dcpi_ref *ref) {
-  dcpi_w_u8(out, kind);
+static void put_ref(dcpi_wbuf *out, uint64_t gidx, const dcpi_ref *ref) {
   dcpi_w_varint(out, gidx);
   dcpi_w_varint(out, ref->offset);
   dcpi_w_varint(out, ref->stored_length);
@@ -23,6 +23,19 @@ void dcpi_commit_put_result(dcpi_wbuf *out, uint8_t kind, uint64_t gidx, const d
   for (uint64_t b = 0; b < ref->block_count; b++) dcpi_w_u64(out, ref->checksums[b]);
   if (dcpi_codec_zstd(ref->codec))
     for (uint64_t b = 0; b < ref->block_count; b++) dcpi_w_varint(out, ref->stored_lens[b]);
+}
+
+void dcpi_commit_put_result(dcpi_wbuf *out, uint8_t kind, uint64_t gidx, const dcpi_ref *ref) {
+  dcpi_w_u8(out, kind);
+  put_ref(out, gidx, ref);
+}
+
+void dcpi_commit_put_piece(dcpi_wbuf *out, const char *fqn, size_t fqn_len, uint64_t key,
+                           const dcpi_ref *ref) {
+  dcpi_w_u8(out, DCPI_RESULT_PIECE);
+  dcpi_w_varint(out, fqn_len);
+  dcpi_w_bytes(out, fqn, fqn_len);
+  put_ref(out, key, ref);
 }
 
 void dcpi_commit_put_replica(dcpi_wbuf *out, const char *key, size_t key_len, uint64_t hash) {
@@ -78,6 +91,8 @@ static dcp_status add_replica(replicas *rp, dcpi_rbuf *r, int32_t rank, dcpi_err
 /* One decoded result; its arrays point into scratch vectors. */
 typedef struct result {
   uint8_t kind;
+  const char *fqn; /* DCPI_RESULT_PIECE: into the message */
+  size_t fqn_len;
   uint64_t gidx;
   dcp_storage_ref ref;
 } result;
@@ -92,7 +107,15 @@ static dcp_status next_result(dcpi_rbuf *r, int32_t rank, scratch *sc, result *o
                               dcpi_err *err) {
   uint64_t v[6];
   uint8_t codec;
-  if (!dcpi_r_u8(r, &out->kind) || !dcpi_r_varint(r, &out->gidx) || !dcpi_r_varint(r, &v[0]) ||
+  if (!dcpi_r_u8(r, &out->kind))
+    return dcpi_fail(err, DCP_ECORRUPT, "malformed write results from rank %d", rank);
+  if (out->kind == DCPI_RESULT_PIECE) {
+    if (!dcpi_r_varint(r, &v[0]) || v[0] == 0 || v[0] > DCP_MAX_NAME || v[0] > dcpi_r_left(r))
+      return dcpi_fail(err, DCP_ECORRUPT, "malformed write results from rank %d", rank);
+    out->fqn = (const char *)r->p + r->pos, out->fqn_len = (size_t)v[0];
+    r->pos += (size_t)v[0];
+  }
+  if (!dcpi_r_varint(r, &out->gidx) || !dcpi_r_varint(r, &v[0]) ||
       !dcpi_r_varint(r, &v[1]) || !dcpi_r_varint(r, &v[2]) || !dcpi_r_u8(r, &codec) ||
       !dcpi_r_varint(r, &v[3]) || !dcpi_r_varint(r, &v[4]) || !dcpi_codec_known(codec) ||
       v[3] == 0 || v[3] > UINT32_MAX || v[4] > dcpi_r_left(r) / 8)
@@ -119,9 +142,11 @@ static dcp_status next_result(dcpi_rbuf *r, int32_t rank, scratch *sc, result *o
 }
 
 /* Record one rank's results in md: its data file, and every piece. */
-static dcp_status add_rank(dcpi_md *md, const dcpi_global_plan *gp, const char *tag,
-                           int32_t rank, const uint8_t *msg, size_t len, uint8_t *seen_items,
+static dcp_status add_rank(dcpi_md *md, const dcpi_commit_args *a, int32_t world, int32_t rank,
+                           const uint8_t *msg, size_t len, uint8_t *seen_items,
                            uint8_t *seen_bytes, scratch *sc, replicas *rp, dcpi_err *err) {
+  const dcpi_global_plan *gp = a->gp;
+  const char *tag = a->ident->tag;
   dcpi_rbuf r = {msg, len, 0};
   uint64_t file_length;
   uint8_t kind;
@@ -136,7 +161,7 @@ static dcp_status add_rank(dcpi_md *md, const dcpi_global_plan *gp, const char *
   }
   while (!rc && dcpi_r_left(&r) && r.p[r.pos] == DCPI_RESULT_LAYOUT) {
     dcpi_r_u8(&r, &kind);
-    rc = dcpi_commit_take_layout(md, &r, rank, dcpi_global_plan_world_size(gp), err);
+    rc = dcpi_commit_take_layout(md, &r, rank, world, err);
   }
   if (rc || !dcpi_r_left(&r)) return rc; /* wrote nothing: no data file */
   char name[DCPI_NAME_MAX];
@@ -148,7 +173,11 @@ static dcp_status add_rank(dcpi_md *md, const dcpi_global_plan *gp, const char *
     result res;
     if ((rc = next_result(&r, rank, sc, &res, err))) break;
     res.ref.file = file;
-    if (res.kind == DCPI_RESULT_CHUNK && res.gidx < dcpi_global_plan_item_count(gp) &&
+    if (a->ls && res.kind == DCPI_RESULT_PIECE) {
+      rc = dcpi_layout_set_take(a->ls, md, rank, res.fqn, res.fqn_len, res.gidx, &res.ref, err);
+    } else if (!gp) {
+      rc = dcpi_fail(err, DCP_ECORRUPT, "rank %d reported an unknown or repeated piece", rank);
+    } else if (res.kind == DCPI_RESULT_CHUNK && res.gidx < dcpi_global_plan_item_count(gp) &&
         !seen_items[res.gidx]) {
       dcpi_gp_item it;
       dcpi_global_plan_item(gp, (size_t)res.gidx, &it);
@@ -181,7 +210,8 @@ static dcp_status build(dcpi_md *md, const dcpi_commit_args *a, const uint8_t *a
   const dcp_save_options *opts = a->opts;
   dcp_status rc = dcpi_md_set_world(md, world, err);
   if (!rc) rc = dcpi_md_set_identity(md, a->ident->id, a->ident->generation, -1, err);
-  size_t nt = dcpi_global_plan_tensor_count(gp);
+  size_t nt = gp ? dcpi_global_plan_tensor_count(gp) : 0;
+  if (!rc && a->ls) rc = dcpi_layout_set_add_tensors(a->ls, md, err);
   for (size_t t = 0; t < nt && !rc; t++) {
     dcpi_gp_tensor gt;
     dcpi_global_plan_tensor(gp, t, &gt);
@@ -189,18 +219,19 @@ static dcp_status build(dcpi_md *md, const dcpi_commit_args *a, const uint8_t *a
   }
   for (size_t k = 0; k < opts->nkv && !rc; k++)
     rc = dcpi_md_add_kv(md, opts->kv_keys[k], opts->kv_values[k], err);
-  size_t ni = dcpi_global_plan_item_count(gp), nb = dcpi_global_plan_bytes_count(gp);
+  size_t ni = gp ? dcpi_global_plan_item_count(gp) : 0;
+  size_t nb = gp ? dcpi_global_plan_bytes_count(gp) : 0;
   uint8_t *seen_items = calloc(ni ? ni : 1, 1), *seen_bytes = calloc(nb ? nb : 1, 1);
   scratch sc = {0};
   replicas rp = {0};
   if (!rc && (!seen_items || !seen_bytes)) rc = dcpi_fail(err, DCP_ENOMEM, "out of memory");
   size_t at = 0;
   for (int32_t r = 0; r < world && !rc; at += lens[r], r++)
-    rc = add_rank(md, gp, a->ident->tag, r, all + at, lens[r], seen_items, seen_bytes, &sc, &rp,
-                 err);
+    rc = add_rank(md, a, world, r, all + at, lens[r], seen_items, seen_bytes, &sc, &rp, err);
   replicas_free(&rp);
   if (!rc) rc = check_all_written(seen_items, ni, "write item", err);
   if (!rc) rc = check_all_written(seen_bytes, nb, "bytes item", err);
+  if (!rc && a->ls) rc = dcpi_layout_set_complete(a->ls, err);
   free(seen_items), free(seen_bytes), free(sc.cks), free(sc.lens);
   return rc;
 }

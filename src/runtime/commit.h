@@ -15,10 +15,16 @@
 #define DCPI_RESULT_BYTES 1   /* a bytes item of the global plan */
 #define DCPI_RESULT_REPLICA 2 /* the xxh3 of a REPLICATED bytes item this rank holds */
 #define DCPI_RESULT_LAYOUT 3  /* the layout of a tensor (commit_layout.c) */
+#define DCPI_RESULT_PIECE 4   /* a piece of a layout tensor (the per-rank path) */
 
 /* Append one write result: piece `kind` with global index gidx went to ref
  * (in this rank's data file). */
 void dcpi_commit_put_result(dcpi_wbuf *out, uint8_t kind, uint64_t gidx, const dcpi_ref *ref);
+
+/* Append one write result of the per-rank path: the piece of tensor fqn
+ * whose offset has row-major index key (dcpi_layout_piece_key) went to ref. */
+void dcpi_commit_put_piece(dcpi_wbuf *out, const char *fqn, size_t fqn_len, uint64_t key,
+                           const dcpi_ref *ref);
 
 /* Append this rank's copy of REPLICATED bytes item key (its xxh3): rank 0
  * compares every holder's, so copies that differ fail the save instead of
@@ -40,7 +46,9 @@ dcp_status dcpi_commit_take_layout(dcpi_md *md, dcpi_rbuf *r, int32_t rank, int3
 /* What the commit of a save needs; the rank-0-only fields are ignored
  * elsewhere. */
 typedef struct dcpi_commit_args {
-  const dcpi_global_plan *gp;   /* rank 0's global plan */
+  const dcpi_global_plan *gp;   /* rank 0's global plan, or NULL with ls */
+  struct dcpi_layout_set *ls;   /* rank 0 on the per-rank path: the layouts
+                                   (runtime/save_layout.h), else NULL */
   const dcp_save_options *opts; /* key/values */
   const dcpi_wbuf *results;     /* this rank's write results */
   const dcpi_wbuf *replicas;    /* its copies of REPLICATED bytes items */

@@ -35,6 +35,7 @@
 #include "runtime/replica_check.h"
 #include "runtime/rt.h"
 #include "runtime/save.h"
+#include "runtime/save_layout.h"
 
 typedef struct save_job {
   dcpi_rt *rt;
@@ -61,6 +62,10 @@ typedef struct save_job {
   dcpi_lease *lease;         /* rank 0: the directory's, while the save runs */
   bool counting;             /* a first walk of the assignment: sizes only */
   uint64_t prog_done, prog_total; /* DCP_PHASE_SAVE_WRITE progress */
+  bool per_rank;              /* the per-rank planning path (save_layout.h) */
+  dcpi_layout_set *ls;        /* rank 0 on it: every layout, for the commit */
+  dcpi_layout_write *writes;  /* on it: what this rank writes */
+  size_t nwrites;
 } save_job;
 
 static void job_free(save_job *j) {
@@ -74,6 +79,8 @@ static void job_free(save_job *j) {
   free(j->plan_lens);
   free(j->assignment);
   dcpi_wbuf_free(&j->results);
+  dcpi_layout_set_free(j->ls);
+  free(j->writes);
 }
 
 /* ---- prepare ------------------------------------------------------------ */
@@ -291,6 +298,47 @@ out:
   return rc;
 }
 
+/* ---- plan: the per-rank path --------------------------------------------- */
+
+/* May this save skip the plan gather? Only when every rank's state is
+ * made of layout tensors alone (save_layout.h) and no replica check is
+ * asked for: one all-reduce. */
+static dcp_status choose_path(save_job *j) {
+  int64_t v = dcpi_save_layout_eligible(j->st, j->lp) &&
+              !(j->opts.flags & DCP_SAVE_CHECK_REPLICAS);
+  dcp_status rc = dcpi_rt_allreduce(j->rt, &v, 1, DCP_REDUCE_MIN);
+  j->per_rank = !rc && v == 1;
+  return rc;
+}
+
+/* The offers (a digest per mesh) gathered at rank 0, which checks that the
+ * members of every mesh agree; every rank computes its own writes. Closed
+ * by an agreement: a disagreement fails the save on every rank before any
+ * write. */
+static dcp_status plan_per_rank(save_job *j) {
+  dcpi_rt *rt = j->rt;
+  const dcpi_save_opts *so = dcpi_local_plan_opts(j->lp);
+  dcpi_wbuf offer = {0};
+  dcpi_save_layout_offer(j->st, so, &offer);
+  dcp_status local = offer.status ? dcpi_fail(&rt->err, offer.status, "out of memory") : DCP_OK;
+  uint8_t *all = NULL;
+  size_t *lens = NULL;
+  dcp_status rc = dcpi_rt_gather_bytes(rt, offer.data, offer.len, 0, &all, &lens);
+  dcpi_wbuf_free(&offer);
+  if (rc) return rc;
+  if (!local && rt->ctx->rank == 0)
+    local = dcpi_layout_set_build(all, lens, rt->ctx->world_size, so, &j->ls, &rt->err);
+  free(all);
+  free(lens);
+  dcpi_layout_tensor *lt = local ? NULL : dcpi_save_layout_tensors(j->st);
+  if (!local && !lt) local = dcpi_fail(&rt->err, DCP_ENOMEM, "out of memory");
+  if (!local)
+    local = dcpi_layout_plan_rank(lt, j->st->ntensors, rt->ctx->world_size, rt->ctx->rank, so,
+                                  &j->writes, &j->nwrites, &rt->err);
+  free(lt);
+  return dcpi_rt_agree(rt, local);
+}
+
 /* ---- write -------------------------------------------------------------- */
 
 /* Write one assigned piece (a chunk or bytes item; row_bytes: the bytes of
@@ -298,7 +346,8 @@ out:
  * ref. The data file is created with the first piece: a rank with nothing
  * to write creates none. */
 static dcp_status write_piece(save_job *j, uint8_t kind, uint64_t gidx, const void *data,
-                              uint64_t len, uint64_t row_bytes, dcpi_err *err) {
+                              uint64_t len, uint64_t row_bytes, const dcpi_tensor_item *t,
+                              dcpi_err *err) {
   dcpi_rt *rt = j->rt;
   if (j->counting) {
     j->prog_total += len;
@@ -315,7 +364,8 @@ static dcp_status write_piece(save_job *j, uint8_t kind, uint64_t gidx, const vo
   dcpi_ref ref;
   dcp_status rc = dcpi_block_writer_put_rows(j->writer, data, len, row_bytes, &ref, err);
   if (rc) return rc;
-  dcpi_commit_put_result(&j->results, kind, gidx, &ref);
+  if (t) dcpi_commit_put_piece(&j->results, t->fqn, t->fqn_len, gidx, &ref);
+  else dcpi_commit_put_result(&j->results, kind, gidx, &ref);
   dcpi_ref_free(&ref);
   rt->ctx->stats.items_written++;
   rt->ctx->stats.data_bytes += len;
@@ -344,7 +394,8 @@ static dcp_status write_assigned(save_job *j, dcpi_rbuf *r, dcpi_err *err) {
                        "%lld-byte chunk)", (unsigned long long)off, (unsigned long long)len,
                        (long long)c->nbytes);
     const uint8_t *data = c->data ? (const uint8_t *)c->data + off : NULL;
-    dcp_status rc = write_piece(j, DCPI_RESULT_CHUNK, g, data, len, dcpi_chunk_row_bytes(c), err);
+    dcp_status rc =
+        write_piece(j, DCPI_RESULT_CHUNK, g, data, len, dcpi_chunk_row_bytes(c), NULL, err);
     if (rc) return rc;
   }
   if (!dcpi_r_varint(r, &n)) return dcpi_fail(err, DCP_ECORRUPT, "malformed assignment");
@@ -355,10 +406,40 @@ static dcp_status write_assigned(save_job *j, dcpi_rbuf *r, dcpi_err *err) {
       return dcpi_fail(err, DCP_ECORRUPT, "malformed assignment (bytes %llu)",
                        (unsigned long long)k);
     const dcpi_bytes_item *b = &st->bytes[bv.source];
-    dcp_status rc = write_piece(j, DCPI_RESULT_BYTES, g, b->data, b->len, 0, err);
+    dcp_status rc = write_piece(j, DCPI_RESULT_BYTES, g, b->data, b->len, 0, NULL, err);
     if (rc) return rc;
   }
   return DCP_OK;
+}
+
+/* The per-rank path: write the pieces this rank computed. Each layout
+ * tensor has exactly one chunk here (dcpi_save_layout_eligible). */
+static dcp_status write_layout_pieces(save_job *j, dcpi_err *err) {
+  const dcp_state *st = j->st;
+  const dcpi_chunk_item **chunk_of = calloc(st->ntensors ? st->ntensors : 1, sizeof *chunk_of);
+  if (!chunk_of) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  for (size_t i = 0; i < st->nchunks; i++) chunk_of[st->chunks[i].tensor] = &st->chunks[i];
+  dcp_status rc = DCP_OK;
+  for (size_t k = 0; !rc && k < j->nwrites; k++) {
+    const dcpi_layout_write *w = &j->writes[k];
+    const dcpi_chunk_item *c = chunk_of[w->tensor];
+    const dcpi_tensor_item *t = &st->tensors[w->tensor];
+    if (!c || w->piece_offset > (uint64_t)c->nbytes ||
+        (uint64_t)w->nbytes > (uint64_t)c->nbytes - w->piece_offset) {
+      rc = dcpi_fail(err, DCP_EINVAL, "tensor '%s': its chunk is not its layout's box", t->fqn);
+      break;
+    }
+    const uint8_t *data = c->data ? (const uint8_t *)c->data + w->piece_offset : NULL;
+    uint64_t key = dcpi_layout_piece_key(t->ndim, t->shape, w->box);
+    rc = write_piece(j, DCPI_RESULT_PIECE, key, data, (uint64_t)w->nbytes,
+                     dcpi_chunk_row_bytes(c), t, err);
+  }
+  free(chunk_of);
+  return rc;
+}
+
+static dcp_status write_all(save_job *j, dcpi_rbuf *r, dcpi_err *err) {
+  return j->per_rank ? write_layout_pieces(j, err) : write_assigned(j, r, err);
 }
 
 static bool rt_has_progress(const save_job *j) {
@@ -372,10 +453,10 @@ static dcp_status write_data(save_job *j) {
   if (rt_has_progress(j)) { /* the total first, for the progress reports */
     dcpi_rbuf sizes = r;
     j->counting = true;
-    rc = write_assigned(j, &sizes, err);
+    rc = write_all(j, &sizes, err);
     j->counting = false;
   }
-  if (!rc) rc = write_assigned(j, &r, err);
+  if (!rc) rc = write_all(j, &r, err);
   if (!j->writer) return rc;
   j->file_length = dcpi_block_writer_length(j->writer);
   dcp_status c = dcpi_block_writer_close(j->writer, rc == DCP_OK, rc ? NULL : err);
@@ -398,17 +479,20 @@ static dcp_status run(save_job *j) {
   dcp_status local = DCP_OK;
   dcp_status rc = dcpi_rt_agree(rt, prepare(j));
   if (!rc) rc = learn_identity(j);
+  if (!rc) rc = choose_path(j);
   /* a restarted job: its plan may be the one recorded in the directory */
-  bool seeded = !rc && dcpi_plan_file_seed(rt, j->key, j->plan_enc, j->plan_len);
-  if (!rc) rc = try_cache(j, &hit, &local);
-  if (!rc && !hit) rc = plan(j);
-  if (!rc && !hit) rc = remember_plan(j);
+  bool seeded = !rc && !j->per_rank && dcpi_plan_file_seed(rt, j->key, j->plan_enc, j->plan_len);
+  if (!rc && j->per_rank) rc = plan_per_rank(j);
+  if (!rc && !j->per_rank) rc = try_cache(j, &hit, &local);
+  if (!rc && !j->per_rank && !hit) rc = plan(j);
+  if (!rc && !j->per_rank && !hit) rc = remember_plan(j);
   if (!rc) rc = dcpi_rt_agree(rt, local);
   if (!rc && (j->opts.flags & DCP_SAVE_CHECK_REPLICAS)) /* before anything is written */
     rc = dcpi_replica_check(rt, j->st, j->lp, j->gp, false, NULL);
   if (!rc) rc = dcpi_rt_agree(rt, remove_in_place(j));
   stats->plan_s = dcpi_now() - t;
   stats->plan_cache_hit = hit;
+  stats->save_plan_path = j->per_rank;
   stats->plan_coll_bytes = stats->coll_bytes - coll0;
   if (rc) return rc;
   t = dcpi_now();
@@ -424,15 +508,16 @@ static dcp_status run(save_job *j) {
   }
   dcpi_wbuf layouts = {0};
   dcpi_commit_put_layouts(&layouts, j->st);
-  dcpi_commit_args ca = {.gp = j->gp, .opts = &j->opts, .results = &j->results,
-                         .replicas = &replicas, .layouts = &layouts,
+  dcpi_commit_args ca = {.gp = j->gp, .ls = j->ls, .opts = &j->opts, .results = &j->results,
+                         .replicas = &replicas, .layouts = j->per_rank ? NULL : &layouts,
                          .file_length = j->file_length, .ident = &j->ident,
                          .base = &j->base, .lease = j->lease};
   rc = dcpi_commit(rt, &ca);
   dcpi_wbuf_free(&replicas);
   dcpi_wbuf_free(&layouts);
   /* the plan, for a restarted job's first save (unless it came from there) */
-  if (!rc && rt->ctx->rank == 0 && !(seeded && hit)) dcpi_plan_file_write(rt, j->entry);
+  if (!rc && rt->ctx->rank == 0 && !j->per_rank && !(seeded && hit))
+    dcpi_plan_file_write(rt, j->entry);
   stats->commit_s = dcpi_now() - t;
   return rc;
 }

@@ -8,6 +8,10 @@
  *            [--coll-options OPTS]
  *            [--expect-exists] [--overwrite] [--storage posix|sharedfs]
  *            [--meta-per-rank] [--no-bytes] [--save-twice] [--no-flat]
+ *            [--expect-per-rank 0|1] (the save planned per rank from layouts,
+ *                                     or through the plan gather)
+ *            [--layout-mismatch]    (the last rank maps tensor 0 another way:
+ *                                    every rank's save must fail, EMISMATCH)
  *            [--expect-plan-hit 0|1]  (the first save: a hit from the recorded
  *                                      .plan of a restarted job, or a gather)
  *            [--dedup auto|on|off] [--no-pipeline] [--max-inflight N] [--reader-lowest]
@@ -83,6 +87,7 @@
 
 static int g_no_bytes; /* load tensors only */
 static int g_no_flat; /* leave the flat tensors out */
+static int g_layout_mismatch; /* the last rank lays out tensor 0 another way */
 static unsigned g_seed; /* --seed: the load mesh's ranks in a random order (0: in order) */
 
 /* How tensor t is held in a save (saving 1) or a load: 0 a layout box,
@@ -272,7 +277,9 @@ static void build(dcp_ctx *ctx, rank_model *m, int32_t world, int32_t tp, int fi
       }
       continue;
     }
-    CHECK(dcp_layout_create(ctx, 2, mesh, order, s->ndim, s->map, &m->layouts[t]) == DCP_OK,
+    uint32_t other[3] = {0, 2, 0}; /* TP on dim 1, for the mismatch */
+    const uint32_t *map = g_layout_mismatch && fill && t == 0 && rank == world - 1 ? other : s->map;
+    CHECK(dcp_layout_create(ctx, 2, mesh, order, s->ndim, map, &m->layouts[t]) == DCP_OK,
           "layout: %s", dcp_ctx_last_error(ctx));
     dcp_box b;
     rank_boxes(m, t, fill, world, tp, rank, &b);
@@ -321,7 +328,7 @@ static void free_model(rank_model *m) {
 
 /* Bytes the model occupies: every tensor once, "step" once, "rng" per rank. */
 static uint64_t model_bytes(int32_t world) {
-  uint64_t total = 8 + 16 * (uint64_t)world;
+  uint64_t total = g_no_bytes ? 0 : 8 + 16 * (uint64_t)world;
   for (size_t t = 0; t < NMODEL; t++) {
     if (g_no_flat && MODEL[t].flat) continue;
     uint64_t n = 1;
@@ -355,7 +362,7 @@ static uint64_t data_bytes_on_disk(const char *dir, int *committed) {
 typedef struct args {
   const char *coll, *dir, *mode, *rendezvous, *storage, *dedup, *coll_options;
   int save_tp, load_tp, compress, lowest, expect_exists, overwrite, meta_per_rank, no_bytes,
-      save_twice, expect_plan_hit;
+      save_twice, expect_plan_hit, expect_per_rank;
   int no_pipeline, reader_lowest, check_reads, expect_path, corrupt, dedup_mismatch;
   int expect_no_share;
   int corrupt_shared;
@@ -368,7 +375,7 @@ typedef struct args {
 
 static args parse(int argc, char **argv) {
   args a = {.coll = "mpi", .mode = "both", .save_tp = 1, .load_tp = 1, .dedup = "auto",
-            .expect_path = -1, .expect_plan_hit = -1, .timeout_ms = 60000, .fault_at = "start", .fault_rank = -1};
+            .expect_path = -1, .expect_plan_hit = -1, .expect_per_rank = -1, .timeout_ms = 60000, .fault_at = "start", .fault_rank = -1};
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
     if (!strcmp(k, "--compress")) a.compress = 1;
@@ -391,6 +398,8 @@ static args parse(int argc, char **argv) {
     else if (!strcmp(k, "--dedup")) a.dedup = v, i++;
     else if (!strcmp(k, "--expect-path")) a.expect_path = atoi(v), i++;
     else if (!strcmp(k, "--expect-plan-hit")) a.expect_plan_hit = atoi(v), i++;
+    else if (!strcmp(k, "--expect-per-rank")) a.expect_per_rank = atoi(v), i++;
+    else if (!strcmp(k, "--layout-mismatch")) g_layout_mismatch = 1;
     else if (!strcmp(k, "--max-inflight")) a.max_inflight = atoll(v), i++;
     else if (!strcmp(k, "--timeout-ms")) a.timeout_ms = atoll(v), i++;
     else if (!strcmp(k, "--fault")) a.fault = v, i++;
@@ -878,6 +887,20 @@ static void do_save(dcp_ctx *ctx, const args *a) {
     return;
   }
   dcp_status rc = dcp_save(ctx, m.st, a->dir, &o);
+  if (g_layout_mismatch) {
+    /* every rank fails at the plan agreement, before anything is written */
+    CHECK(rc == DCP_EMISMATCH, "save with a mismatched layout gave %s (%s), wanted DCP_EMISMATCH",
+          dcp_strerror(rc), dcp_ctx_last_error(ctx));
+    CHECK(strstr(dcp_ctx_last_error(ctx), "mesh") != NULL, "the error names no mesh: %s",
+          dcp_ctx_last_error(ctx));
+    int committed = 0;
+    if (rank == 0)
+      CHECK(data_bytes_on_disk(a->dir, &committed) == 0 && !committed,
+            "a refused save left data or a .metadata");
+    if (rank == 0) printf("layout mismatch refused: %s\n", dcp_ctx_last_error(ctx));
+    free_model(&m);
+    return;
+  }
   if (a->expect_exists) {
     CHECK(rc == DCP_EEXIST, "save over a committed checkpoint gave %s, wanted DCP_EEXIST",
           dcp_strerror(rc));
@@ -899,6 +922,9 @@ static void do_save(dcp_ctx *ctx, const args *a) {
              a->save_tp, a->compress ? " zstd" : "", (unsigned long long)disk,
              (unsigned long long)model_bytes(world), st.total_s);
     }
+    if (a->expect_per_rank >= 0)
+      CHECK((int)st.save_plan_path == a->expect_per_rank, "save plan path %u, expected %d",
+            st.save_plan_path, a->expect_per_rank);
     if (a->expect_plan_hit >= 0) {
       CHECK((int)st.plan_cache_hit == a->expect_plan_hit, "first save: plan cache hit %u, "
             "expected %d", st.plan_cache_hit, a->expect_plan_hit);

@@ -110,7 +110,7 @@
   F(dcp_load_options, read_dedup, 8, 4)           \
   F(dcp_load_options, reader_policy, 12, 4)       \
   F(dcp_load_options, max_inflight_bytes, 16, 8)  \
-  S(dcp_stats, 216, 8)                            \
+  S(dcp_stats, 224, 8)                            \
   F(dcp_stats, struct_size, 0, 4)                 \
   F(dcp_stats, plan_s, 8, 8)                      \
   F(dcp_stats, write_s, 16, 8)                    \
@@ -139,6 +139,7 @@
   F(dcp_stats, mem_fallback_bytes, 192, 8)        \
   F(dcp_stats, mem_tier, 200, 4)                  \
   F(dcp_stats, peer_recv_bytes, 208, 8)           \
+  F(dcp_stats, save_plan_path, 216, 4)            \
   S(dcp_memtier_options, 40, 8)                   \
   F(dcp_memtier_options, struct_size, 0, 4)       \
   F(dcp_memtier_options, keep, 4, 4)              \

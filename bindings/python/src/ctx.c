@@ -204,7 +204,7 @@ static const struct {
                 F(dedup_sent_bytes), F(dedup_recv_bytes),   F(dedup_groups),
                 F(plan_coll_bytes),  F(mem_read_bytes),     F(mem_fallback_bytes),
                 F(peer_recv_bytes)},
-  stat_u32[] = {F(dedup_path), F(plan_cache_hit), F(mem_tier)};
+  stat_u32[] = {F(dedup_path), F(plan_cache_hit), F(mem_tier), F(save_plan_path)};
 #undef F
 
 static PyObject *ctx_stats(PyObject *self, PyObject *unused) {
