@@ -23,8 +23,11 @@
 #include "metadata/view.h"
 #include "model/box.h"
 #include "model/layout.h"
+#include "model/state.h"
+#include "planner/layout_plan.h"
 #include "planner/load_plan.h"
 #include "planner/save_plan.h"
+#include "runtime/save_layout.h"
 
 typedef struct config {
   int tp, pp, dp, layers;
@@ -117,9 +120,10 @@ static size_t max_stage_tensors(const config *c) {
 }
 
 /* The three layouts of one stage over mesh [DP, TP]: replicated, TP on
- * tensor dim 0, TP on tensor dim 1. */
+ * tensor dim 0, TP on tensor dim 1; and the two of 1-D tensors. */
 typedef struct stage_layouts {
   dcp_layout *by_tp_dim[3]; /* index tp_dim + 1 */
+  dcp_layout *vec[2];       /* 1-D: replicated, TP on dim 0 */
 } stage_layouts;
 
 static stage_layouts make_layouts(int stage, int tp, int dp) {
@@ -131,10 +135,25 @@ static stage_layouts make_layouts(int stage, int tp, int dp) {
   for (int k = 0; k < 3; k++) {
     dcpi_err err;
     dcp_status rc = dcpi_layout_create(2, mesh, ranks, 2, maps[k], &sl.by_tp_dim[k], &err);
+    if (!rc && k < 2) rc = dcpi_layout_create(2, mesh, ranks, 1, maps[k], &sl.vec[k], &err);
     if (rc) die("layout", rc, &err);
   }
   free(ranks);
   return sl;
+}
+
+static void free_layouts(stage_layouts *sl, int n) {
+  for (int s = 0; s < n; s++)
+    for (int k = 0; k < 3; k++) {
+      dcp_layout_free(sl[s].by_tp_dim[k]);
+      if (k < 2) dcp_layout_free(sl[s].vec[k]);
+    }
+  free(sl);
+}
+
+/* The layout of tensor t on its stage (what dcp_state_add_sharded gets). */
+static const dcp_layout *layout_of(const stage_layouts *sl, const rank_tensor *t) {
+  return t->ndim == 2 ? sl->by_tp_dim[t->tp_dim + 1] : sl->vec[t->tp_dim + 1];
 }
 
 /* The box rank `rank` holds of tensor t (its TP shard: replicated over DP). */
@@ -152,7 +171,7 @@ static void tp_box(const stage_layouts *sl, const rank_tensor *t, int32_t rank, 
  * each Adam state, the rank's DP slice of that shard's flat elements. */
 typedef void (*emit_fn)(void *arg, const char *fqn, dcp_dtype dt, uint32_t ndim,
                         const int64_t *shape, size_t nboxes, const int64_t *off,
-                        const int64_t *sz);
+                        const int64_t *sz, int layout);
 
 static void rank_items(const config *c, int tp, int dp, const stage_layouts *layouts,
                        rank_tensor *scratch, int32_t rank, emit_fn emit, void *arg) {
@@ -162,7 +181,7 @@ static void rank_items(const config *c, int tp, int dp, const stage_layouts *lay
     const rank_tensor *t = &scratch[i];
     int64_t off[2], sz[2];
     tp_box(&layouts[stage], t, rank, off, sz);
-    emit(arg, t->fqn, DCP_BF16, t->ndim, t->shape, 1, off, sz);
+    emit(arg, t->fqn, DCP_BF16, t->ndim, t->shape, 1, off, sz, 1); /* from its layout */
     /* ZeRO-1: the shard's elements split into dp ceil-divided flat ranges */
     int64_t numel;
     dcpi_numel(t->ndim, sz, &numel);
@@ -177,7 +196,7 @@ static void rank_items(const config *c, int tp, int dp, const stage_layouts *lay
     for (size_t s = 0; s < 3; s++) {
       char fqn[128];
       snprintf(fqn, sizeof fqn, "optim.%s.%s", ADAM_STATES[s], t->fqn);
-      emit(arg, fqn, DCP_F32, t->ndim, t->shape, nb, boff, bsz);
+      emit(arg, fqn, DCP_F32, t->ndim, t->shape, nb, boff, bsz, 0); /* hand-added */
     }
   }
 }
@@ -186,11 +205,12 @@ static void rank_items(const config *c, int tp, int dp, const stage_layouts *lay
 
 static void emit_local(void *arg, const char *fqn, dcp_dtype dt, uint32_t ndim,
                        const int64_t *shape, size_t nboxes, const int64_t *off,
-                       const int64_t *sz) {
+                       const int64_t *sz, int layout) {
   dcpi_local_plan *lp = arg;
   dcpi_err err;
   uint32_t ti;
   dcp_status rc = dcpi_local_plan_add_tensor(lp, fqn, dt, ndim, shape, &ti, &err);
+  if (!rc && layout) rc = dcpi_local_plan_mark_layout(lp, ti, &err);
   if (rc) die("local_plan_add_tensor", rc, &err);
   for (size_t b = 0; b < nboxes; b++)
     if ((rc = dcpi_local_plan_add_chunk(lp, ti, off + b * ndim, sz + b * ndim, &err)))
@@ -320,6 +340,147 @@ static dcpi_md *build_metadata(const config *c, const dcpi_global_plan *gp, int3
   return md;
 }
 
+/* ---- per-rank planning (the layout path) --------------------------------- */
+
+/* The k-th of the ranks whose plans are timed: spread over the world. */
+static int32_t sample_rank(const config *c, int32_t world, int k) {
+  return (int32_t)((((int64_t)world * k) / c->samples + k % 7) % world);
+}
+
+typedef struct perrank_stats {
+  double total_ms, max_ms, max_mib;
+  size_t writes, mismatched;
+} perrank_stats;
+
+static int cmp_lt(const void *pa, const void *pb) {
+  const dcpi_layout_tensor *a = *(const dcpi_layout_tensor *const *)pa,
+                           *b = *(const dcpi_layout_tensor *const *)pb;
+  return strcmp(a->fqn, b->fqn);
+}
+
+/* What the whole plan gives rank of the layout tensors: items, bytes. */
+static void whole_plan_share(const dcpi_global_plan *gp, int32_t rank, size_t *n, int64_t *bytes) {
+  const uint32_t *items;
+  size_t m = dcpi_global_plan_rank_items(gp, rank, &items);
+  *n = 0, *bytes = 0;
+  for (size_t k = 0; k < m; k++) {
+    dcpi_gp_item it;
+    dcpi_gp_tensor gt;
+    dcpi_global_plan_item(gp, items[k], &it);
+    dcpi_global_plan_tensor(gp, it.tensor, &gt);
+    if (gt.layout) (*n)++, *bytes += it.nbytes;
+  }
+}
+
+/* Time what a sampled rank computes on the layout path: its tensors, its
+ * mesh digest and its writes (dcpi_layout_plan_rank); and check them
+ * against the whole plan's share of the rank (items and bytes). */
+static perrank_stats time_per_rank(const config *c, const stage_layouts *layouts,
+                                   const dcpi_global_plan *gp, int32_t world) {
+  perrank_stats st = {0};
+  rank_tensor *scratch = malloc(max_stage_tensors(c) * sizeof *scratch);
+  dcpi_layout_tensor *lt = malloc(max_stage_tensors(c) * sizeof *lt);
+  const dcpi_layout_tensor **ord = malloc(max_stage_tensors(c) * sizeof *ord);
+  const dcpi_save_opts *opts = dcpi_global_plan_opts(gp);
+  for (int k = 0; k < c->samples; k++) {
+    int32_t rank = sample_rank(c, world, k);
+    double heap0 = heap_mib(), t0 = now_s();
+    int stage = rank / (c->dp * c->tp);
+    size_t n = stage_tensors(c, stage, scratch);
+    for (size_t i = 0; i < n; i++) {
+      const rank_tensor *t = &scratch[i];
+      lt[i] = (dcpi_layout_tensor){.fqn = t->fqn, .fqn_len = strlen(t->fqn), .dtype = DCP_BF16,
+                                   .ndim = t->ndim, .shape = t->shape,
+                                   .layout = layout_of(&layouts[stage], t)};
+      ord[i] = &lt[i];
+    }
+    qsort(ord, n, sizeof *ord, cmp_lt);
+    XXH128_hash_t h = dcpi_layout_digest(ord, n, opts);
+    dcpi_layout_write *w;
+    size_t nw;
+    dcpi_err err;
+    dcp_status rc = dcpi_layout_plan_rank(lt, n, world, rank, opts, &w, &nw, &err);
+    if (rc) die("layout_plan_rank", rc, &err);
+    double ms = (now_s() - t0) * 1e3, mib = heap_mib() - heap0;
+    (void)h;
+    size_t gn;
+    int64_t gb, wb = 0;
+    whole_plan_share(gp, rank, &gn, &gb);
+    for (size_t i = 0; i < nw; i++) wb += w[i].nbytes;
+    st.mismatched += gn != nw || gb != wb;
+    st.total_ms += ms;
+    if (ms > st.max_ms) st.max_ms = ms;
+    if (mib > st.max_mib) st.max_mib = mib;
+    st.writes += nw;
+    free(w);
+  }
+  free(scratch), free(lt), free(ord);
+  return st;
+}
+
+/* The offer of rank r: its stage's tensors added from their layouts to a
+ * state of its own (data never read), as dcp_save would send it. */
+static void offer_of(const config *c, const stage_layouts *layouts, int32_t world, int32_t rank,
+                     const dcpi_save_opts *opts, dcpi_wbuf *out) {
+  static uint8_t data; /* geometry only: the offer reads no data */
+  dcp_ctx_config cfg;
+  dcp_ctx_config_init(&cfg);
+  cfg.rank = rank, cfg.world_size = world;
+  dcp_ctx *ctx;
+  dcp_state *st;
+  if (dcp_ctx_create(&cfg, &ctx) || dcp_state_create(ctx, &st)) die("state", DCP_ENOMEM, NULL);
+  rank_tensor *scratch = malloc(max_stage_tensors(c) * sizeof *scratch);
+  int stage = rank / (c->dp * c->tp);
+  size_t n = stage_tensors(c, stage, scratch);
+  for (size_t i = 0; i < n; i++) {
+    const rank_tensor *t = &scratch[i];
+    if (dcp_state_add_sharded(st, t->fqn, DCP_BF16, t->ndim, t->shape,
+                              layout_of(&layouts[stage], t), &data))
+      die("add_sharded", DCP_EINVAL, NULL);
+  }
+  dcpi_save_layout_offer(st, opts, out);
+  free(scratch);
+  dcp_state_free(st);
+  dcp_ctx_free(ctx);
+}
+
+typedef struct coord_stats {
+  double s, mib;
+  size_t offer_bytes;
+} coord_stats;
+
+/* Rank 0 on the layout path: every rank's offer checked (the members of a
+ * stage send identical offers, its first rank the description) and every
+ * piece enumerated for the commit (dcpi_layout_set_build). */
+static coord_stats time_coordinator(const config *c, const stage_layouts *layouts, int32_t world,
+                                    const dcpi_save_opts *opts) {
+  int32_t per = c->dp * c->tp;
+  dcpi_wbuf all = {0};
+  size_t *lens = malloc((size_t)world * sizeof *lens);
+  for (int s = 0; s < c->pp; s++) {
+    dcpi_wbuf first = {0}, member = {0};
+    offer_of(c, layouts, world, s * per, opts, &first);
+    if (per > 1) offer_of(c, layouts, world, s * per + 1, opts, &member);
+    for (int32_t r = s * per; r < (s + 1) * per; r++) {
+      const dcpi_wbuf *o = r == s * per ? &first : &member;
+      dcpi_w_bytes(&all, o->data, o->len);
+      lens[r] = o->len;
+    }
+    dcpi_wbuf_free(&first), dcpi_wbuf_free(&member);
+  }
+  if (all.status) die("offers", all.status, NULL);
+  dcpi_layout_set *ls;
+  dcpi_err err;
+  double heap0 = heap_mib(), t0 = now_s();
+  dcp_status rc = dcpi_layout_set_build(all.data, lens, world, opts, &ls, &err);
+  coord_stats cs = {.s = now_s() - t0, .mib = heap_mib() - heap0, .offer_bytes = all.len};
+  if (rc) die("layout_set_build", rc, &err);
+  dcpi_layout_set_free(ls);
+  dcpi_wbuf_free(&all);
+  free(lens);
+  return cs;
+}
+
 /* ---- load side ---------------------------------------------------------- */
 
 typedef struct load_input {
@@ -339,7 +500,8 @@ static int64_t *push_coords(load_input *in, const int64_t *v, size_t n) {
 
 static void emit_load(void *arg, const char *fqn, dcp_dtype dt, uint32_t ndim,
                       const int64_t *shape, size_t nboxes, const int64_t *off,
-                      const int64_t *sz) {
+                      const int64_t *sz, int layout) {
+  (void)layout;
   load_input *in = arg;
   size_t t = in->ntensors++;
   snprintf(in->names[t], sizeof in->names[t], "%s", fqn);
@@ -415,7 +577,7 @@ static load_stats time_load_plans(const config *c, const void *enc, size_t enc_l
   rank_tensor *scratch = malloc(max_stage_tensors(c) * sizeof *scratch);
   load_stats st = {0};
   for (int k = 0; k < c->samples; k++) {
-    int32_t rank = (int32_t)(((int64_t)world * k) / c->samples + k % 7) % world;
+    int32_t rank = sample_rank(c, world, k);
     in.ntensors = in.nchunks = in.ncoords = 0;
     rank_items(c, c->new_tp, new_dp, layouts, scratch, rank, emit_load, &in);
     /* a fresh view per sampled rank: each rank decodes the chunk lists it
@@ -441,9 +603,8 @@ static load_stats time_load_plans(const config *c, const void *enc, size_t enc_l
     dcpi_load_plan_free(plan);
     dcp_meta_free(ms.meta);
   }
-  for (int s = 0; s < c->pp; s++)
-    for (int k = 0; k < 3; k++) dcp_layout_free(layouts[s].by_tp_dim[k]);
-  free(layouts), free(scratch), free(in.tensors), free(in.chunks), free(in.coords), free(in.names);
+  free_layouts(layouts, c->pp);
+  free(scratch), free(in.tensors), free(in.chunks), free(in.coords), free(in.names);
   return st;
 }
 
@@ -474,7 +635,9 @@ static void count_forms(dcp_meta *view) {
 
 /* The issue-19 figures of one run (simulated: of the simulated stages). */
 typedef struct figures {
-  double plan_s, plan_mib;   /* the save plan a rank computes: today the whole global plan */
+  double plan_s, plan_mib;   /* the whole global plan (the gather path) */
+  double rank_s, rank_mib;   /* what one rank computes on the layout path (max of the samples) */
+  double lcoord_s, lcoord_mib; /* the coordinator's layout check + piece enumeration */
   double coord_s, coord_mib; /* the coordinator's metadata build + encode */
   double meta_mib, load_mean_ms, load_max_ms, open_ms;
 } figures;
@@ -491,7 +654,11 @@ static void print_targets(const config *c, int32_t world, const figures *f) {
   int k = c->scale;
   printf("targets at %lld ranks:                   now            target\n",
          (long long)world * k);
-  target_row("save plan, one rank (whole plan)", f->plan_s, "s", 1, k);
+  target_row("save plan per rank (layout path)", f->rank_s, "s", 1, 1);
+  target_row("  its memory", f->rank_mib, "MiB", 512, 1);
+  target_row("coordinator: layouts + pieces", f->lcoord_s, "s", 1, k);
+  target_row("  its memory", f->lcoord_mib, "MiB", 512, k);
+  target_row("whole plan, one process (gather)", f->plan_s, "s", 1, k);
   target_row("  its memory", f->plan_mib, "MiB", 512, k);
   target_row("coordinator: metadata build+encode", f->coord_s, "s", 5, k);
   target_row("  its memory", f->coord_mib, "MiB", 512, k);
@@ -536,7 +703,7 @@ static config parse(int argc, char **argv) {
     long v = i + 1 < argc ? strtol(argv[i + 1], NULL, 10) : 0;
     if (!strcmp(a, "--quick")) {
       c = (config){.tp = 4, .pp = 2, .dp = 4, .layers = 8, .hidden = 1024, .vocab = 8192,
-                   .new_tp = 2, .samples = 8};
+                   .new_tp = 2, .samples = 8, .scale = 1};
       continue;
     }
     if (!strcmp(a, "--no-layouts")) {
@@ -653,6 +820,17 @@ int main(int argc, char **argv) {
          (double)max_load / ((double)held / world), (double)max_load / (double)floor_load);
   for (int32_t r = 0; r < world; r++) dcpi_local_plan_free(plans[r]);
   free(plans);
+  perrank_stats pr = time_per_rank(&c, layouts, gp, world);
+  coord_stats cs = time_coordinator(&c, layouts, world, dcpi_global_plan_opts(gp));
+  printf("per-rank:     layout path (the bf16 weights; the ZeRO shards stay hand-added): "
+         "%.3f ms mean, %.3f ms max\n"
+         "              per rank over %d ranks, %.1f writes each, %.3f MiB held at most; "
+         "equal to the whole plan's share: %s\n"
+         "coordinator:  layout path: %zu bytes of offers (%.1f per rank) checked and every "
+         "piece enumerated in %.3f s, %.1f MiB held\n",
+         pr.total_ms / c.samples, pr.max_ms, c.samples, (double)pr.writes / c.samples, pr.max_mib,
+         pr.mismatched ? "NO" : "yes", cs.offer_bytes, (double)cs.offer_bytes / world, cs.s,
+         cs.mib);
 
   t0 = now_s();
   double heap_md = heap_mib();
@@ -667,9 +845,7 @@ int main(int argc, char **argv) {
          "encoded in %.2f s\n",
          (double)enc_len / (1 << 20), meta_chunks, (double)enc_len / (double)meta_chunks, t_enc);
   dcpi_global_plan_free(gp);
-  for (int s = 0; s < c.pp; s++)
-    for (int k = 0; k < 3; k++) dcp_layout_free(layouts[s].by_tp_dim[k]);
-  free(layouts);
+  free_layouts(layouts, c.pp);
 
   /* open as the load does: the buffer read from storage handed over (its
    * pages already written by the read); and with dcp_meta_open_memory's copy */
@@ -695,7 +871,8 @@ int main(int argc, char **argv) {
          c.tp, c.new_tp, c.dp * c.tp / c.new_tp, ls.total_ms / c.samples, ls.max_ms, c.samples,
          ls.plan_ms / c.samples, (double)ls.chunks / c.samples, (double)ls.overlaps / c.samples,
          (double)ls.bytes / c.samples / (1 << 30), t_open * 1e3, t_open_copy * 1e3);
-  figures f = {.plan_s = t_global, .plan_mib = plan_held, .coord_s = t_enc,
+  figures f = {.plan_s = t_global, .plan_mib = plan_held, .rank_s = pr.max_ms / 1e3,
+               .rank_mib = pr.max_mib, .lcoord_s = cs.s, .lcoord_mib = cs.mib, .coord_s = t_enc,
                .coord_mib = md_held, .meta_mib = (double)enc_len / (1 << 20),
                .load_mean_ms = ls.total_ms / c.samples, .load_max_ms = ls.max_ms,
                .open_ms = t_open * 1e3};

@@ -24,27 +24,23 @@ uint32_t dcpi_split_pieces(int64_t nbytes, int64_t rows, uint32_t nholders, uint
   return (uint32_t)((rows + *rows_per - 1) / *rows_per);
 }
 
-static void put_le64(uint8_t *p, int64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)((uint64_t)v >> (8 * i));
+uint64_t dcpi_layout_group_hash(const int32_t *holders, uint32_t n) {
+  return XXH3_64bits(holders, (size_t)n * sizeof *holders);
 }
 
-uint64_t dcpi_layout_item_hash(const char *fqn, size_t fqn_len, uint32_t ndim,
-                               const int64_t *offset, const int64_t *size) {
-  uint8_t buf[DCP_MAX_NAME + 16 * DCP_MAX_NDIM];
-  size_t len = fqn_len <= DCP_MAX_NAME ? fqn_len : DCP_MAX_NAME;
-  if (ndim > DCP_MAX_NDIM) ndim = DCP_MAX_NDIM;
-  memcpy(buf, fqn, len);
-  for (uint32_t d = 0; d < ndim; d++) {
-    put_le64(buf + len + 16 * d, offset[d]);
-    put_le64(buf + len + 16 * d + 8, size[d]);
-  }
-  return XXH3_64bits(buf, len + 16 * (size_t)ndim);
+int dcpi_layout_group_cmp(uint64_t ha, const int32_t *ga, uint32_t na, uint64_t hb,
+                          const int32_t *gb, uint32_t nb) {
+  if (ha != hb) return ha < hb ? -1 : 1;
+  if (na != nb) return na < nb ? -1 : 1;
+  for (uint32_t k = 0; k < na; k++)
+    if (ga[k] != gb[k]) return ga[k] < gb[k] ? -1 : 1;
+  return 0;
 }
 
-int32_t dcpi_layout_owner(const int32_t *holders, uint32_t n, uint32_t piece, uint64_t h,
+int32_t dcpi_layout_owner(const int32_t *holders, uint32_t n, uint32_t piece, uint64_t start,
                           dcpi_balance_policy policy) {
   if (policy == DCPI_BALANCE_LOWEST_RANK || n < 2) return holders[0];
-  return holders[(h % n + piece % n) % n];
+  return holders[(start % n + piece % n) % n];
 }
 
 typedef struct writes {
@@ -101,46 +97,98 @@ static split split_of(const dcpi_layout_tensor *t, const int64_t *sz, uint32_t n
   return s;
 }
 
-/* Append the pieces of box (off, sz) of tensor ti that the rule gives to
- * rank, its holders being group[0..ng). */
-static dcp_status add_pieces(writes *ws, const dcpi_layout_tensor *t, uint32_t ti,
-                             const int64_t *off, const int64_t *sz, const int32_t *group,
-                             uint32_t ng, int32_t rank, const dcpi_save_opts *opts) {
-  split s = split_of(t, sz, ng, opts);
-  uint64_t h = dcpi_layout_item_hash(t->fqn, t->fqn_len, t->ndim, off, sz);
-  for (uint32_t p = 0; p < s.k; p++) {
-    if (dcpi_layout_owner(group, ng, p, h, opts->policy) != rank) continue;
+/* One box the rank holds: its tensor, box, holders (its replica group,
+ * ascending, owned) and split. */
+typedef struct held {
+  const dcpi_layout_tensor *t;
+  uint32_t ti, ng;
+  int32_t *group;
+  uint64_t gh;
+  int64_t off[DCP_MAX_NDIM], sz[DCP_MAX_NDIM];
+  split s;
+} held;
+
+typedef struct helds {
+  held *h;
+  size_t n, cap;
+} helds;
+
+static void helds_free(helds *hs) {
+  for (size_t i = 0; i < hs->n; i++) free(hs->h[i].group);
+  free(hs->h);
+}
+
+/* Append the pieces of x that the rule, from start, gives to rank. */
+static dcp_status add_pieces(writes *ws, const held *x, uint64_t start, int32_t rank,
+                             const dcpi_save_opts *opts) {
+  for (uint32_t p = 0; p < x->s.k; p++) {
+    if (dcpi_layout_owner(x->group, x->ng, p, start, opts->policy) != rank) continue;
     if (DCPI_RESERVE(ws->w, ws->cap, ws->n + 1)) return DCP_ENOMEM;
     dcpi_layout_write *w = &ws->w[ws->n++];
-    *w = (dcpi_layout_write){.tensor = ti, .piece = p, .npieces = s.k};
-    piece_of(t->ndim, off, sz, s.k, s.per, p, s.rows, s.row_bytes, w->box, &w->nbytes,
-             &w->piece_offset);
+    *w = (dcpi_layout_write){.tensor = x->ti, .piece = p, .npieces = x->s.k};
+    piece_of(x->t->ndim, x->off, x->sz, x->s.k, x->s.per, p, x->s.rows, x->s.row_bytes, w->box,
+             &w->nbytes, &w->piece_offset);
   }
   return DCP_OK;
 }
 
-/* The pieces rank writes of tensor ti. */
-static dcp_status plan_tensor(writes *ws, const dcpi_layout_tensor *t, uint32_t ti,
-                              int32_t world, int32_t rank, const dcpi_save_opts *opts,
-                              dcpi_err *err) {
+/* Record the box rank holds of tensor ti (none when its mesh lacks the
+ * rank or the box is empty). */
+static dcp_status hold_tensor(helds *hs, const dcpi_layout_tensor *t, uint32_t ti, int32_t world,
+                              int32_t rank, const dcpi_save_opts *opts, dcpi_err *err) {
   dcp_status rc = check_tensor(t, world, err);
   if (rc) return rc;
   int64_t pos = dcpi_layout_position(t->layout, rank);
   if (pos < 0) return DCP_OK;
-  int64_t off[DCP_MAX_NDIM], sz[DCP_MAX_NDIM];
-  dcpi_layout_box_at(t->layout, t->shape, pos, off, sz);
+  held x = {.t = t, .ti = ti};
+  dcpi_layout_box_at(t->layout, t->shape, pos, x.off, x.sz);
   for (uint32_t d = 0; d < t->ndim; d++)
-    if (sz[d] == 0) return DCP_OK; /* an empty box is never written */
+    if (x.sz[d] == 0) return DCP_OK; /* an empty box is never written */
   size_t ng;
   dcp_layout_replica_group(t->layout, rank, NULL, 0, &ng);
-  int32_t *group = malloc(ng * sizeof *group);
-  if (!group || dcp_layout_replica_group(t->layout, rank, group, ng, &ng)) {
-    free(group);
+  x.group = malloc(ng * sizeof *x.group);
+  if (!x.group || dcp_layout_replica_group(t->layout, rank, x.group, ng, &ng) ||
+      DCPI_RESERVE(hs->h, hs->cap, hs->n + 1)) {
+    free(x.group);
     return dcpi_fail(err, DCP_ENOMEM, "layout plan: out of memory");
   }
-  rc = add_pieces(ws, t, ti, off, sz, group, (uint32_t)ng, rank, opts);
-  free(group);
-  return rc ? dcpi_fail(err, rc, "layout plan: out of memory") : DCP_OK;
+  x.ng = (uint32_t)ng;
+  x.gh = dcpi_layout_group_hash(x.group, x.ng);
+  x.s = split_of(t, x.sz, x.ng, opts);
+  hs->h[hs->n++] = x;
+  return DCP_OK;
+}
+
+/* (holder set, fqn): the rule's order. */
+static int cmp_held(const void *pa, const void *pb) {
+  const held *a = pa, *b = pb;
+  int c = dcpi_layout_group_cmp(a->gh, a->group, a->ng, b->gh, b->group, b->ng);
+  if (c) return c;
+  size_t n = a->t->fqn_len < b->t->fqn_len ? a->t->fqn_len : b->t->fqn_len;
+  c = memcmp(a->t->fqn, b->t->fqn, n);
+  return c ? c : (a->t->fqn_len > b->t->fqn_len) - (a->t->fqn_len < b->t->fqn_len);
+}
+
+static int cmp_write(const void *pa, const void *pb) {
+  const dcpi_layout_write *a = pa, *b = pb;
+  if (a->tensor != b->tensor) return a->tensor < b->tensor ? -1 : 1;
+  return (a->piece > b->piece) - (a->piece < b->piece);
+}
+
+/* The rank's writes: per holder set, the starts run over its items. */
+static dcp_status rotate(helds *hs, writes *ws, int32_t rank, const dcpi_save_opts *opts,
+                         dcpi_err *err) {
+  qsort(hs->h, hs->n, sizeof *hs->h, cmp_held);
+  uint64_t start = 0;
+  for (size_t i = 0; i < hs->n; i++) {
+    const held *x = &hs->h[i];
+    if (i && dcpi_layout_group_cmp(x[-1].gh, x[-1].group, x[-1].ng, x->gh, x->group, x->ng))
+      start = 0;
+    if (add_pieces(ws, x, start, rank, opts)) return dcpi_fail(err, DCP_ENOMEM, "layout plan: out of memory");
+    start += x->s.k;
+  }
+  qsort(ws->w, ws->n, sizeof *ws->w, cmp_write);
+  return DCP_OK;
 }
 
 dcp_status dcpi_layout_plan_rank(const dcpi_layout_tensor *tensors, size_t n, int32_t world,
@@ -156,9 +204,12 @@ dcp_status dcpi_layout_plan_rank(const dcpi_layout_tensor *tensors, size_t n, in
   dcp_status rc = dcpi_save_opts_check(&o, err);
   if (!rc && (world < 1 || rank < 0 || rank >= world))
     rc = dcpi_fail(err, DCP_EINVAL, "layout plan: rank %d in a world of %d", rank, world);
+  helds hs = {0};
   writes ws = {0};
   for (size_t i = 0; !rc && i < n; i++)
-    rc = plan_tensor(&ws, &tensors[i], (uint32_t)i, world, rank, &o, err);
+    rc = hold_tensor(&hs, &tensors[i], (uint32_t)i, world, rank, &o, err);
+  if (!rc) rc = rotate(&hs, &ws, rank, &o, err);
+  helds_free(&hs);
   if (rc) {
     free(ws.w);
     return rc;

@@ -26,15 +26,27 @@
 uint32_t dcpi_split_pieces(int64_t nbytes, int64_t rows, uint32_t nholders, uint32_t ndim,
                            const dcpi_save_opts *opts, int64_t *rows_per);
 
-/* The item hash h(fqn, box) of the rule: XXH3-64 of the fqn and the
- * whole (unsplit) box's offsets and sizes, little endian. */
-uint64_t dcpi_layout_item_hash(const char *fqn, size_t fqn_len, uint32_t ndim,
-                               const int64_t *offset, const int64_t *size);
+/* The rule is a rotation per holder set. Take the layout items (distinct
+ * non-empty boxes of layout tensors) whose holders are exactly the ranks
+ * G (ascending), in fqn order (a layout gives a tensor at most one box per
+ * holder set); an item's start is the number of pieces of the items before
+ * it there; its piece j is written by G[(start + j) mod |G|] (under
+ * LOWEST_RANK by G[0]). Every member of G holds every such item, so it
+ * computes the same starts from its own state; pieces go round the group
+ * one after the other, so each member writes within one piece of the
+ * group's mean count. */
 
-/* The rule: piece `piece` of a box whose holders are holders[0..n)
- * (ascending) and whose item hash is h is written by holders[(piece + h)
- * mod n]; under LOWEST_RANK by holders[0]. n >= 1. */
-int32_t dcpi_layout_owner(const int32_t *holders, uint32_t n, uint32_t piece, uint64_t h,
+/* A holder set's sort key: XXH3-64 of its ranks. */
+uint64_t dcpi_layout_group_hash(const int32_t *holders, uint32_t n);
+
+/* Order of holder sets (a: hash ha, ranks ga[0..na); b likewise): by hash,
+ * count, then ranks; 0 only for equal sets. */
+int dcpi_layout_group_cmp(uint64_t ha, const int32_t *ga, uint32_t na, uint64_t hb,
+                          const int32_t *gb, uint32_t nb);
+
+/* The rule's owner of piece `piece` of an item with start `start` held by
+ * holders[0..n) (ascending, n >= 1). */
+int32_t dcpi_layout_owner(const int32_t *holders, uint32_t n, uint32_t piece, uint64_t start,
                           dcpi_balance_policy policy);
 
 /* ---- per-rank planning --------------------------------------------------- */
@@ -64,9 +76,12 @@ typedef struct dcpi_layout_write {
  * defaults), in (tensor, piece) order: for each tensor whose mesh has the
  * rank, its box (dcpi_layout_box_at), unless empty, split by
  * dcpi_split_pieces over its replica group, and the pieces the rule gives
- * to `rank`. Tensors whose mesh lacks the rank contribute nothing.
+ * to `rank`. Tensors whose mesh lacks the rank contribute nothing. The
+ * starts of the rule count the pieces of the rank's other items with the
+ * same holders, so pass every layout tensor the rank holds.
  * *out is malloc'd (caller frees; NULL when *count is 0).
- * Cost O(sum over the rank's tensors of |replica group| log |group|).
+ * Cost O(sum over the rank's tensors of |replica group| log |group|, + the
+ * sort of its tensors by group).
  * Errors: DCP_EINVAL (NULL arguments, a layout whose tensor ndim is not
  * the tensor's, a mesh rank outside [0, world)), DCP_EOVERFLOW / DCP_EINVAL
  * (a bad shape, dcpi_check_shape), DCP_ENOMEM. On error *out is NULL. */

@@ -639,15 +639,60 @@ static uint32_t piece_count(const dcpi_global_plan *gp, size_t i, int64_t *rows_
 }
 
 /* The owner of piece p of item i (unsplit) of a layout tensor, by the rule
- * of layout_plan.h; -1 (for the balancer) for any other tensor's. */
-static int32_t rule_owner(const dcpi_global_plan *gp, size_t i, uint32_t p) {
-  const dcpi_gp_tensor_rec *t = &gp->tensors[gp->items[i].tensor];
-  if (!t->layout) return -1;
-  const int64_t *box = dcpi_gp_item_box(gp, i);
-  uint64_t h = dcpi_layout_item_hash(gp->names + t->name_at, t->name_len, t->ndim, box,
-                                     box + t->ndim);
+ * of layout_plan.h (starts[i] from layout_starts); -1 (for the balancer)
+ * for any other tensor's. */
+static int32_t rule_owner(const dcpi_global_plan *gp, const uint64_t *starts, size_t i,
+                          uint32_t p) {
+  if (!gp->tensors[gp->items[i].tensor].layout) return -1;
   return dcpi_layout_owner(gp->holders + gp->items[i].holders_at, dcpi_gp_item_nholders(gp, i),
-                           p, h, gp->opts.policy);
+                           p, starts[i], gp->opts.policy);
+}
+
+/* A layout item in the rule's order: its holder set, then its index
+ * (canonical: fqn, then box). */
+typedef struct rule_ref {
+  uint64_t gh;
+  const int32_t *holders;
+  uint32_t nh;
+  uint32_t item;
+} rule_ref;
+
+static int cmp_rule_ref(const void *pa, const void *pb) {
+  const rule_ref *a = pa, *b = pb;
+  int c = dcpi_layout_group_cmp(a->gh, a->holders, a->nh, b->gh, b->holders, b->nh);
+  return c ? c : (a->item > b->item) - (a->item < b->item);
+}
+
+/* The rule's start of every layout item: the pieces of the layout items
+ * before it with the same holders. *starts has nitems entries (0 for the
+ * others). */
+static dcp_status layout_starts(builder *b, uint64_t **starts) {
+  dcpi_global_plan *gp = b->gp;
+  size_t m = 0;
+  *starts = calloc(gp->nitems ? gp->nitems : 1, sizeof **starts);
+  rule_ref *refs = malloc((gp->nitems ? gp->nitems : 1) * sizeof *refs);
+  if (!*starts || !refs) {
+    free(refs);
+    return OOM(b);
+  }
+  for (size_t i = 0; i < gp->nitems; i++) {
+    if (!gp->tensors[gp->items[i].tensor].layout) continue;
+    const int32_t *h = gp->holders + gp->items[i].holders_at;
+    uint32_t nh = dcpi_gp_item_nholders(gp, i);
+    refs[m++] = (rule_ref){dcpi_layout_group_hash(h, nh), h, nh, (uint32_t)i};
+  }
+  qsort(refs, m, sizeof *refs, cmp_rule_ref);
+  uint64_t start = 0;
+  for (size_t k = 0; k < m; k++) {
+    const rule_ref *r = &refs[k];
+    if (k && dcpi_layout_group_cmp(r[-1].gh, r[-1].holders, r[-1].nh, r->gh, r->holders, r->nh))
+      start = 0;
+    (*starts)[r->item] = start;
+    int64_t per;
+    start += piece_count(gp, r->item, &per);
+  }
+  free(refs);
+  return DCP_OK;
 }
 
 typedef struct split_arrays {
@@ -688,7 +733,7 @@ static void put_item(const dcpi_global_plan *gp, size_t i, split_arrays *out, in
 /* Rebuild items, boxes and holdings with every splittable item cut into
  * its pieces (in place of the item, so each tensor's items stay together).
  * Nothing is allocated when no item splits. */
-static dcp_status split_replicated(builder *b) {
+static dcp_status split_with(builder *b, const uint64_t *starts) {
   dcpi_global_plan *gp = b->gp;
   size_t items = 0, holdings = 0, boxes = 0;
   for (size_t i = 0; i < gp->nitems; i++) {
@@ -699,7 +744,7 @@ static dcp_status split_replicated(builder *b) {
     boxes += (size_t)(k - 1) * 2 * gp->tensors[gp->items[i].tensor].ndim;
   }
   if (!items) {
-    for (size_t i = 0; i < gp->nitems; i++) gp->items[i].owner = rule_owner(gp, i, 0);
+    for (size_t i = 0; i < gp->nitems; i++) gp->items[i].owner = rule_owner(gp, starts, i, 0);
     return DCP_OK;
   }
   size_t nboxes = 0;
@@ -721,10 +766,10 @@ static dcp_status split_replicated(builder *b) {
       int64_t per = 0;
       uint32_t k = piece_count(gp, i, &per);
       int64_t rows = k > 1 ? dcpi_gp_item_box(gp, i)[g->ndim] : 0;
-      if (k == 1) put_item(gp, i, &out, 0, 0, false, rule_owner(gp, i, 0));
+      if (k == 1) put_item(gp, i, &out, 0, 0, false, rule_owner(gp, starts, i, 0));
       for (uint32_t p = 0; k > 1 && p < k; p++) {
         int64_t r0 = (int64_t)p * per;
-        put_item(gp, i, &out, r0, r0 + per <= rows ? per : rows - r0, true, rule_owner(gp, i, p));
+        put_item(gp, i, &out, r0, r0 + per <= rows ? per : rows - r0, true, rule_owner(gp, starts, i, p));
       }
     }
     g->first_item = first, g->nitems = out.nitems - first, g->boxes_at = boxes_at;
@@ -734,6 +779,17 @@ static dcp_status split_replicated(builder *b) {
   gp->boxes = out.boxes, gp->piece_at = out.piece_at;
   gp->nitems = out.nitems, gp->nholdings = out.nholdings;
   return DCP_OK;
+}
+
+/* Split, then owners by the rule for layout items (starts computed on
+ * the unsplit items). */
+static dcp_status split_replicated(builder *b) {
+  uint64_t *starts;
+  dcp_status rc = layout_starts(b, &starts);
+  if (rc) return rc;
+  rc = split_with(b, starts);
+  free(starts);
+  return rc;
 }
 
 /* ---- 8. balance -------------------------------------------------------- */
