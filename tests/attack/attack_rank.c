@@ -12,15 +12,19 @@
  *                   ndim, bytes: a bytes item where the others have a tensor,
  *                   scope: PER_RANK where the others have REPLICATED,
  *                   len: another length of a replicated bytes item,
- *                   overlap: a box partially overlapping another rank's):
+ *                   overlap: a box partially overlapping another rank's,
+ *                   opt_compress, opt_block: another DCP_SAVE_COMPRESS or
+ *                   block_size in its save options):
  *                   every rank's save must fail, with the same code, no hang
  *   --load-clash KIND  a load where rank world-1 disagrees (dedup: another
  *                   read_dedup; dtype/shape: its tensor declared differently,
- *                   a local error) — every rank fails, none hangs
+ *                   a local error; meta: DCP_LOAD_METADATA_PER_RANK on that
+ *                   rank alone) — every rank fails, none hangs
  * options: --salt N (decomposition), --overwrite, --compress, --dedup on|off,
  *   --async (the save is a dcp_async_save; buffers scribbled right after),
  *   --perm-salt N (only which rank holds which shard changes), loads:
- *   --meta-per-rank, --no-pipeline, --inflight BYTES
+ *   --meta-per-rank, --no-pipeline, --inflight BYTES, --coll file|gloo|mpi
+ *   (default file; mpi: run under mpirun, no --rendezvous needed)
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -34,7 +38,7 @@
 #include "rank_check.h"
 
 typedef struct args {
-  const char *dir, *rdv, *clash, *load_clash, *dedup;
+  const char *dir, *rdv, *clash, *load_clash, *dedup, *coll;
   uint64_t seed, salt;
   int save, load_world, overwrite, compress, async, meta_per_rank, no_pipeline;
   uint64_t inflight;
@@ -44,6 +48,7 @@ static void parse(int argc, char **argv, args *a) {
   memset(a, 0, sizeof *a);
   a->salt = 1;
   a->dedup = "auto";
+  a->coll = "file";
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(k, "--save")) a->save = 1;
@@ -62,25 +67,28 @@ static void parse(int argc, char **argv, args *a) {
     else if (v && !strcmp(k, "--clash")) a->clash = v, i++;
     else if (v && !strcmp(k, "--load-clash")) a->load_clash = v, i++;
     else if (v && !strcmp(k, "--dedup")) a->dedup = v, i++;
+    else if (v && !strcmp(k, "--coll")) a->coll = v, i++;
     else CHECK(0, "unknown argument %s", k);
   }
-  CHECK(a->dir && a->rdv, "--dir and --rendezvous are needed");
+  CHECK(a->dir && (a->rdv || !strcmp(a->coll, "mpi")), "--dir and --rendezvous are needed");
 }
 
 static dcp_ctx *open_ctx(const args *a) {
-  const char *r = getenv("DCP_TEST_RANK"), *w = getenv("DCP_TEST_WORLD");
-  CHECK(r && w, "run under dcp_launch");
   dcp_ctx_config cfg;
   dcp_ctx_config_init(&cfg);
-  cfg.coll = "file";
-  cfg.rank = atoi(r);
-  cfg.world_size = atoi(w);
-  cfg.rendezvous = a->rdv;
+  cfg.coll = a->coll;
   cfg.timeout_ms = 20000;
-  g_rank = cfg.rank;
+  if (strcmp(a->coll, "mpi")) { /* file, gloo: forked by dcp_launch */
+    const char *r = getenv("DCP_TEST_RANK"), *w = getenv("DCP_TEST_WORLD");
+    CHECK(r && w, "run under dcp_launch");
+    cfg.rank = atoi(r);
+    cfg.world_size = atoi(w);
+    cfg.rendezvous = a->rdv;
+  }
   dcp_ctx *ctx;
   dcp_status rc = dcp_ctx_create(&cfg, &ctx);
   CHECK(rc == DCP_OK, "ctx_create: %s: %s", dcp_strerror(rc), dcp_ctx_create_error());
+  g_rank = dcp_ctx_rank(ctx);
   return ctx;
 }
 
@@ -220,6 +228,8 @@ static void do_clash(dcp_ctx *ctx, const args *a, at_model *m) {
     OK(dcp_state_add_chunk(st, "clash.rows", &off, &sz, blob), ctx);
   }
   dcp_save_options o = save_opts(a);
+  if (odd && !strcmp(k, "opt_compress")) o.flags ^= DCP_SAVE_COMPRESS;
+  if (odd && !strcmp(k, "opt_block")) o.block_size += 4096;
   agree_on_failure(ctx, a, dcp_save(ctx, st, a->dir, &o), "save");
   dcp_state_free(st);
   at_free_bufs(&b);
@@ -242,6 +252,7 @@ static void do_load_clash(dcp_ctx *ctx, const args *a, at_model *m) {
   dcp_load_options o;
   dcp_load_options_init(&o);
   if (odd && !strcmp(a->load_clash, "dedup")) o.read_dedup = DCP_READ_DEDUP_OFF;
+  if (odd && !strcmp(a->load_clash, "meta")) o.flags |= DCP_LOAD_METADATA_PER_RANK;
   agree_on_failure(ctx, a, dcp_load(ctx, st, a->dir, &o), "load");
   dcp_state_free(st);
   at_free_bufs(&b);
