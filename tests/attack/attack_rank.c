@@ -23,8 +23,9 @@
  * options: --salt N (decomposition), --overwrite, --compress, --dedup on|off,
  *   --async (the save is a dcp_async_save; buffers scribbled right after),
  *   --perm-salt N (only which rank holds which shard changes), loads:
- *   --meta-per-rank, --no-pipeline, --inflight BYTES, --coll file|gloo|mpi
- *   (default file; mpi: run under mpirun, no --rendezvous needed)
+ *   --meta-per-rank, --no-pipeline, --inflight BYTES, --coll file|gloo|mpi|none
+ *   (default file; mpi: run under mpirun, no --rendezvous needed; none:
+ *   a detached rank, whose save is uncoordinated: give --save-id N)
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -41,7 +42,7 @@ typedef struct args {
   const char *dir, *rdv, *clash, *load_clash, *dedup, *coll;
   uint64_t seed, salt;
   int save, load_world, overwrite, compress, async, meta_per_rank, no_pipeline;
-  uint64_t inflight;
+  uint64_t inflight, save_id;
 } args;
 
 static void parse(int argc, char **argv, args *a) {
@@ -58,6 +59,7 @@ static void parse(int argc, char **argv, args *a) {
     else if (!strcmp(k, "--meta-per-rank")) a->meta_per_rank = 1;
     else if (!strcmp(k, "--no-pipeline")) a->no_pipeline = 1;
     else if (v && !strcmp(k, "--inflight")) a->inflight = strtoull(v, NULL, 10), i++;
+    else if (v && !strcmp(k, "--save-id")) a->save_id = strtoull(v, NULL, 10), i++;
     else if (v && !strcmp(k, "--perm-salt")) at_perm_salt = strtoull(v, NULL, 10), i++;
     else if (v && !strcmp(k, "--dir")) a->dir = v, i++;
     else if (v && !strcmp(k, "--rendezvous")) a->rdv = v, i++;
@@ -76,7 +78,7 @@ static void parse(int argc, char **argv, args *a) {
 static dcp_ctx *open_ctx(const args *a) {
   dcp_ctx_config cfg;
   dcp_ctx_config_init(&cfg);
-  cfg.coll = a->coll;
+  cfg.coll = strcmp(a->coll, "none") ? a->coll : NULL; /* none: a detached rank */
   cfg.timeout_ms = 20000;
   if (strcmp(a->coll, "mpi")) { /* file, gloo: forked by dcp_launch */
     const char *r = getenv("DCP_TEST_RANK"), *w = getenv("DCP_TEST_WORLD");
@@ -98,6 +100,7 @@ static dcp_save_options save_opts(const args *a) {
   o.block_size = 4096 + (uint32_t)(a->seed % 5) * 1021;
   if (a->overwrite) o.flags |= DCP_SAVE_OVERWRITE;
   if (a->compress) o.flags |= DCP_SAVE_COMPRESS;
+  o.save_id = a->save_id;
   return o;
 }
 
