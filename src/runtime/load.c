@@ -55,22 +55,6 @@ static dcp_status agree_same(dcpi_rt *rt, const uint8_t *data, size_t len, bool 
   return rc;
 }
 
-/* After the reads of phase 1: did every rank succeed, and did they all pass
- * the same DCP_LOAD_METADATA_PER_RANK? The two paths below call different
- * collectives, so ranks that disagree would mismatch them (under MPI a
- * fatal MPI_ERR_TRUNCATE, under gloo the deadline): DCP_EINVAL on every
- * rank instead. One allreduce, as dcpi_rt_agree (which runs again, to
- * share the first failure's message, only when a rank failed). */
-static dcp_status agree_read(dcpi_rt *rt, dcp_status local, bool everyone) {
-  int64_t v[3] = {local ? rt->ctx->rank : INT64_MAX, everyone, -(int64_t)everyone};
-  dcp_status rc = dcpi_rt_allreduce(rt, v, 3, DCP_REDUCE_MIN);
-  if (rc) return rc;
-  if (v[1] != -v[2])
-    return dcpi_fail(&rt->err, DCP_EINVAL, "load: the ranks passed different "
-                     "DCP_LOAD_METADATA_PER_RANK flags");
-  return v[0] == INT64_MAX ? DCP_OK : dcpi_rt_agree(rt, local);
-}
-
 /* Phase 1: every rank ends with a view of the same .metadata (whose
  * XXH3-64 goes to *hash). *replaced: ranks reading it themselves read
  * different ones (start over). */
@@ -81,7 +65,9 @@ static dcp_status fetch_metadata(dcpi_rt *rt, const dcp_load_options *o, dcp_met
   bool everyone = o->flags & DCP_LOAD_METADATA_PER_RANK;
   dcp_status rc = dcpi_rt_open_storage(rt, 0);
   if (!rc && (everyone || rt->ctx->rank == 0)) rc = read_metadata(rt, &data, &len);
-  if ((rc = agree_read(rt, rc, everyone))) {
+  /* the two paths below take different collectives: the ranks agree on
+   * the flag first (under MPI a mismatch was a fatal MPI_ERR_TRUNCATE) */
+  if ((rc = dcpi_rt_agree_flag(rt, rc, everyone, "DCP_LOAD_METADATA_PER_RANK flags"))) {
     int64_t gone = rt->data_file_gone; /* a part went under a rank's merge */
     if (rc == DCP_ENOTFOUND && !dcpi_rt_allreduce(rt, &gone, 1, DCP_REDUCE_MAX))
       *replaced = gone > 0;

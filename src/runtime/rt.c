@@ -110,6 +110,14 @@ dcp_status dcpi_rt_agree(dcpi_rt *rt, dcp_status local) {
   return rt->err.code = (dcp_status)fm.code;
 }
 
+dcp_status dcpi_rt_agree_flag(dcpi_rt *rt, dcp_status local, bool flag, const char *what) {
+  int64_t v[3] = {local ? rt->ctx->rank : INT64_MAX, flag, -(int64_t)flag};
+  dcp_status rc = dcpi_rt_allreduce(rt, v, 3, DCP_REDUCE_MIN);
+  if (rc) return rc;
+  if (v[1] != -v[2]) return dcpi_fail(&rt->err, DCP_EINVAL, "the ranks passed different %s", what);
+  return v[0] == INT64_MAX ? DCP_OK : dcpi_rt_agree(rt, local);
+}
+
 dcp_status dcpi_rt_gather_bytes(dcpi_rt *rt, const void *send, size_t len, int32_t root,
                                 uint8_t **out, size_t **lens) {
   dcp_ctx *ctx = rt->ctx;

@@ -486,7 +486,9 @@ static dcp_status run(save_job *j) {
   if (!rc && !j->per_rank) rc = try_cache(j, &hit, &local);
   if (!rc && !j->per_rank && !hit) rc = plan(j);
   if (!rc && !j->per_rank && !hit) rc = remember_plan(j);
-  if (!rc) rc = dcpi_rt_agree(rt, local);
+  /* the replica check is collective: every rank must want it */
+  if (!rc) rc = dcpi_rt_agree_flag(rt, local, j->opts.flags & DCP_SAVE_CHECK_REPLICAS,
+                                   "DCP_SAVE_CHECK_REPLICAS flags");
   if (!rc && (j->opts.flags & DCP_SAVE_CHECK_REPLICAS)) /* before anything is written */
     rc = dcpi_replica_check(rt, j->st, j->lp, j->gp, false, NULL);
   if (!rc) rc = dcpi_rt_agree(rt, remove_in_place(j));

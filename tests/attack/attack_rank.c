@@ -13,8 +13,9 @@
  *                   scope: PER_RANK where the others have REPLICATED,
  *                   len: another length of a replicated bytes item,
  *                   overlap: a box partially overlapping another rank's,
- *                   opt_compress, opt_block: another DCP_SAVE_COMPRESS or
- *                   block_size in its save options):
+ *                   opt_compress, opt_block, opt_policy, opt_replicas:
+ *                   another DCP_SAVE_COMPRESS, block_size, policy or
+ *                   DCP_SAVE_CHECK_REPLICAS in its save options):
  *                   every rank's save must fail, with the same code, no hang
  *   --load-clash KIND  a load where rank world-1 disagrees (dedup: another
  *                   read_dedup; dtype/shape: its tensor declared differently,
@@ -233,6 +234,8 @@ static void do_clash(dcp_ctx *ctx, const args *a, at_model *m) {
   dcp_save_options o = save_opts(a);
   if (odd && !strcmp(k, "opt_compress")) o.flags ^= DCP_SAVE_COMPRESS;
   if (odd && !strcmp(k, "opt_block")) o.block_size += 4096;
+  if (odd && !strcmp(k, "opt_replicas")) o.flags |= DCP_SAVE_CHECK_REPLICAS;
+  if (odd && !strcmp(k, "opt_policy")) o.policy = DCP_POLICY_LOWEST_RANK;
   agree_on_failure(ctx, a, dcp_save(ctx, st, a->dir, &o), "save");
   dcp_state_free(st);
   at_free_bufs(&b);
