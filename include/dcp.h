@@ -611,7 +611,9 @@ DCP_API void dcp_save_options_init(dcp_save_options *opts);
 
 /* Save st as a checkpoint in the directory path (created, one level, when
  * missing). Collective over the context's ranks: every rank calls it with
- * its own state and the same path and options.
+ * its own state and the same path and options (the same string: a rank
+ * that passes another path, or another DCP_SAVE_CHECK_REPLICAS, makes the
+ * save DCP_EINVAL on every rank, nothing committed).
  *
  * Replicated chunks (the same (fqn, box) on several ranks) are written once;
  * each rank streams what it was assigned into its own data file in

@@ -67,7 +67,7 @@ static dcp_status fetch_metadata(dcpi_rt *rt, const dcp_load_options *o, dcp_met
   if (!rc && (everyone || rt->ctx->rank == 0)) rc = read_metadata(rt, &data, &len);
   /* the two paths below take different collectives: the ranks agree on
    * the flag first (under MPI a mismatch was a fatal MPI_ERR_TRUNCATE) */
-  if ((rc = dcpi_rt_agree_flag(rt, rc, everyone, "DCP_LOAD_METADATA_PER_RANK flags"))) {
+  if ((rc = dcpi_rt_agree_value(rt, rc, everyone, "DCP_LOAD_METADATA_PER_RANK flags"))) {
     int64_t gone = rt->data_file_gone; /* a part went under a rank's merge */
     if (rc == DCP_ENOTFOUND && !dcpi_rt_allreduce(rt, &gone, 1, DCP_REDUCE_MAX))
       *replaced = gone > 0;

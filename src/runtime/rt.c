@@ -110,8 +110,8 @@ dcp_status dcpi_rt_agree(dcpi_rt *rt, dcp_status local) {
   return rt->err.code = (dcp_status)fm.code;
 }
 
-dcp_status dcpi_rt_agree_flag(dcpi_rt *rt, dcp_status local, bool flag, const char *what) {
-  int64_t v[3] = {local ? rt->ctx->rank : INT64_MAX, flag, -(int64_t)flag};
+dcp_status dcpi_rt_agree_value(dcpi_rt *rt, dcp_status local, int64_t value, const char *what) {
+  int64_t v[3] = {local ? rt->ctx->rank : INT64_MAX, value, -value};
   dcp_status rc = dcpi_rt_allreduce(rt, v, 3, DCP_REDUCE_MIN);
   if (rc) return rc;
   if (v[1] != -v[2]) return dcpi_fail(&rt->err, DCP_EINVAL, "the ranks passed different %s", what);

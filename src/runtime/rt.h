@@ -44,13 +44,14 @@ dcp_status dcpi_rt_end(dcpi_rt *rt);
  * returned on all. A failure of the collective itself is returned as is. */
 dcp_status dcpi_rt_agree(dcpi_rt *rt, dcp_status local);
 
-/* dcpi_rt_agree that also checks that every rank passed the same flag (an
- * option that decides which collectives follow): one allreduce of {first
- * failure, flag, -flag} (dcpi_rt_agree runs after it, to share a failure's
- * message, only when a rank failed). Ranks that differ get DCP_EINVAL on
- * every rank ("the ranks passed different <what>"), before any of them
- * takes a collective the others do not. */
-dcp_status dcpi_rt_agree_flag(dcpi_rt *rt, dcp_status local, bool flag, const char *what);
+/* dcpi_rt_agree that also checks that every rank passed the same value
+ * (>= 0: an option that decides which collectives follow, a hash of the
+ * checkpoint's path): one allreduce of {first failure, value, -value}
+ * (dcpi_rt_agree runs after it, to share a failure's message, only when a
+ * rank failed). Ranks that differ get DCP_EINVAL on every rank ("the ranks
+ * passed different <what>"), before any of them takes a collective the
+ * others do not. */
+dcp_status dcpi_rt_agree_value(dcpi_rt *rt, dcp_status local, int64_t value, const char *what);
 
 dcp_status dcpi_rt_bcast(dcpi_rt *rt, void *buf, size_t len, int32_t root);
 /* Element-wise reduction (DCP_REDUCE_*) of n int64 values in place. */

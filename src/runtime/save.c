@@ -477,7 +477,10 @@ static dcp_status run(save_job *j) {
   uint64_t coll0 = stats->coll_bytes;
   bool hit = false;
   dcp_status local = DCP_OK;
-  dcp_status rc = dcpi_rt_agree(rt, prepare(j));
+  /* the same path on every rank: a rank saving elsewhere would leave its
+   * data file out of the committed checkpoint (a save that returned OK) */
+  int64_t where = (int64_t)(XXH3_64bits(rt->path, strlen(rt->path)) >> 1);
+  dcp_status rc = dcpi_rt_agree_value(rt, prepare(j), where, "checkpoint paths");
   if (!rc) rc = learn_identity(j);
   if (!rc) rc = choose_path(j);
   /* a restarted job: its plan may be the one recorded in the directory */
@@ -487,8 +490,8 @@ static dcp_status run(save_job *j) {
   if (!rc && !j->per_rank && !hit) rc = plan(j);
   if (!rc && !j->per_rank && !hit) rc = remember_plan(j);
   /* the replica check is collective: every rank must want it */
-  if (!rc) rc = dcpi_rt_agree_flag(rt, local, j->opts.flags & DCP_SAVE_CHECK_REPLICAS,
-                                   "DCP_SAVE_CHECK_REPLICAS flags");
+  if (!rc) rc = dcpi_rt_agree_value(rt, local, !!(j->opts.flags & DCP_SAVE_CHECK_REPLICAS),
+                                    "DCP_SAVE_CHECK_REPLICAS flags");
   if (!rc && (j->opts.flags & DCP_SAVE_CHECK_REPLICAS)) /* before anything is written */
     rc = dcpi_replica_check(rt, j->st, j->lp, j->gp, false, NULL);
   if (!rc) rc = dcpi_rt_agree(rt, remove_in_place(j));

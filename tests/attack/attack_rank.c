@@ -15,7 +15,8 @@
  *                   overlap: a box partially overlapping another rank's,
  *                   opt_compress, opt_block, opt_policy, opt_replicas:
  *                   another DCP_SAVE_COMPRESS, block_size, policy or
- *                   DCP_SAVE_CHECK_REPLICAS in its save options):
+ *                   DCP_SAVE_CHECK_REPLICAS in its save options, path:
+ *                   it saves into DIR.elsewhere):
  *                   every rank's save must fail, with the same code, no hang
  *   --load-clash KIND  a load where rank world-1 disagrees (dedup: another
  *                   read_dedup; dtype/shape: its tensor declared differently,
@@ -236,7 +237,10 @@ static void do_clash(dcp_ctx *ctx, const args *a, at_model *m) {
   if (odd && !strcmp(k, "opt_block")) o.block_size += 4096;
   if (odd && !strcmp(k, "opt_replicas")) o.flags |= DCP_SAVE_CHECK_REPLICAS;
   if (odd && !strcmp(k, "opt_policy")) o.policy = DCP_POLICY_LOWEST_RANK;
-  agree_on_failure(ctx, a, dcp_save(ctx, st, a->dir, &o), "save");
+  char elsewhere[4200]; /* path: that rank saves next to the others' directory */
+  snprintf(elsewhere, sizeof elsewhere, "%s.elsewhere", a->dir);
+  const char *dir = odd && !strcmp(k, "path") ? elsewhere : a->dir;
+  agree_on_failure(ctx, a, dcp_save(ctx, st, dir, &o), "save");
   dcp_state_free(st);
   at_free_bufs(&b);
 }
