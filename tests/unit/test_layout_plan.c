@@ -21,7 +21,7 @@ typedef struct pcase {
   dcpi_save_opts opts;
   size_t nt;
   dcpi_layout_tensor t[MAXT];
-  char names[MAXT][16];
+  char names[MAXT][32];
   int64_t shapes[MAXT][3];
   dcp_layout *layouts[MAXT];
 } pcase;
