@@ -51,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <time.h>
@@ -79,6 +80,14 @@ static double wall_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* CPU time of this process (all threads, user + system) so far. */
+static double cpu_now(void) {
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru)) return 0;
+  return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }
 
 static uint64_t mix(uint64_t z) {
@@ -478,6 +487,7 @@ typedef struct record {
   double t0[MAXREP][NPHASE], t1[MAXREP][NPHASE];
   uint64_t bytes[MAXREP][NPHASE]; /* bytes this rank moved in the disk phases */
   double tm[MAXREP];              /* disk write: write(2)s done, fsync starts */
+  double cpu[MAXREP][NPHASE];     /* CPU seconds of this rank in the phase */
   dcp_stats st[MAXREP][NPHASE];   /* dcp_ctx_stats of the dcp phases */
   uint64_t checked, bad;
 } record;
@@ -624,14 +634,17 @@ static void report(const args *a, const model *m, int32_t world, int32_t tp, int
   double bw[NPHASE];
   int med[NPHASE];
   printf("\nmedian times of %d repetitions (bandwidth: bytes / time; time: latest end - earliest "
-         "start over ranks)\n",
+         "start over ranks; cpu: user + system seconds, summed over ranks)\n",
          reps);
   for (int ph = 0; ph < NPHASE; ph++) {
     med[ph] = median_rep(all, world, reps, ph);
     double t = span(all, world, med[ph], ph);
     double bytes = ph <= PH_DISK_R ? (double)sum_bytes(all, world, med[ph], ph) : mb;
     bw[ph] = bytes / t;
-    printf("%-11s %6.2f GiB %6.2f s %6.0f MiB/s", names[ph], bytes / GIB, t, bw[ph] / MIB);
+    double cpu = 0;
+    for (int32_t r = 0; r < world; r++) cpu += all[r].cpu[med[ph]][ph];
+    printf("%-11s %6.2f GiB %6.2f s %6.0f MiB/s cpu %5.2f s", names[ph], bytes / GIB, t,
+           bw[ph] / MIB, cpu);
     if (ph == PH_DISK_W) {
       int k = med[ph];
       double lo = all[0].t0[k][ph], wmax = 0; /* when the last write(2) returned */
@@ -694,9 +707,11 @@ static void timed_load(dcp_ctx *ctx, rank_state *rs, const char *ckpt, record *r
   dcp_load_options lo;
   dcp_load_options_init(&lo);
   lo.read_dedup = load_dedup;
+  double c0 = cpu_now();
   rec->t0[k][ph] = wall_now();
   dcp_status rc = dcp_load(ctx, rs->st, ckpt, &lo);
   rec->t1[k][ph] = wall_now();
+  rec->cpu[k][ph] = cpu_now() - c0;
   if (rc) die("dcp_load: %s: %s", dcp_strerror(rc), dcp_ctx_last_error(ctx));
   rec->st[k][ph].struct_size = sizeof rec->st[k][ph];
   dcp_ctx_stats(ctx, &rec->st[k][ph]);
@@ -730,12 +745,16 @@ typedef struct bench_ctx {
 static void run_baseline(bench_ctx *b, int k) {
   record *rec = b->rec;
   bench_barrier(b->bar);
+  double c0 = cpu_now();
   disk_write(b->base, b->share, b->iobuf, b->io, &rec->t0[k][PH_DISK_W], &rec->tm[k],
              &rec->t1[k][PH_DISK_W]);
+  rec->cpu[k][PH_DISK_W] = cpu_now() - c0;
   rec->bytes[k][PH_DISK_W] = b->share;
   b->dropped &= cold_cache(b->bar, b->rank, b->dir); /* the files were fadvised already */
+  c0 = cpu_now();
   rec->bytes[k][PH_DISK_R] =
       disk_read(b->base, b->iobuf, b->io, &rec->t0[k][PH_DISK_R], &rec->t1[k][PH_DISK_R]);
+  rec->cpu[k][PH_DISK_R] = cpu_now() - c0;
   bench_barrier(b->bar);
   unlink(b->base);
 }
@@ -744,9 +763,11 @@ static void run_dcp(bench_ctx *b, int k) {
   record *rec = b->rec;
   uint64_t checked;
   bench_barrier(b->bar);
+  double c0 = cpu_now();
   rec->t0[k][PH_SAVE] = wall_now();
   dcp_status rc = dcp_save(b->ctx, b->rs->st, b->ckpt, b->so);
   rec->t1[k][PH_SAVE] = wall_now();
+  rec->cpu[k][PH_SAVE] = cpu_now() - c0;
   if (rc) die("dcp_save: %s: %s", dcp_strerror(rc), dcp_ctx_last_error(b->ctx));
   rec->st[k][PH_SAVE].struct_size = sizeof rec->st[k][PH_SAVE];
   dcp_ctx_stats(b->ctx, &rec->st[k][PH_SAVE]);

@@ -56,17 +56,25 @@ static bool direct_ok(const dcpi_overlap *ov, const dcp_storage_ref *ref) {
          (last % bs == 0 || last == ref->raw_length) && last > first;
 }
 
+/* The saved chunk that overlap ov reads (*ci) and the name of its data file. */
+static dcp_status overlap_saved(dcp_meta *m, const dcp_state *st, const dcpi_overlap *ov,
+                                dcp_chunk_info *ci, const char **file, dcpi_err *err) {
+  const dcpi_tensor_item *t = &st->tensors[st->chunks[ov->dest_chunk].tensor];
+  size_t ti;
+  dcp_status rc = dcp_meta_find_tensor(m, t->fqn, &ti);
+  if (!rc) rc = dcp_meta_chunk(m, ti, ov->saved_chunk, ci);
+  if (rc) return dcpi_fail(err, rc, "tensor '%s': saved chunk %u unavailable", t->fqn, ov->saved_chunk);
+  return dcpi_load_file_of(m, &ci->ref, file, err);
+}
+
 static dcp_status read_overlap(dcpi_block_reader *br, dcp_meta *m, const dcp_state *st,
                                const dcpi_overlap *ov, dcpi_err *err) {
   const dcpi_chunk_item *dest = &st->chunks[ov->dest_chunk];
   const dcpi_tensor_item *t = &st->tensors[dest->tensor];
-  size_t ti;
   dcp_chunk_info ci;
   const char *file;
-  dcp_status rc = dcp_meta_find_tensor(m, t->fqn, &ti);
-  if (!rc) rc = dcp_meta_chunk(m, ti, ov->saved_chunk, &ci);
-  if (rc) return dcpi_fail(err, rc, "tensor '%s': saved chunk %u unavailable", t->fqn, ov->saved_chunk);
-  if ((rc = dcpi_load_file_of(m, &ci.ref, &file, err))) return rc;
+  dcp_status rc = overlap_saved(m, st, ov, &ci, &file, err);
+  if (rc) return rc;
   char what[512], box[256];
   snprintf(what, sizeof what, "tensor '%.200s' chunk %s", t->fqn,
            dcpi_box_str(ci.box.ndim, ci.box.offset, ci.box.size, box, sizeof box));
@@ -99,14 +107,9 @@ static dcp_status prefetch_overlaps(dcpi_block_reader *br, dcp_meta *m, const dc
   dcp_status rc = pick && reqs && refs ? DCP_OK : dcpi_fail(err, DCP_ENOMEM, "out of memory");
   for (size_t i = 0; !rc && i < n; i++) {
     const dcpi_overlap *ov = &plan->overlaps[pick[i]];
-    const dcpi_tensor_item *t = &st->tensors[st->chunks[ov->dest_chunk].tensor];
-    size_t ti;
     dcp_chunk_info ci;
     const char *file;
-    if (dcp_meta_find_tensor(m, t->fqn, &ti) || dcp_meta_chunk(m, ti, ov->saved_chunk, &ci))
-      rc = dcpi_fail(err, DCP_ECORRUPT, "tensor '%s': saved chunk %u unavailable", t->fqn,
-                    ov->saved_chunk);
-    else if (!(rc = dcpi_load_file_of(m, &ci.ref, &file, err))) {
+    if (!(rc = overlap_saved(m, st, ov, &ci, &file, err))) {
       refs[i] = ci.ref;
       reqs[i] = (dcpi_block_req){file, &refs[i], (uint64_t)ov->src_first, (uint64_t)ov->src_last};
     }
@@ -246,6 +249,131 @@ static dcp_status bcast_unit(dcpi_rt *rt, exec *x, const dcpi_bcast_unit *u, uin
   return DCP_OK;
 }
 
+/* Pipelined: the reader thread reads while this thread broadcasts each
+ * unit once its reader (this rank or another) has it. Returns false when
+ * no thread could be started (nothing has happened then), else true with
+ * the collective's status in *cs. */
+static bool run_threaded(dcpi_rt *rt, exec *x, dcpi_load_counts *counts, dcp_status *cs) {
+  if (pthread_mutex_init(&x->mu, NULL)) return false;
+  pthread_t tid;
+  if (pthread_cond_init(&x->cv, NULL)) {
+    pthread_mutex_destroy(&x->mu);
+    return false;
+  }
+  if (pthread_create(&tid, NULL, reader_main, x)) {
+    pthread_cond_destroy(&x->cv);
+    pthread_mutex_destroy(&x->mu);
+    return false;
+  }
+  const dcpi_load_sched *sc = x->sc;
+  *cs = DCP_OK;
+  size_t k = 0;
+  for (size_t i = 0; i < sc->nunits && !*cs; i++) {
+    const dcpi_bcast_unit *u = &sc->units[i];
+    bool reader = u->reader == rt->ctx->rank;
+    if (reader) {
+      pthread_mutex_lock(&x->mu);
+      while (x->read_done <= k && !x->exited) pthread_cond_wait(&x->cv, &x->mu);
+      pthread_mutex_unlock(&x->mu);
+    }
+    *cs = bcast_unit(rt, x, u, sc->pack, counts);
+    if (reader) {
+      pthread_mutex_lock(&x->mu);
+      x->sent_bytes += u->bytes;
+      k++;
+      pthread_cond_broadcast(&x->cv);
+      pthread_mutex_unlock(&x->mu);
+    }
+  }
+  pthread_mutex_lock(&x->mu);
+  if (*cs) x->stop = true; /* a collective failed: the load is over */
+  pthread_cond_broadcast(&x->cv);
+  pthread_mutex_unlock(&x->mu);
+  pthread_join(tid, NULL);
+  pthread_cond_destroy(&x->cv);
+  pthread_mutex_destroy(&x->mu);
+  return true;
+}
+
+/* Read-then-broadcast: everything this rank reads, then the units. */
+static dcp_status run_serial(dcpi_rt *rt, exec *x, dcpi_load_counts *counts) {
+  const dcpi_load_sched *sc = x->sc;
+  for (size_t k = 0; k < x->nr; k++) read_unit(x, &sc->units[x->runits[k]]);
+  for (size_t i = 0; i < x->nown; i++) read_one(x, x->own[i]);
+  dcp_status cs = DCP_OK;
+  for (size_t i = 0; i < sc->nunits && !cs; i++) cs = bcast_unit(rt, x, &sc->units[i], sc->pack, counts);
+  return cs;
+}
+
+/* Where a chunk's reads start in storage: (data file, byte offset). */
+typedef struct file_pos {
+  uint64_t file, off;
+  uint32_t chunk;
+} file_pos;
+
+static int cmp_file_pos(const void *pa, const void *pb) {
+  const file_pos *a = pa, *b = pb;
+  if (a->file != b->file) return a->file < b->file ? -1 : 1;
+  if (a->off != b->off) return a->off < b->off ? -1 : 1;
+  return (a->chunk > b->chunk) - (a->chunk < b->chunk);
+}
+
+/* Order the chunks a rank reads for itself by where their first overlap
+ * lies in storage, so that a rank reading its own data file reads it front
+ * to back (sequential reads keep the kernel's read-ahead going; the save
+ * wrote them in another order than the state lists them). Chunks whose
+ * saved chunk cannot be found go last, in state order, for their read to
+ * report. Best effort: without memory the order stays. */
+static void sort_by_file(const exec *x, uint32_t *own, size_t n) {
+  file_pos *p = n > 1 ? malloc(n * sizeof *p) : NULL;
+  if (!p) return;
+  for (size_t i = 0; i < n; i++) {
+    p[i] = (file_pos){UINT64_MAX, 0, own[i]};
+    for (size_t k = x->plan->chunk_first[own[i]]; k < x->plan->chunk_first[own[i] + 1]; k++) {
+      dcp_chunk_info ci;
+      const char *file;
+      dcpi_err ignored;
+      if ((x->sc->skip && x->sc->skip[k]) ||
+          overlap_saved(x->m, x->st, &x->plan->overlaps[k], &ci, &file, &ignored))
+        continue;
+      p[i].file = ci.ref.file;
+      p[i].off = ci.ref.offset + (uint64_t)x->plan->overlaps[k].src_first;
+      break;
+    }
+  }
+  qsort(p, n, sizeof *p, cmp_file_pos);
+  for (size_t i = 0; i < n; i++) own[i] = p[i].chunk;
+  free(p);
+}
+
+/* x's lists: the units this rank reads for (x->runits) and the chunks it
+ * reads for itself (x->own, *own_tmp when the schedule brought no memory
+ * for it), and the bytes of both. */
+static dcp_status exec_lists(dcpi_rt *rt, exec *x, uint32_t **own_tmp) {
+  const dcpi_load_sched *sc = x->sc;
+  const dcp_state *st = x->st;
+  /* With broadcasts to run, the schedule brought the working memory
+   * (allocated before its agreement); without, a failure here is local. */
+  x->runits = sc->runits;
+  x->own = sc->own;
+  if (sc->nunits && (!x->runits || !x->own || !sc->pack))
+    return dcpi_fail(&rt->err, DCP_EINVAL, "read dedup: a schedule without working memory");
+  if (!x->own && !(x->own = *own_tmp = malloc((st->nchunks ? st->nchunks : 1) * sizeof *x->own)))
+    return dcpi_fail(&rt->err, DCP_ENOMEM, "out of memory");
+  for (size_t u = 0; u < sc->nunits; u++)
+    if (sc->units[u].reader == rt->ctx->rank) x->runits[x->nr++] = u;
+  for (size_t c = 0; c < st->nchunks; c++)
+    if (sc->role[c] == DCPI_CHUNK_OWN && st->chunks[c].nbytes > 0) x->own[x->nown++] = (uint32_t)c;
+  for (size_t k = 0; k < x->nr; k++) {
+    const dcpi_bcast_unit *u = &sc->units[x->runits[k]];
+    for (size_t i = 0; i < u->count; i++)
+      x->total += (uint64_t)st->chunks[sc->items[u->first + i]].nbytes;
+  }
+  for (size_t i = 0; i < x->nown; i++) x->total += (uint64_t)st->chunks[x->own[i]].nbytes;
+  sort_by_file(x, x->own, x->nown);
+  return DCP_OK;
+}
+
 dcp_status dcpi_load_exec(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
                           const dcpi_load_plan *plan, const dcpi_load_sched *sc,
                           dcpi_block_reader *br, bool pipeline, uint64_t max_inflight,
@@ -254,90 +382,20 @@ dcp_status dcpi_load_exec(dcpi_rt *rt, dcp_meta *m, const dcp_state *st,
   exec x = {.m = m, .st = st, .plan = plan, .sc = sc, .br = br, .ctx = rt->ctx,
             .max_inflight = max_inflight > INT64_MAX ? INT64_MAX : (int64_t)max_inflight};
   dcpi_err_clear(&x.rerr);
-  /* With broadcasts to run, the schedule brought the working memory
-   * (allocated before its agreement); without, a failure here is local. */
   uint32_t *own_tmp = NULL;
-  x.runits = sc->runits;
-  x.own = sc->own;
-  uint8_t *pack = sc->pack;
-  if (sc->nunits && (!x.runits || !x.own || !pack))
-    return dcpi_fail(&rt->err, DCP_EINVAL, "read dedup: a schedule without working memory");
-  if (!x.own && !(x.own = own_tmp = malloc((st->nchunks ? st->nchunks : 1) * sizeof *x.own)))
-    return dcpi_fail(&rt->err, DCP_ENOMEM, "out of memory");
-  for (size_t u = 0; u < sc->nunits; u++)
-    if (sc->units[u].reader == rt->ctx->rank) x.runits[x.nr++] = u;
-  for (size_t c = 0; c < st->nchunks; c++)
-    if (sc->role[c] == DCPI_CHUNK_OWN && st->chunks[c].nbytes > 0) x.own[x.nown++] = (uint32_t)c;
-  for (size_t k = 0; k < x.nr; k++) {
-    const dcpi_bcast_unit *u = &sc->units[x.runits[k]];
-    for (size_t i = 0; i < u->count; i++)
-      x.total += (uint64_t)st->chunks[sc->items[u->first + i]].nbytes;
-  }
-  for (size_t i = 0; i < x.nown; i++) x.total += (uint64_t)st->chunks[x.own[i]].nbytes;
+  dcp_status cs = exec_lists(rt, &x, &own_tmp);
   /* the share groups first: they complete chunks that are read or
    * broadcast below */
-  dcp_status ss = dcpi_load_share_exec(rt, m, st, plan, sc, br, counts, &x.rs, &x.rerr);
-  if (ss) {
-    free(own_tmp);
-    return ss;
+  if (!cs) cs = dcpi_load_share_exec(rt, m, st, plan, sc, br, counts, &x.rs, &x.rerr);
+  if (!cs) {
+    x.payload = counts->payload;
+    bool threaded = pipeline && sc->nunits > 0 && (x.nr > 0 || x.nown > 0) &&
+                    run_threaded(rt, &x, counts, &cs);
+    if (!threaded) cs = run_serial(rt, &x, counts);
+    counts->payload = x.payload;
   }
-  x.payload = counts->payload;
-
-  bool threaded = false;
-  if (pipeline && sc->nunits > 0 && (x.nr > 0 || x.nown > 0)) {
-    threaded = !pthread_mutex_init(&x.mu, NULL);
-    if (threaded && pthread_cond_init(&x.cv, NULL)) {
-      pthread_mutex_destroy(&x.mu);
-      threaded = false;
-    }
-    pthread_t tid;
-    if (threaded && pthread_create(&tid, NULL, reader_main, &x)) {
-      pthread_cond_destroy(&x.cv);
-      pthread_mutex_destroy(&x.mu);
-      threaded = false; /* run read-then-broadcast instead */
-    }
-    if (threaded) {
-      dcp_status cs = DCP_OK;
-      size_t k = 0;
-      for (size_t i = 0; i < sc->nunits && !cs; i++) {
-        const dcpi_bcast_unit *u = &sc->units[i];
-        bool reader = u->reader == rt->ctx->rank;
-        if (reader) {
-          pthread_mutex_lock(&x.mu);
-          while (x.read_done <= k && !x.exited) pthread_cond_wait(&x.cv, &x.mu);
-          pthread_mutex_unlock(&x.mu);
-        }
-        cs = bcast_unit(rt, &x, u, pack, counts);
-        if (reader) {
-          pthread_mutex_lock(&x.mu);
-          x.sent_bytes += u->bytes;
-          k++;
-          pthread_cond_broadcast(&x.cv);
-          pthread_mutex_unlock(&x.mu);
-        }
-      }
-      pthread_mutex_lock(&x.mu);
-      if (cs) x.stop = true; /* a collective failed: the load is over */
-      pthread_cond_broadcast(&x.cv);
-      pthread_mutex_unlock(&x.mu);
-      pthread_join(tid, NULL);
-      pthread_cond_destroy(&x.cv);
-      pthread_mutex_destroy(&x.mu);
-      free(own_tmp);
-      counts->payload = x.payload;
-      if (cs) return cs; /* its message is in rt->err */
-      if (x.rs) rt->err = x.rerr;
-      return x.rs;
-    }
-  }
-  /* read-then-broadcast: everything this rank reads, then the units */
-  for (size_t k = 0; k < x.nr; k++) read_unit(&x, &sc->units[x.runits[k]]);
-  for (size_t i = 0; i < x.nown; i++) read_one(&x, x.own[i]);
-  dcp_status cs = DCP_OK;
-  for (size_t i = 0; i < sc->nunits && !cs; i++) cs = bcast_unit(rt, &x, &sc->units[i], pack, counts);
   free(own_tmp);
-  counts->payload = x.payload;
-  if (cs) return cs;
+  if (cs) return cs; /* its message is in rt->err */
   if (x.rs) rt->err = x.rerr;
   return x.rs;
 }

@@ -36,6 +36,8 @@ struct dcp_storage_file {
   unsigned gen;           /* bumped by every reopen, so racing readers reopen once */
   int failed;             /* write side: sticky status of a failed write */
   uint64_t off;           /* write side without staging: next append offset */
+  uint64_t wb_off;        /* write side without staging: writeback started below this */
+  int wb_off_ok;          /* 0 once sync_file_range is refused: no early writeback */
   unsigned char *stage;   /* write side with O_DIRECT: staging buffer, else NULL */
   size_t stage_len;       /* bytes staged */
   size_t stage_synced;    /* leading staged bytes already written (a tail) */
@@ -222,6 +224,36 @@ static int write_at(dcp_storage_file *f, const void *p, size_t n, uint64_t off,
   return r < 0 ? (int)r : DCP_OK;
 }
 
+/* ---- early writeback ----------------------------------------------------------- */
+
+/* Buffered appends start the page cache's writeback of every WRITEBACK_STEP
+ * bytes as soon as they are written (sync_file_range WRITE: queue the
+ * dirty pages for the disk, do not wait), so the disk works while later
+ * bytes are still being copied in, and the final fsync finds little left
+ * instead of the whole file. Without it nothing is written back until the
+ * fsync, unless the file passes the kernel's dirty thresholds. */
+#define WRITEBACK_STEP ((uint64_t)32 << 20)
+
+/* Start writeback of [wb_off, off) rounded down to whole steps. Only a
+ * head start: errors surface at fsync, which waits for every page; a file
+ * system or kernel that refuses the call (ENOSYS, EINVAL, ESPIPE) turns it
+ * off for the file. */
+static void writeback_start(dcp_storage_file *f) {
+  if (!f->wb_off_ok || f->off - f->wb_off < WRITEBACK_STEP) return;
+  uint64_t end = f->off - (f->off - f->wb_off) % WRITEBACK_STEP;
+#ifdef SYNC_FILE_RANGE_WRITE
+  pthread_rwlock_rdlock(&f->lock);
+  int r = sync_file_range(f->fd, (off_t)f->wb_off, (off_t)(end - f->wb_off),
+                          SYNC_FILE_RANGE_WRITE);
+  int e = r ? errno : 0;
+  pthread_rwlock_unlock(&f->lock);
+  if (e == ENOSYS || e == EINVAL || e == ESPIPE || e == EOPNOTSUPP) f->wb_off_ok = 0;
+#else
+  f->wb_off_ok = 0;
+#endif
+  f->wb_off = end;
+}
+
 /* ---- staging ------------------------------------------------------------------ */
 
 /* Write the staged tail (less than one block) through the page cache:
@@ -292,6 +324,7 @@ static int file_new(fsio_core *c, const char *name, uint32_t mode, int fd, int d
   atomic_init(&f->direct, direct);
   f->want_direct = direct;
   f->stage = stage;
+  f->wb_off_ok = mode == DCP_FILE_WRITE && !stage;
   memcpy(f->name, name, strlen(name) + 1);
   *out = f;
   return DCP_OK;
@@ -397,7 +430,10 @@ int fsio_file_write(dcp_storage_file *f, const void *buf, size_t len, dcp_plugin
     return dcp_plugin_fail(err, f->failed, "write %s: an earlier write failed", f->name);
   int rc = f->stage ? stage_put(f, buf, len, err) : write_at(f, buf, len, f->off, err);
   if (rc) return f->failed = rc;
-  if (!f->stage) f->off += len;
+  if (!f->stage) {
+    f->off += len;
+    writeback_start(f);
+  }
   fsio_count(&f->c->stats.bytes_written, len);
   fsio_count(&f->c->stats.write_ops, 1);
   return DCP_OK;
