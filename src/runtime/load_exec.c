@@ -56,9 +56,8 @@ static bool direct_ok(const dcpi_overlap *ov, const dcp_storage_ref *ref) {
          (last % bs == 0 || last == ref->raw_length) && last > first;
 }
 
-/* The saved chunk that overlap ov reads (*ci) and the name of its data file. */
-static dcp_status overlap_saved(dcp_meta *m, const dcp_state *st, const dcpi_overlap *ov,
-                                dcp_chunk_info *ci, const char **file, dcpi_err *err) {
+dcp_status dcpi_load_saved_of(dcp_meta *m, const dcp_state *st, const dcpi_overlap *ov,
+                              dcp_chunk_info *ci, const char **file, dcpi_err *err) {
   const dcpi_tensor_item *t = &st->tensors[st->chunks[ov->dest_chunk].tensor];
   size_t ti;
   dcp_status rc = dcp_meta_find_tensor(m, t->fqn, &ti);
@@ -73,7 +72,7 @@ static dcp_status read_overlap(dcpi_block_reader *br, dcp_meta *m, const dcp_sta
   const dcpi_tensor_item *t = &st->tensors[dest->tensor];
   dcp_chunk_info ci;
   const char *file;
-  dcp_status rc = overlap_saved(m, st, ov, &ci, &file, err);
+  dcp_status rc = dcpi_load_saved_of(m, st, ov, &ci, &file, err);
   if (rc) return rc;
   char what[512], box[256];
   snprintf(what, sizeof what, "tensor '%.200s' chunk %s", t->fqn,
@@ -109,7 +108,7 @@ static dcp_status prefetch_overlaps(dcpi_block_reader *br, dcp_meta *m, const dc
     const dcpi_overlap *ov = &plan->overlaps[pick[i]];
     dcp_chunk_info ci;
     const char *file;
-    if (!(rc = overlap_saved(m, st, ov, &ci, &file, err))) {
+    if (!(rc = dcpi_load_saved_of(m, st, ov, &ci, &file, err))) {
       refs[i] = ci.ref;
       reqs[i] = (dcpi_block_req){file, &refs[i], (uint64_t)ov->src_first, (uint64_t)ov->src_last};
     }
@@ -334,7 +333,7 @@ static void sort_by_file(const exec *x, uint32_t *own, size_t n) {
       const char *file;
       dcpi_err ignored;
       if ((x->sc->skip && x->sc->skip[k]) ||
-          overlap_saved(x->m, x->st, &x->plan->overlaps[k], &ci, &file, &ignored))
+          dcpi_load_saved_of(x->m, x->st, &x->plan->overlaps[k], &ci, &file, &ignored))
         continue;
       p[i].file = ci.ref.file;
       p[i].off = ci.ref.offset + (uint64_t)x->plan->overlaps[k].src_first;

@@ -179,6 +179,13 @@ dcp_status dcpi_load_copy_runs(void *arg, uint64_t raw_off, const uint8_t *data,
 dcp_status dcpi_load_file_of(dcp_meta *m, const dcp_storage_ref *ref, const char **name,
                              dcpi_err *err);
 
+/* The saved chunk that overlap ov of st reads (*ci) and the name of its
+ * data file (*file, owned by m). Errors: the metadata's (the tensor or
+ * chunk missing, DCP_ECORRUPT for a damaged list), DCP_ECORRUPT (a file
+ * index not in the table). */
+dcp_status dcpi_load_saved_of(dcp_meta *m, const dcp_state *st, const dcpi_overlap *ov,
+                              dcp_chunk_info *ci, const char **file, dcpi_err *err);
+
 /* Read destination chunk `chunk` of st (its overlaps in plan, except
  * those skip flags, skip may be NULL) through br, verifying every block;
  * *bytes (may be NULL) gets the bytes of the overlaps read. */

@@ -33,17 +33,6 @@ enum { M_FAILED, M_NREC, M_HEAD };
 
 /* ---- this rank's needs --------------------------------------------------- */
 
-/* The saved chunk of ov: file, ref and a name for messages. */
-static dcp_status saved_of(dcp_meta *m, const dcp_state *st, const dcpi_overlap *ov,
-                           dcp_chunk_info *ci, const char **file, dcpi_err *err) {
-  const dcpi_tensor_item *t = &st->tensors[st->chunks[ov->dest_chunk].tensor];
-  size_t ti;
-  dcp_status rc = dcp_meta_find_tensor(m, t->fqn, &ti);
-  if (!rc) rc = dcp_meta_chunk(m, ti, ov->saved_chunk, ci);
-  if (rc) return dcpi_fail(err, rc, "tensor '%s': saved chunk %u unavailable", t->fqn, ov->saved_chunk);
-  return dcpi_load_file_of(m, &ci->ref, file, err);
-}
-
 /* The granules [*lo, *hi) of ref that cover ov's bytes. */
 static void granules(const dcp_storage_ref *ref, const dcpi_overlap *ov, int64_t *lo, int64_t *hi) {
   int64_t bs = ref->block_size ? (int64_t)ref->block_size : 1, end = (int64_t)ref->raw_length;
@@ -76,7 +65,7 @@ static dcp_status own_message(dcp_meta *m, const dcp_state *st, const dcpi_load_
     const dcpi_tensor_item *t = &st->tensors[ov->tensor];
     dcp_chunk_info ci;
     const char *file;
-    dcp_status rc = saved_of(m, st, ov, &ci, &file, err);
+    dcp_status rc = dcpi_load_saved_of(m, st, ov, &ci, &file, err);
     if (rc) {
       free(w);
       return rc;
@@ -386,7 +375,7 @@ static dcp_status read_group(dcp_meta *m, const dcp_state *st, const dcpi_load_p
   size_t n = 0;
   for (size_t k = grp->first; !rc && k < grp->first + grp->count; k++)
     if (p->needs[k].rank == me && !mine) mine = &plan->overlaps[p->needs[k].seq];
-  if (!rc) rc = saved_of(m, st, mine, &ci, &file, err);
+  if (!rc) rc = dcpi_load_saved_of(m, st, mine, &ci, &file, err);
   int64_t at = 0;
   for (int32_t r = next_rank(p, grp, -1, me); !rc && r >= 0; r = next_rank(p, grp, r, me))
     for (size_t k = grp->first; !rc && k < grp->first + grp->count; k++) {

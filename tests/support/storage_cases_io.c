@@ -287,3 +287,43 @@ void stu_case_direct_fallback(const stu_plugin *sp) {
     else print_message("/dev/shm accepts O_DIRECT: real fallback not exercised\n");
   }
 }
+
+/* ---- early writeback ---------------------------------------------------------- */
+
+#define WB_STEP ((uint64_t)32 << 20) /* fsio_file.c's WRITEBACK_STEP */
+
+/* See storage_testutil.h. 80 MiB and a bit in uneven appends: after each,
+ * the writeback started covers every whole 32 MiB step written and nothing
+ * beyond, and the file reads back as written. */
+void stu_case_writeback(const stu_plugin *sp, const char *options) {
+  char parent[STU_PATH], root[STU_PATH];
+  dcp_storage *st = stu_fresh(sp, NULL, options, parent, root);
+  tu_rng r;
+  tu_rng_seed(&r, tu_seed(3232));
+  size_t len = (80u << 20) + 12345;
+  unsigned char *data = malloc(len);
+  assert_non_null(data);
+  stu_fill(&r, data, len);
+  dcp_plugin_err err = {{0}};
+  dcp_storage_file *f;
+  assert_int_equal(sp->p->file_open(st, "wb.bin", DCP_FILE_WRITE, &f, &err), DCP_OK);
+  assert_int_equal(sp->diag->file_is_direct(f), 0);
+  int refused = 0;
+  for (size_t at = 0; at < len;) {
+    size_t n = (size_t)tu_rng_range(&r, 1, 9 << 20);
+    if (n > len - at) n = len - at;
+    assert_int_equal(sp->p->file_write(f, data + at, n, &err), DCP_OK);
+    at += n;
+    uint64_t started = sp->diag->writeback_started(f), want = at / WB_STEP * WB_STEP;
+    if (want && !started && !refused) {
+      refused = 1;
+      print_message("sync_file_range refused in %s: no early writeback to check\n", root);
+    }
+    if (!refused) assert_int_equal(started, want);
+  }
+  assert_int_equal(sp->p->file_close(f, &err), DCP_OK);
+  stu_verify(sp, st, "wb.bin", data, len, 20, &r);
+  free(data);
+  sp->p->close(st);
+  stu_rmrf(parent);
+}

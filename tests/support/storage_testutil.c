@@ -52,7 +52,7 @@ void stu_load(stu_plugin *sp, const char *name) {
   assert_int_equal(sp->p->abi_version, DCP_PLUGIN_ABI_VERSION);
   assert_true(sp->p->struct_size >= sizeof(dcp_storage_plugin));
   assert_string_equal(sp->p->name, name);
-  assert_int_equal(sp->diag->version, 1);
+  assert_int_equal(sp->diag->version, 2);
 }
 
 /* See storage_testutil.h. */

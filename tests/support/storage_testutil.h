@@ -91,6 +91,9 @@ void stu_case_concurrent_reads(const stu_plugin *sp, const char *options);
 void stu_case_direct(const stu_plugin *sp, uint32_t flags, const char *options);
 /* Buffered fallback when O_DIRECT is refused at open or at a write. */
 void stu_case_direct_fallback(const stu_plugin *sp);
+/* Buffered appends (options must leave O_DIRECT off) start the page
+ * cache's writeback at every whole 32 MiB written; data reads back. */
+void stu_case_writeback(const stu_plugin *sp, const char *options);
 /* Join options: "a" + "b" → "a,b" (either may be NULL or empty), static buffer. */
 const char *stu_opts(const char *a, const char *b);
 /* Read back a whole file's stats. */

@@ -65,6 +65,11 @@ static void test_direct_option(void **state) {
   stu_case_direct(&sp, 0, "direct=1");
 }
 
+static void test_writeback(void **state) {
+  (void)state;
+  stu_case_writeback(&sp, NULL);
+}
+
 static void test_direct_fallback(void **state) {
   (void)state;
   stu_case_direct_fallback(&sp);
@@ -164,6 +169,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_direct_flag),
       cmocka_unit_test(test_direct_option),
       cmocka_unit_test(test_direct_fallback),
+      cmocka_unit_test(test_writeback),
       cmocka_unit_test(test_buffered_by_default),
       cmocka_unit_test(test_eagain_not_retried),
       cmocka_unit_test(test_errors),

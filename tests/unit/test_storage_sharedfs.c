@@ -193,6 +193,11 @@ static void test_direct_default(void **state) {
   stu_rmrf(parent);
 }
 
+static void test_writeback(void **state) {
+  (void)state;
+  stu_case_writeback(&sp, "direct=0");
+}
+
 static void test_direct_fallback(void **state) {
   (void)state;
   stu_case_direct_fallback(&sp);
@@ -388,6 +393,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_rename_across_subdirs),
       cmocka_unit_test(test_direct_default),
       cmocka_unit_test(test_direct_fallback),
+      cmocka_unit_test(test_writeback),
       cmocka_unit_test(test_estale_reopens),
       cmocka_unit_test(test_retries_bounded),
       cmocka_unit_test(test_read_open_is_fresh),

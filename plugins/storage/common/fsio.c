@@ -407,5 +407,5 @@ static uint64_t diag_reopens(const dcp_storage *st) {
   return atomic_load((_Atomic uint64_t *)&c->stats.reopens);
 }
 
-const fsio_diag fsio_diag_table = {1, diag_direct_fallbacks, fsio_diag_file_is_direct,
-                                   diag_reopens};
+const fsio_diag fsio_diag_table = {2, diag_direct_fallbacks, fsio_diag_file_is_direct,
+                                   diag_reopens, fsio_diag_writeback_started};

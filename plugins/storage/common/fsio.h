@@ -89,14 +89,19 @@ struct fsio_core {
 
 /* Diagnostics for tests (FSIO_DIAG_KIND). */
 typedef struct fsio_diag {
-  uint32_t version; /* 1 */
+  uint32_t version; /* 2 */
   uint64_t (*direct_fallbacks)(const dcp_storage *st);
   int (*file_is_direct)(const dcp_storage_file *f); /* O_DIRECT set on its fd */
   uint64_t (*reopens)(const dcp_storage *st);       /* fds replaced after ESTALE */
+  /* version 2: the offset below which a buffered write file's early
+   * writeback was started, 0 when none was (or the kernel refused it) */
+  uint64_t (*writeback_started)(const dcp_storage_file *f);
 } fsio_diag;
 extern const fsio_diag fsio_diag_table;
 /* fsio_diag.file_is_direct (fsio_file.c, which knows the file structure). */
 int fsio_diag_file_is_direct(const dcp_storage_file *f);
+/* fsio_diag.writeback_started (fsio_file.c). */
+uint64_t fsio_diag_writeback_started(const dcp_storage_file *f);
 
 /* The storage table of a plugin built on the engine: the plugin supplies
  * its name, caps and the functions that depend on its layout. */

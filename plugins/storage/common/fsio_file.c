@@ -548,6 +548,10 @@ int fsio_file_close(dcp_storage_file *f, dcp_plugin_err *err) {
 }
 
 /* See fsio.h. */
+uint64_t fsio_diag_writeback_started(const dcp_storage_file *f) {
+  return f->wb_off_ok ? f->wb_off : 0;
+}
+
 int fsio_diag_file_is_direct(const dcp_storage_file *f) {
   int fl = fcntl(f->fd, F_GETFL);
   return fl >= 0 && (fl & O_DIRECT) != 0;
