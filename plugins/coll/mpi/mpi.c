@@ -9,7 +9,8 @@
  * close finalises it, unless a communicator failed (see "Close" below).
  *
  * Deadlines: every operation is started in its nonblocking form and polled
- * with MPI_Testall and a short backoff until it completes or timeout_ms
+ * with MPI_Testall, back to back for a while and then with a short backoff
+ * (SPIN_NS below), until it completes or timeout_ms
  * passes (DCP_ETIMEDOUT). A started collective cannot be cancelled, so after
  * a timeout the communicator is unusable: later calls return DCP_EPEER.
  *
@@ -68,6 +69,7 @@
  * traffic.
  */
 #include <limits.h>
+#include <sched.h>
 #include <mpi.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -81,8 +83,20 @@
 
 #define DEFAULT_MAX_MSG (1u << 30)
 #define DEFAULT_BOUNCE (64u << 20)
+/* Polling a wait: MPI moves data only inside MPI_Testall (Open MPI's
+ * shared-memory transport pushes a few 32 KiB fragments per call when the
+ * kernel's single-copy path is off), so a wait that sleeps between polls
+ * moves data at the pace of its sleeps: with sleeps growing to 1 ms, a
+ * one-host broadcast ran at ~125 MiB/s and a resharded dcp-bench load
+ * with read dedup at 0.08x the disk's read speed (0.45-0.63x spinning;
+ * docs/benchmarks.md, "MPI waits"). So a wait first polls back to back
+ * for SPIN_NS, yielding the CPU between polls (ranks may share cores),
+ * then sleeps between polls, 2 us doubling up to POLL_MAX_NS, so a peer
+ * that comes late still gets its transfer at a few hundred MiB/s while an
+ * idle wait costs ~10,000 wake-ups a second. */
+#define SPIN_NS 100000000LL     /* 100 ms */
 #define POLL_MIN_NS 2000LL      /* 2 us */
-#define POLL_MAX_NS 1000000LL   /* 1 ms */
+#define POLL_MAX_NS 100000LL    /* 100 us */
 #define TAG_GATHERV 0x4463
 #define TAG_SCATTERV 0x4464
 #define TAG_GROUP 0x4465
@@ -208,7 +222,7 @@ static void abandon(dcp_comm *c, batch *b) {
 static int round_wait(dcp_comm *c, batch **bp, int mrc, int64_t deadline, const char *what,
                       dcp_plugin_err *err) {
   batch *b = *bp;
-  int64_t backoff = POLL_MIN_NS;
+  int64_t backoff = POLL_MIN_NS, spin_until = now_ns() + SPIN_NS;
   int rc = DCP_OK;
   for (;;) {
     int done = 0;
@@ -230,6 +244,10 @@ static int round_wait(dcp_comm *c, batch **bp, int mrc, int64_t deadline, const 
                                  what, (long long)c->timeout_ms),
                  err);
       break;
+    }
+    if (now_ns() < spin_until) {
+      sched_yield();
+      continue;
     }
     sleep_ns(backoff < left ? backoff : left);
     if (backoff < POLL_MAX_NS) backoff *= 2;
