@@ -5,8 +5,17 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "dcp.h"
+
+/* qsort that accepts an empty array given as NULL: C leaves qsort(NULL, 0, ...)
+ * undefined, and the growable arrays here stay NULL until something is
+ * appended. */
+static inline void dcpi_sort(void *base, size_t n, size_t size,
+                             int (*cmp)(const void *, const void *)) {
+  if (n > 1) qsort(base, n, size, cmp);
+}
 
 /* *out = a * b; false when it overflows int64. */
 static inline bool dcpi_mul_i64(int64_t a, int64_t b, int64_t *out) {

@@ -83,7 +83,7 @@ static int cmp_source(const void *a, const void *b) {
  * hostile index may name millions of distinct files: sort, no pairwise
  * search. */
 static void unique_sources(import_job *j) {
-  if (j->nsrc > 1) qsort(j->srcs, j->nsrc, sizeof *j->srcs, cmp_source);
+  if (j->nsrc > 1) dcpi_sort(j->srcs, j->nsrc, sizeof *j->srcs, cmp_source);
   size_t k = 0;
   for (size_t i = 0; i < j->nsrc; i++) {
     if (k && strcmp(j->srcs[k - 1].file, j->srcs[i].file) == 0)
@@ -230,7 +230,7 @@ static dcp_status add_kvs(import_job *j) {
   for (size_t i = 0; i < j->nsrc; i++)
     for (size_t k = 0; k < j->srcs[i].h->nkv; k++)
       r[n++] = (kv_ref){j->srcs[i].h->kv_keys[k], j->srcs[i].h->kv_values[k], i};
-  qsort(r, n, sizeof *r, cmp_kv_ref);
+  dcpi_sort(r, n, sizeof *r, cmp_kv_ref);
   dcp_status rc = DCP_OK;
   for (size_t i = 0; i < n && !rc; i++) {
     if (!i || strcmp(r[i].key, r[i - 1].key))

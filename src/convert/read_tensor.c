@@ -51,7 +51,7 @@ static dcp_status check_overlaps(const dcp_tensor_info *t, const int64_t *offs,
   if (!idx) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
   for (size_t i = 0; i < n; i++) idx[i] = i;
   g_sweep = (sweep_ctx){offs, nd};
-  qsort(idx, n, sizeof *idx, cmp_dim0);
+  dcpi_sort(idx, n, sizeof *idx, cmp_dim0);
   dcp_status rc = DCP_OK;
   for (size_t i = 0; i < n && !rc; i++) {
     const int64_t *oi = offs + idx[i] * nd, *zi = sizes + idx[i] * nd;

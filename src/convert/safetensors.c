@@ -191,7 +191,7 @@ static dcp_status sort_kvs(dcpi_st_header *h, dcpi_err *err) {
   kv_pair *p = malloc(h->nkv * sizeof *p);
   if (!p) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
   for (size_t i = 0; i < h->nkv; i++) p[i] = (kv_pair){h->kv_keys[i], h->kv_values[i]};
-  qsort(p, h->nkv, sizeof *p, cmp_pair);
+  dcpi_sort(p, h->nkv, sizeof *p, cmp_pair);
   for (size_t i = 0; i < h->nkv; i++) h->kv_keys[i] = p[i].key, h->kv_values[i] = p[i].value;
   free(p);
   return DCP_OK;
@@ -237,7 +237,7 @@ static dcp_status parse_root(const json_t *root, dcpi_st_header *h, dcpi_err *er
       h->ntensors++;
     if (rc) return rc;
   }
-  qsort(h->tensors, h->ntensors, sizeof *h->tensors, cmp_span);
+  dcpi_sort(h->tensors, h->ntensors, sizeof *h->tensors, cmp_span);
   return check_spans(h, err);
 }
 

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/checked.h"
 #include "core/ctx.h"
 #include "runtime/files.h"
 #include "runtime/lease.h"
@@ -208,7 +209,7 @@ dcp_status dcpi_steps_scan(dcp_ctx *ctx, const char *root, int64_t pending,
     v = nv;
     v[len++].step = pending;
   }
-  if (len) qsort(v, len, sizeof *v, by_step);
+  if (len) dcpi_sort(v, len, sizeof *v, by_step);
   for (size_t i = 0; i < len; i++) {
     if (v[i].step == pending) {
       int64_t st = v[i].step;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/checked.h"
 #include "metadata/common.h"
 #include "model/box.h"
 
@@ -70,7 +71,7 @@ static dcp_status sort_in_place(uint32_t nd, size_t n, int64_t *offs, int64_t *s
   } else {
     box_set set = {nd, offs, sizes};
     for (size_t i = 0; i < n; i++) ix[i] = (box_ref){&set, (uint32_t)i};
-    qsort(ix, n, sizeof *ix, cmp_box_ref);
+    dcpi_sort(ix, n, sizeof *ix, cmp_box_ref);
     for (size_t i = 0; i < n; i++) {
       memcpy(o2 + i * nd, offs + (size_t)ix[i].i * nd, nd * sizeof *o2);
       memcpy(s2 + i * nd, sizes + (size_t)ix[i].i * nd, nd * sizeof *s2);
@@ -128,7 +129,7 @@ static dcp_status try_grid(uint32_t nd, const int64_t *shape, size_t n, const in
   *found = true;
   for (uint32_t d = 0; d < nd && *found; d++) {
     for (size_t i = 0; i < n; i++) b[i] = offs[i * nd + d];
-    qsort(b, n, sizeof *b, cmp_i64);
+    dcpi_sort(b, n, sizeof *b, cmp_i64);
     size_t u = 0;
     for (size_t i = 0; i < n; i++)
       if (!u || b[i] != b[u - 1]) b[u++] = b[i];

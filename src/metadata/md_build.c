@@ -203,7 +203,7 @@ static dcp_status copy_mesh_ranks(const int32_t *ranks, size_t n, int32_t **out,
   }
   for (size_t i = 0; i < n; i++) copy[i] = ranks ? ranks[i] : (int32_t)i;
   memcpy(sorted, copy, n * sizeof *copy);
-  qsort(sorted, n, sizeof *sorted, cmp_i32);
+  dcpi_sort(sorted, n, sizeof *sorted, cmp_i32);
   dcp_status rc = DCP_OK;
   if (sorted[0] < 0) rc = dcpi_fail(err, DCP_EINVAL, "mesh rank %d is negative", (int)sorted[0]);
   for (size_t i = 1; rc == DCP_OK && i < n; i++)

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "base/checked.h"
 #include "metadata/common.h"
 #include "base/radix.h"
 #include "metadata/codec.h"
@@ -120,7 +121,7 @@ static dcp_status compute_defaults(enc *e) {
     return dcpi_fail(e->err, DCP_ENOMEM, "cannot compute file coding defaults");
   }
   for (size_t f = 0; f < md->nfiles; f++) e->defaults[f] = (file_default){DCP_CODEC_NONE, 1};
-  qsort(u, n, sizeof *u, cmp_use);
+  dcpi_sort(u, n, sizeof *u, cmp_use);
   for (size_t i = 0, j; i < n; i = j) {
     for (j = i + 1; j < n && cmp_use(&u[i], &u[j]) == 0; j++) {
     }
@@ -402,7 +403,7 @@ static dcp_status w_chunk_list(enc *e, const dcpi_md_tensor *t) {
   for (size_t c = 1; c < t->nchunks && ordered > 0; c++)
     ordered = cmp_chunk(&order[c - 1], &order[c]) < 0 ? 1 : -1;
   if (ordered < 0 && !radix_sort_chunks(t, order, t->nchunks))
-    qsort(order, t->nchunks, sizeof *order, cmp_chunk);
+    dcpi_sort(order, t->nchunks, sizeof *order, cmp_chunk);
   size_t start = w->len; /* w->data may still be NULL: never offset it then */
   list_state ls = {{0, 0, 0}, NULL, t->shape};
   dcp_status rc = DCP_OK;
@@ -453,7 +454,7 @@ static dcp_status w_tensors(enc *e) {
   const dcpi_md_tensor **order = malloc((md->ntensors ? md->ntensors : 1) * sizeof *order);
   if (!order) return dcpi_fail(e->err, DCP_ENOMEM, "cannot sort tensors");
   for (size_t t = 0; t < md->ntensors; t++) order[t] = &md->tensors[t];
-  qsort(order, md->ntensors, sizeof *order, cmp_tensor);
+  dcpi_sort(order, md->ntensors, sizeof *order, cmp_tensor);
   dcpi_w_varint(&e->sec[DCPI_SEC_TENSORS], md->ntensors);
   dcp_status rc = DCP_OK;
   for (size_t t = 0; t < md->ntensors && rc == DCP_OK; t++) rc = w_tensor(e, order[t]);
@@ -523,7 +524,7 @@ static dcp_status w_bytes(enc *e) {
   const dcpi_md_bytes **order = malloc((md->nbytes ? md->nbytes : 1) * sizeof *order);
   if (!order) return dcpi_fail(e->err, DCP_ENOMEM, "cannot sort bytes items");
   for (size_t b = 0; b < md->nbytes; b++) order[b] = &md->bytes[b];
-  qsort(order, md->nbytes, sizeof *order, cmp_bytes_item);
+  dcpi_sort(order, md->nbytes, sizeof *order, cmp_bytes_item);
   dcpi_w_varint(&e->sec[DCPI_SEC_BYTES], md->nbytes);
   ref_prev p = {0, 0, 0};
   dcp_status rc = DCP_OK;
@@ -545,7 +546,7 @@ static dcp_status w_kvs(enc *e) {
   const dcpi_md_kv **order = malloc((md->nkvs ? md->nkvs : 1) * sizeof *order);
   if (!order) return dcpi_fail(e->err, DCP_ENOMEM, "cannot sort key/values");
   for (size_t k = 0; k < md->nkvs; k++) order[k] = &md->kvs[k];
-  qsort(order, md->nkvs, sizeof *order, cmp_kv);
+  dcpi_sort(order, md->nkvs, sizeof *order, cmp_kv);
   dcpi_wbuf *w = &e->sec[DCPI_SEC_KV];
   dcpi_w_varint(w, md->nkvs);
   for (size_t k = 0; k < md->nkvs; k++) {

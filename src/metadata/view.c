@@ -325,7 +325,7 @@ static dcp_status check_distinct(dcpi_dec *d, const int32_t *ranks, size_t n) {
   int32_t *sorted = malloc((n ? n : 1) * sizeof *sorted);
   if (!sorted) return dcpi_fail(d->err, DCP_ENOMEM, "cannot check mesh ranks");
   memcpy(sorted, ranks, n * sizeof *sorted);
-  qsort(sorted, n, sizeof *sorted, cmp_rank);
+  dcpi_sort(sorted, n, sizeof *sorted, cmp_rank);
   size_t dup = 0;
   for (size_t i = 1; i < n && !dup; i++)
     if (sorted[i] == sorted[i - 1]) dup = i;

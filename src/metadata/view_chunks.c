@@ -138,7 +138,7 @@ static dcp_status check_disjoint(dcpi_dec *d, const dcpi_mv_tensor *t, const dcp
   }
   for (size_t c = 0; c < n; c++)
     spans[c] = (sweep_span){cl->offs[c * nd + k], cl->offs[c * nd + k] + cl->sizes[c * nd + k], c};
-  qsort(spans, n, sizeof *spans, cmp_span);
+  dcpi_sort(spans, n, sizeof *spans, cmp_span);
   dcp_status rc = DCP_OK;
   for (size_t i = 0; i < n && rc == DCP_OK; i++) {
     size_t kept = 0;

@@ -81,7 +81,7 @@ dcp_status dcpi_layout_create(uint32_t mesh_ndim, const int64_t *mesh_shape,
     l->ranks[p] = r;
     l->by_rank[p] = (dcpi_rank_pos){r, p};
   }
-  qsort(l->by_rank, (size_t)n, sizeof *l->by_rank, cmp_rank_pos);
+  dcpi_sort(l->by_rank, (size_t)n, sizeof *l->by_rank, cmp_rank_pos);
   for (int64_t p = 1; p < n; p++)
     if (l->by_rank[p].rank == l->by_rank[p - 1].rank) {
       int32_t r = l->by_rank[p].rank;
@@ -206,7 +206,7 @@ dcp_status dcp_layout_replica_group(const dcp_layout *l, int32_t rank, int32_t *
     for (uint32_t m = 0; m < l->mesh_ndim; m++) p = p * l->mesh_shape[m] + c[m];
     all[g] = l->ranks[p];
   }
-  qsort(all, (size_t)group, sizeof *all, cmp_i32);
+  dcpi_sort(all, (size_t)group, sizeof *all, cmp_i32);
   memcpy(out, all, (cap < (size_t)group ? cap : (size_t)group) * sizeof *out);
   free(all);
   return DCP_OK;

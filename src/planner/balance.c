@@ -81,7 +81,7 @@ static dcp_status assign_fixed(const dcpi_balance_item *items, size_t n,
 /* Sort the movable items and give each to its least-loaded holder. */
 static dcp_status assign_greedy(const dcpi_balance_item *items, order_entry *order, size_t m,
                                 int32_t *owner, int64_t *ld, dcpi_err *err) {
-  qsort(order, m, sizeof *order, cmp_order);
+  dcpi_sort(order, m, sizeof *order, cmp_order);
   for (size_t k = 0; k < m; k++) {
     const dcpi_balance_item *it = &items[order[k].index];
     int32_t r = least_loaded(it, ld);

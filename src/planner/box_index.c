@@ -126,7 +126,7 @@ static int cmp_u32(const void *a, const void *b) {
  * dimension; hit lists are short, so insertion sort unless they are not. */
 static void sort_hits(uint32_t *h, size_t n) {
   if (n > 32) {
-    qsort(h, n, sizeof *h, cmp_u32);
+    dcpi_sort(h, n, sizeof *h, cmp_u32);
     return;
   }
   for (size_t i = 1; i < n; i++) {

@@ -178,8 +178,7 @@ static int cmp_write(const void *pa, const void *pb) {
 /* The rank's writes: per holder set, the starts run over its items. */
 static dcp_status rotate(helds *hs, writes *ws, int32_t rank, const dcpi_save_opts *opts,
                          dcpi_err *err) {
-  /* qsort's pointer must not be NULL even for zero items (UBSan). */
-  if (hs->n) qsort(hs->h, hs->n, sizeof *hs->h, cmp_held);
+  dcpi_sort(hs->h, hs->n, sizeof *hs->h, cmp_held);
   uint64_t start = 0;
   for (size_t i = 0; i < hs->n; i++) {
     const held *x = &hs->h[i];
@@ -188,7 +187,7 @@ static dcp_status rotate(helds *hs, writes *ws, int32_t rank, const dcpi_save_op
     if (add_pieces(ws, x, start, rank, opts)) return dcpi_fail(err, DCP_ENOMEM, "layout plan: out of memory");
     start += x->s.k;
   }
-  if (ws->n) qsort(ws->w, ws->n, sizeof *ws->w, cmp_write);
+  dcpi_sort(ws->w, ws->n, sizeof *ws->w, cmp_write);
   return DCP_OK;
 }
 

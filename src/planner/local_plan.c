@@ -196,7 +196,7 @@ static dcp_status sorted_names(const dcpi_local_plan *lp, bool tensors, name_ref
     uint32_t len = tensors ? lp->tensors[i].name_len : lp->bytes[i].name_len;
     r[i] = (name_ref){lp->names + at, len, (uint32_t)i};
   }
-  qsort(r, n, sizeof *r, cmp_name_ref);
+  dcpi_sort(r, n, sizeof *r, cmp_name_ref);
   for (size_t i = 1; i < n; i++)
     if (!cmp_name_ref(&r[i - 1], &r[i])) {
       dcpi_fail(err, DCP_EEXIST, "local plan of rank %d: '%s' is declared twice", lp->rank,
@@ -253,7 +253,7 @@ static dcp_status sorted_chunks(const dcpi_local_plan *lp, const uint32_t *rank_
     c[i] = (chunk_ref){lp->pool + p->box_at, rank_of[p->tensor], lp->tensors[p->tensor].ndim,
                        (uint32_t)i};
   }
-  qsort(c, lp->nchunks, sizeof *c, cmp_chunk_ref);
+  dcpi_sort(c, lp->nchunks, sizeof *c, cmp_chunk_ref);
   for (size_t i = 1; i < lp->nchunks; i++)
     if (!cmp_chunk_ref(&c[i - 1], &c[i])) {
       char buf[256];

@@ -115,7 +115,7 @@ static dcp_status intern_names(const dcpi_rank_requests *ranks, size_t nranks,
   g->nnames = sorted ? n : 0;
   if (!rc) {
     /* provisional id i → sorted position, via the map keyed by the copies */
-    qsort(sorted, n, sizeof *sorted, cmp_str);
+    dcpi_sort(sorted, n, sizeof *sorted, cmp_str);
     for (size_t i = 0; i < n; i++) {
       uint32_t v;
       dcpi_strmap_get(&map, sorted[i], strlen(sorted[i]), &v);
@@ -132,7 +132,7 @@ static dcp_status intern_names(const dcpi_rank_requests *ranks, size_t nranks,
 /* Sort the pairs and cut them into groups: fills g->groups (without
  * readers), the member pool and the coordinates. */
 static dcp_status form_groups(req *rq, size_t n, dcpi_read_groups *g, dcpi_err *err) {
-  qsort(rq, n, sizeof *rq, cmp_req);
+  dcpi_sort(rq, n, sizeof *rq, cmp_req);
   size_t ng = 0, ncoord = 0;
   for (size_t i = 0; i < n; i++)
     if (i == 0 || cmp_key(&rq[i - 1], &rq[i])) ng++, ncoord += 2 * (size_t)rq[i].ndim;
@@ -397,7 +397,7 @@ static dcp_status check_needs(dcpi_share_need *v, size_t n, int32_t ws, dcpi_err
                        "(range [%lld, %lld), %lld bytes, world %d)", x->seq, x->rank,
                        (long long)x->lo, (long long)x->hi, (long long)x->bytes, ws);
   }
-  qsort(v, n, sizeof *v, cmp_rank_seq);
+  dcpi_sort(v, n, sizeof *v, cmp_rank_seq);
   for (size_t i = 1; i < n; i++)
     if (!cmp_rank_seq(&v[i - 1], &v[i]))
       return dcpi_fail(err, DCP_EINVAL, "share plan: rank %d gives need %u twice", v[i].rank,
@@ -442,7 +442,7 @@ static dcp_status group_ranks(dcpi_share_plan *p, int32_t **pool, size_t **first
     dcpi_share_group *grp = &p->groups[g];
     int32_t *r = *pool + at;
     for (size_t k = 0; k < grp->count; k++) r[k] = p->needs[grp->first + k].rank;
-    qsort(r, grp->count, sizeof *r, cmp_i32);
+    dcpi_sort(r, grp->count, sizeof *r, cmp_i32);
     uint32_t u = 0;
     for (size_t k = 0; k < grp->count; k++)
       if (!u || r[u - 1] != r[k]) r[u++] = r[k];
@@ -508,7 +508,7 @@ dcp_status dcpi_share_plan_build(const dcpi_share_need *needs, size_t n, int32_t
     rc = check_needs(p->needs, n, world_size, err);
   }
   if (!rc) {
-    qsort(p->needs, n, sizeof *p->needs, cmp_need);
+    dcpi_sort(p->needs, n, sizeof *p->needs, cmp_need);
     rc = form_components(p, err);
   }
   if (!rc) rc = choose_share_readers(p, policy, base, host_of, err);

@@ -233,7 +233,7 @@ static dcp_status sort_kind(builder *b, uint32_t is_bytes, name_ref **refs, size
   m = 0;
   for (size_t id = 0; id < b->ninfo; id++)
     if (b->info[id].is_bytes == is_bytes) r[m++] = ref_of(b, (uint32_t)id);
-  qsort(r, m, sizeof *r, cmp_name_ref);
+  dcpi_sort(r, m, sizeof *r, cmp_name_ref);
   for (size_t k = 0; k < m; k++) b->info[r[k].id].canon = (uint32_t)k;
   *refs = r;
   *count = m;
@@ -681,7 +681,7 @@ static dcp_status layout_starts(builder *b, uint64_t **starts) {
     uint32_t nh = dcpi_gp_item_nholders(gp, i);
     refs[m++] = (rule_ref){dcpi_layout_group_hash(h, nh), h, nh, (uint32_t)i};
   }
-  qsort(refs, m, sizeof *refs, cmp_rule_ref);
+  dcpi_sort(refs, m, sizeof *refs, cmp_rule_ref);
   uint64_t start = 0;
   for (size_t k = 0; k < m; k++) {
     const rule_ref *r = &refs[k];

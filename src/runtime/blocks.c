@@ -568,7 +568,7 @@ dcp_status dcpi_block_prefetch(dcpi_block_reader *r, const dcpi_block_req *reqs,
     p[m].start = a, p[m].end = b;
     m++;
   }
-  if (!rc) qsort(p, m, sizeof *p, cmp_pending);
+  if (!rc) dcpi_sort(p, m, sizeof *p, cmp_pending);
   /* Merge only exactly adjacent (or overlapping) ranges: a merged read
    * never fetches a byte that no request needs. */
   for (size_t i = 0; i < m && !rc;) {

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/checked.h"
 #include "metadata/view.h"
 #include "model/box.h"
 #include "core/progress.h"
@@ -340,7 +341,7 @@ static void sort_by_file(const exec *x, uint32_t *own, size_t n) {
       break;
     }
   }
-  qsort(p, n, sizeof *p, cmp_file_pos);
+  dcpi_sort(p, n, sizeof *p, cmp_file_pos);
   for (size_t i = 0; i < n; i++) own[i] = p[i].chunk;
   free(p);
 }

@@ -268,7 +268,7 @@ dcp_status dcpi_load_sched_build(const dcpi_read_groups *g, int32_t rank,
     sc->ngroups++;
     e[ne++] = (entry){grp, chunk_of[i], keys[i].bytes};
   }
-  qsort(e, ne, sizeof *e, cmp_entry);
+  dcpi_sort(e, ne, sizeof *e, cmp_entry);
   for (size_t i = 0; i < ne; i++)
     if (i == 0 || !same_run(e[i - 1].grp, e[i].grp)) nmem += e[i].grp->nmembers;
   sc->items = malloc((ne ? ne : 1) * sizeof *sc->items);

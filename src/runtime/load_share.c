@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/checked.h"
 #include "metadata/view.h"
 #include "model/box.h"
 #include "model/layout.h"
@@ -529,7 +530,7 @@ static dcp_status layout_boxes(const dcp_state *st, lbox **out, size_t *n, int64
       for (uint32_t d = 0; d < ti->ndim; d++) numel *= sz[d];
       if (numel) (*out)[(*n)++] = (lbox){(uint32_t)t, off, sz};
     }
-    qsort(*out + first, *n - first, sizeof **out, cmp_lbox);
+    dcpi_sort(*out + first, *n - first, sizeof **out, cmp_lbox);
     size_t u = first;
     for (size_t i = first; i < *n; i++)
       if (i == first || cmp_lbox(&(*out)[u - 1], &(*out)[i])) (*out)[u++] = (*out)[i];
@@ -561,7 +562,7 @@ static dcp_status ranges_overlap(const dcp_state *st, dcp_meta *m, const dcpi_lo
     granules(&ci.ref, ov, &r[i].lo, &r[i].hi);
   }
   if (!rc) {
-    qsort(r, lp->noverlaps, sizeof *r, cmp_lrange);
+    dcpi_sort(r, lp->noverlaps, sizeof *r, cmp_lrange);
     int64_t hi = 0;
     for (size_t i = 0; i < lp->noverlaps && !*possible; i++) {
       bool same = i > 0 && r[i].t == r[i - 1].t && r[i].saved == r[i - 1].saved;

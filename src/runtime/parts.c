@@ -41,7 +41,7 @@ static int cmp_part(const void *pa, const void *pb) {
 }
 
 dcp_status dcpi_parts_group(dcpi_parts *p, dcpi_err *err) {
-  if (p->nall) qsort(p->all, p->nall, sizeof *p->all, cmp_part);
+  if (p->nall) dcpi_sort(p->all, p->nall, sizeof *p->all, cmp_part);
   /* Compact: one part per (save, rank), the newest. */
   size_t w = 0;
   for (size_t i = 0; i < p->nall; i++)

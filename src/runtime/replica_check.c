@@ -13,6 +13,7 @@
 
 #include <xxhash.h>
 
+#include "base/checked.h"
 #include "base/sized.h"
 #include "core/ctx.h"
 #include "model/state.h"
@@ -179,7 +180,7 @@ static bool compare(const lists *l, uint32_t n, const int32_t *holders, const ui
     c[k].rank = holders[k];
     if (k && c[k].hash != c[0].hash) *differ = true;
   }
-  if (*differ) qsort(c, n, sizeof *c, by_hash_rank);
+  if (*differ) dcpi_sort(c, n, sizeof *c, by_hash_rank);
   return true;
 }
 

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "base/checked.h"
 #include "base/strmap.h"
 #include "model/box.h"
 #include "model/layout.h"
@@ -138,7 +139,7 @@ void dcpi_save_layout_offer(const dcp_state *st, const dcpi_save_opts *opts, dcp
     return;
   }
   for (size_t i = 0; i < st->ntensors; i++) ks[i] = (keyed){dcpi_layout_mesh_key(t[i].layout), &t[i]};
-  qsort(ks, st->ntensors, sizeof *ks, cmp_keyed);
+  dcpi_sort(ks, st->ntensors, sizeof *ks, cmp_keyed);
   size_t nmesh = 0;
   for (size_t i = 0; i < st->ntensors; i++) nmesh += i == 0 || ks[i].key != ks[i - 1].key;
   dcpi_w_varint(out, nmesh);

@@ -240,7 +240,7 @@ static dcp_status index_meshes(dcpi_layout_set *ls, dcpi_err *err) {
   if (!ls->by_key) return OOM(err);
   for (size_t m = 0; m < ls->nmeshes; m++)
     ls->by_key[m] = (ls_keyidx){ls->meshes[m].key, (uint32_t)m};
-  qsort(ls->by_key, ls->nmeshes, sizeof *ls->by_key, cmp_keyidx);
+  dcpi_sort(ls->by_key, ls->nmeshes, sizeof *ls->by_key, cmp_keyidx);
   for (size_t m = 1; m < ls->nmeshes; m++)
     if (ls->by_key[m].key == ls->by_key[m - 1].key)
       return BAD(err, ls->meshes[ls->by_key[m].mesh].describer);
@@ -295,7 +295,7 @@ static int cmp_tensor(const void *pa, const void *pb) {
 
 /* Tensors in fqn order, each on one mesh only; the name map. */
 static dcp_status sort_tensors(dcpi_layout_set *ls, dcpi_err *err) {
-  qsort(ls->tensors, ls->ntensors, sizeof *ls->tensors, cmp_tensor);
+  dcpi_sort(ls->tensors, ls->ntensors, sizeof *ls->tensors, cmp_tensor);
   for (size_t t = 0; t < ls->ntensors; t++) {
     const ls_tensor *x = &ls->tensors[t];
     if (t && !cmp_tensor(x - 1, x))
@@ -349,7 +349,7 @@ static dcp_status enumerate_pieces(dcpi_layout_set *ls, const dcpi_save_opts *op
     if (rc == DCP_ENOMEM) return OOM(err);
     if (rc) return rc;
     t->npieces = ls->npieces - t->first_piece;
-    qsort(ls->pieces + t->first_piece, t->npieces, sizeof *ls->pieces, cmp_piece);
+    dcpi_sort(ls->pieces + t->first_piece, t->npieces, sizeof *ls->pieces, cmp_piece);
   }
   return DCP_OK;
 }
