@@ -168,7 +168,10 @@ static void tp_box(const stage_layouts *sl, const rank_tensor *t, int32_t rank, 
 
 /* Calls emit(fqn, dtype, ndim, shape, nboxes, off, sz) for every tensor the
  * rank holds, with its boxes: the bf16 TP shard of each weight and, for
- * each Adam state, the rank's DP slice of that shard's flat elements. */
+ * each Adam state, the rank's DP slice of that shard's flat elements (what
+ * dcp_state_add_flat_sharded gives with the weight's layout, cut over its
+ * DP dim, replicated over TP where the weight is). All are
+ * layout tensors (layout 1). */
 typedef void (*emit_fn)(void *arg, const char *fqn, dcp_dtype dt, uint32_t ndim,
                         const int64_t *shape, size_t nboxes, const int64_t *off,
                         const int64_t *sz, int layout);
@@ -196,7 +199,7 @@ static void rank_items(const config *c, int tp, int dp, const stage_layouts *lay
     for (size_t s = 0; s < 3; s++) {
       char fqn[128];
       snprintf(fqn, sizeof fqn, "optim.%s.%s", ADAM_STATES[s], t->fqn);
-      emit(arg, fqn, DCP_F32, t->ndim, t->shape, nb, boff, bsz, 0); /* hand-added */
+      emit(arg, fqn, DCP_F32, t->ndim, t->shape, nb, boff, bsz, 1); /* a flat layout */
     }
   }
 }
@@ -379,21 +382,29 @@ static perrank_stats time_per_rank(const config *c, const stage_layouts *layouts
                                    const dcpi_global_plan *gp, int32_t world) {
   perrank_stats st = {0};
   rank_tensor *scratch = malloc(max_stage_tensors(c) * sizeof *scratch);
-  dcpi_layout_tensor *lt = malloc(max_stage_tensors(c) * sizeof *lt);
-  const dcpi_layout_tensor **ord = malloc(max_stage_tensors(c) * sizeof *ord);
+  dcpi_layout_tensor *lt = malloc(4 * max_stage_tensors(c) * sizeof *lt);
+  const dcpi_layout_tensor **ord = malloc(4 * max_stage_tensors(c) * sizeof *ord);
+  char (*names)[128] = malloc(4 * max_stage_tensors(c) * sizeof *names);
   const dcpi_save_opts *opts = dcpi_global_plan_opts(gp);
   for (int k = 0; k < c->samples; k++) {
     int32_t rank = sample_rank(c, world, k);
     double heap0 = heap_mib(), t0 = now_s();
     int stage = rank / (c->dp * c->tp);
-    size_t n = stage_tensors(c, stage, scratch);
-    for (size_t i = 0; i < n; i++) {
+    size_t nw0 = stage_tensors(c, stage, scratch), n = 0;
+    for (size_t i = 0; i < nw0; i++) {
       const rank_tensor *t = &scratch[i];
-      lt[i] = (dcpi_layout_tensor){.fqn = t->fqn, .fqn_len = strlen(t->fqn), .dtype = DCP_BF16,
-                                   .ndim = t->ndim, .shape = t->shape,
-                                   .layout = layout_of(&layouts[stage], t)};
-      ord[i] = &lt[i];
+      const dcp_layout *l = layout_of(&layouts[stage], t);
+      lt[n++] = (dcpi_layout_tensor){.fqn = t->fqn, .fqn_len = strlen(t->fqn), .dtype = DCP_BF16,
+                                     .ndim = t->ndim, .shape = t->shape, .layout = l};
+      for (size_t a = 0; a < 3; a++) { /* its Adam states: flat over DP */
+        char *name = names[n];
+        snprintf(name, sizeof names[n], "optim.%s.%s", ADAM_STATES[a], t->fqn);
+        lt[n++] = (dcpi_layout_tensor){.fqn = name, .fqn_len = strlen(name), .dtype = DCP_F32,
+                                       .ndim = t->ndim, .shape = t->shape, .layout = l,
+                                       .flat = true, .flat_dims = 1u << 0}; /* over DP */
+      }
     }
+    for (size_t i = 0; i < n; i++) ord[i] = &lt[i];
     qsort(ord, n, sizeof *ord, cmp_lt);
     XXH128_hash_t h = dcpi_layout_digest(ord, n, opts);
     dcpi_layout_write *w;
@@ -414,12 +425,13 @@ static perrank_stats time_per_rank(const config *c, const stage_layouts *layouts
     st.writes += nw;
     free(w);
   }
-  free(scratch), free(lt), free(ord);
+  free(scratch), free(lt), free(ord), free(names);
   return st;
 }
 
 /* The offer of rank r: its stage's tensors added from their layouts to a
- * state of its own (data never read), as dcp_save would send it. */
+ * state of its own (data never read), the weights sharded and their Adam
+ * states flat-sharded, as dcp_save would send it. */
 static void offer_of(const config *c, const stage_layouts *layouts, int32_t world, int32_t rank,
                      const dcpi_save_opts *opts, dcpi_wbuf *out) {
   static uint8_t data; /* geometry only: the offer reads no data */
@@ -434,9 +446,15 @@ static void offer_of(const config *c, const stage_layouts *layouts, int32_t worl
   size_t n = stage_tensors(c, stage, scratch);
   for (size_t i = 0; i < n; i++) {
     const rank_tensor *t = &scratch[i];
-    if (dcp_state_add_sharded(st, t->fqn, DCP_BF16, t->ndim, t->shape,
-                              layout_of(&layouts[stage], t), &data))
+    const dcp_layout *l = layout_of(&layouts[stage], t);
+    if (dcp_state_add_sharded(st, t->fqn, DCP_BF16, t->ndim, t->shape, l, &data))
       die("add_sharded", DCP_EINVAL, NULL);
+    for (size_t a = 0; a < 3; a++) {
+      char fqn[128];
+      snprintf(fqn, sizeof fqn, "optim.%s.%s", ADAM_STATES[a], t->fqn);
+      if (dcp_state_add_flat_sharded(st, fqn, DCP_F32, t->ndim, t->shape, l, 1u << 0, &data))
+        die("add_flat_sharded", DCP_EINVAL, NULL);
+    }
   }
   dcpi_save_layout_offer(st, opts, out);
   free(scratch);
@@ -822,7 +840,7 @@ int main(int argc, char **argv) {
   free(plans);
   perrank_stats pr = time_per_rank(&c, layouts, gp, world);
   coord_stats cs = time_coordinator(&c, layouts, world, dcpi_global_plan_opts(gp));
-  printf("per-rank:     layout path (the bf16 weights; the ZeRO shards stay hand-added): "
+  printf("per-rank:     layout path (the bf16 weights sharded, their Adam states flat): "
          "%.3f ms mean, %.3f ms max\n"
          "              per rank over %d ranks, %.1f writes each, %.3f MiB held at most; "
          "equal to the whole plan's share: %s\n"

@@ -309,6 +309,27 @@ DCP_API dcp_status dcp_layout_replica_group(const dcp_layout *layout,
                                             int32_t rank, int32_t *out,
                                             size_t cap, size_t *count);
 
+/* The flat shard of `rank` for a tensor saved with
+ * dcp_state_add_flat_sharded (ZeRO / FSDP style): its cell is the box
+ * dcp_layout_box gives (the mesh dims in tensor_map shard the tensor); the
+ * mesh dims in flat_dims (a mask, bit k: mesh dim k; none of them may
+ * shard the tensor; 0: every mesh dim that shards nothing) cut the cell,
+ * flattened row-major, into ceil-divided ranges, one per combination of
+ * their coordinates (combined in mesh order: lower mesh dimension more
+ * significant), and the rank holds the range of its coordinates; the
+ * remaining mesh dims replicate it (e.g. the optimizer state of a
+ * TP-replicated parameter, cut over DP only). Writes the cell to *cell
+ * (may be NULL) and the range [*flat_begin, *flat_begin + *flat_count) of
+ * the cell's elements (trailing ranges may be smaller or empty): what the
+ * caller's buffer holds, contiguous. Computed locally.
+ * Errors: DCP_EINVAL (NULL, negative extent, bad flat_dims), DCP_EOVERFLOW
+ * (the shape's element count overflows), DCP_ENOTFOUND (rank is not in
+ * the mesh). */
+DCP_API dcp_status dcp_layout_flat_range(const dcp_layout *layout,
+                                         const int64_t *global_shape, uint32_t flat_dims,
+                                         int32_t rank, dcp_box *cell, int64_t *flat_begin,
+                                         int64_t *flat_count);
+
 /* ------------------------------------------------------------------------ */
 /* State: what a rank saves or loads                                        */
 /* ------------------------------------------------------------------------ */
@@ -375,6 +396,22 @@ DCP_API dcp_status dcp_state_add_sharded(dcp_state *st, const char *fqn,
                                          dcp_dtype dtype, uint32_t ndim,
                                          const int64_t *shape,
                                          const dcp_layout *layout, void *data);
+
+/* Declare a tensor and add this rank's flat shard of it as given by layout
+ * and flat_dims (see dcp_layout_flat_range): data holds the range's
+ * elements, contiguous (NULL only for an empty range); it becomes up to
+ * 2*ndim-1 chunks pointing into data. Every rank of the mesh can compute
+ * every member's range, so a save whose states hold only layout tensors
+ * (these and dcp_state_add_sharded's, no bytes items) plans per rank
+ * without gathering plans (docs/planner.md, "Flat layouts"), and the
+ * metadata stores the tensor as the flat ranges of its layout's cells.
+ * Loading into such a state fills the rank's range from any saved layout.
+ * Errors: as dcp_state_add_sharded, plus DCP_EINVAL (bad flat_dims). */
+DCP_API dcp_status dcp_state_add_flat_sharded(dcp_state *st, const char *fqn,
+                                              dcp_dtype dtype, uint32_t ndim,
+                                              const int64_t *shape,
+                                              const dcp_layout *layout, uint32_t flat_dims,
+                                              void *data);
 
 /* Add a bytes item: an opaque blob of len bytes at data (NULL when len 0).
  * key follows the fqn rule (see dcp_state_add_tensor) and shares the fqns'

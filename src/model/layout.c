@@ -7,6 +7,7 @@
 
 #include "base/checked.h"
 #include "base/err.h"
+#include "model/box.h"
 
 static int cmp_rank_pos(const void *a, const void *b) {
   int32_t x = ((const dcpi_rank_pos *)a)->rank, y = ((const dcpi_rank_pos *)b)->rank;
@@ -54,7 +55,7 @@ dcp_status dcpi_layout_check_map(uint32_t mesh_ndim, uint32_t tensor_ndim, const
 dcp_status dcpi_layout_create(uint32_t mesh_ndim, const int64_t *mesh_shape,
                               const int32_t *mesh_ranks, uint32_t tensor_ndim,
                               const uint32_t *tensor_map, dcp_layout **out, dcpi_err *err) {
-  int64_t n;
+  int64_t n = 0;
   dcp_status rc;
   if (!out) return dcpi_fail(err, DCP_EINVAL, "layout: out is NULL");
   *out = NULL;
@@ -158,6 +159,97 @@ void dcpi_layout_split(int64_t extent, int64_t shards, int64_t index, int64_t *l
   *size = hi - l;
 }
 
+uint32_t dcpi_layout_sharding_dims(const dcp_layout *l) {
+  uint32_t used = 0;
+  for (uint32_t d = 0; d < l->tensor_ndim; d++) used |= l->tensor_map[d];
+  return used;
+}
+
+bool dcpi_layout_leads(const dcp_layout *l, int64_t pos, uint32_t fixed) {
+  int64_t coord[DCP_MAX_MESH_NDIM];
+  unravel(l, pos, coord);
+  for (uint32_t m = 0; m < l->mesh_ndim; m++)
+    if (!(fixed & (1u << m)) && coord[m]) return false;
+  return true;
+}
+
+static int cmp_i32(const void *a, const void *b) {
+  int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+  return (x > y) - (x < y);
+}
+
+dcp_status dcpi_layout_holders(const dcp_layout *l, int64_t pos, uint32_t fixed, int32_t *out,
+                               size_t *count) {
+  int64_t coord[DCP_MAX_MESH_NDIM], group = 1;
+  unravel(l, pos, coord);
+  for (uint32_t m = 0; m < l->mesh_ndim; m++)
+    if (!(fixed & (1u << m))) group *= l->mesh_shape[m];
+  *count = (size_t)group;
+  if (!out) return DCP_OK;
+  /* Walk every combination of the other mesh dims, keeping the
+   * coordinates on the fixed dims at pos's. */
+  for (int64_t g = 0; g < group; g++) {
+    int64_t rest = g, p = 0;
+    int64_t c[DCP_MAX_MESH_NDIM];
+    for (uint32_t m = l->mesh_ndim; m-- > 0;) {
+      if (fixed & (1u << m)) {
+        c[m] = coord[m];
+      } else {
+        c[m] = rest % l->mesh_shape[m];
+        rest /= l->mesh_shape[m];
+      }
+    }
+    for (uint32_t m = 0; m < l->mesh_ndim; m++) p = p * l->mesh_shape[m] + c[m];
+    out[g] = l->ranks[p];
+  }
+  dcpi_sort(out, (size_t)group, sizeof *out, cmp_i32);
+  return DCP_OK;
+}
+
+void dcpi_layout_flat_range_at(const dcp_layout *l, const int64_t *global_shape, int64_t pos,
+                               uint32_t flat_dims, int64_t *cell_off, int64_t *cell_sz,
+                               int64_t *index, int64_t *nparts, int64_t *begin, int64_t *count) {
+  int64_t coord[DCP_MAX_MESH_NDIM], numel = 1, idx = 0, parts = 1;
+  dcpi_layout_box_at(l, global_shape, pos, cell_off, cell_sz);
+  unravel(l, pos, coord);
+  for (uint32_t m = 0; m < l->mesh_ndim; m++)
+    if (flat_dims & (1u << m)) {
+      idx = idx * l->mesh_shape[m] + coord[m];
+      parts *= l->mesh_shape[m]; /* <= nranks < 2^31 */
+    }
+  for (uint32_t d = 0; d < l->tensor_ndim; d++) numel *= cell_sz[d]; /* <= a checked shape's */
+  *index = idx;
+  *nparts = parts;
+  dcpi_layout_split(numel, parts, idx, begin, count);
+}
+
+void dcpi_layout_flat_boxes_at(const dcp_layout *l, const int64_t *global_shape, int64_t pos,
+                               uint32_t flat_dims, int64_t *off, int64_t *sz, size_t *n) {
+  int64_t coff[DCP_MAX_NDIM], csz[DCP_MAX_NDIM], idx, parts, begin, count;
+  dcpi_layout_flat_range_at(l, global_shape, pos, flat_dims, coff, csz, &idx, &parts, &begin,
+                            &count);
+  *n = 0;
+  if (count == 0) return;
+  /* inside the cell by construction: cannot fail */
+  dcpi_flat_to_boxes(l->tensor_ndim, coff, csz, begin, count, off, sz, 2 * DCP_MAX_NDIM - 1, n,
+                     NULL);
+}
+
+dcp_status dcpi_layout_flat_dims(const dcp_layout *l, uint32_t asked, uint32_t *out,
+                                 dcpi_err *err) {
+  uint32_t used = dcpi_layout_sharding_dims(l);
+  uint32_t all = l->mesh_ndim >= 32 ? UINT32_MAX : (1u << l->mesh_ndim) - 1;
+  if (asked & ~all)
+    return dcpi_fail(err, DCP_EINVAL, "flat dims 0x%x name a mesh dim >= mesh ndim %u", asked,
+                     l->mesh_ndim);
+  if (asked & used)
+    return dcpi_fail(err, DCP_EINVAL,
+                     "flat dims 0x%x include a mesh dim that shards the tensor (tensor_map "
+                     "uses 0x%x)", asked, used);
+  *out = asked ? asked : all & ~used;
+  return DCP_OK;
+}
+
 dcp_status dcp_layout_box(const dcp_layout *l, const int64_t *global_shape, int32_t rank,
                           dcp_box *out) {
   if (!l || !out || (l->tensor_ndim && !global_shape)) return DCP_EINVAL;
@@ -170,9 +262,25 @@ dcp_status dcp_layout_box(const dcp_layout *l, const int64_t *global_shape, int3
   return DCP_OK;
 }
 
-static int cmp_i32(const void *a, const void *b) {
-  int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-  return (x > y) - (x < y);
+dcp_status dcp_layout_flat_range(const dcp_layout *l, const int64_t *global_shape,
+                                 uint32_t flat_dims, int32_t rank, dcp_box *cell,
+                                 int64_t *flat_begin, int64_t *flat_count) {
+  if (!l || !flat_begin || !flat_count || (l->tensor_ndim && !global_shape)) return DCP_EINVAL;
+  int64_t numel = 1;
+  for (uint32_t d = 0; d < l->tensor_ndim; d++) {
+    if (global_shape[d] < 0) return DCP_EINVAL;
+    if (!dcpi_mul_i64(numel, global_shape[d], &numel)) return DCP_EOVERFLOW;
+  }
+  uint32_t dims;
+  if (dcpi_layout_flat_dims(l, flat_dims, &dims, NULL)) return DCP_EINVAL;
+  int64_t pos = dcpi_layout_position(l, rank);
+  if (pos < 0) return DCP_ENOTFOUND;
+  dcp_box c = {.ndim = l->tensor_ndim};
+  int64_t index, parts;
+  dcpi_layout_flat_range_at(l, global_shape, pos, dims, c.offset, c.size, &index, &parts,
+                            flat_begin, flat_count);
+  if (cell) *cell = c;
+  return DCP_OK;
 }
 
 dcp_status dcp_layout_replica_group(const dcp_layout *l, int32_t rank, int32_t *out,
@@ -180,34 +288,13 @@ dcp_status dcp_layout_replica_group(const dcp_layout *l, int32_t rank, int32_t *
   if (!l || !count || (cap && !out)) return DCP_EINVAL;
   int64_t pos = dcpi_layout_position(l, rank);
   if (pos < 0) return DCP_ENOTFOUND;
-  uint32_t used = 0;
-  for (uint32_t d = 0; d < l->tensor_ndim; d++) used |= l->tensor_map[d];
-  int64_t coord[DCP_MAX_MESH_NDIM], group = 1;
-  unravel(l, pos, coord);
-  for (uint32_t m = 0; m < l->mesh_ndim; m++)
-    if (!(used & (1u << m))) group *= l->mesh_shape[m];
-  *count = (size_t)group;
+  uint32_t used = dcpi_layout_sharding_dims(l);
+  dcpi_layout_holders(l, pos, used, NULL, count);
   if (!cap) return DCP_OK;
-  int32_t *all = malloc((size_t)group * sizeof *all);
+  int32_t *all = malloc(*count * sizeof *all);
   if (!all) return DCP_ENOMEM;
-  /* Walk every combination of the replicating (unused) mesh dims, keeping
-   * the coordinates on the sharding dims fixed at rank's. */
-  for (int64_t g = 0; g < group; g++) {
-    int64_t rest = g, p = 0;
-    int64_t c[DCP_MAX_MESH_NDIM];
-    for (uint32_t m = l->mesh_ndim; m-- > 0;) {
-      if (used & (1u << m)) {
-        c[m] = coord[m];
-      } else {
-        c[m] = rest % l->mesh_shape[m];
-        rest /= l->mesh_shape[m];
-      }
-    }
-    for (uint32_t m = 0; m < l->mesh_ndim; m++) p = p * l->mesh_shape[m] + c[m];
-    all[g] = l->ranks[p];
-  }
-  dcpi_sort(all, (size_t)group, sizeof *all, cmp_i32);
-  memcpy(out, all, (cap < (size_t)group ? cap : (size_t)group) * sizeof *out);
+  dcpi_layout_holders(l, pos, used, all, count);
+  memcpy(out, all, (cap < *count ? cap : *count) * sizeof *out);
   free(all);
   return DCP_OK;
 }

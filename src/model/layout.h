@@ -49,4 +49,43 @@ void dcpi_layout_box_at(const dcp_layout *l, const int64_t *global_shape, int64_
 void dcpi_layout_split(int64_t extent, int64_t shards, int64_t index, int64_t *lo,
                        int64_t *size);
 
+/* The mask of the mesh dims that shard some tensor dim of l. */
+uint32_t dcpi_layout_sharding_dims(const dcp_layout *l);
+
+/* The ranks at every mesh position whose coordinates equal pos's on the
+ * mesh dims in `fixed`, ascending, into out (when not NULL); their count
+ * into *count (the product of the other dims' extents). With fixed = the
+ * sharding dims this is pos's replica group. Errors: DCP_ENOMEM. */
+dcp_status dcpi_layout_holders(const dcp_layout *l, int64_t pos, uint32_t fixed, int32_t *out,
+                               size_t *count);
+
+/* Whether pos leads its group of dcpi_layout_holders(fixed): its
+ * coordinates on the other mesh dims are all 0. */
+bool dcpi_layout_leads(const dcp_layout *l, int64_t pos, uint32_t fixed);
+
+/* A flat-sharded tensor (dcp_state_add_flat_sharded): the mesh dims in
+ * flat_dims (disjoint from the sharding dims) cut each cell (the box
+ * dcpi_layout_box_at gives), flattened row-major, into ceil-divided ranges:
+ * the rank at pos holds range *index of *nparts, its index row-major over
+ * flat_dims' coordinates (lower mesh dim more significant, as tensor_map
+ * combines sharding dims), [*begin, *begin + *count) of the cell's
+ * elements (dcpi_layout_split); the other dims replicate it. The cell goes
+ * to cell_off/cell_sz (tensor_ndim each). global_shape must be a checked
+ * shape, pos in [0, nranks). */
+void dcpi_layout_flat_range_at(const dcp_layout *l, const int64_t *global_shape, int64_t pos,
+                               uint32_t flat_dims, int64_t *cell_off, int64_t *cell_sz,
+                               int64_t *index, int64_t *nparts, int64_t *begin, int64_t *count);
+
+/* The boxes of that range (dcpi_flat_to_boxes, flat order): at most
+ * 2*ndim-1 (none for an empty range), into off/sz (tensor_ndim per box),
+ * their count in *n. */
+void dcpi_layout_flat_boxes_at(const dcp_layout *l, const int64_t *global_shape, int64_t pos,
+                               uint32_t flat_dims, int64_t *off, int64_t *sz, size_t *n);
+
+/* The flat dims a caller asked for, checked: 0 means every mesh dim that
+ * shards nothing; otherwise a mask of existing mesh dims that shard
+ * nothing. Resolved into *out. Errors: DCP_EINVAL with the reason. */
+dcp_status dcpi_layout_flat_dims(const dcp_layout *l, uint32_t asked, uint32_t *out,
+                                 dcpi_err *err);
+
 #endif

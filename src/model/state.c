@@ -40,6 +40,7 @@ void dcp_state_free(dcp_state *st) {
   for (size_t i = 0; i < st->ntensors; i++) {
     free(st->tensors[i].fqn);
     dcp_layout_free(st->tensors[i].layout);
+    dcp_layout_free(st->tensors[i].flat);
   }
   for (size_t i = 0; i < st->nbytes; i++) free(st->bytes[i].key);
   free(st->tensors);
@@ -195,19 +196,43 @@ dcp_status dcp_state_add_flat(dcp_state *st, const char *fqn, const dcp_box *reg
   return dcpi_ctx_report(st->ctx, &err);
 }
 
-static dcp_status add_sharded(dcp_state *st, const char *fqn, dcp_dtype dtype, uint32_t ndim,
-                              const int64_t *shape, const dcp_layout *layout, void *data,
-                              dcpi_err *err) {
-  const char *name = fqn ? fqn : "(null)";
+/* The checks add_sharded and add_flat_sharded share: layout and ndim
+ * agree, the rank is in the mesh (its position into *pos), the shape. */
+static dcp_status check_sharded(const dcp_state *st, const char *name, dcp_dtype dtype,
+                                uint32_t ndim, const int64_t *shape, const dcp_layout *layout,
+                                int64_t *pos, dcpi_err *err) {
   if (!layout) return dcpi_fail(err, DCP_EINVAL, "tensor '%s': layout is NULL", name);
   if (layout->tensor_ndim != ndim)
     return dcpi_fail(err, DCP_EINVAL, "tensor '%s': layout maps %u dims, tensor has %u", name,
                      layout->tensor_ndim, ndim);
-  int64_t pos = dcpi_layout_position(layout, st->rank);
-  if (pos < 0)
+  if ((*pos = dcpi_layout_position(layout, st->rank)) < 0)
     return dcpi_fail(err, DCP_ENOTFOUND, "tensor '%s': rank %d is not in the layout's mesh",
                      name, st->rank);
-  dcp_status rc = dcpi_check_shape(ndim, shape, dcp_dtype_size(dtype), name, err);
+  return dcpi_check_shape(ndim, shape, dcp_dtype_size(dtype), name, err);
+}
+
+/* Declare a tensor that keeps a copy of layout (into *copy, owned by the
+ * tensor once declared) with room for nchunks more chunks, so adding
+ * them cannot fail. On error nothing is declared. */
+static dcp_status declare_laid_out(dcp_state *st, const char *fqn, dcp_dtype dtype, uint32_t ndim,
+                                   const int64_t *shape, const dcp_layout *layout, size_t nchunks,
+                                   dcp_layout **copy, dcpi_err *err) {
+  if (dcpi_layout_clone(layout, copy) ||
+      DCPI_RESERVE(st->chunks, st->chunks_cap, st->nchunks + nchunks)) {
+    dcp_layout_free(*copy);
+    return dcpi_fail(err, DCP_ENOMEM, "out of memory for tensor '%s'", fqn ? fqn : "(null)");
+  }
+  dcp_status rc = add_tensor(st, fqn, dtype, ndim, shape, err);
+  if (rc) dcp_layout_free(*copy);
+  return rc;
+}
+
+static dcp_status add_sharded(dcp_state *st, const char *fqn, dcp_dtype dtype, uint32_t ndim,
+                              const int64_t *shape, const dcp_layout *layout, void *data,
+                              dcpi_err *err) {
+  const char *name = fqn ? fqn : "(null)";
+  int64_t pos = -1;
+  dcp_status rc = check_sharded(st, name, dtype, ndim, shape, layout, &pos, err);
   if (rc) return rc;
   /* Everything that can fail happens before the tensor is declared, so an
    * error leaves the state as it was. */
@@ -216,17 +241,53 @@ static dcp_status add_sharded(dcp_state *st, const char *fqn, dcp_dtype dtype, u
   if (!data && !dcpi_box_is_empty(ndim, sz))
     return dcpi_fail(err, DCP_EINVAL, "tensor '%s': data is NULL for a non-empty shard", name);
   dcp_layout *copy;
-  if (dcpi_layout_clone(layout, &copy) || DCPI_RESERVE(st->chunks, st->chunks_cap, st->nchunks + 1)) {
-    dcp_layout_free(copy);
-    return dcpi_fail(err, DCP_ENOMEM, "out of memory for tensor '%s'", name);
-  }
-  if ((rc = add_tensor(st, fqn, dtype, ndim, shape, err))) {
-    dcp_layout_free(copy);
-    return rc;
-  }
+  if ((rc = declare_laid_out(st, fqn, dtype, ndim, shape, layout, 1, &copy, err))) return rc;
   uint32_t ti = (uint32_t)st->ntensors - 1;
   st->tensors[ti].layout = copy;
   return add_chunk(st, ti, off, sz, data, err); /* fresh tensor, space reserved */
+}
+
+static dcp_status add_flat_sharded(dcp_state *st, const char *fqn, dcp_dtype dtype,
+                                   uint32_t ndim, const int64_t *shape, const dcp_layout *layout,
+                                   uint32_t flat_dims, void *data, dcpi_err *err) {
+  const char *name = fqn ? fqn : "(null)";
+  int64_t pos = -1;
+  uint32_t dims = 0;
+  dcpi_err why;
+  dcpi_err_clear(&why);
+  dcp_status rc = check_sharded(st, name, dtype, ndim, shape, layout, &pos, err);
+  if (rc) return rc;
+  if ((rc = dcpi_layout_flat_dims(layout, flat_dims, &dims, &why)))
+    return dcpi_fail(err, rc, "tensor '%s': %s", name, why.msg);
+  enum { MAXB = 2 * DCP_MAX_NDIM - 1 };
+  int64_t off[MAXB * DCP_MAX_NDIM], sz[MAXB * DCP_MAX_NDIM];
+  size_t n;
+  dcpi_layout_flat_boxes_at(layout, shape, pos, dims, off, sz, &n);
+  if (!data && n)
+    return dcpi_fail(err, DCP_EINVAL, "tensor '%s': data is NULL for a non-empty flat shard",
+                     name);
+  dcp_layout *copy;
+  if ((rc = declare_laid_out(st, fqn, dtype, ndim, shape, layout, n, &copy, err))) return rc;
+  uint32_t ti = (uint32_t)st->ntensors - 1;
+  st->tensors[ti].flat = copy;
+  st->tensors[ti].flat_dims = dims;
+  st->tensors[ti].flat_parts = (uint32_t)n;
+  char *p = data;
+  for (size_t i = 0; i < n && !rc; i++) { /* fresh tensor, space reserved: cannot fail */
+    rc = add_chunk(st, ti, off + i * ndim, sz + i * ndim, p, err);
+    p += st->chunks[st->nchunks - 1].nbytes;
+  }
+  return rc;
+}
+
+dcp_status dcp_state_add_flat_sharded(dcp_state *st, const char *fqn, dcp_dtype dtype,
+                                      uint32_t ndim, const int64_t *shape,
+                                      const dcp_layout *layout, uint32_t flat_dims, void *data) {
+  if (!st) return DCP_EINVAL;
+  dcpi_err err;
+  dcpi_err_clear(&err);
+  add_flat_sharded(st, fqn, dtype, ndim, shape, layout, flat_dims, data, &err);
+  return dcpi_ctx_report(st->ctx, &err);
 }
 
 dcp_status dcp_state_add_sharded(dcp_state *st, const char *fqn, dcp_dtype dtype, uint32_t ndim,

@@ -12,6 +12,14 @@ typedef struct dcpi_tensor_item {
   uint32_t ndim;
   int64_t shape[DCP_MAX_NDIM];
   dcp_layout *layout; /* owned copy, or NULL when chunks were added by hand */
+  /* dcp_state_add_flat_sharded: the layout whose cells the rank's flat
+   * range cuts (owned copy; layout is then NULL, so every path that does
+   * not know flat shards treats its chunks as added by hand), and how many
+   * chunks that range became (the tensor's chunks while none was added by
+   * hand). */
+  dcp_layout *flat;
+  uint32_t flat_dims; /* resolved (dcpi_layout_flat_dims) */
+  uint32_t flat_parts;
 } dcpi_tensor_item;
 
 typedef struct dcpi_chunk_item {

@@ -43,6 +43,8 @@ int32_t dcpi_layout_owner(const int32_t *holders, uint32_t n, uint32_t piece, ui
   return holders[(start % n + piece % n) % n];
 }
 
+enum { MAXB = 2 * DCP_MAX_NDIM - 1 }; /* boxes of a flat range, at most */
+
 typedef struct writes {
   dcpi_layout_write *w;
   size_t n, cap;
@@ -102,6 +104,7 @@ static split split_of(const dcpi_layout_tensor *t, const int64_t *sz, uint32_t n
 typedef struct held {
   const dcpi_layout_tensor *t;
   uint32_t ti, ng;
+  uint32_t part; /* which of the rank's chunks of the tensor (a flat range's box) */
   int32_t *group;
   uint64_t gh;
   int64_t off[DCP_MAX_NDIM], sz[DCP_MAX_NDIM];
@@ -125,53 +128,82 @@ static dcp_status add_pieces(writes *ws, const held *x, uint64_t start, int32_t 
     if (dcpi_layout_owner(x->group, x->ng, p, start, opts->policy) != rank) continue;
     if (DCPI_RESERVE(ws->w, ws->cap, ws->n + 1)) return DCP_ENOMEM;
     dcpi_layout_write *w = &ws->w[ws->n++];
-    *w = (dcpi_layout_write){.tensor = x->ti, .piece = p, .npieces = x->s.k};
+    *w = (dcpi_layout_write){.tensor = x->ti, .piece = p, .npieces = x->s.k, .part = x->part};
     piece_of(x->t->ndim, x->off, x->sz, x->s.k, x->s.per, p, x->s.rows, x->s.row_bytes, w->box,
              &w->nbytes, &w->piece_offset);
   }
   return DCP_OK;
 }
 
-/* Record the box rank holds of tensor ti (none when its mesh lacks the
- * rank or the box is empty). */
+/* The boxes rank's position pos holds of t: its cell's box (none when
+ * empty) or, for a flat tensor, the boxes of its range, into off/sz
+ * (ndim each); their count. */
+static size_t boxes_at(const dcpi_layout_tensor *t, int64_t pos, int64_t *off, int64_t *sz) {
+  size_t n;
+  if (t->flat) {
+    dcpi_layout_flat_boxes_at(t->layout, t->shape, pos, t->flat_dims, off, sz, &n);
+    return n;
+  }
+  dcpi_layout_box_at(t->layout, t->shape, pos, off, sz);
+  for (uint32_t d = 0; d < t->ndim; d++)
+    if (sz[d] == 0) return 0; /* an empty box is never written */
+  return 1;
+}
+
+/* The mesh dims whose coordinates a holder of t's box must share: the
+ * sharding dims, and a flat tensor's flat dims. */
+static uint32_t fixed_dims(const dcpi_layout_tensor *t) {
+  return dcpi_layout_sharding_dims(t->layout) | (t->flat ? t->flat_dims : 0);
+}
+
+/* Record the boxes rank holds of tensor ti (none when its mesh lacks the
+ * rank or they are empty), each with its holders. */
 static dcp_status hold_tensor(helds *hs, const dcpi_layout_tensor *t, uint32_t ti, int32_t world,
                               int32_t rank, const dcpi_save_opts *opts, dcpi_err *err) {
   dcp_status rc = check_tensor(t, world, err);
   if (rc) return rc;
   int64_t pos = dcpi_layout_position(t->layout, rank);
   if (pos < 0) return DCP_OK;
-  held x = {.t = t, .ti = ti};
-  dcpi_layout_box_at(t->layout, t->shape, pos, x.off, x.sz);
-  for (uint32_t d = 0; d < t->ndim; d++)
-    if (x.sz[d] == 0) return DCP_OK; /* an empty box is never written */
-  size_t ng;
-  dcp_layout_replica_group(t->layout, rank, NULL, 0, &ng);
-  x.group = malloc(ng * sizeof *x.group);
-  if (!x.group || dcp_layout_replica_group(t->layout, rank, x.group, ng, &ng) ||
-      DCPI_RESERVE(hs->h, hs->cap, hs->n + 1)) {
-    free(x.group);
-    return dcpi_fail(err, DCP_ENOMEM, "layout plan: out of memory");
+  int64_t off[MAXB * DCP_MAX_NDIM], sz[MAXB * DCP_MAX_NDIM];
+  size_t nb = boxes_at(t, pos, off, sz), ng;
+  uint32_t fixed = fixed_dims(t);
+  dcpi_layout_holders(t->layout, pos, fixed, NULL, &ng);
+  for (size_t b = 0; b < nb; b++) {
+    held x = {.t = t, .ti = ti, .part = (uint32_t)b, .ng = (uint32_t)ng};
+    memcpy(x.off, off + b * t->ndim, t->ndim * sizeof *off);
+    memcpy(x.sz, sz + b * t->ndim, t->ndim * sizeof *sz);
+    x.group = malloc(ng * sizeof *x.group);
+    if (!x.group || dcpi_layout_holders(t->layout, pos, fixed, x.group, &ng) ||
+        DCPI_RESERVE(hs->h, hs->cap, hs->n + 1)) {
+      free(x.group);
+      return dcpi_fail(err, DCP_ENOMEM, "layout plan: out of memory");
+    }
+    x.gh = dcpi_layout_group_hash(x.group, x.ng);
+    x.s = split_of(t, x.sz, x.ng, opts);
+    hs->h[hs->n++] = x;
   }
-  x.ng = (uint32_t)ng;
-  x.gh = dcpi_layout_group_hash(x.group, x.ng);
-  x.s = split_of(t, x.sz, x.ng, opts);
-  hs->h[hs->n++] = x;
   return DCP_OK;
 }
 
-/* (holder set, fqn): the rule's order. */
 static int cmp_held(const void *pa, const void *pb) {
   const held *a = pa, *b = pb;
   int c = dcpi_layout_group_cmp(a->gh, a->group, a->ng, b->gh, b->group, b->ng);
   if (c) return c;
   size_t n = a->t->fqn_len < b->t->fqn_len ? a->t->fqn_len : b->t->fqn_len;
   c = memcmp(a->t->fqn, b->t->fqn, n);
-  return c ? c : (a->t->fqn_len > b->t->fqn_len) - (a->t->fqn_len < b->t->fqn_len);
+  if (c || a->t->fqn_len != b->t->fqn_len)
+    return c ? c : (a->t->fqn_len > b->t->fqn_len) - (a->t->fqn_len < b->t->fqn_len);
+  /* a flat range's boxes share a holder set: by offset, as the whole plan
+   * orders a tensor's items (the boxes are disjoint, so offsets differ) */
+  for (uint32_t d = 0; d < a->t->ndim; d++)
+    if (a->off[d] != b->off[d]) return a->off[d] < b->off[d] ? -1 : 1;
+  return 0;
 }
 
 static int cmp_write(const void *pa, const void *pb) {
   const dcpi_layout_write *a = pa, *b = pb;
   if (a->tensor != b->tensor) return a->tensor < b->tensor ? -1 : 1;
+  if (a->part != b->part) return a->part < b->part ? -1 : 1;
   return (a->piece > b->piece) - (a->piece < b->piece);
 }
 
@@ -251,6 +283,31 @@ static dcp_status cell_pieces(const dcpi_layout_tensor *t, const int64_t *shards
   return rc;
 }
 
+/* Every piece of flat tensor t: the boxes of the range of each position
+ * that leads its holders, split over them. */
+static dcp_status flat_pieces(const dcpi_layout_tensor *t, const dcpi_save_opts *opts,
+                              dcpi_layout_piece_fn fn, void *arg) {
+  int64_t off[MAXB * DCP_MAX_NDIM], sz[MAXB * DCP_MAX_NDIM], box[2 * DCP_MAX_NDIM], nbytes;
+  uint64_t at;
+  uint32_t fixed = fixed_dims(t);
+  size_t ng;
+  dcpi_layout_holders(t->layout, 0, fixed, NULL, &ng);
+  dcp_status rc = DCP_OK;
+  for (int64_t p = 0; !rc && p < t->layout->nranks; p++) {
+    if (!dcpi_layout_leads(t->layout, p, fixed)) continue;
+    size_t n = boxes_at(t, p, off, sz);
+    for (size_t b = 0; !rc && b < n; b++) {
+      split s = split_of(t, sz + b * t->ndim, (uint32_t)ng, opts);
+      for (uint32_t k = 0; !rc && k < s.k; k++) {
+        piece_of(t->ndim, off + b * t->ndim, sz + b * t->ndim, s.k, s.per, k, s.rows,
+                 s.row_bytes, box, &nbytes, &at);
+        rc = fn(arg, box, nbytes, k, s.k);
+      }
+    }
+  }
+  return rc;
+}
+
 dcp_status dcpi_layout_pieces(const dcpi_layout_tensor *t, int32_t world,
                               const dcpi_save_opts *opts, dcpi_layout_piece_fn fn, void *arg,
                               dcpi_err *err) {
@@ -261,6 +318,7 @@ dcp_status dcpi_layout_pieces(const dcpi_layout_tensor *t, int32_t world,
   dcp_status rc = dcpi_save_opts_check(&o, err);
   if (!rc) rc = check_tensor(t, world, err);
   if (rc) return rc;
+  if (t->flat) return flat_pieces(t, &o, fn, arg);
   int64_t shards[DCP_MAX_NDIM];
   int64_t ng = shard_counts(t->layout, t->ndim, shards), cells = t->layout->nranks / ng;
   for (int64_t c = 0; !rc && c < cells; c++)

@@ -9,6 +9,7 @@
 #ifndef DCP_PLANNER_LAYOUT_PLAN_H
 #define DCP_PLANNER_LAYOUT_PLAN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -59,14 +60,22 @@ typedef struct dcpi_layout_tensor {
   uint32_t ndim;
   const int64_t *shape;
   const dcp_layout *layout;
+  /* flat-sharded (dcp_state_add_flat_sharded): each mesh position holds
+   * the boxes of the range dcpi_layout_flat_boxes_at(flat_dims) gives; its
+   * holders are the positions that share its sharding and flat dims'
+   * coordinates, and each box is split and owned as a sharded box is */
+  bool flat;
+  uint32_t flat_dims; /* resolved: dcpi_layout_flat_dims */
 } dcpi_layout_tensor;
 
 /* One piece a rank writes: of tensors[tensor], box (ndim offsets then
- * ndim sizes), nbytes bytes at byte piece_offset of the rank's chunk of
- * that tensor (0 and the whole chunk when npieces is 1). */
+ * ndim sizes), nbytes bytes at byte piece_offset of the rank's chunk
+ * number `part` of that tensor (its chunks in the order the state added
+ * them: 0 for a sharded tensor, the range's box index for a flat one;
+ * offset 0 and the whole chunk when npieces is 1). */
 typedef struct dcpi_layout_write {
   uint32_t tensor;
-  uint32_t piece, npieces;
+  uint32_t piece, npieces, part;
   int64_t nbytes;
   uint64_t piece_offset;
   int64_t box[2 * DCP_MAX_NDIM];
@@ -76,7 +85,8 @@ typedef struct dcpi_layout_write {
  * defaults), in (tensor, piece) order: for each tensor whose mesh has the
  * rank, its box (dcpi_layout_box_at), unless empty, split by
  * dcpi_split_pieces over its replica group, and the pieces the rule gives
- * to `rank`. Tensors whose mesh lacks the rank contribute nothing. The
+ * to `rank`; for a flat tensor each box of its range likewise (write.part:
+ * the box's index). Tensors whose mesh lacks the rank contribute nothing. The
  * starts of the rule count the pieces of the rank's other items with the
  * same holders, so pass every layout tensor the rank holds.
  * *out is malloc'd (caller frees; NULL when *count is 0).
@@ -97,7 +107,9 @@ typedef dcp_status (*dcpi_layout_piece_fn)(void *arg, const int64_t *box, int64_
 
 /* Every piece of tensor t that some rank writes — each distinct non-empty
  * box of its layout (the cells of the mesh dims that shard it, in
- * row-major cell order), split as dcpi_layout_plan_rank splits it — with
+ * row-major cell order), split as dcpi_layout_plan_rank splits it (for a
+ * flat tensor: the boxes of every distinct range, in mesh position order;
+ * O(ranks of its mesh)) — with
  * no owner (the commit checks that each arrived once; who wrote it does
  * not matter). Cost O(cells + pieces), independent of the replicas.
  * Errors: as dcpi_layout_plan_rank's checks of a tensor (world: the mesh

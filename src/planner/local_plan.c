@@ -341,15 +341,19 @@ dcp_status dcpi_local_plan_finish(dcpi_local_plan *lp, dcpi_err *err) {
 /* ---- from a state ------------------------------------------------------ */
 
 /* Mark the tensors of st that came from a layout and have no other chunk
- * (dcp_state_add_chunk may add more to any tensor). */
+ * (dcp_state_add_chunk may add more to any tensor): a sharded tensor's one
+ * chunk, a flat one's range. (A flat range has one holder, so the rule and
+ * the balancer give it the same owner either way.) */
 static dcp_status mark_layouts(dcpi_local_plan *lp, const dcp_state *st, dcpi_err *err) {
-  uint8_t *n = calloc(st->ntensors ? st->ntensors : 1, 1);
+  size_t *n = calloc(st->ntensors ? st->ntensors : 1, sizeof *n);
   if (!n) return dcpi_fail(err, DCP_ENOMEM, "local plan: out of memory");
-  for (size_t c = 0; c < st->nchunks; c++)
-    if (n[st->chunks[c].tensor] < 2) n[st->chunks[c].tensor]++;
+  for (size_t c = 0; c < st->nchunks; c++) n[st->chunks[c].tensor]++;
   dcp_status rc = DCP_OK;
-  for (size_t i = 0; i < st->ntensors && !rc; i++)
-    if (st->tensors[i].layout && n[i] == 1) rc = dcpi_local_plan_mark_layout(lp, (uint32_t)i, err);
+  for (size_t i = 0; i < st->ntensors && !rc; i++) {
+    const dcpi_tensor_item *t = &st->tensors[i];
+    if ((t->layout && n[i] == 1) || (t->flat && n[i] == t->flat_parts))
+      rc = dcpi_local_plan_mark_layout(lp, (uint32_t)i, err);
+  }
   free(n);
   return rc;
 }

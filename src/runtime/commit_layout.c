@@ -15,7 +15,9 @@
 void dcpi_commit_put_layouts(dcpi_wbuf *out, const dcp_state *st) {
   for (size_t t = 0; st && t < st->ntensors; t++) {
     const dcpi_tensor_item *ti = &st->tensors[t];
-    const dcp_layout *l = ti->layout;
+    /* a flat tensor's layout gives its cells, which the encoder's FLAT
+     * form cuts (the metadata records the mesh and map alike) */
+    const dcp_layout *l = ti->layout ? ti->layout : ti->flat;
     if (!l || l->ranks[0] != st->rank) continue;
     dcpi_w_u8(out, DCPI_RESULT_LAYOUT);
     dcpi_w_varint(out, ti->fqn_len);

@@ -412,20 +412,37 @@ static dcp_status write_assigned(save_job *j, dcpi_rbuf *r, dcpi_err *err) {
   return DCP_OK;
 }
 
-/* The per-rank path: write the pieces this rank computed. Each layout
- * tensor has exactly one chunk here (dcpi_save_layout_eligible). */
+/* Whether write w of tensor ti (ndim dims) lies in chunk c: c is ti's
+ * and has the write's box (a split piece: but for its first dimension,
+ * which the split cuts). */
+static bool write_in_chunk(const dcpi_layout_write *w, uint32_t ti, uint32_t ndim,
+                           const dcpi_chunk_item *c) {
+  if (c->tensor != ti || w->piece_offset > (uint64_t)c->nbytes ||
+      (uint64_t)w->nbytes > (uint64_t)c->nbytes - w->piece_offset)
+    return false;
+  for (uint32_t d = w->npieces > 1 ? 1 : 0; d < ndim; d++)
+    if (c->box.offset[d] != w->box[d] || c->box.size[d] != w->box[ndim + d]) return false;
+  return true;
+}
+
+/* The per-rank path: write the pieces this rank computed. A layout
+ * tensor's chunks are its own here (dcpi_save_layout_eligible), added one
+ * after the other: one for a sharded tensor, the range's boxes for a flat
+ * one; a write names its chunk by `part`. */
 static dcp_status write_layout_pieces(save_job *j, dcpi_err *err) {
   const dcp_state *st = j->st;
-  const dcpi_chunk_item **chunk_of = calloc(st->ntensors ? st->ntensors : 1, sizeof *chunk_of);
-  if (!chunk_of) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
-  for (size_t i = 0; i < st->nchunks; i++) chunk_of[st->chunks[i].tensor] = &st->chunks[i];
+  size_t *first = malloc((st->ntensors ? st->ntensors : 1) * sizeof *first);
+  if (!first) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
+  for (size_t t = 0; t < st->ntensors; t++) first[t] = SIZE_MAX;
+  for (size_t i = st->nchunks; i-- > 0;) first[st->chunks[i].tensor] = i;
   dcp_status rc = DCP_OK;
   for (size_t k = 0; !rc && k < j->nwrites; k++) {
     const dcpi_layout_write *w = &j->writes[k];
-    const dcpi_chunk_item *c = chunk_of[w->tensor];
     const dcpi_tensor_item *t = &st->tensors[w->tensor];
-    if (!c || w->piece_offset > (uint64_t)c->nbytes ||
-        (uint64_t)w->nbytes > (uint64_t)c->nbytes - w->piece_offset) {
+    size_t at = first[w->tensor];
+    const dcpi_chunk_item *c =
+        at != SIZE_MAX && w->part < st->nchunks - at ? &st->chunks[at + w->part] : NULL;
+    if (!c || !write_in_chunk(w, w->tensor, t->ndim, c)) {
       rc = dcpi_fail(err, DCP_EINVAL, "tensor '%s': its chunk is not its layout's box", t->fqn);
       break;
     }
@@ -434,7 +451,7 @@ static dcp_status write_layout_pieces(save_job *j, dcpi_err *err) {
     rc = write_piece(j, DCPI_RESULT_PIECE, key, data, (uint64_t)w->nbytes,
                      dcpi_chunk_row_bytes(c), t, err);
   }
-  free(chunk_of);
+  free(first);
   return rc;
 }
 

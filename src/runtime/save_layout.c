@@ -3,10 +3,11 @@
  * Offer (one per rank, gathered at rank 0): varint nmesh, then per mesh
  * the rank's tensors use (ascending key): u64 key (XXH3-64 of the mesh:
  * ndim, extents, ranks), u64 digest lo, hi (XXH3-128 of its tensors there
- * in fqn order: fqn, dtype, shape, tensor_map), u8 described; described
- * (the rank is the mesh's first): varint ndim, extents, ranks, varint
- * ntensors, per tensor varint len, fqn, varint dtype, varint ndim,
- * extents, masks. Rank 0 recomputes each description's digest and checks
+ * in fqn order: fqn, dtype, shape, tensor_map, flat, flat dims), u8
+ * described; described (the rank is the mesh's first): varint ndim,
+ * extents, ranks, varint ntensors, per tensor varint len, fqn, varint
+ * dtype, varint ndim, extents, masks, varint flat (0: sharded, else 1 +
+ * the flat dims). Rank 0 recomputes each description's digest and checks
  * every member sent that digest under that key: then every member's
  * tensors on the mesh are exactly the described ones. */
 #include "runtime/save_layout.h"
@@ -31,7 +32,8 @@ bool dcpi_save_layout_eligible(const dcp_state *st, const dcpi_local_plan *lp) {
     if (dcpi_local_plan_tensor(lp, i, &v) || !v.layout) return false;
   }
   for (size_t i = 0; i < st->ntensors; i++) {
-    const dcp_layout *l = st->tensors[i].layout;
+    const dcpi_tensor_item *t = &st->tensors[i];
+    const dcp_layout *l = t->layout ? t->layout : t->flat;
     if (!l || l->by_rank[l->nranks - 1].rank >= st->world_size) return false;
   }
   return true;
@@ -42,7 +44,10 @@ dcpi_layout_tensor *dcpi_save_layout_tensors(const dcp_state *st) {
   for (size_t i = 0; t && i < st->ntensors; i++) {
     const dcpi_tensor_item *ti = &st->tensors[i];
     t[i] = (dcpi_layout_tensor){.fqn = ti->fqn, .fqn_len = ti->fqn_len, .dtype = ti->dtype,
-                                .ndim = ti->ndim, .shape = ti->shape, .layout = ti->layout};
+                                .ndim = ti->ndim, .shape = ti->shape,
+                                .layout = ti->layout ? ti->layout : ti->flat,
+                                .flat = !ti->layout && ti->flat,
+                                .flat_dims = ti->layout ? 0 : ti->flat_dims};
   }
   return t;
 }
@@ -70,7 +75,7 @@ XXH128_hash_t dcpi_layout_digest(const dcpi_layout_tensor *const *ts, size_t n,
   XXH3_128bits_update(s, o, sizeof o);
   for (size_t i = 0; i < n; i++) {
     const dcpi_layout_tensor *t = ts[i];
-    uint64_t w[3] = {t->fqn_len, (uint64_t)t->dtype, t->ndim};
+    uint64_t w[5] = {t->fqn_len, (uint64_t)t->dtype, t->ndim, t->flat, t->flat_dims};
     XXH3_128bits_update(s, w, sizeof w);
     XXH3_128bits_update(s, t->fqn, t->fqn_len);
     XXH3_128bits_update(s, t->shape, t->ndim * sizeof *t->shape);
@@ -108,6 +113,7 @@ static void put_description(dcpi_wbuf *w, const dcpi_layout_tensor *const *ts, s
     dcpi_w_varint(w, t->ndim);
     for (uint32_t d = 0; d < t->ndim; d++) dcpi_w_varint(w, (uint64_t)t->shape[d]);
     for (uint32_t d = 0; d < t->ndim; d++) dcpi_w_varint(w, t->layout->tensor_map[d]);
+    dcpi_w_varint(w, t->flat ? 1 + (uint64_t)t->flat_dims : 0);
   }
 }
 

@@ -64,7 +64,7 @@ dcp_status dcpi_layout_set_complete(const dcpi_layout_set *ls, dcpi_err *err);
 uint64_t dcpi_layout_mesh_key(const dcp_layout *l);
 
 /* XXH3-128 of the save options that shape the split (policy, block size)
- * and tensors ts[0..n) in fqn order (fqn, dtype, shape, tensor_map): what
+ * and tensors ts[0..n) in fqn order (fqn, dtype, shape, tensor_map, flat): what
  * every member of their mesh must agree on. */
 XXH128_hash_t dcpi_layout_digest(const dcpi_layout_tensor *const *ts, size_t n,
                                  const dcpi_save_opts *opts);

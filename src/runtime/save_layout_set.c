@@ -38,6 +38,8 @@ typedef struct ls_tensor {
   uint32_t ndim, mesh, tid;
   int64_t shape[DCP_MAX_NDIM];
   uint32_t map[DCP_MAX_NDIM];
+  bool flat;
+  uint32_t flat_dims;
   size_t first_piece, npieces;
 } ls_tensor;
 
@@ -142,9 +144,21 @@ static dcp_status read_tensor(dcpi_layout_set *ls, dcpi_rbuf *r, int32_t rank, u
     if (!get_small(r, UINT32_MAX, &v)) return BAD(err, rank);
     t->map[d] = (uint32_t)v;
   }
+  if (!get_small(r, (uint64_t)UINT32_MAX + 1, &v)) return BAD(err, rank);
+  t->flat = v > 0;
+  t->flat_dims = v > 0 ? (uint32_t)(v - 1) : 0;
   dcp_status rc = dcpi_check_tensor_decl(t->fqn, t->dtype, t->ndim, t->shape, err);
-  if (!rc)
-    rc = dcpi_layout_check_map(ls->meshes[mesh].layout->mesh_ndim, t->ndim, t->map, err);
+  const dcp_layout *mesh_l = ls->meshes[mesh].layout;
+  if (!rc) rc = dcpi_layout_check_map(mesh_l->mesh_ndim, t->ndim, t->map, err);
+  if (!rc && t->flat) {
+    /* the flat dims must be the resolved ones: existing, sharding nothing */
+    dcp_layout view = *mesh_l;
+    view.tensor_ndim = t->ndim;
+    memcpy(view.tensor_map, t->map, t->ndim * sizeof *t->map);
+    uint32_t dims;
+    if (dcpi_layout_flat_dims(&view, t->flat_dims, &dims, NULL) || dims != t->flat_dims)
+      return BAD(err, rank);
+  }
   return rc;
 }
 
@@ -156,7 +170,8 @@ static dcpi_layout_tensor as_layout_tensor(const dcpi_layout_set *ls, const ls_t
   view->tensor_ndim = t->ndim;
   memcpy(view->tensor_map, t->map, t->ndim * sizeof *t->map);
   return (dcpi_layout_tensor){.fqn = t->fqn, .fqn_len = t->fqn_len, .dtype = t->dtype,
-                              .ndim = t->ndim, .shape = t->shape, .layout = view};
+                              .ndim = t->ndim, .shape = t->shape, .layout = view,
+                              .flat = t->flat, .flat_dims = t->flat_dims};
 }
 
 /* The description of a mesh by its first rank: mesh, tensors; its key

@@ -7,7 +7,7 @@
  *            [--save-tp N] [--load-tp N] [--compress] [--lowest] [--rendezvous DIR]
  *            [--coll-options OPTS]
  *            [--expect-exists] [--overwrite] [--storage posix|sharedfs]
- *            [--meta-per-rank] [--no-bytes] [--save-twice] [--no-flat]
+ *            [--meta-per-rank] [--no-bytes] [--save-twice] [--no-flat] [--flat-sharded]
  *            [--expect-per-rank 0|1] (the save planned per rank from layouts,
  *                                     or through the plan gather)
  *            [--layout-mismatch]    (the last rank maps tensor 0 another way:
@@ -49,7 +49,15 @@
  * dedup groups that only the key exchange finds), and two tensors that
  * change representation between save and load (flat saved, box loaded and
  * the reverse). --no-flat leaves all flat ones out (every chunk then has a
- * layout: the groups come from the layouts, without exchange).
+ * layout: the groups come from the layouts, without exchange). A flat
+ * shard over the DP ranks within each TP cell ("optim.cell_flat", ZeRO-1
+ * inside tensor parallelism) takes its range from dcp_layout_flat_range.
+ * --flat-sharded adds every flat range with dcp_state_add_flat_sharded
+ * (over all ranks: flat dims DP and TP; over the TP ranks: flat dim TP,
+ * replicated over DP; the cell's: flat dims 0, every dim that shards
+ * nothing); otherwise they are added by hand with dcp_state_add_flat.
+ * With --no-bytes every tensor then comes from a layout and the save plans
+ * per rank.
  *
  * Read dedup checks (--check-reads): every rank writes its load statistics
  * to <dir>.stats.<rank>; rank 0 collects them and checks, against a
@@ -87,16 +95,28 @@
 
 static int g_no_bytes; /* load tensors only */
 static int g_no_flat; /* leave the flat tensors out */
+static int g_flat_sharded; /* flat ranges from layouts: dcp_state_add_flat_sharded */
 static int g_layout_mismatch; /* the last rank lays out tensor 0 another way */
 static unsigned g_seed; /* --seed: the load mesh's ranks in a random order (0: in order) */
 
 /* How tensor t is held in a save (saving 1) or a load: 0 a layout box,
- * 1 a flat range over all ranks, 2 over the TP ranks. */
+ * 1 a flat range over all ranks, 2 over the TP ranks, 5 over the DP ranks
+ * of its TP cell. */
 static int flat_mode(int f, int saving) {
   if (f == 3) return saving ? 1 : 0;
   if (f == 4) return saving ? 0 : 1;
   return f;
 }
+
+/* Whether a flat range of this mode is found from a layout
+ * (dcp_layout_flat_range) rather than computed here. */
+static int layout_flat(int mode) { return mode == 5 || (mode && g_flat_sharded); }
+
+/* The flat dims of that layout (mesh dim 0 DP, 1 TP). */
+static uint32_t flat_dims_of(int mode) { return mode == 1 ? 3 : mode == 2 ? 2 : 0; }
+
+/* Whether tensor spec flat value f is left out of the model. */
+static int left_out(int f) { return g_no_flat && f; }
 
 typedef struct tensor_spec {
   const char *fqn;
@@ -106,7 +126,8 @@ typedef struct tensor_spec {
   uint32_t map[3]; /* bits: 1 = DP (mesh dim 0), 2 = TP (mesh dim 1) */
   int flat;        /* 0: layout; ZeRO-style flat range 1: over all ranks,
                       2: over the TP ranks (replicated over DP), 3: flat
-                      (1) when saving, layout when loading, 4: the reverse */
+                      (1) when saving, layout when loading, 4: the reverse,
+                      5: over the DP ranks within its TP cell (map) */
 } tensor_spec;
 
 static const tensor_spec MODEL[] = {
@@ -126,6 +147,7 @@ static const tensor_spec MODEL[] = {
     /* replicated on every rank and large enough (48 KiB, 4 KiB blocks) to
      * be cut into pieces that different ranks write */
     {"embed.replicated", DCP_F32, 2, {48, 256}, {0, 0}, 0},
+    {"optim.cell_flat", DCP_F32, 2, {26, 7}, {2, 0}, 5},
 };
 #define NMODEL (sizeof MODEL / sizeof MODEL[0])
 
@@ -208,6 +230,15 @@ static size_t rank_boxes(const rank_model *m, size_t t, int saving, int32_t worl
                          int32_t rank, dcp_box *out) {
   const tensor_spec *s = &MODEL[t];
   int mode = flat_mode(s->flat, saving);
+  if (layout_flat(mode)) {
+    dcp_box cell;
+    int64_t begin, count;
+    size_t np;
+    CHECK(dcp_layout_flat_range(m->layouts[t], s->shape, flat_dims_of(mode), rank, &cell, &begin,
+                                &count) == DCP_OK, "flat_range");
+    CHECK(dcp_flat_to_boxes(&cell, begin, count, out, 3, &np) == DCP_OK, "flat");
+    return np;
+  }
   if (mode) {
     int64_t begin, count;
     flat_range(t, mode, world, tp, rank, &begin, &count);
@@ -247,12 +278,23 @@ static void build(dcp_ctx *ctx, rank_model *m, int32_t world, int32_t tp, int fi
   int32_t *order = mesh_order(world, fill ? 0 : g_seed);
   for (size_t t = 0; t < NMODEL; t++) {
     const tensor_spec *s = &MODEL[t];
-    if (g_no_flat && s->flat) continue;
+    if (left_out(s->flat)) continue;
     int mode = flat_mode(s->flat, fill);
     if (mode) {
-      CHECK(dcp_state_add_tensor(m->st, s->fqn, s->dtype, s->ndim, s->shape) == DCP_OK, "add");
       int64_t begin, count;
-      flat_range(t, mode, world, tp, rank, &begin, &count);
+      dcp_box cell = {.ndim = s->ndim};
+      for (uint32_t d = 0; d < s->ndim; d++) cell.size[d] = s->shape[d];
+      if (layout_flat(mode)) {
+        uint32_t none[3] = {0, 0, 0};
+        CHECK(dcp_layout_create(ctx, 2, mesh, order, s->ndim, mode == 5 ? s->map : none,
+                                &m->layouts[t]) == DCP_OK, "layout: %s", dcp_ctx_last_error(ctx));
+        CHECK(dcp_layout_flat_range(m->layouts[t], s->shape, flat_dims_of(mode), rank, &cell,
+                                    &begin, &count) == DCP_OK, "flat_range");
+      } else {
+        flat_range(t, mode, world, tp, rank, &begin, &count);
+      }
+      if (!g_flat_sharded || !layout_flat(mode))
+        CHECK(dcp_state_add_tensor(m->st, s->fqn, s->dtype, s->ndim, s->shape) == DCP_OK, "add");
       dcp_box pieces[3];
       size_t np = rank_boxes(m, t, fill, world, tp, rank, pieces);
       /* one contiguous buffer for the range, as a flat parameter is */
@@ -266,8 +308,13 @@ static void build(dcp_ctx *ctx, rank_model *m, int32_t world, int32_t tp, int fi
         if (fill) visit_box(t, &pieces[i], flat + at, 0);
         at += (size_t)n * es;
       }
-      CHECK(dcp_state_add_flat(m->st, s->fqn, NULL, begin, count, flat) == DCP_OK, "add_flat: %s",
-            dcp_ctx_last_error(ctx));
+      if (g_flat_sharded && layout_flat(mode))
+        CHECK(dcp_state_add_flat_sharded(m->st, s->fqn, s->dtype, s->ndim, s->shape,
+                                         m->layouts[t], flat_dims_of(mode), flat) == DCP_OK,
+              "add_flat_sharded: %s", dcp_ctx_last_error(ctx));
+      else
+        CHECK(dcp_state_add_flat(m->st, s->fqn, &cell, begin, count, flat) == DCP_OK,
+              "add_flat: %s", dcp_ctx_last_error(ctx));
       if (np == 0) free(flat);
       /* remember the pieces for checking: they alias the flat buffer */
       for (size_t i = 0; i < np; i++) {
@@ -330,7 +377,7 @@ static void free_model(rank_model *m) {
 static uint64_t model_bytes(int32_t world) {
   uint64_t total = g_no_bytes ? 0 : 8 + 16 * (uint64_t)world;
   for (size_t t = 0; t < NMODEL; t++) {
-    if (g_no_flat && MODEL[t].flat) continue;
+    if (left_out(MODEL[t].flat)) continue;
     uint64_t n = 1;
     for (uint32_t d = 0; d < MODEL[t].ndim; d++) n *= (uint64_t)MODEL[t].shape[d];
     total += n * dcp_dtype_size(MODEL[t].dtype);
@@ -386,6 +433,7 @@ static args parse(int argc, char **argv) {
     else if (!strcmp(k, "--no-bytes")) a.no_bytes = 1;
     else if (!strcmp(k, "--save-twice")) a.save_twice = 1;
     else if (!strcmp(k, "--no-flat")) g_no_flat = 1;
+    else if (!strcmp(k, "--flat-sharded")) g_flat_sharded = 1;
     else if (!strcmp(k, "--no-pipeline")) a.no_pipeline = 1;
     else if (!strcmp(k, "--reader-lowest")) a.reader_lowest = 1;
     else if (!strcmp(k, "--check-reads")) a.check_reads = 1;
@@ -590,7 +638,7 @@ static void check_reads(const args *a, const rank_model *m, const rank_stats *al
   request *rq = calloc(cap, sizeof *rq);
   for (int32_t q = 0; q < world; q++)
     for (size_t t = 0; t < NMODEL; t++) {
-      if (g_no_flat && MODEL[t].flat) continue;
+      if (left_out(MODEL[t].flat)) continue;
       dcp_box boxes[3];
       size_t nb = rank_boxes(m, t, 0, world, a->load_tp, q, boxes);
       for (size_t i = 0; i < nb; i++) {

@@ -200,6 +200,54 @@ class Layouts(Base):
         self.assertTrue(np.array_equal(cols, full[:, 2:]))
 
 
+    def test_flat_sharded_ranges_plan_per_rank_and_load_whole(self):
+        """ZeRO shards from a layout: a DP2 x TP2 mesh, the weight's TP cell
+        cut over DP (flat_dims 0b01), a TP-replicated bias cut over DP only;
+        four ranks (threads of the file collective) save without a plan
+        gather, and one rank loads every tensor whole."""
+        w = np.arange(6 * 5, dtype=np.float32).reshape(6, 5)
+        b = np.arange(7, dtype=np.float32) * 3
+        lw = dcp.Layout((2, 2), [(1,), None])  # TP shards dim 0
+        lb = dcp.Layout((2, 2), [None])       # replicated: cut over DP only
+        cell, begin, count = lw.flat_range((6, 5), 3, 1)
+        self.assertEqual(cell, ((3, 0), (3, 5)))
+        self.assertEqual((begin, count), (8, 7))
+        with self.assertRaises(dcp.InvalidError):
+            lw.flat_range((6, 5), 3, 2)  # TP shards the tensor: not a flat dim
+        with tempfile.TemporaryDirectory(prefix="dcp-py-") as d:
+            rdv, ckpt = os.path.join(d, "rdv"), os.path.join(d, "ckpt")
+            os.mkdir(rdv)
+            paths, errors = [None] * 4, []
+
+            def rank(r):
+                try:
+                    ctx = dcp.Context(rank=r, world_size=4, coll="file", rendezvous=rdv,
+                                      timeout_ms=60000)
+                    items = {}
+                    for name, full, lay in (("w", w, lw), ("b", b, lb)):
+                        (off, size), lo, n = lay.flat_range(full.shape, r, 1)
+                        region = full[tuple(slice(o, o + s) for o, s in zip(off, size))]
+                        items[name] = dcp.FlatSharded(region.reshape(-1)[lo:lo + n].copy(),
+                                                      full.shape, lay, flat_dims=1)
+                    dcp.save(ctx, items, ckpt)
+                    paths[r] = ctx.stats()["save_plan_path"]
+                    ctx.close()
+                except Exception as e:  # reported by the main thread
+                    errors.append(e)
+
+            threads = [threading.Thread(target=rank, args=(r,)) for r in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+            self.assertEqual(errors, [])
+            self.assertEqual(paths, [1, 1, 1, 1])
+            got_w, got_b = np.zeros_like(w), np.zeros_like(b)
+            dcp.load(self.ctx, {"w": got_w, "b": got_b}, ckpt)
+            self.assertTrue(np.array_equal(got_w, w))
+            self.assertTrue(np.array_equal(got_b, b))
+
+
 class Errors(Base):
     def saved(self):
         dcp.save(self.ctx, {"w": np.arange(4, dtype=np.float32)}, self.path("c"))

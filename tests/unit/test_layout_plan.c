@@ -1,7 +1,8 @@
 /* test_layout_plan.c — per-rank planning of layout tensors
  * (planner/layout_plan.h) against the whole-plan builder: on random meshes
  * (permuted rank subsets of the world), tensor maps, uneven and empty
- * splits, replicas and split pieces, the union of every rank's locally
+ * splits, replicas and split pieces, flat-sharded tensors (ranges of the
+ * cells cut over the replicas), the union of every rank's locally
  * computed writes covers each tensor exactly once and equals the global
  * plan's items and owners; plus the rule's opt-out and bad input. */
 #include <stdio.h>
@@ -73,7 +74,14 @@ static void random_case(tu_rng *r, pcase *c) {
     snprintf(c->names[i], sizeof c->names[i], "t%zu.%c", i, (char)('a' + tu_rng_range(r, 0, 25)));
     c->t[i] = (dcpi_layout_tensor){.fqn = c->names[i], .fqn_len = strlen(c->names[i]),
                                    .dtype = (dcp_dtype)tu_rng_range(r, DCP_BOOL, DCP_C64),
-                                   .ndim = nd, .shape = c->shapes[i], .layout = c->layouts[i]};
+                                   .ndim = nd, .shape = c->shapes[i], .layout = c->layouts[i],
+                                   .flat = tu_rng_range(r, 0, 2) == 0};
+    if (c->t[i].flat) { /* cut over a random subset of the dims that shard nothing (0: all) */
+      uint32_t free_dims = ((1u << mnd) - 1) & ~dcpi_layout_sharding_dims(c->layouts[i]), asked = 0;
+      for (uint32_t m = 0; m < mnd; m++)
+        if ((free_dims & (1u << m)) && tu_rng_range(r, 0, 1)) asked |= 1u << m;
+      assert_int_equal(dcpi_layout_flat_dims(c->layouts[i], asked, &c->t[i].flat_dims, NULL), DCP_OK);
+    }
   }
 }
 
@@ -82,7 +90,8 @@ static void case_free(pcase *c) {
 }
 
 /* Rank r's local plan: its box of every layout tensor whose mesh has it
- * (marked), and the whole of a hand-added replicated tensor "hand". */
+ * (the boxes of its range for a flat one; marked), and the whole of a
+ * hand-added replicated tensor "hand". */
 static dcpi_local_plan *local_plan(const pcase *c, int32_t r) {
   dcpi_local_plan *lp;
   assert_int_equal(dcpi_local_plan_create(r, c->world, &c->opts, &lp, NULL), DCP_OK);
@@ -94,6 +103,15 @@ static dcpi_local_plan *local_plan(const pcase *c, int32_t r) {
     assert_int_equal(dcpi_local_plan_add_tensor(lp, t->fqn, t->dtype, t->ndim, t->shape, &ti, NULL),
                      DCP_OK);
     assert_int_equal(dcpi_local_plan_mark_layout(lp, ti, NULL), DCP_OK);
+    if (t->flat) {
+      int64_t fo[5 * 3], fs[5 * 3];
+      size_t n;
+      dcpi_layout_flat_boxes_at(t->layout, t->shape, pos, t->flat_dims, fo, fs, &n);
+      for (size_t b = 0; b < n; b++)
+        assert_int_equal(dcpi_local_plan_add_chunk(lp, ti, fo + b * t->ndim, fs + b * t->ndim, NULL),
+                         DCP_OK);
+      continue;
+    }
     dcpi_layout_box_at(t->layout, t->shape, pos, off, sz);
     assert_int_equal(dcpi_local_plan_add_chunk(lp, ti, off, sz, NULL), DCP_OK);
   }

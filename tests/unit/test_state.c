@@ -1,4 +1,4 @@
-/* dcp_state: name rules, tensor/chunk/flat/sharded/bytes items and their
+/* dcp_state: name rules, tensor/chunk/flat/sharded/flat-sharded/bytes items and their
  * errors; a failed call leaves the state unchanged. */
 #include "testutil.h"
 
@@ -186,6 +186,77 @@ static void test_sharded(void **state) {
   dcp_layout_free(l);
 }
 
+/* Expect chunk k of the state: box (o0, o1) + (s0, s1) at data + at. */
+static void expect_chunk(const fixture *f, size_t k, int64_t o0, int64_t o1, int64_t s0,
+                         int64_t s1, const void *at) {
+  const dcpi_chunk_item *c = &f->st->chunks[k];
+  assert_int_equal(c->box.offset[0], o0);
+  assert_int_equal(c->box.offset[1], o1);
+  assert_int_equal(c->box.size[0], s0);
+  assert_int_equal(c->box.size[1], s1);
+  assert_ptr_equal(c->data, at);
+}
+
+static void test_flat_sharded(void **state) {
+  fixture *f = *state; /* rank 5 of 8: mesh (1, 2) of DP2 x TP3 */
+  int64_t mesh[2] = {2, 3}, shape[2] = {5, 4};
+  uint32_t none[2] = {0, 0}, tp0[2] = {1u << 1, 0};
+  dcp_layout *rep, *tp;
+  assert_int_equal(dcp_layout_create(f->ctx, 2, mesh, NULL, 2, none, &rep), DCP_OK);
+  assert_int_equal(dcp_layout_create(f->ctx, 2, mesh, NULL, 2, tp0, &tp), DCP_OK);
+  dcp_box cell;
+  int64_t begin, count;
+  /* cut over TP only (replicated over DP): range 2 of 3 of 20 = [14, 20) */
+  assert_int_equal(dcp_layout_flat_range(rep, shape, 2, 5, &cell, &begin, &count), DCP_OK);
+  assert_int_equal(cell.size[0] * cell.size[1], 20);
+  assert_int_equal(begin, 14);
+  assert_int_equal(count, 6);
+  float data[10];
+  assert_int_equal(dcp_state_add_flat_sharded(f->st, "a", DCP_F32, 2, shape, rep, 2, data), DCP_OK);
+  assert_int_equal(f->st->nchunks, 2); /* row 3 from column 2, then row 4 */
+  expect_chunk(f, 0, 3, 2, 1, 2, data);
+  expect_chunk(f, 1, 4, 0, 1, 4, data + 2);
+  assert_null(f->st->tensors[0].layout); /* paths that do not know flat see hand chunks */
+  assert_non_null(f->st->tensors[0].flat);
+  /* flat dims 0: every dim that shards nothing (DP and TP): of [6, 4], range
+   * 5 of 6 = [20, 24), row 5 */
+  int64_t shape6[2] = {6, 4};
+  assert_int_equal(dcp_state_add_flat_sharded(f->st, "b", DCP_F32, 2, shape6, rep, 0, data), DCP_OK);
+  expect_chunk(f, 2, 5, 0, 1, 4, data);
+  assert_int_equal(f->st->tensors[1].flat_dims, 3);
+  /* TP cells (rows [4, 5)) cut over DP: range 1 of 2 of 4 = [2, 4) */
+  assert_int_equal(dcp_layout_flat_range(tp, shape, 0, 5, &cell, &begin, &count), DCP_OK);
+  assert_int_equal(cell.offset[0], 4);
+  assert_int_equal(begin, 2);
+  assert_int_equal(count, 2);
+  assert_int_equal(dcp_state_add_flat_sharded(f->st, "c", DCP_F32, 2, shape, tp, 1, data), DCP_OK);
+  expect_chunk(f, 3, 4, 2, 1, 2, data);
+  /* a failing call declares nothing */
+  assert_int_equal(dcp_state_add_flat_sharded(f->st, "v", DCP_F32, 2, shape, tp, 2, data),
+                   DCP_EINVAL); /* TP shards it: cannot cut over TP too */
+  assert_int_equal(dcp_state_add_flat_sharded(f->st, "v", DCP_F32, 2, shape, tp, 4, data),
+                   DCP_EINVAL); /* no mesh dim 2 */
+  assert_int_equal(dcp_state_add_flat_sharded(f->st, "v", DCP_F32, 2, shape, tp, 1, NULL),
+                   DCP_EINVAL);
+  assert_int_equal(dcp_state_add_flat_sharded(f->st, "v", DCP_F32, 1, shape, tp, 1, data),
+                   DCP_EINVAL);
+  assert_int_equal(dcp_state_add_flat_sharded(f->st, "a", DCP_F32, 2, shape, tp, 1, data),
+                   DCP_EEXIST);
+  assert_int_equal(dcp_layout_flat_range(tp, shape, 2, 5, &cell, &begin, &count), DCP_EINVAL);
+  assert_int_equal(dcp_layout_flat_range(tp, shape, 0, 6, &cell, &begin, &count), DCP_ENOTFOUND);
+  int64_t huge[2] = {INT64_MAX, 2};
+  assert_int_equal(dcp_layout_flat_range(tp, huge, 0, 5, &cell, &begin, &count), DCP_EOVERFLOW);
+  assert_int_equal(dcp_state_tensor_count(f->st), 3);
+  assert_int_equal(f->st->nchunks, 4);
+  /* an empty range adds a tensor with no chunk (NULL data is fine) */
+  int64_t tiny[2] = {1, 1};
+  assert_int_equal(dcp_state_add_flat_sharded(f->st, "e", DCP_F32, 2, tiny, rep, 0, NULL), DCP_OK);
+  assert_int_equal(f->st->nchunks, 4);
+  assert_int_equal(f->st->tensors[3].flat_parts, 0);
+  dcp_layout_free(rep);
+  dcp_layout_free(tp);
+}
+
 static void test_bytes(void **state) {
   fixture *f = *state;
   char blob[8] = "rngstat";
@@ -209,6 +280,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_chunks, setup, teardown),
       cmocka_unit_test_setup_teardown(test_flat, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sharded, setup_rank5, teardown),
+      cmocka_unit_test_setup_teardown(test_flat_sharded, setup_rank5, teardown),
       cmocka_unit_test_setup_teardown(test_bytes, setup, teardown),
   };
   return TU_RUN(tests, NULL, NULL);

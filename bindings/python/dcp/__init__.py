@@ -22,7 +22,7 @@ from ._dcp import (Context, Layout, State, Error, InvalidError, NotFoundError,
                    SCOPE_REPLICATED)
 
 __all__ = [n for n in dir(_dcp) if not n.startswith("_")] + [
-    "Chunk", "Sharded", "Flat", "Bytes", "SaveFuture", "dtype_of", "build_state",
+    "Chunk", "Sharded", "FlatSharded", "Flat", "Bytes", "SaveFuture", "dtype_of", "build_state",
     "committed"]
 
 
@@ -77,6 +77,18 @@ class Sharded:
             layout, dtype
 
 
+class FlatSharded:
+    """This rank's flat shard (ZeRO / FSDP) of a tensor of ``global_shape``:
+    the cell ``layout`` gives the rank, flattened and cut over the mesh dims in
+    ``flat_dims`` (a bit mask; 0: every mesh dim that shards nothing);
+    ``data`` holds exactly the elements ``layout.flat_range(global_shape,
+    rank, flat_dims)`` names. A save of layout items only plans per rank."""
+
+    def __init__(self, data, global_shape, layout, flat_dims=0, dtype=None):
+        self.data, self.global_shape, self.layout, self.flat_dims, self.dtype = \
+            data, tuple(global_shape), layout, int(flat_dims), dtype
+
+
 class Flat:
     """Elements [begin, begin+len(data)) of the row-major region (offset, size)
     of a tensor of ``global_shape`` (the whole tensor when region is None):
@@ -97,10 +109,15 @@ class Bytes:
 
 
 def _add_tensor_item(st, name, item):
-    """Add one tensor item (a plain buffer, Chunk(s), Sharded or Flat)."""
+    """Add one tensor item (a plain buffer, Chunk(s), Sharded, FlatSharded or Flat)."""
     if isinstance(item, Sharded):
         dt = item.dtype if item.dtype is not None else dtype_of(item.data)
         st.add_sharded(name, dt, item.global_shape, item.layout, item.data)
+        return
+    if isinstance(item, FlatSharded):
+        dt = item.dtype if item.dtype is not None else dtype_of(item.data)
+        st.add_flat_sharded(name, dt, item.global_shape, item.layout, item.data,
+                            item.flat_dims)
         return
     if isinstance(item, Flat):
         dt = item.dtype if item.dtype is not None else dtype_of(item.data)

@@ -211,6 +211,27 @@ static PyObject *layout_replica_group(PyObject *self, PyObject *args) {
   return t;
 }
 
+static PyObject *layout_flat_range(PyObject *self, PyObject *args, PyObject *kwargs) {
+  static char *kw[] = {"global_shape", "rank", "flat_dims", NULL};
+  PyObject *shape_obj;
+  int rank;
+  unsigned int flat_dims = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Oi|I", kw, &shape_obj, &rank, &flat_dims))
+    return NULL;
+  const dcp_layout *l = get(self);
+  int64_t shape[DCP_MAX_NDIM], begin, count;
+  uint32_t ndim;
+  if (!l || dcpi_py_i64_seq(shape_obj, shape, DCP_MAX_NDIM, &ndim, "global_shape")) return NULL;
+  if ((Py_ssize_t)ndim != PyTuple_GET_SIZE(((dcpi_py_layout *)self)->tensor_map))
+    return dcpi_py_raisef(DCP_EINVAL, "global_shape has %u dims, the layout maps %zd", ndim,
+                          PyTuple_GET_SIZE(((dcpi_py_layout *)self)->tensor_map));
+  dcp_box cell;
+  dcp_status rc = dcp_layout_flat_range(l, shape, flat_dims, rank, &cell, &begin, &count);
+  if (rc == DCP_ENOTFOUND) return dcpi_py_raisef(rc, "rank %d is not in the layout's mesh", rank);
+  if (rc) return dcpi_py_raise(rc, "invalid global shape or flat_dims for dcp_layout_flat_range");
+  return Py_BuildValue("(NLL)", dcpi_py_box_tuple(&cell), (long long)begin, (long long)count);
+}
+
 static PyObject *layout_repr(PyObject *self) {
   dcpi_py_layout *l = (dcpi_py_layout *)self;
   if (!l->layout) return PyUnicode_FromString("dcp.Layout(<uninitialised>)");
@@ -231,6 +252,9 @@ static PyMethodDef layout_methods[] = {
          "box(global_shape, rank) -> (offset, size): the box rank holds (dcp_layout_box)."),
     METH("replica_group", layout_replica_group, METH_VARARGS,
          "replica_group(rank) -> tuple of the ranks holding the same box."),
+    METH("flat_range", layout_flat_range, METH_VARARGS | METH_KEYWORDS,
+         "flat_range(global_shape, rank, flat_dims=0) -> ((offset, size), begin, count): the "
+         "cell rank's flat shard cuts and its element range (dcp_layout_flat_range)."),
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef layout_getset[] = {

@@ -280,6 +280,38 @@ static PyObject *state_add_flat(PyObject *self, PyObject *args, PyObject *kwargs
   return finish(s, rc, view, ro, fqn);
 }
 
+/* finish() for a call that also declared fqn: on success its dtype is
+ * remembered (later chunks of it are checked against it). */
+static PyObject *finish_declared(dcpi_py_state *s, dcp_status rc, Py_buffer *view, int ro,
+                                 PyObject *fqn, dcp_dtype dtype) {
+  if (!rc) {
+    PyObject *d = PyLong_FromLong((long)dtype);
+    if (!d || PyDict_SetItem(s->dtypes, fqn, d) < 0) {
+      Py_XDECREF(d);
+      drop(view);
+      return NULL;
+    }
+    Py_DECREF(d);
+  }
+  return finish(s, rc, view, ro, fqn);
+}
+
+/* The arguments add_sharded and add_flat_sharded share: the name, dtype
+ * and shape, and a layout that is initialised and maps ndim dims. -1 with
+ * an exception when not. */
+static int laid_out_args(PyObject *fqn, PyObject *dtype_obj, PyObject *shape_obj,
+                         const dcpi_py_layout *l, const char **name, dcp_dtype *dtype,
+                         int64_t *shape, uint32_t *ndim) {
+  if (!(*name = dcpi_py_utf8(fqn, "tensor name")) || dcpi_py_dtype(dtype_obj, dtype) ||
+      named_seq(*name, "shape", shape_obj, shape, ndim))
+    return -1;
+  if (!l->layout) return dcpi_py_raise(DCP_EINVAL, "the layout is not initialised"), -1;
+  if ((Py_ssize_t)*ndim != PyTuple_GET_SIZE(l->tensor_map))
+    return dcpi_py_raisef(DCP_EINVAL, "tensor '%s': shape has %u dims, the layout maps %zd",
+                          *name, *ndim, PyTuple_GET_SIZE(l->tensor_map)), -1;
+  return 0;
+}
+
 static PyObject *state_add_sharded(PyObject *self, PyObject *args, PyObject *kwargs) {
   static char *kw[] = {"fqn", "dtype", "shape", "layout", "data", NULL};
   PyObject *fqn, *dtype_obj, *shape_obj, *layout_obj, *data;
@@ -288,17 +320,11 @@ static PyObject *state_add_sharded(PyObject *self, PyObject *args, PyObject *kwa
     return NULL;
   dcpi_py_state *s = usable(self);
   dcpi_py_layout *l = (dcpi_py_layout *)layout_obj;
-  const char *name = dcpi_py_utf8(fqn, "tensor name");
+  const char *name;
   dcp_dtype dtype;
   int64_t shape[DCP_MAX_NDIM], numel;
   uint32_t ndim;
-  if (!s || !name || dcpi_py_dtype(dtype_obj, &dtype) ||
-      named_seq(name, "shape", shape_obj, shape, &ndim))
-    return NULL;
-  if (!l->layout) return dcpi_py_raise(DCP_EINVAL, "the layout is not initialised");
-  if ((Py_ssize_t)ndim != PyTuple_GET_SIZE(l->tensor_map))
-    return dcpi_py_raisef(DCP_EINVAL, "tensor '%s': shape has %u dims, the layout maps %zd", name,
-                          ndim, PyTuple_GET_SIZE(l->tensor_map));
+  if (!s || laid_out_args(fqn, dtype_obj, shape_obj, l, &name, &dtype, shape, &ndim)) return NULL;
   dcp_box box;
   int32_t rank = dcp_ctx_rank(s->owner->ctx);
   dcp_status rc = dcp_layout_box(l->layout, shape, rank, &box);
@@ -312,16 +338,35 @@ static PyObject *state_add_sharded(PyObject *self, PyObject *args, PyObject *kwa
       !(view = elem_view(data, name, dtype, numel, &ro)))
     return NULL;
   rc = dcp_state_add_sharded(s->st, name, dtype, ndim, shape, l->layout, view->buf);
-  if (!rc) {
-    PyObject *d = PyLong_FromLong((long)dtype);
-    if (!d || PyDict_SetItem(s->dtypes, fqn, d) < 0) {
-      Py_XDECREF(d);
-      drop(view);
-      return NULL;
-    }
-    Py_DECREF(d);
-  }
-  return finish(s, rc, view, ro, fqn);
+  return finish_declared(s, rc, view, ro, fqn, dtype);
+}
+
+static PyObject *state_add_flat_sharded(PyObject *self, PyObject *args, PyObject *kwargs) {
+  static char *kw[] = {"fqn", "dtype", "shape", "layout", "data", "flat_dims", NULL};
+  PyObject *fqn, *dtype_obj, *shape_obj, *layout_obj, *data;
+  unsigned int flat_dims = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UOOO!O|I", kw, &fqn, &dtype_obj, &shape_obj,
+                                   &dcpi_py_layout_type, &layout_obj, &data, &flat_dims))
+    return NULL;
+  dcpi_py_state *s = usable(self);
+  dcpi_py_layout *l = (dcpi_py_layout *)layout_obj;
+  const char *name;
+  dcp_dtype dtype;
+  int64_t shape[DCP_MAX_NDIM], begin, count;
+  uint32_t ndim;
+  if (!s || laid_out_args(fqn, dtype_obj, shape_obj, l, &name, &dtype, shape, &ndim)) return NULL;
+  int32_t rank = dcp_ctx_rank(s->owner->ctx);
+  dcp_status rc = dcp_layout_flat_range(l->layout, shape, flat_dims, rank, NULL, &begin, &count);
+  if (rc)
+    return dcpi_py_raisef(rc, "tensor '%s': %s", name,
+                          rc == DCP_ENOTFOUND ? "this rank is not in the layout's mesh"
+                                              : "invalid shape or flat_dims for the layout");
+  int ro;
+  Py_buffer *view = elem_view(data, name, dtype, count, &ro);
+  if (!view) return NULL;
+  rc = dcp_state_add_flat_sharded(s->st, name, dtype, ndim, shape, l->layout, flat_dims,
+                                  count ? view->buf : NULL);
+  return finish_declared(s, rc, view, ro, fqn, dtype);
 }
 
 static PyObject *state_add_bytes(PyObject *self, PyObject *args, PyObject *kwargs) {
@@ -364,6 +409,11 @@ static PyMethodDef state_methods[] = {
     METH("add_sharded", state_add_sharded,
          "add_sharded(fqn, dtype, shape, layout, data): declare a tensor and add this "
          "rank's box of it as given by layout."),
+    METH("add_flat_sharded", state_add_flat_sharded,
+         "add_flat_sharded(fqn, dtype, shape, layout, data, flat_dims=0): declare a tensor "
+         "and add this rank's flat range of its layout cell (ZeRO/FSDP): the mesh dims in "
+         "flat_dims (0: all that shard nothing) cut the flattened cell; data holds exactly "
+         "Layout.flat_range's elements."),
     METH("add_bytes", state_add_bytes,
          "add_bytes(key, data, scope=SCOPE_REPLICATED): a bytes item."),
     {NULL, NULL, 0, NULL}};
