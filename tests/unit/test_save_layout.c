@@ -1,6 +1,7 @@
 /* test_save_layout.c — rank 0's side of per-rank planning
  * (runtime/save_layout.h) on offers from real states: agreement on the
- * per-mesh digests (a different tensor_map, save options, a member without
+ * per-mesh digests (a different tensor_map or flat cut, a flat tensor
+ * sharded on one rank, save options, a member without
  * the mesh's tensors, a tensor on two meshes: DCP_EMISMATCH), every piece
  * taken exactly once before the commit (a missing piece DCP_EINCOMPLETE, a
  * repeated or unknown one DCP_ECORRUPT), and malformed offers (every
@@ -19,7 +20,12 @@
 #define W 4
 
 /* How rank r lays out its tensors; variants break one thing. */
-typedef enum variant { SAME, OTHER_MAP, OTHER_OPTS, NO_C_ON_1, NO_C_ON_3, SPLIT_X } variant;
+typedef enum variant {
+  SAME, OTHER_MAP, OTHER_OPTS, NO_C_ON_1, NO_C_ON_3, SPLIT_X,
+  FLAT,            /* plus "f" flat-sharded over DP, replicated over TP */
+  FLAT_OTHER_DIMS, /* rank 2 cuts "f" over DP and TP */
+  FLAT_AS_SHARDED  /* rank 2 adds "f" as a sharded tensor */
+} variant;
 
 typedef struct job {
   dcp_ctx *ctx[W];
@@ -63,6 +69,17 @@ static void build(job *j, variant v) {
     add(j, r, 1, "b", 1, sb, 2, m22, r4, mb);
     if ((r == 1 && v != NO_C_ON_1) || (r == 3 && v != NO_C_ON_3))
       add(j, r, 2, "c", 1, sc, 1, m2, r31, mc);
+    if (v >= FLAT) { /* "f" [6, 3] replicated on [2, 2], cut over mesh dim 0 */
+      int64_t sf[2] = {6, 3};
+      uint32_t none[2] = {0, 0}, dims = v == FLAT_OTHER_DIMS && r == 2 ? 3 : 1;
+      assert_int_equal(dcpi_layout_create(2, m22, r4, 2, none, &j->l[r][3], NULL), DCP_OK);
+      if (v == FLAT_AS_SHARDED && r == 2)
+        assert_int_equal(dcp_state_add_sharded(j->st[r], "f", DCP_F32, 2, sf, j->l[r][3],
+                                               j->buf[r][3]), DCP_OK);
+      else
+        assert_int_equal(dcp_state_add_flat_sharded(j->st[r], "f", DCP_F32, 2, sf, j->l[r][3],
+                                                    dims, j->buf[r][3]), DCP_OK);
+    }
   }
   dcpi_wbuf all = {0};
   for (int32_t r = 0; r < W; r++) {
@@ -88,6 +105,12 @@ static dcp_status build_set(job *j, dcpi_layout_set **ls, dcpi_err *err) {
   return dcpi_layout_set_build(j->all, j->lens, W, &j->opts[0], ls, err);
 }
 
+static void fake_ref(dcp_storage_ref *ref, uint32_t file, int64_t nbytes, uint64_t *sum) {
+  *ref = (dcp_storage_ref){.file = file, .codec = DCP_CODEC_NONE, .block_size = 1u << 20,
+                           .stored_length = (uint64_t)nbytes, .raw_length = (uint64_t)nbytes,
+                           .block_count = nbytes ? 1 : 0, .block_checksums = sum};
+}
+
 static void expect_mismatch(variant v, const char *needle) {
   job j;
   build(&j, v);
@@ -107,12 +130,48 @@ static void test_mismatches(void **state) {
   expect_mismatch(SPLIT_X, "tensor 'x' is laid out on two meshes");
   expect_mismatch(OTHER_OPTS, "the layout tensors of rank 1 differ");
   expect_mismatch(OTHER_OPTS, "save options");
+  expect_mismatch(FLAT_OTHER_DIMS, "the layout tensors of rank 2");
+  expect_mismatch(FLAT_AS_SHARDED, "the layout tensors of rank 2");
 }
 
-static void fake_ref(dcp_storage_ref *ref, uint32_t file, int64_t nbytes, uint64_t *sum) {
-  *ref = (dcp_storage_ref){.file = file, .codec = DCP_CODEC_NONE, .block_size = 1u << 20,
-                           .stored_length = (uint64_t)nbytes, .raw_length = (uint64_t)nbytes,
-                           .block_count = nbytes ? 1 : 0, .block_checksums = sum};
+/* A flat tensor's pieces: every rank's writes taken once each complete
+ * the set, and the pieces cover "f" exactly (18 elements, 72 bytes). */
+static void test_flat_accounting(void **state) {
+  (void)state;
+  job j;
+  build(&j, FLAT);
+  dcpi_layout_set *ls;
+  dcpi_err err;
+  assert_int_equal(build_set(&j, &ls, &err), DCP_OK);
+  dcpi_md *md;
+  uint32_t file;
+  uint64_t sum = 1;
+  int64_t f_bytes = 0;
+  assert_int_equal(dcpi_md_create(&md), DCP_OK);
+  assert_int_equal(dcpi_md_add_file(md, "data", &file, &err), DCP_OK);
+  assert_int_equal(dcpi_layout_set_add_tensors(ls, md, &err), DCP_OK);
+  for (int32_t r = 0; r < W; r++) {
+    size_t n;
+    dcpi_layout_write *ws;
+    dcpi_layout_tensor *lts = dcpi_save_layout_tensors(j.st[r]);
+    assert_int_equal(dcpi_layout_plan_rank(lts, j.st[r]->ntensors, W, r, &j.opts[r], &ws, &n,
+                                           &err), DCP_OK);
+    for (size_t k = 0; k < n; k++) {
+      const dcpi_layout_tensor *t = &lts[ws[k].tensor];
+      dcp_storage_ref ref;
+      fake_ref(&ref, file, ws[k].nbytes, &sum);
+      uint64_t key = dcpi_layout_piece_key(t->ndim, t->shape, ws[k].box);
+      assert_int_equal(dcpi_layout_set_take(ls, md, r, t->fqn, t->fqn_len, key, &ref, &err),
+                       DCP_OK);
+      if (!strcmp(t->fqn, "f")) f_bytes += ws[k].nbytes;
+    }
+    free(lts), free(ws);
+  }
+  assert_int_equal(f_bytes, 72);
+  assert_int_equal(dcpi_layout_set_complete(ls, &err), DCP_OK);
+  dcpi_md_free(md);
+  dcpi_layout_set_free(ls);
+  job_free(&j);
 }
 
 /* Every rank's writes taken: complete; one left out: DCP_EINCOMPLETE. */
@@ -182,7 +241,7 @@ static void test_commit_accounting(void **state) {
 static void test_malformed(void **state) {
   (void)state;
   job j;
-  build(&j, SAME);
+  build(&j, FLAT); /* flat offers too */
   size_t keep = j.lens[W - 1];
   dcpi_layout_set *ls;
   dcpi_err err;
@@ -208,6 +267,7 @@ static void test_malformed(void **state) {
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mismatches),
+      cmocka_unit_test(test_flat_accounting),
       cmocka_unit_test(test_commit_accounting),
       cmocka_unit_test(test_malformed),
   };
