@@ -175,6 +175,8 @@ static dcp_status add_rank(dcpi_md *md, const dcpi_commit_args *a, int32_t world
     res.ref.file = file;
     if (a->ls && res.kind == DCPI_RESULT_PIECE) {
       rc = dcpi_layout_set_take(a->ls, md, rank, res.fqn, res.fqn_len, res.gidx, &res.ref, err);
+    } else if (a->ls && res.kind == DCPI_RESULT_BYTES) {
+      rc = dcpi_layout_set_take_bytes(a->ls, md, rank, res.gidx, &res.ref, err);
     } else if (!gp) {
       rc = dcpi_fail(err, DCP_ECORRUPT, "rank %d reported an unknown or repeated piece", rank);
     } else if (res.kind == DCPI_RESULT_CHUNK && res.gidx < dcpi_global_plan_item_count(gp) &&

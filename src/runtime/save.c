@@ -36,6 +36,7 @@
 #include "runtime/rt.h"
 #include "runtime/save.h"
 #include "runtime/save_layout.h"
+#include "runtime/save_layout_bytes.h"
 
 typedef struct save_job {
   dcpi_rt *rt;
@@ -66,6 +67,7 @@ typedef struct save_job {
   dcpi_layout_set *ls;        /* rank 0 on it: every layout, for the commit */
   dcpi_layout_write *writes;  /* on it: what this rank writes */
   size_t nwrites;
+  uint8_t *bytes_writes;      /* on it: per bytes item of the state, written here */
 } save_job;
 
 static void job_free(save_job *j) {
@@ -81,6 +83,7 @@ static void job_free(save_job *j) {
   dcpi_wbuf_free(&j->results);
   dcpi_layout_set_free(j->ls);
   free(j->writes);
+  free(j->bytes_writes);
 }
 
 /* ---- prepare ------------------------------------------------------------ */
@@ -311,10 +314,44 @@ static dcp_status choose_path(save_job *j) {
   return rc;
 }
 
-/* The offers (a digest per mesh) gathered at rank 0, which checks that the
- * members of every mesh agree; every rank computes its own writes. Closed
- * by an agreement: a disagreement fails the save on every rank before any
- * write. */
+/* Rank 0 sends each rank which of its bytes items it writes (and whether
+ * the offers were accepted at all: the agreement after says why not). */
+static dcp_status scatter_bytes_plan(save_job *j, bool *accepted) {
+  dcpi_rt *rt = j->rt;
+  int32_t world = rt->ctx->world_size;
+  dcpi_wbuf all = {0};
+  size_t *at = NULL, *lens = NULL;
+  const uint8_t **bufs = NULL;
+  if (rt->ctx->rank == 0) {
+    at = malloc((size_t)world * sizeof *at), lens = malloc((size_t)world * sizeof *lens);
+    bufs = malloc((size_t)world * sizeof *bufs);
+    for (int32_t r = 0; at && lens && bufs && r < world; r++) {
+      at[r] = all.len;
+      dcpi_layout_set_assignment(j->ls, r, &all);
+      lens[r] = all.len - at[r];
+    }
+    if (!at || !lens || !bufs || all.status) {
+      free(at), free(lens), free(bufs), dcpi_wbuf_free(&all);
+      return dcpi_fail(&rt->err, DCP_ENOMEM, "out of memory for the bytes items' plan");
+    }
+    for (int32_t r = 0; r < world; r++) bufs[r] = all.data + at[r];
+  }
+  uint8_t *mine = NULL;
+  size_t len = 0;
+  dcp_status rc = dcpi_rt_scatter_bytes(rt, bufs, lens, 0, &mine, &len);
+  free(at), free(lens), free(bufs), dcpi_wbuf_free(&all);
+  if (!rc)
+    rc = dcpi_lbytes_parse_assignment(mine, len, j->st->nbytes, accepted, &j->bytes_writes,
+                                      &rt->err);
+  free(mine);
+  return rc;
+}
+
+/* The offers (a digest per mesh, the bytes items) gathered at rank 0,
+ * which checks that the members of every mesh agree and chooses who
+ * writes each replicated bytes item; every rank computes its own writes.
+ * Closed by an agreement: a disagreement fails the save on every rank
+ * before any write. */
 static dcp_status plan_per_rank(save_job *j) {
   dcpi_rt *rt = j->rt;
   const dcpi_save_opts *so = dcpi_local_plan_opts(j->lp);
@@ -330,6 +367,9 @@ static dcp_status plan_per_rank(save_job *j) {
     local = dcpi_layout_set_build(all, lens, rt->ctx->world_size, so, &j->ls, &rt->err);
   free(all);
   free(lens);
+  bool accepted = false;
+  if ((rc = scatter_bytes_plan(j, &accepted))) return rc;
+  if (!accepted && !local) local = DCP_EPEER; /* rank 0 refused: its error wins the agreement */
   dcpi_layout_tensor *lt = local ? NULL : dcpi_save_layout_tensors(j->st);
   if (!local && !lt) local = dcpi_fail(&rt->err, DCP_ENOMEM, "out of memory");
   if (!local)
@@ -452,6 +492,10 @@ static dcp_status write_layout_pieces(save_job *j, dcpi_err *err) {
                      dcpi_chunk_row_bytes(c), t, err);
   }
   free(first);
+  /* bytes items: named by their index in the state, as the offer listed them */
+  for (size_t i = 0; !rc && i < st->nbytes; i++)
+    if (j->bytes_writes && j->bytes_writes[i])
+      rc = write_piece(j, DCPI_RESULT_BYTES, i, st->bytes[i].data, st->bytes[i].len, 0, NULL, err);
   return rc;
 }
 

@@ -7,7 +7,8 @@
  * described; described (the rank is the mesh's first): varint ndim,
  * extents, ranks, varint ntensors, per tensor varint len, fqn, varint
  * dtype, varint ndim, extents, masks, varint flat (0: sharded, else 1 +
- * the flat dims). Rank 0 recomputes each description's digest and checks
+ * the flat dims); then the rank's bytes items (save_layout_bytes.h). Rank 0
+ * recomputes each description's digest and checks
  * every member sent that digest under that key: then every member's
  * tensors on the mesh are exactly the described ones. */
 #include "runtime/save_layout.h"
@@ -22,11 +23,12 @@
 #include "model/box.h"
 #include "model/layout.h"
 #include "model/state.h"
+#include "runtime/save_layout_bytes.h"
 
 /* ---- every rank ---------------------------------------------------------- */
 
 bool dcpi_save_layout_eligible(const dcp_state *st, const dcpi_local_plan *lp) {
-  if (!st || !lp || st->nbytes || !st->ntensors) return false;
+  if (!st || !lp || !st->ntensors) return false;
   for (size_t i = 0; i < dcpi_local_plan_tensor_count(lp); i++) {
     dcpi_lp_tensor_view v;
     if (dcpi_local_plan_tensor(lp, i, &v) || !v.layout) return false;
@@ -153,6 +155,7 @@ void dcpi_save_layout_offer(const dcp_state *st, const dcpi_save_opts *opts, dcp
     for (j = i + 1; j < st->ntensors && ks[j].key == ks[i].key; j++) {}
     put_mesh(out, ks + i, j - i, st->rank, opts);
   }
+  dcpi_lbytes_put_offer(st, out);
   free(t), free(ks);
 }
 

@@ -19,7 +19,8 @@
 
 /* true when st can take the layout path on its side: at least one tensor,
  * every tensor marked a layout tensor in lp (dcpi_local_plan_from_state),
- * no bytes items, every mesh rank below the world size. */
+ * every mesh rank below the world size. Bytes items may come along
+ * (save_layout_bytes.h). */
 bool dcpi_save_layout_eligible(const dcp_state *st, const dcpi_local_plan *lp);
 
 /* st's tensors as layout tensors (borrowed from st; malloc'd array of
@@ -55,8 +56,16 @@ dcp_status dcpi_layout_set_take(dcpi_layout_set *ls, dcpi_md *md, int32_t rank, 
                                 size_t fqn_len, uint64_t key, const dcp_storage_ref *ref,
                                 dcpi_err *err);
 
-/* Rank 0: DCP_OK when every expected piece was taken, else
- * DCP_EINCOMPLETE naming the tensor and the piece. */
+/* Rank 0: the bytes items' assignment for rank (save_layout_bytes.h);
+ * ls NULL (the offers were refused) sends the refusal. */
+void dcpi_layout_set_assignment(const dcpi_layout_set *ls, int32_t rank, dcpi_wbuf *out);
+
+/* Rank 0: rank wrote its bytes item `index` to ref (dcpi_lbytes_take). */
+dcp_status dcpi_layout_set_take_bytes(dcpi_layout_set *ls, dcpi_md *md, int32_t rank,
+                                      uint64_t index, const dcp_storage_ref *ref, dcpi_err *err);
+
+/* Rank 0: DCP_OK when every expected piece and bytes item was taken, else
+ * DCP_EINCOMPLETE naming the tensor and the piece, or the item. */
 dcp_status dcpi_layout_set_complete(const dcpi_layout_set *ls, dcpi_err *err);
 
 /* The key of a mesh in the offers: XXH3-64 of its ndim, extents and

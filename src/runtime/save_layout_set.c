@@ -15,6 +15,7 @@
 #include "model/layout.h"
 #include "model/state.h"
 #include "runtime/save_layout.h"
+#include "runtime/save_layout_bytes.h"
 
 typedef struct ls_mesh {
   uint64_t key, dlo, dhi; /* as described */
@@ -68,6 +69,7 @@ struct dcpi_layout_set {
   int64_t *boxes;
   size_t nboxes, boxes_cap;
   dcpi_strmap names; /* fqn → tensor index (keys borrowed from tensors) */
+  dcpi_lbytes bytes; /* every rank's bytes items */
 };
 
 void dcpi_layout_set_free(dcpi_layout_set *ls) {
@@ -75,6 +77,7 @@ void dcpi_layout_set_free(dcpi_layout_set *ls) {
   for (size_t m = 0; m < ls->nmeshes; m++) dcp_layout_free(ls->meshes[m].layout);
   for (size_t t = 0; t < ls->ntensors; t++) free(ls->tensors[t].fqn);
   dcpi_strmap_free(&ls->names);
+  dcpi_lbytes_free(&ls->bytes);
   free(ls->meshes), free(ls->by_key), free(ls->tensors), free(ls->entries), free(ls->pieces), free(ls->boxes);
   free(ls);
 }
@@ -229,6 +232,7 @@ static dcp_status read_offer(dcpi_layout_set *ls, const uint8_t *msg, size_t len
     ls->entries[ls->nentries++] = e;
     if (described) rc = read_description(ls, &r, rank, &e, err);
   }
+  if (!rc) rc = dcpi_lbytes_read(&ls->bytes, &r, rank, err);
   return rc ? rc : dcpi_r_left(&r) ? BAD(err, rank) : DCP_OK;
 }
 
@@ -384,6 +388,7 @@ dcp_status dcpi_layout_set_build(const uint8_t *all, const size_t *lens, int32_t
   if (!rc) rc = index_meshes(ls, err);
   if (!rc) rc = check_members(ls, err);
   if (!rc) rc = sort_tensors(ls, err);
+  if (!rc) rc = dcpi_lbytes_settle(&ls->bytes, &ls->names, err);
   if (!rc) rc = enumerate_pieces(ls, opts, err);
   if (rc) {
     dcpi_layout_set_free(ls);
@@ -426,6 +431,16 @@ dcp_status dcpi_layout_set_take(dcpi_layout_set *ls, dcpi_md *md, int32_t rank, 
   return dcpi_md_add_chunk(md, t->tid, box, box + t->ndim, ref, err);
 }
 
+void dcpi_layout_set_assignment(const dcpi_layout_set *ls, int32_t rank, dcpi_wbuf *out) {
+  static const dcpi_lbytes none;
+  dcpi_lbytes_assignment(ls ? &ls->bytes : &none, rank, ls != NULL, out);
+}
+
+dcp_status dcpi_layout_set_take_bytes(dcpi_layout_set *ls, dcpi_md *md, int32_t rank,
+                                      uint64_t index, const dcp_storage_ref *ref, dcpi_err *err) {
+  return dcpi_lbytes_take(&ls->bytes, md, rank, index, ref, err);
+}
+
 dcp_status dcpi_layout_set_complete(const dcpi_layout_set *ls, dcpi_err *err) {
   for (size_t i = 0; i < ls->ntensors; i++) {
     const ls_tensor *t = &ls->tensors[i];
@@ -438,5 +453,5 @@ dcp_status dcpi_layout_set_complete(const dcpi_layout_set *ls, dcpi_err *err) {
                        "committed)", t->fqn, dcpi_box_str(t->ndim, box, box + t->ndim, b, sizeof b));
     }
   }
-  return DCP_OK;
+  return dcpi_lbytes_complete(&ls->bytes, err);
 }

@@ -16,6 +16,7 @@
 #include "model/state.h"
 #include "planner/layout_plan.h"
 #include "runtime/save_layout.h"
+#include "runtime/save_layout_bytes.h"
 
 #define W 4
 
@@ -24,7 +25,11 @@ typedef enum variant {
   SAME, OTHER_MAP, OTHER_OPTS, NO_C_ON_1, NO_C_ON_3, SPLIT_X,
   FLAT,            /* plus "f" flat-sharded over DP, replicated over TP */
   FLAT_OTHER_DIMS, /* rank 2 cuts "f" over DP and TP */
-  FLAT_AS_SHARDED  /* rank 2 adds "f" as a sharded tensor */
+  FLAT_AS_SHARDED, /* rank 2 adds "f" as a sharded tensor */
+  BYTES,           /* plus "cfg" REPLICATED on ranks 1..3 and "rng" PER_RANK on all */
+  BYTES_SCOPE,     /* rank 2's "cfg" is PER_RANK */
+  BYTES_LENGTH,    /* rank 3's "cfg" is longer */
+  BYTES_CLASH      /* rank 0 has bytes "c", a tensor of ranks 1 and 3 */
 } variant;
 
 typedef struct job {
@@ -33,6 +38,7 @@ typedef struct job {
   dcp_layout *l[W][4];
   float buf[W][4][64];
   dcpi_save_opts opts[W];
+  uint8_t blob[W][8];
   uint8_t *all;
   size_t lens[W], total;
 } job;
@@ -69,7 +75,17 @@ static void build(job *j, variant v) {
     add(j, r, 1, "b", 1, sb, 2, m22, r4, mb);
     if ((r == 1 && v != NO_C_ON_1) || (r == 3 && v != NO_C_ON_3))
       add(j, r, 2, "c", 1, sc, 1, m2, r31, mc);
-    if (v >= FLAT) { /* "f" [6, 3] replicated on [2, 2], cut over mesh dim 0 */
+    if (v >= BYTES) {
+      dcp_scope cfg_scope = v == BYTES_SCOPE && r == 2 ? DCP_SCOPE_PER_RANK : DCP_SCOPE_REPLICATED;
+      if (r > 0)
+        assert_int_equal(dcp_state_add_bytes(j->st[r], "cfg", cfg_scope, j->blob[r],
+                                             v == BYTES_LENGTH && r == 3 ? 5 : 4), DCP_OK);
+      assert_int_equal(dcp_state_add_bytes(j->st[r], "rng", DCP_SCOPE_PER_RANK, j->blob[r],
+                                           (size_t)r + 1), DCP_OK);
+      if (v == BYTES_CLASH && r == 0)
+        assert_int_equal(dcp_state_add_bytes(j->st[r], "c", DCP_SCOPE_REPLICATED, j->blob[r], 1),
+                         DCP_OK);
+    } else if (v >= FLAT) { /* "f" [6, 3] replicated on [2, 2], cut over mesh dim 0 */
       int64_t sf[2] = {6, 3};
       uint32_t none[2] = {0, 0}, dims = v == FLAT_OTHER_DIMS && r == 2 ? 3 : 1;
       assert_int_equal(dcpi_layout_create(2, m22, r4, 2, none, &j->l[r][3], NULL), DCP_OK);
@@ -132,6 +148,104 @@ static void test_mismatches(void **state) {
   expect_mismatch(OTHER_OPTS, "save options");
   expect_mismatch(FLAT_OTHER_DIMS, "the layout tensors of rank 2");
   expect_mismatch(FLAT_AS_SHARDED, "the layout tensors of rank 2");
+  expect_mismatch(BYTES_CLASH, "'c' is a tensor but a bytes item on rank 0");
+}
+
+static void expect_bytes_error(variant v, const char *needle) {
+  job j;
+  build(&j, v);
+  dcpi_layout_set *ls = (dcpi_layout_set *)1;
+  dcpi_err err;
+  assert_int_equal(build_set(&j, &ls, &err), DCP_ESCOPE);
+  assert_null(ls);
+  if (!strstr(err.msg, needle)) fail_msg("'%s' not in: %s", needle, err.msg);
+  job_free(&j);
+}
+
+/* The writers of bytes items: a REPLICATED one by its lowest holder (rank
+ * 1 for "cfg"), a PER_RANK one by every rank; the assignment each rank
+ * gets says so; the commit takes exactly those, once each. */
+static void test_bytes(void **state) {
+  (void)state;
+  expect_bytes_error(BYTES_SCOPE, "bytes 'cfg': REPLICATED on rank 1 but PER_RANK on rank 2");
+  expect_bytes_error(BYTES_LENGTH, "replicated with length 4 on rank 1 but 5 on rank 3");
+  job j;
+  build(&j, BYTES);
+  dcpi_layout_set *ls;
+  dcpi_err err;
+  assert_int_equal(build_set(&j, &ls, &err), DCP_OK);
+  uint8_t *flags[W];
+  for (int32_t r = 0; r < W; r++) {
+    dcpi_wbuf msg = {0};
+    bool ok = false;
+    dcpi_layout_set_assignment(ls, r, &msg);
+    assert_int_equal(dcpi_lbytes_parse_assignment(msg.data, msg.len, j.st[r]->nbytes, &ok,
+                                                  &flags[r], &err), DCP_OK);
+    assert_true(ok);
+    /* a message for another count of items, or cut short, is corrupt */
+    uint8_t *junk;
+    assert_int_equal(dcpi_lbytes_parse_assignment(msg.data, msg.len, j.st[r]->nbytes + 1, &ok,
+                                                  &junk, &err), DCP_ECORRUPT);
+    assert_int_equal(dcpi_lbytes_parse_assignment(msg.data, msg.len - 1, j.st[r]->nbytes, &ok,
+                                                  &junk, &err), DCP_ECORRUPT);
+    dcpi_wbuf_free(&msg);
+  }
+  /* state order: rank 0 has "rng"; ranks 1..3 "cfg" then "rng" */
+  assert_int_equal(flags[0][0], 1);
+  assert_int_equal(flags[1][0], 1), assert_int_equal(flags[1][1], 1);
+  assert_int_equal(flags[2][0], 0), assert_int_equal(flags[2][1], 1);
+  assert_int_equal(flags[3][0], 0), assert_int_equal(flags[3][1], 1);
+  dcpi_md *md;
+  uint32_t file;
+  uint64_t sum = 1;
+  assert_int_equal(dcpi_md_create(&md), DCP_OK);
+  assert_int_equal(dcpi_md_add_file(md, "data", &file, &err), DCP_OK);
+  assert_int_equal(dcpi_layout_set_add_tensors(ls, md, &err), DCP_OK);
+  dcp_storage_ref ref;
+  fake_ref(&ref, file, 4, &sum);
+  assert_int_equal(dcpi_layout_set_take_bytes(ls, md, 2, 0, &ref, &err), DCP_ECORRUPT); /* not its */
+  assert_int_equal(dcpi_layout_set_take_bytes(ls, md, 1, 0, &ref, &err), DCP_OK);
+  assert_int_equal(dcpi_layout_set_take_bytes(ls, md, 1, 0, &ref, &err), DCP_ECORRUPT); /* twice */
+  assert_int_equal(dcpi_layout_set_take_bytes(ls, md, 1, 7, &ref, &err), DCP_ECORRUPT);
+  for (int32_t r = 0; r < W; r++) {
+    fake_ref(&ref, file, r + 2, &sum); /* another length */
+    assert_int_equal(dcpi_layout_set_take_bytes(ls, md, r, r ? 1 : 0, &ref, &err), DCP_ECORRUPT);
+    fake_ref(&ref, file, r + 1, &sum);
+    if (r < W - 1)
+      assert_int_equal(dcpi_layout_set_take_bytes(ls, md, r, r ? 1 : 0, &ref, &err), DCP_OK);
+    free(flags[r]);
+  }
+  /* completion, on rank 1's items alone: "cfg" missing names it */
+  dcpi_wbuf offer = {0};
+  dcpi_lbytes_put_offer(j.st[1], &offer);
+  dcpi_lbytes b = {0};
+  dcpi_rbuf rd = {offer.data, offer.len, 0};
+  dcpi_strmap none = {0};
+  assert_int_equal(dcpi_lbytes_read(&b, &rd, 1, &err), DCP_OK);
+  assert_int_equal(dcpi_lbytes_settle(&b, &none, &err), DCP_OK);
+  assert_int_equal(dcpi_lbytes_complete(&b, &err), DCP_EINCOMPLETE);
+  assert_non_null(strstr(err.msg, "bytes 'cfg' of rank 1 was not written"));
+  dcpi_md *md2;
+  assert_int_equal(dcpi_md_create(&md2), DCP_OK);
+  assert_int_equal(dcpi_md_add_file(md2, "data", &file, &err), DCP_OK);
+  fake_ref(&ref, file, 4, &sum);
+  assert_int_equal(dcpi_lbytes_take(&b, md2, 1, 0, &ref, &err), DCP_OK);
+  fake_ref(&ref, file, 2, &sum);
+  assert_int_equal(dcpi_lbytes_take(&b, md2, 1, 1, &ref, &err), DCP_OK);
+  assert_int_equal(dcpi_lbytes_complete(&b, &err), DCP_OK);
+  /* a truncated offer is corrupt, never read past */
+  for (size_t cut = 0; cut < offer.len; cut++) {
+    dcpi_lbytes t = {0};
+    dcpi_rbuf tr = {offer.data, cut, 0};
+    assert_int_equal(dcpi_lbytes_read(&t, &tr, 1, &err), DCP_ECORRUPT);
+    dcpi_lbytes_free(&t);
+  }
+  dcpi_lbytes_free(&b);
+  dcpi_wbuf_free(&offer);
+  dcpi_md_free(md2);
+  dcpi_md_free(md);
+  dcpi_layout_set_free(ls);
+  job_free(&j);
 }
 
 /* A flat tensor's pieces: every rank's writes taken once each complete
@@ -268,6 +382,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mismatches),
       cmocka_unit_test(test_flat_accounting),
+      cmocka_unit_test(test_bytes),
       cmocka_unit_test(test_commit_accounting),
       cmocka_unit_test(test_malformed),
   };
