@@ -55,7 +55,7 @@ dcp_status dcpi_layout_check_map(uint32_t mesh_ndim, uint32_t tensor_ndim, const
 dcp_status dcpi_layout_create(uint32_t mesh_ndim, const int64_t *mesh_shape,
                               const int32_t *mesh_ranks, uint32_t tensor_ndim,
                               const uint32_t *tensor_map, dcp_layout **out, dcpi_err *err) {
-  int64_t n = 0;
+  int64_t n = 0; /* set by check_mesh; gcc 12 -O2 cannot see it (-Wmaybe-uninitialized) */
   dcp_status rc;
   if (!out) return dcpi_fail(err, DCP_EINVAL, "layout: out is NULL");
   *out = NULL;
