@@ -360,8 +360,8 @@ dcp_status dcp_load(dcp_ctx *ctx, dcp_state *st, const char *path,
     rc = dcpi_fail(&rt.err, DCP_EINVAL, "load: empty checkpoint path");
   else
     rc = dcpi_load_options_effective(opts, &o, &rt.err);
-  if (rc) {
-    dcpi_rt_agree(&rt, rc);
+  if (rc) { /* fetch_metadata's first agreement, which the other ranks are in */
+    dcpi_rt_agree_value(&rt, rc, 0, "DCP_LOAD_METADATA_PER_RANK flags");
     return dcpi_rt_end(&rt);
   }
   bool replaced = false;

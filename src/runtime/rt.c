@@ -114,8 +114,12 @@ dcp_status dcpi_rt_agree_value(dcpi_rt *rt, dcp_status local, int64_t value, con
   int64_t v[3] = {local ? rt->ctx->rank : INT64_MAX, value, -value};
   dcp_status rc = dcpi_rt_allreduce(rt, v, 3, DCP_REDUCE_MIN);
   if (rc) return rc;
+  /* a rank's own failure first: it explains more than a value that a
+   * refusing rank may not even have had (v is the same on every rank, so
+   * every rank takes the same branch) */
+  if (v[0] != INT64_MAX) return dcpi_rt_agree(rt, local);
   if (v[1] != -v[2]) return dcpi_fail(&rt->err, DCP_EINVAL, "the ranks passed different %s", what);
-  return v[0] == INT64_MAX ? DCP_OK : dcpi_rt_agree(rt, local);
+  return DCP_OK;
 }
 
 dcp_status dcpi_rt_gather_bytes(dcpi_rt *rt, const void *send, size_t len, int32_t root,

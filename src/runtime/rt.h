@@ -48,9 +48,12 @@ dcp_status dcpi_rt_agree(dcpi_rt *rt, dcp_status local);
  * (>= 0: an option that decides which collectives follow, a hash of the
  * checkpoint's path): one allreduce of {first failure, value, -value}
  * (dcpi_rt_agree runs after it, to share a failure's message, only when a
- * rank failed). Ranks that differ get DCP_EINVAL on every rank ("the ranks
- * passed different <what>"), before any of them takes a collective the
- * others do not. */
+ * rank failed: a failure wins over different values). Ranks that differ
+ * get DCP_EINVAL on every rank ("the ranks passed different <what>"),
+ * before any of them takes a collective the others do not. It is the
+ * first collective of a save and of a load, so a rank that refuses its
+ * arguments calls it too (with any value): a plain dcpi_rt_agree there
+ * would meet the others' agreement with another size. */
 dcp_status dcpi_rt_agree_value(dcpi_rt *rt, dcp_status local, int64_t value, const char *what);
 
 dcp_status dcpi_rt_bcast(dcpi_rt *rt, void *buf, size_t len, int32_t root);

@@ -614,8 +614,11 @@ dcp_status dcpi_save_over(dcp_ctx *ctx, dcp_state *st, const char *path,
     return dcpi_rt_end(&rt);
   }
   /* Bad arguments on one rank still go through an agreement, so the other
-   * ranks fail too instead of waiting for this one. */
-  rc = rc ? dcpi_rt_agree(&rt, rc) : run(&j);
+   * ranks fail too instead of waiting for this one: run's first one, so
+   * the collectives match (a plain dcpi_rt_agree sent 8 bytes where the
+   * others' sent 24: the file collective reported mismatched arguments
+   * instead of the reason, MPI would abort) */
+  rc = rc ? dcpi_rt_agree_value(&rt, rc, 0, "checkpoint paths") : run(&j);
   (void)rc;
   job_free(&j);
   return dcpi_rt_end(&rt);

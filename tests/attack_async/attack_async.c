@@ -1115,6 +1115,56 @@ static int run_peer_kill(const ak_args *a) {
 }
 
 
+/* ---- one rank refuses: two ranks -------------------------------------------------- */
+
+/* Whether path holds a committed checkpoint. */
+static int committed(const char *path) {
+  char m[700];
+  snprintf(m, sizeof m, "%s/.metadata", path);
+  return access(m, F_OK) == 0;
+}
+
+/* Round `round` of refuse-w2: a sync save, then a load, where rank 1
+ * passes an empty path. Both ranks must fail with rank 1's DCP_EINVAL and
+ * reason (carried by the first agreement), not with a collective's
+ * mismatch or at the deadline; nothing commits; the same context then
+ * saves and loads. */
+static void refuse_sync(const ak_args *a, model *m, int round) {
+  char p[600];
+  snprintf(p, sizeof p, "%s/sync%d", a->dir, round);
+  dcp_ctx *ctx = open_fresh(a);
+  dcp_state *st = rank_state(ctx, m, 0);
+  dcp_status rc = dcp_save(ctx, st, g_rank == 1 ? "" : p, NULL);
+  printf("refuse-w2 (rank %d) sync: %s: %s\n", g_rank, dcp_strerror(rc), dcp_ctx_last_error(ctx));
+  CHECK(rc == DCP_EINVAL && strstr(dcp_ctx_last_error(ctx), "empty checkpoint path"),
+        "sync save with rank 1's empty path: %s (%s), want DCP_EINVAL naming the path",
+        dcp_strerror(rc), dcp_ctx_last_error(ctx));
+  CHECK(!committed(p), "a save that one rank refused committed");
+  OK(dcp_save(ctx, st, p, NULL), ctx);
+  /* a load where rank 1 passes an empty path, the same way */
+  rc = dcp_load(ctx, st, g_rank == 1 ? "" : p, NULL);
+  CHECK(rc == DCP_EINVAL && strstr(dcp_ctx_last_error(ctx), "empty checkpoint path"),
+        "load with rank 1's empty path: %s (%s), want DCP_EINVAL naming the path",
+        dcp_strerror(rc), dcp_ctx_last_error(ctx));
+  OK(dcp_load(ctx, st, p, NULL), ctx);
+  dcp_state_free(st);
+  dcp_ctx_free(ctx);
+}
+
+static int run_refuse_w2(const ak_args *a) {
+  const char *r = getenv("DCP_TEST_RANK"), *w = getenv("DCP_TEST_WORLD");
+  CHECK(r && w && a->rdv && atoi(w) == 2, "refuse-w2 runs on 2 ranks under dcp_launch");
+  g_rank = atoi(r), g_world = 2;
+  mkdir(a->rdv, 0755);
+  model *m = new_model(1);
+  m->rows = ROWS / 2;
+  m->row0 = g_rank * m->rows;
+  refuse_sync(a, m, 0);
+  free(m);
+  printf("refuse-w2 (rank %d): one rank's refusal fails every rank with its code\n", g_rank);
+  return 0;
+}
+
 /* ---- the trainer changes its working directory ---------------------------------------- */
 
 static int run_chdir(const ak_args *a) {
@@ -1170,6 +1220,7 @@ int main(int argc, char **argv) {
                                {"bad-requests", run_bad_requests},
                                {"shutdown-linger", run_shutdown_linger},
                                {"peer-kill", run_peer_kill},
+                               {"refuse-w2", run_refuse_w2},
                                {"chdir", run_chdir}};
   for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
     if (!strcmp(a.mode, modes[i].name)) return modes[i].run(&a);
