@@ -933,6 +933,24 @@ typedef void (*dcp_async_copy_fn)(void *arg, void *dst, const void *src, size_t 
  * Errors: DCP_EINVAL (NULL ctx), DCP_ENOMEM. */
 DCP_API dcp_status dcp_async_set_copy(dcp_ctx *ctx, dcp_async_copy_fn fn, void *arg);
 
+/* A copy callback that can fail (a D2H copy that reported an error): 0
+ * when the len bytes are in dst, anything else when they are not. */
+typedef int (*dcp_async_copy_checked_fn)(void *arg, void *dst, const void *src, size_t len);
+
+/* As dcp_async_set_copy, with a callback that can fail (since 0.3; a
+ * dcp_async_copy_fn cannot, so a failed device copy would be saved as
+ * whatever the pool held). Staging stops at the first chunk whose copy
+ * returns non-zero and the save fails with DCP_EIO, its message naming the
+ * chunk (index, size) and the value returned: dcp_async_save returns it in
+ * blocking mode, dcp_async_fence in background mode, dcp_async_wait in
+ * both; nothing is committed, the other ranks' saves fail with it too (at
+ * once: the refusal reaches them through the writers' first agreement),
+ * and the next async save of ctx starts as usual. Replaces a callback set
+ * with dcp_async_set_copy, and the other way round; fn NULL restores the
+ * default. Errors: DCP_EINVAL (NULL ctx), DCP_ENOMEM. */
+DCP_API dcp_status dcp_async_set_copy_checked(dcp_ctx *ctx, dcp_async_copy_checked_fn fn,
+                                              void *arg);
+
 /* The coll value of dcp_async_set_coordination that makes the writers
  * save without talking to each other: an uncoordinated save (each writer
  * commits its own rank's part; docs/save-load.md). */

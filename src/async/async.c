@@ -125,6 +125,20 @@ dcp_status dcp_async_set_copy(dcp_ctx *ctx, dcp_async_copy_fn fn, void *arg) {
   pthread_mutex_lock(&w->mu);
   dcpi_async_wait_idle_locked(w);
   w->copy = fn;
+  w->copy_checked = NULL;
+  w->copy_arg = fn ? arg : NULL;
+  pthread_mutex_unlock(&w->mu);
+  return DCP_OK;
+}
+
+dcp_status dcp_async_set_copy_checked(dcp_ctx *ctx, dcp_async_copy_checked_fn fn, void *arg) {
+  if (!ctx) return DCP_EINVAL;
+  dcpi_async_writer *w = dcpi_async_writer_of(ctx);
+  if (!w) return DCP_ENOMEM;
+  pthread_mutex_lock(&w->mu);
+  dcpi_async_wait_idle_locked(w);
+  w->copy = NULL;
+  w->copy_checked = fn;
   w->copy_arg = fn ? arg : NULL;
   pthread_mutex_unlock(&w->mu);
   return DCP_OK;

@@ -31,6 +31,7 @@ typedef struct dcpi_async_writer {
   int stager_joinable;
   dcpi_pool pool;
   dcp_async_copy_fn copy;
+  dcp_async_copy_checked_fn copy_checked; /* at most one of the two is set */
   void *copy_arg;
   char *coll, *coll_options, *rendezvous; /* writers' coordination */
   struct dcp_async *pending; /* submitted, no DONE yet */

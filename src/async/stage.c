@@ -57,21 +57,32 @@ static const void **item_sources(const dcp_state *st) {
 
 /* Copy every item of job from its buffer (src, as item_sources) into the
  * pool at its offset (on the caller's thread, or the staging thread in
- * background mode: the copy callback is called there). */
-static void copy_items(dcpi_async_writer *w, const dcpi_wp_job *j, const void *const *src) {
+ * background mode: the copy callback is called there). Stops at the first
+ * chunk whose checked copy callback fails: DCP_EIO naming it (by index and
+ * size: the state, and so its names, may be gone in background mode). */
+static dcp_status copy_items(dcpi_async_writer *w, const dcpi_wp_job *j, const void *const *src,
+                             dcpi_err *err) {
   uint8_t *base = w->pool.base;
   for (size_t i = 0; i < j->nchunks; i++) {
     size_t n = (size_t)j->chunks[i].nbytes;
     if (!n) continue;
-    if (w->copy)
+    int failed = 0;
+    if (w->copy_checked)
+      failed = w->copy_checked(w->copy_arg, base + j->chunks[i].offset, src[i], n);
+    else if (w->copy)
       w->copy(w->copy_arg, base + j->chunks[i].offset, src[i], n);
     else
       dcpi_parallel_memcpy(base + j->chunks[i].offset, src[i], n);
+    if (failed)
+      return dcpi_fail(err, DCP_EIO, "async save: the copy callback failed (returned %d) on "
+                       "chunk %zu of %zu (%zu bytes): nothing of this save is written", failed,
+                       i, j->nchunks, n);
   }
   for (size_t i = 0; i < j->nbytes; i++)
     if (j->bytes[i].len)
       dcpi_parallel_memcpy(base + j->bytes[i].offset, src[j->nchunks + i],
                            (size_t)j->bytes[i].len);
+  return DCP_OK;
 }
 
 /* The tensors of st, borrowed (fqn and layout pointers stay st's). */
@@ -278,32 +289,39 @@ static void stage_job_free(stage_job *sj) {
 /* Copy the state into the pool and hand the job to the writer (plans of
  * sync saves the writer has not seen go first, so that this save can reuse
  * one). A writer that died meanwhile (the join thread finished h with
- * DCP_EPEER) gets nothing. Then h is staged: its outcome is the staging's,
- * and a failed staging finishes h too. Frees sj; returns the staging's
- * status. */
+ * DCP_EPEER) gets nothing. A copy that failed hands the writer the job
+ * refused instead, which it takes into the save's first agreement, so the
+ * other ranks fail with it at once (the writer's DONE then finishes h).
+ * Then h is staged: its outcome is the staging's, and a failed hand-off
+ * finishes h too. Frees sj; returns the staging's status. */
 static dcp_status stage_run(stage_job *sj) {
   dcpi_async_writer *w = sj->w;
   dcp_async *h = sj->h;
-  dcpi_err err;
+  dcpi_err err, copy_err;
   dcpi_err_clear(&err);
-  copy_items(w, &sj->j, sj->src);
+  dcpi_err_clear(&copy_err);
+  dcp_status copied = copy_items(w, &sj->j, sj->src, &copy_err);
   pthread_mutex_lock(&w->mu);
   int gone = h->done; /* only the writer's death finishes a job not yet sent */
   pthread_mutex_unlock(&w->mu);
   dcp_status rc = gone ? DCP_EPEER : DCP_OK;
+  if (!rc && copied && dcpi_wp_job_refuse(&sj->payload, &sj->len, copied, copy_err.msg))
+    rc = dcpi_fail(&err, DCP_ENOMEM, "out of memory");
   if (!rc) rc = dcpi_wp_send_plans(w->sock, dcpi_ctx_plan_cache(w->ctx), &err);
   if (!rc) rc = dcpi_wp_send(w->sock, DCPI_WP_SAVE, sj->payload, sj->len, w->pool.fd, &err);
   stage_job_free(sj);
   pthread_mutex_lock(&w->mu);
   if (rc && !h->done) {
     h->status = rc;
-    snprintf(h->msg, sizeof h->msg, "async save: handing the job to the writer: %.400s", err.msg);
+    snprintf(h->msg, sizeof h->msg, "async save: handing the job to the writer: %.200s%s%.200s",
+             err.msg, copied ? "; before that: " : "", copied ? copy_err.msg : "");
     h->done = 1;
   }
   if (rc && w->pending == h) w->pending = NULL;
-  h->stage_status = rc ? h->status : DCP_OK;
+  if (!rc && copied && !h->done) snprintf(h->msg, sizeof h->msg, "%s", copy_err.msg);
+  h->stage_status = rc ? h->status : copied;
   h->staged = 1;
-  w->saves += rc ? 0u : 1u;
+  w->saves += rc || copied ? 0u : 1u;
   w->staging = 0;
   rc = h->stage_status;
   pthread_cond_broadcast(&w->cv);
@@ -350,6 +368,9 @@ static dcp_status async_save(dcpi_async_writer *w, dcp_state *st, const char *pa
   rc = stage_start(w, sj);
   if (rc) {
     pthread_mutex_lock(&w->mu);
+    /* a refused job is still the writer's until its DONE (the peers'
+     * agreement): the caller frees h, so it must be finished first */
+    while (!h->done) pthread_cond_wait(&w->cv, &w->mu);
     err->code = rc;
     snprintf(err->msg, sizeof err->msg, "%s", h->msg);
     pthread_mutex_unlock(&w->mu);

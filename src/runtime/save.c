@@ -593,6 +593,15 @@ dcp_status dcp_save(dcp_ctx *ctx, dcp_state *st, const char *path,
   return dcpi_save_over(ctx, st, path, opts, NULL);
 }
 
+dcp_status dcpi_save_refused(dcp_ctx *ctx, const char *path, dcp_status code, const char *msg) {
+  if (!ctx) return DCP_EINVAL;
+  dcpi_rt rt;
+  dcpi_rt_begin(&rt, ctx, path);
+  dcpi_fail(&rt.err, code ? code : DCP_EINVAL, "%s", msg && msg[0] ? msg : dcp_strerror(code));
+  if (ctx->comm) dcpi_rt_agree_value(&rt, rt.err.code, 0, "checkpoint paths"); /* as run's */
+  return dcpi_rt_end(&rt);
+}
+
 dcp_status dcpi_save_over(dcp_ctx *ctx, dcp_state *st, const char *path,
                           const dcp_save_options *opts, const dcpi_base *expected) {
   if (!ctx) return DCP_EINVAL;

@@ -22,4 +22,12 @@ dcp_status dcpi_save_encode_assignments(const dcpi_global_plan *gp, int32_t worl
 dcp_status dcpi_save_over(dcp_ctx *ctx, dcp_state *st, const char *path,
                           const dcp_save_options *opts, const dcpi_base *expected);
 
+/* A save this rank refused before it began (an async save whose staging
+ * failed, code non-zero, msg the reason): nothing is written; the rank
+ * takes the save's first agreement with its failure, so every rank's save
+ * fails at once with it (code and message, "rank R: " on the others). A
+ * context without a collective just fails. Returns code, or the
+ * collective's own failure; the message goes to ctx. */
+dcp_status dcpi_save_refused(dcp_ctx *ctx, const char *path, dcp_status code, const char *msg);
+
 #endif

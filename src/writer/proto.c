@@ -104,6 +104,8 @@ dcp_status dcpi_wp_job_encode(const dcpi_wp_job *j, uint8_t **out, size_t *len) 
   w_coord(&w, &j->coord);
   dcpi_w_varint(&w, j->pool_size);
   w_items(&w, j);
+  dcpi_w_zigzag(&w, j->refused); /* last: dcpi_wp_job_refuse rewrites it */
+  w_str(&w, j->refused_msg);
   if (w.status) {
     dcpi_wbuf_free(&w);
     return w.status ? w.status : DCP_ENOMEM;
@@ -307,7 +309,8 @@ dcp_status dcpi_wp_job_decode(const uint8_t *p, size_t len, dcpi_wp_job *j, dcpi
             r_u64(&d, &j->base_head, "base") && r_u64(&d, &j->base_rank_seq, "base") &&
             r_u64(&d, &j->base_parts_hash, "base") &&
             r_kv(&d, j) && r_coord(&d, &j->coord) && r_u64(&d, &j->pool_size, "pool size") &&
-            r_items(&d, j);
+            r_items(&d, j) && r_i32(&d, &j->refused, "refusal") &&
+            r_str(&d, &j->refused_msg, "refusal");
   if (ok && !j->path) ok = bad(&d, "path");
   if (ok && dcpi_r_left(&d.r) != 0) ok = bad(&d, "trailing bytes");
   if (!ok && !d.st) bad(&d, "path");
@@ -344,8 +347,26 @@ void dcpi_wp_coord_free(dcpi_wp_coord *c) {
   memset(c, 0, sizeof *c);
 }
 
+dcp_status dcpi_wp_job_refuse(uint8_t **p, size_t *len, dcp_status code, const char *msg) {
+  /* a job not refused ends with zigzag(0) and an absent string: 0, 0 */
+  if (!code || *len < 2 || (*p)[*len - 2] != 0 || (*p)[*len - 1] != 0) return DCP_EINVAL;
+  dcpi_wbuf w = {0};
+  dcpi_w_bytes(&w, *p, *len - 2);
+  dcpi_w_zigzag(&w, code);
+  w_str(&w, msg ? msg : "");
+  if (w.status) {
+    dcpi_wbuf_free(&w);
+    return DCP_ENOMEM;
+  }
+  free(*p);
+  *p = w.data;
+  *len = w.len;
+  return DCP_OK;
+}
+
 void dcpi_wp_job_free(dcpi_wp_job *j) {
   if (!j) return;
+  free(j->refused_msg);
   free(j->path);
   free(j->cwd);
   for (size_t i = 0; i < j->nkv; i++) {

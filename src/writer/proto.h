@@ -18,10 +18,10 @@
 #include "base/err.h"
 
 #define DCPI_WP_MAGIC 0x57504344u /* "DCPW" */
-#define DCPI_WP_VERSION 6u /* 2: DONE carries the save's statistics; 3: layouts, PLAN;
+#define DCPI_WP_VERSION 7u /* 2: DONE carries the save's statistics; 3: layouts, PLAN;
                               4: the save's save_id and base, the context's lease_ms;
                               5: OPEN; 6: the base's parts hash, BYE, the
-                              trainer's working directory */
+                              trainer's working directory; 7: a SAVE's refusal */
 #define DCPI_WP_HEADER 24u
 #define DCPI_WP_MAX_PAYLOAD (1ull << 30) /* refuse frames above 1 GiB */
 
@@ -90,11 +90,24 @@ typedef struct dcpi_wp_job {
   dcpi_wp_tensor *tensors;
   dcpi_wp_chunk *chunks;
   dcpi_wp_bytes *bytes;
+  /* Non-zero: this rank's trainer refused the save (its staging failed)
+   * with this status and message. The writer writes nothing and takes the
+   * save's first agreement with it, so every rank's save fails with it at
+   * once instead of waiting for this rank until the deadline. */
+  int32_t refused;
+  char *refused_msg;
 } dcpi_wp_job;
 
 /* Encode job into a freshly allocated payload (*out, *len).
  * Errors: DCP_ENOMEM, DCP_EOVERFLOW. */
 dcp_status dcpi_wp_job_encode(const dcpi_wp_job *job, uint8_t **out, size_t *len);
+
+/* Turn the payload (*p, *len) of a job encoded with refused 0 into the
+ * same job refused with code (non-zero) and msg (*p reallocated). Used
+ * after the job's borrowed strings may be gone (background staging), so
+ * it edits the encoded tail instead of encoding again. Errors: DCP_EINVAL
+ * (not such a payload), DCP_ENOMEM (*p unchanged). */
+dcp_status dcpi_wp_job_refuse(uint8_t **p, size_t *len, dcp_status code, const char *msg);
 
 /* Decode a SAVE payload into *job (zeroed first; free with
  * dcpi_wp_job_free even on error). Errors: DCP_ECORRUPT, DCP_ENOMEM. */

@@ -212,6 +212,14 @@ void dcpi_wsession_save(dcpi_wsession *s, const dcpi_wp_job *job, const uint8_t 
   }
   dcp_status rc = ensure_ctx(s, &job->coord, err);
   if (rc) return;
+  if (job->refused) { /* the trainer's staging failed: nothing to save, tell the peers */
+    rc = dcpi_save_refused(s->ctx, job->path, job->refused, job->refused_msg);
+    dcpi_fail(err, rc, "%s", dcp_ctx_last_error(s->ctx));
+    /* as the peers' writers do after their failed save (below): their
+     * collective's close is a round this writer must take too */
+    dcpi_wsession_free(s);
+    return;
+  }
   dcp_state *state = NULL;
   if ((rc = build_state(s->ctx, job, base, &state))) {
     /* Every rank's writer must still take part in the save's collectives

@@ -54,6 +54,15 @@
  *                 linger: dcp_async_shutdown (and dcp_ctx_free) right after
  *                 the first kept save returns at once and the writer is
  *                 gone, though its snapshot server had not started yet
+ *   attack_async copy-fail --dir D   a checked copy callback fails on chunk
+ *                 1 of 2, in background then blocking staging: the fence,
+ *                 the wait (the blocking save itself) return DCP_EIO naming
+ *                 the chunk, nothing commits, the next save is exact
+ *   dcp_launch 2 T attack_async refuse-w2 --dir D --rendezvous R   rank 1
+ *                 refuses: an empty path to dcp_save and dcp_load, then a
+ *                 failed staging copy of an async save: both ranks fail at
+ *                 once with rank 1's code and reason, nothing commits, the
+ *                 contexts then save and load
  *   attack_async background-free --dir D   background staging, the state
  *                 freed right after dcp_async_save returned (its buffers
  *                 kept until the fence): the staging thread never reads
@@ -1115,7 +1124,21 @@ static int run_peer_kill(const ak_args *a) {
 }
 
 
-/* ---- one rank refuses: two ranks -------------------------------------------------- */
+/* ---- a staging copy that fails ------------------------------------------------------ */
+
+/* The checked copy callback: copies, but returns 5 on call number fail_at
+ * (counting from 0) without copying; fail_at < 0 never fails. */
+typedef struct failing_copy {
+  atomic_int calls;
+  int fail_at;
+} failing_copy;
+
+static int copy_or_fail(void *arg, void *dst, const void *src, size_t len) {
+  failing_copy *fc = arg;
+  if (atomic_fetch_add(&fc->calls, 1) == fc->fail_at) return 5;
+  memcpy(dst, src, len);
+  return 0;
+}
 
 /* Whether path holds a committed checkpoint. */
 static int committed(const char *path) {
@@ -1123,6 +1146,69 @@ static int committed(const char *path) {
   snprintf(m, sizeof m, "%s/.metadata", path);
   return access(m, F_OK) == 0;
 }
+
+/* After a refused save of path: nothing there to load, then the next
+ * async save of st (gen) on ctx commits and loads exact. */
+static void after_refusal(dcp_ctx *ctx, model *m, dcp_state *st, const char *path, int gen,
+                          failing_copy *fc) {
+  CHECK(!committed(path), "a save whose staging copy failed committed %s", path);
+  dcp_status rc = dcp_load(ctx, st, path, NULL); /* no directory, or one without .metadata */
+  CHECK(rc == DCP_ENOTFOUND || rc == DCP_EINCOMPLETE, "load of a refused save: %s (%s)",
+        dcp_strerror(rc), dcp_ctx_last_error(ctx));
+  fc->fail_at = -1;
+  fill(m, gen);
+  dcp_async *h;
+  OK(dcp_async_save(ctx, st, path, NULL, &h), ctx);
+  OK(dcp_async_fence(h), ctx);
+  OK(dcp_async_wait(h), ctx);
+  dcp_async_free(h);
+  if (g_world == 1) load_check(ctx, path, gen);
+}
+
+/* Expect rc to be the copy's DCP_EIO, its message naming chunk 1. */
+static void check_copy_failure(dcp_ctx *ctx, dcp_status rc, const char *call) {
+  const char *msg = dcp_ctx_last_error(ctx);
+  CHECK(rc == DCP_EIO && strstr(msg, "copy callback failed (returned 5) on chunk 1 of 2"),
+        "%s after a failed staging copy: %s (%s), want DCP_EIO naming chunk 1", call,
+        dcp_strerror(rc), msg);
+}
+
+/* Background, then blocking staging: chunk 0 copies, chunk 1's copy fails. */
+static int run_copy_fail(const ak_args *a) {
+  model *m = new_model(1);
+  dcp_ctx *ctx = open_one(a);
+  failing_copy fc = {0, 1};
+  OK(dcp_async_set_copy_checked(ctx, copy_or_fail, &fc), ctx);
+  dcp_state *st = rank_state(ctx, m, 1); /* two chunks */
+  char p[600];
+  snprintf(p, sizeof p, "%s/bg", a->dir);
+  OK(dcp_async_set_staging(ctx, DCP_ASYNC_STAGE_BACKGROUND), ctx);
+  dcp_async *h;
+  OK(dcp_async_save(ctx, st, p, NULL, &h), ctx);
+  check_copy_failure(ctx, dcp_async_fence(h), "dcp_async_fence");
+  check_copy_failure(ctx, dcp_async_wait(h), "dcp_async_wait");
+  int done = 0;
+  OK(dcp_async_test(h, &done), ctx);
+  CHECK(done, "a refused save is not done");
+  dcp_async_free(h);
+  after_refusal(ctx, m, st, p, 2, &fc);
+  snprintf(p, sizeof p, "%s/blocking", a->dir);
+  OK(dcp_async_set_staging(ctx, DCP_ASYNC_STAGE_BLOCKING), ctx);
+  atomic_store(&fc.calls, 0);
+  fc.fail_at = 1;
+  h = (dcp_async *)1;
+  check_copy_failure(ctx, dcp_async_save(ctx, st, p, NULL, &h), "dcp_async_save (blocking)");
+  CHECK(h == NULL, "a refused blocking save returned a handle");
+  after_refusal(ctx, m, st, p, 3, &fc);
+  dcp_state_free(st);
+  dcp_ctx_free(ctx);
+  free(m);
+  printf("copy-fail: a failed staging copy fails fence, wait (and a blocking save) with "
+         "DCP_EIO, commits nothing; the next save is exact\n");
+  return 0;
+}
+
+/* ---- one rank refuses: two ranks -------------------------------------------------- */
 
 /* Round `round` of refuse-w2: a sync save, then a load, where rank 1
  * passes an empty path. Both ranks must fail with rank 1's DCP_EINVAL and
@@ -1151,6 +1237,38 @@ static void refuse_sync(const ak_args *a, model *m, int round) {
   dcp_ctx_free(ctx);
 }
 
+/* refuse-w2's async round: background staging where rank 1's copy of its
+ * chunk 1 fails (its chunk 0 copied). Rank 1's fence and wait return its
+ * DCP_EIO; rank 0's wait returns the same code and reason, "rank 1: ...",
+ * through the writers' first agreement (a peer that never heard of it
+ * would fail at the deadline with DCP_ETIMEDOUT or DCP_EPEER); nothing
+ * commits; the next async save on both contexts commits and loads exact. */
+static void refuse_async(const ak_args *a, model *m) {
+  char p[600];
+  snprintf(p, sizeof p, "%s/async", a->dir);
+  dcp_ctx *ctx = open_fresh(a);
+  failing_copy fc = {0, g_rank == 1 ? 1 : -1};
+  OK(dcp_async_set_copy_checked(ctx, copy_or_fail, &fc), ctx);
+  OK(dcp_async_set_staging(ctx, DCP_ASYNC_STAGE_BACKGROUND), ctx);
+  dcp_state *st = rank_state(ctx, m, 1);
+  dcp_async *h;
+  OK(dcp_async_save(ctx, st, p, NULL, &h), ctx);
+  if (g_rank == 1) check_copy_failure(ctx, dcp_async_fence(h), "dcp_async_fence");
+  else OK(dcp_async_fence(h), ctx);
+  dcp_status rc = dcp_async_wait(h);
+  printf("refuse-w2 (rank %d) async: %s: %s\n", g_rank, dcp_strerror(rc),
+         dcp_ctx_last_error(ctx));
+  check_copy_failure(ctx, rc, "dcp_async_wait");
+  CHECK(g_rank == 1 || strstr(dcp_ctx_last_error(ctx), "rank 1: "), "rank 0's message does not "
+        "name rank 1: %s", dcp_ctx_last_error(ctx));
+  dcp_async_free(h);
+  sync_ranks(ctx); /* both have seen the outcome before anyone looks at p */
+  after_refusal(ctx, m, st, p, 2, &fc);
+  load_check(ctx, p, 2);
+  dcp_state_free(st);
+  dcp_ctx_free(ctx);
+}
+
 static int run_refuse_w2(const ak_args *a) {
   const char *r = getenv("DCP_TEST_RANK"), *w = getenv("DCP_TEST_WORLD");
   CHECK(r && w && a->rdv && atoi(w) == 2, "refuse-w2 runs on 2 ranks under dcp_launch");
@@ -1160,6 +1278,7 @@ static int run_refuse_w2(const ak_args *a) {
   m->rows = ROWS / 2;
   m->row0 = g_rank * m->rows;
   refuse_sync(a, m, 0);
+  refuse_async(a, m);
   free(m);
   printf("refuse-w2 (rank %d): one rank's refusal fails every rank with its code\n", g_rank);
   return 0;
@@ -1221,6 +1340,7 @@ int main(int argc, char **argv) {
                                {"shutdown-linger", run_shutdown_linger},
                                {"peer-kill", run_peer_kill},
                                {"refuse-w2", run_refuse_w2},
+                               {"copy-fail", run_copy_fail},
                                {"chdir", run_chdir}};
   for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
     if (!strcmp(a.mode, modes[i].name)) return modes[i].run(&a);

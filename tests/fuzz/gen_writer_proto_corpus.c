@@ -1,5 +1,5 @@
 /* gen_writer_proto_corpus.c — writes the seed corpus of fuzz_writer_proto:
- * whole frames (header + payload) of SAVE jobs, DONE outcomes and PLAN
+ * whole frames (header + payload) of SAVE jobs (one refused), DONE outcomes and PLAN
  * cache entries, as the trainer and dcp-writer send them.
  * Usage: gen_writer_proto_corpus DIR (writes DIR/seed_*). */
 #include <stdio.h>
@@ -27,7 +27,7 @@ static void emit(const char *dir, const char *name, uint16_t type, uint8_t *payl
 
 /* A job with two tensors (one chunked in two boxes), a bytes item and
  * key/values, coordinated over the file collective. */
-static void emit_job(const char *dir, const char *name, int with_items) {
+static void emit_job(const char *dir, const char *name, int with_items, int refused) {
   char *keys[] = {"step", "framework"}, *values[] = {"100", "pt"};
   dcpi_wp_tensor tensors[2] = {{.fqn = "layers.0.weight", .dtype = DCP_F32, .ndim = 2,
                                 .shape = {8, 4}},
@@ -50,6 +50,8 @@ static void emit_job(const char *dir, const char *name, int with_items) {
   uint8_t *p;
   size_t len;
   if (dcpi_wp_job_encode(&j, &p, &len) != DCP_OK) exit(1);
+  if (refused && dcpi_wp_job_refuse(&p, &len, DCP_EIO, "async save: the copy callback failed"))
+    exit(1);
   emit(dir, name, DCPI_WP_SAVE, p, len);
 }
 
@@ -74,8 +76,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: %s DIR\n", argv[0]);
     return 2;
   }
-  emit_job(argv[1], "seed_save", 1);
-  emit_job(argv[1], "seed_save_empty", 0);
+  emit_job(argv[1], "seed_save", 1, 0);
+  emit_job(argv[1], "seed_save_empty", 0, 0);
+  emit_job(argv[1], "seed_save_refused", 1, 1);
   dcp_stats stats = {.struct_size = sizeof stats, .bytes_written = 1 << 20, .write_ops = 3,
                      .plan_s = 0.25, .total_s = 1.5, .plan_cache_hit = 1};
   uint8_t *p;

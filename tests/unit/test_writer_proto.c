@@ -51,7 +51,23 @@ static void test_job_roundtrip(void **state) {
   assert_int_equal(d.chunks[1].offset, 128);
   assert_string_equal(d.bytes[0].key, "rng");
   assert_int_equal(d.bytes[0].len, 5);
+  assert_int_equal(d.refused, 0);
+  assert_null(d.refused_msg);
   dcpi_wp_job_free(&d);
+  /* the same job refused after the fact: everything else unchanged; a
+   * payload already refused cannot be refused again */
+  uint8_t *r = malloc(len);
+  size_t rlen = len;
+  memcpy(r, p, len);
+  assert_int_equal(dcpi_wp_job_refuse(&r, &rlen, DCP_EIO, "copy failed"), DCP_OK);
+  assert_int_equal(dcpi_wp_job_decode(r, rlen, &d, &err), DCP_OK);
+  assert_int_equal(d.refused, DCP_EIO);
+  assert_string_equal(d.refused_msg, "copy failed");
+  assert_string_equal(d.path, "/ckpt/x");
+  assert_int_equal(d.chunks[1].offset, 128);
+  dcpi_wp_job_free(&d);
+  assert_int_equal(dcpi_wp_job_refuse(&r, &rlen, DCP_EIO, "again"), DCP_EINVAL);
+  free(r);
   /* every truncation fails cleanly */
   for (size_t n = 0; n < len; n++) {
     assert_int_equal(dcpi_wp_job_decode(p, n, &d, &err), DCP_ECORRUPT);
