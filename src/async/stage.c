@@ -268,6 +268,34 @@ static void unclaim(dcpi_async_writer *w) {
   pthread_mutex_unlock(&w->mu);
 }
 
+/* Tell this rank's writer that the save was refused here (code, with
+ * why's message) before anything was staged, so that the other ranks'
+ * writers, in the save's first agreement or on their way there, fail at
+ * once with it instead of waiting for this one until the deadline. Only a
+ * coordinated save of several ranks has peers to tell. Best effort: the
+ * caller's error stands whatever happens here. Caller has claimed w (its
+ * writer runs); its DONE finishes no handle (no pending one has its seq). */
+static void refuse_to_peers(dcpi_async_writer *w, const char *path, dcp_status code,
+                            const dcpi_err *why) {
+  if (w->ctx->world_size < 2 || !w->coll || !strcmp(w->coll, "none")) return;
+  dcpi_wp_job j;
+  memset(&j, 0, sizeof j);
+  dcpi_err ignored;
+  dcpi_err_clear(&ignored);
+  j.seq = ++w->seq;
+  j.path = (char *)(path ? path : "");
+  j.cwd = getcwd(NULL, 0);
+  j.refused = code;
+  j.refused_msg = (char *)why->msg;
+  uint8_t *p = NULL;
+  size_t len = 0;
+  if (!describe_coord(w, &j.coord, &ignored) && !dcpi_wp_job_encode(&j, &p, &len))
+    dcpi_wp_send(w->sock, DCPI_WP_SAVE, p, len, -1, &ignored);
+  free(p);
+  free(j.cwd);
+  free(j.coord.plugin_path);
+}
+
 /* One save's staging, owned by whoever runs it: the caller's thread
  * (blocking staging) or the staging thread (background staging). */
 typedef struct stage_job {
@@ -352,7 +380,8 @@ static dcp_status async_save(dcpi_async_writer *w, dcp_state *st, const char *pa
   stage_job *sj = calloc(1, sizeof *sj);
   if (!sj) return dcpi_fail(err, DCP_ENOMEM, "out of memory");
   dcp_status rc = claim(w, err);
-  if (!rc) rc = prepare_job(w, st, path, opts, &sj->j, err);
+  if (!rc && (rc = prepare_job(w, st, path, opts, &sj->j, err))) /* refused here */
+    refuse_to_peers(w, path, rc, err);
   if (!rc && !(sj->src = item_sources(st))) rc = dcpi_fail(err, DCP_ENOMEM, "out of memory");
   if (!rc) {
     h->seq = sj->j.seq = ++w->seq;
@@ -383,9 +412,18 @@ dcp_status dcp_async_save(dcp_ctx *ctx, dcp_state *st, const char *path,
   dcpi_err err;
   dcpi_err_clear(&err);
   if (out) *out = NULL;
-  if (!ctx || !st || !path || !path[0] || !out || st->ctx != ctx)
-    return dcpi_fail(&err, DCP_EINVAL, "dcp_async_save: bad arguments"),
-           dcpi_ctx_report(ctx, &err);
+  if (!ctx || !st || !path || !path[0] || !out || st->ctx != ctx) {
+    dcpi_fail(&err, DCP_EINVAL, "dcp_async_save: %s", !ctx ? "NULL context" :
+              !st ? "NULL state" : !path || !path[0] ? "empty checkpoint path" :
+              !out ? "NULL handle" : "the state belongs to another context");
+    dcpi_async_writer *w = ctx && ctx->world_size > 1 ? dcpi_async_writer_of(ctx) : NULL;
+    dcpi_err ignored;
+    if (w && !claim(w, &ignored)) { /* the other ranks' saves fail with this too */
+      refuse_to_peers(w, path, err.code, &err);
+      unclaim(w);
+    }
+    return dcpi_ctx_report(ctx, &err);
+  }
   dcpi_async_writer *w = dcpi_async_writer_of(ctx);
   dcp_async *h = w ? calloc(1, sizeof *h) : NULL;
   if (!h) return dcpi_fail(&err, DCP_ENOMEM, "out of memory"), dcpi_ctx_report(ctx, &err);

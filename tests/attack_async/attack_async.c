@@ -59,8 +59,9 @@
  *                 the wait (the blocking save itself) return DCP_EIO naming
  *                 the chunk, nothing commits, the next save is exact
  *   dcp_launch 2 T attack_async refuse-w2 --dir D --rendezvous R   rank 1
- *                 refuses: an empty path to dcp_save and dcp_load, then a
- *                 failed staging copy of an async save: both ranks fail at
+ *                 refuses: an empty path to dcp_save and dcp_load, a
+ *                 failed staging copy of an async save, an empty path and
+ *                 an unknown flag to dcp_async_save: both ranks fail at
  *                 once with rank 1's code and reason, nothing commits, the
  *                 contexts then save and load
  *   attack_async background-free --dir D   background staging, the state
@@ -1269,6 +1270,44 @@ static void refuse_async(const ak_args *a, model *m) {
   dcp_ctx_free(ctx);
 }
 
+/* refuse-w2's last rounds: rank 1's dcp_async_save refuses at the call
+ * (an empty path; then an unknown flag, refused after the writer state is
+ * claimed) and returns no handle; rank 0's save, handed to its writer,
+ * fails with rank 1's DCP_EINVAL and reason through the writers' first
+ * agreement (without it, at the deadline); nothing commits; the next
+ * async save on both commits and loads exact. */
+static void refuse_async_args(const ak_args *a, model *m, int bad_flag) {
+  char p[600];
+  snprintf(p, sizeof p, "%s/args%d", a->dir, bad_flag);
+  dcp_ctx *ctx = open_fresh(a);
+  failing_copy fc = {0, -1};
+  OK(dcp_async_set_copy_checked(ctx, copy_or_fail, &fc), ctx);
+  dcp_state *st = rank_state(ctx, m, 1);
+  dcp_save_options so;
+  dcp_save_options_init(&so);
+  if (bad_flag && g_rank == 1) so.flags = 0x40000000u; /* no such flag */
+  const char *want = bad_flag ? "flag" : "empty checkpoint path";
+  dcp_async *h = NULL;
+  dcp_status rc = dcp_async_save(ctx, st, !bad_flag && g_rank == 1 ? "" : p, &so, &h);
+  if (g_rank == 0) {
+    OK(rc, ctx);
+    rc = dcp_async_wait(h);
+    dcp_async_free(h);
+  }
+  printf("refuse-w2 (rank %d) async %s: %s: %s\n", g_rank, want, dcp_strerror(rc),
+         dcp_ctx_last_error(ctx));
+  CHECK(rc == DCP_EINVAL && strstr(dcp_ctx_last_error(ctx), want) && (g_rank == 1 || h),
+        "async save with rank 1's %s: %s (%s), want DCP_EINVAL naming it", want,
+        dcp_strerror(rc), dcp_ctx_last_error(ctx));
+  CHECK(g_rank == 1 || strstr(dcp_ctx_last_error(ctx), "rank 1: "), "rank 0's message does not "
+        "name rank 1: %s", dcp_ctx_last_error(ctx));
+  sync_ranks(ctx);
+  after_refusal(ctx, m, st, p, 3 + bad_flag, &fc);
+  load_check(ctx, p, 3 + bad_flag);
+  dcp_state_free(st);
+  dcp_ctx_free(ctx);
+}
+
 static int run_refuse_w2(const ak_args *a) {
   const char *r = getenv("DCP_TEST_RANK"), *w = getenv("DCP_TEST_WORLD");
   CHECK(r && w && a->rdv && atoi(w) == 2, "refuse-w2 runs on 2 ranks under dcp_launch");
@@ -1279,6 +1318,8 @@ static int run_refuse_w2(const ak_args *a) {
   m->row0 = g_rank * m->rows;
   refuse_sync(a, m, 0);
   refuse_async(a, m);
+  refuse_async_args(a, m, 0);
+  refuse_async_args(a, m, 1);
   free(m);
   printf("refuse-w2 (rank %d): one rank's refusal fails every rank with its code\n", g_rank);
   return 0;

@@ -87,7 +87,7 @@ static uint64_t run_job(dcpi_wsession *s, const uint8_t *p, size_t len, int pool
   dcpi_wp_job job;
   const uint8_t *base = NULL;
   dcp_status rc = dcpi_wp_job_decode(p, len, &job, err);
-  if (!rc) rc = map_pool(pool_fd, job.pool_size, &base, err);
+  if (!rc && !job.refused) rc = map_pool(pool_fd, job.pool_size, &base, err); /* refused: none */
   if (!rc) {
     test_delay();
     dcpi_wsession_save(s, &job, base, err);
