@@ -6,7 +6,8 @@
  * can refuse it. For every case: opening, every chunk read alone on a fresh
  * view, the whole-list decode and a dcp_load of the checkpoint give OK or
  * the expected code (DCP_ECORRUPT, the reason named), never a crash (ASan)
- * and never an OK load with a wrong element. */
+ * and never an OK load with a wrong element. With DCP_META_SEEDS_DIR=DIR
+ * every crafted file is also written to DIR (fuzz seeds). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -291,6 +292,17 @@ static dcp_status view_all(const uint8_t *buf, size_t len, uint64_t count) {
   return worst;
 }
 
+/* With DCP_META_SEEDS_DIR set, each crafted file is also written there as
+ * seed_h4_<n>.bin: seeds for fuzz_meta_decode (tests/fuzz/corpus/meta). */
+static void save_seed(const uint8_t *buf, size_t len) {
+  static int n;
+  const char *dir = getenv("DCP_META_SEEDS_DIR");
+  if (!dir) return;
+  char p[PATH_MAX];
+  snprintf(p, sizeof p, "%s/seed_h4_%02d.bin", dir, n++);
+  hk_write_file(p, buf, len);
+}
+
 /* Craft h over baseline base's data, then: opening succeeds (the list is
  * not read at open), the view and the load give `want` (DCP_OK: the load
  * returns every element right), and the load's message holds `needle`. */
@@ -298,6 +310,7 @@ static void expect(hk_fixture *f, const h4 *base, const h4 *h, dcp_status want,
                    const char *needle) {
   size_t len;
   uint8_t *buf = craft(h, &len);
+  save_seed(buf, len);
   dcp_meta *m;
   assert_int_equal(dcp_meta_open_memory(NULL, buf, len, &m), DCP_OK);
   dcp_meta_free(m);
