@@ -268,6 +268,11 @@ static void unclaim(dcpi_async_writer *w) {
   pthread_mutex_unlock(&w->mu);
 }
 
+/* Whether w's saves are coordinated with other ranks' writers. */
+static bool has_peers(const dcpi_async_writer *w) {
+  return w->ctx->world_size > 1 && w->coll && strcmp(w->coll, "none") != 0;
+}
+
 /* Tell this rank's writer that the save was refused here (code, with
  * why's message) before anything was staged, so that the other ranks'
  * writers, in the save's first agreement or on their way there, fail at
@@ -277,7 +282,7 @@ static void unclaim(dcpi_async_writer *w) {
  * writer runs); its DONE finishes no handle (no pending one has its seq). */
 static void refuse_to_peers(dcpi_async_writer *w, const char *path, dcp_status code,
                             const dcpi_err *why) {
-  if (w->ctx->world_size < 2 || !w->coll || !strcmp(w->coll, "none")) return;
+  if (!has_peers(w)) return;
   dcpi_wp_job j;
   memset(&j, 0, sizeof j);
   dcpi_err ignored;
@@ -418,7 +423,9 @@ dcp_status dcp_async_save(dcp_ctx *ctx, dcp_state *st, const char *path,
               !out ? "NULL handle" : "the state belongs to another context");
     dcpi_async_writer *w = ctx && ctx->world_size > 1 ? dcpi_async_writer_of(ctx) : NULL;
     dcpi_err ignored;
-    if (w && !claim(w, &ignored)) { /* the other ranks' saves fail with this too */
+    /* the other ranks' saves fail with this too (a writer is started for
+     * it if need be: theirs cannot open their collective without it) */
+    if (w && has_peers(w) && !claim(w, &ignored)) {
       refuse_to_peers(w, path, err.code, &err);
       unclaim(w);
     }
