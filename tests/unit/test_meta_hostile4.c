@@ -4,7 +4,7 @@
  * [8, 6]) whose data files hold the real bytes, with the section, list,
  * header and window checksums recomputed, so only the structural checks
  * can refuse it. For every case: opening, every chunk read alone on a fresh
- * view, the whole-list decode and a dcp_load of the checkpoint give OK or
+ * view, the whole-list decode, a dcp_load and a dcp_verify of the checkpoint give OK or
  * the expected code (DCP_ECORRUPT, the reason named), never a crash (ASan)
  * and never an OK load with a wrong element. With DCP_META_SEEDS_DIR=DIR
  * every crafted file is also written to DIR (fuzz seeds). */
@@ -324,6 +324,11 @@ static void expect(hk_fixture *f, const h4 *base, const h4 *h, dcp_status want,
   if (want == DCP_ECORRUPT) assert_int_equal(viewed, DCP_ECORRUPT);
   assert_int_equal(loaded, want);
   if (needle) hk_msg_has(f->ctx, needle, NULL, NULL);
+  /* dcp_verify reads every list whole and every block: it agrees */
+  dcp_verify_report rep = {.struct_size = sizeof rep};
+  dcp_status verified = dcp_verify(f->ctx, f->ckpt, &rep);
+  if (want == DCP_OK) assert_int_equal(verified, DCP_OK);
+  else assert_int_not_equal(verified, DCP_OK);
   free(buf);
 }
 
