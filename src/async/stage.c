@@ -412,25 +412,32 @@ static dcp_status async_save(dcpi_async_writer *w, dcp_state *st, const char *pa
   return rc;
 }
 
+/* dcp_async_save's arguments are bad: DCP_EINVAL naming which, on ctx
+ * (when there is one), and the other ranks' saves fail with it too (a
+ * writer is started for that if need be: theirs cannot open their
+ * collective without it). */
+static dcp_status refuse_arguments(dcp_ctx *ctx, const dcp_state *st, const char *path,
+                                   dcp_async **out) {
+  dcpi_err err, ignored;
+  dcpi_err_clear(&err);
+  dcpi_fail(&err, DCP_EINVAL, "dcp_async_save: %s", !ctx ? "NULL context" :
+            !st ? "NULL state" : !path || !path[0] ? "empty checkpoint path" :
+            !out ? "NULL handle" : "the state belongs to another context");
+  dcpi_async_writer *w = ctx && ctx->world_size > 1 ? dcpi_async_writer_of(ctx) : NULL;
+  if (w && has_peers(w) && !claim(w, &ignored)) {
+    refuse_to_peers(w, path, err.code, &err);
+    unclaim(w);
+  }
+  return dcpi_ctx_report(ctx, &err);
+}
+
 dcp_status dcp_async_save(dcp_ctx *ctx, dcp_state *st, const char *path,
                           const dcp_save_options *opts, dcp_async **out) {
   dcpi_err err;
   dcpi_err_clear(&err);
   if (out) *out = NULL;
-  if (!ctx || !st || !path || !path[0] || !out || st->ctx != ctx) {
-    dcpi_fail(&err, DCP_EINVAL, "dcp_async_save: %s", !ctx ? "NULL context" :
-              !st ? "NULL state" : !path || !path[0] ? "empty checkpoint path" :
-              !out ? "NULL handle" : "the state belongs to another context");
-    dcpi_async_writer *w = ctx && ctx->world_size > 1 ? dcpi_async_writer_of(ctx) : NULL;
-    dcpi_err ignored;
-    /* the other ranks' saves fail with this too (a writer is started for
-     * it if need be: theirs cannot open their collective without it) */
-    if (w && has_peers(w) && !claim(w, &ignored)) {
-      refuse_to_peers(w, path, err.code, &err);
-      unclaim(w);
-    }
-    return dcpi_ctx_report(ctx, &err);
-  }
+  if (!ctx || !st || !path || !path[0] || !out || st->ctx != ctx)
+    return refuse_arguments(ctx, st, path, out);
   dcpi_async_writer *w = dcpi_async_writer_of(ctx);
   dcp_async *h = w ? calloc(1, sizeof *h) : NULL;
   if (!h) return dcpi_fail(&err, DCP_ENOMEM, "out of memory"), dcpi_ctx_report(ctx, &err);
