@@ -93,7 +93,9 @@ static void describe_tensors(const dcp_state *st, dcpi_wp_job *j) {
     j->tensors[i].dtype = (uint32_t)t->dtype;
     j->tensors[i].ndim = t->ndim;
     memcpy(j->tensors[i].shape, t->shape, sizeof t->shape);
-    j->tensors[i].layout = t->layout;
+    j->tensors[i].layout = t->layout ? t->layout : t->flat;
+    j->tensors[i].flat = !t->layout && t->flat;
+    j->tensors[i].flat_dims = t->layout ? 0 : t->flat_dims;
   }
 }
 

@@ -280,6 +280,45 @@ static dcp_status add_flat_sharded(dcp_state *st, const char *fqn, dcp_dtype dty
   return rc;
 }
 
+dcp_status dcpi_state_mark_flat(dcp_state *st, const char *fqn, const dcp_layout *layout,
+                                uint32_t flat_dims, dcpi_err *err) {
+  uint32_t ti;
+  dcp_status rc = find_tensor(st, fqn, &ti, err);
+  if (rc) return rc;
+  dcpi_tensor_item *t = &st->tensors[ti];
+  int64_t pos = -1;
+  uint32_t dims = 0;
+  if ((rc = check_sharded(st, t->fqn, t->dtype, t->ndim, t->shape, layout, &pos, err)) ||
+      (rc = dcpi_layout_flat_dims(layout, flat_dims, &dims, NULL)))
+    return dcpi_fail(err, rc ? rc : DCP_EINVAL, "tensor '%s': not a flat shard of its layout",
+                     t->fqn);
+  enum { MAXB = 2 * DCP_MAX_NDIM - 1 };
+  int64_t off[MAXB * DCP_MAX_NDIM], sz[MAXB * DCP_MAX_NDIM];
+  size_t n, first = st->nchunks, seen = 0;
+  dcpi_layout_flat_boxes_at(layout, t->shape, pos, dims, off, sz, &n);
+  for (size_t i = 0; i < st->nchunks; i++) {
+    const dcpi_chunk_item *c = &st->chunks[i];
+    if (c->tensor != ti) continue;
+    if (first == st->nchunks) first = i;
+    size_t b = i - first;
+    if (b >= n || memcmp(c->box.offset, off + b * t->ndim, t->ndim * sizeof *off) ||
+        memcmp(c->box.size, sz + b * t->ndim, t->ndim * sizeof *sz))
+      return dcpi_fail(err, DCP_EINVAL, "tensor '%s': its chunks are not its flat range",
+                       t->fqn);
+    seen++;
+  }
+  if (seen != n)
+    return dcpi_fail(err, DCP_EINVAL, "tensor '%s': its chunks are not its flat range", t->fqn);
+  dcp_layout *copy;
+  if (dcpi_layout_clone(layout, &copy))
+    return dcpi_fail(err, DCP_ENOMEM, "out of memory for tensor '%s'", t->fqn);
+  dcp_layout_free(t->flat);
+  t->flat = copy;
+  t->flat_dims = dims;
+  t->flat_parts = (uint32_t)n;
+  return DCP_OK;
+}
+
 dcp_status dcp_state_add_flat_sharded(dcp_state *st, const char *fqn, dcp_dtype dtype,
                                       uint32_t ndim, const int64_t *shape,
                                       const dcp_layout *layout, uint32_t flat_dims, void *data) {

@@ -77,4 +77,14 @@ dcp_status dcpi_check_name(const char *name, const char *what, dcpi_err *err);
 dcp_status dcpi_check_tensor_decl(const char *fqn, dcp_dtype dtype, uint32_t ndim,
                                   const int64_t *shape, dcpi_err *err);
 
+/* Make declared tensor fqn, whose chunks were added by hand, a flat shard
+ * of layout (flat_dims as dcp_state_add_flat_sharded takes them): its
+ * chunks must be exactly this rank's range's boxes, in order, one after
+ * the other in st's chunks, and no other chunk of it (the async writer
+ * rebuilds a trainer's flat tensors so). Copies layout. Errors:
+ * DCP_ENOTFOUND, DCP_EINVAL (the chunks are not the range, bad flat
+ * dims, a layout of the wrong ndim or without the rank), DCP_ENOMEM. */
+dcp_status dcpi_state_mark_flat(dcp_state *st, const char *fqn, const dcp_layout *layout,
+                                uint32_t flat_dims, dcpi_err *err);
+
 #endif

@@ -43,15 +43,18 @@ static void w_box(dcpi_wbuf *w, const dcp_box *b) {
   }
 }
 
-/* A layout: 0, or 1 then mesh shape, ranks and the tensor map. */
-static void w_layout(dcpi_wbuf *w, const dcp_layout *l) {
-  dcpi_w_varint(w, l != NULL);
+/* A layout: 0, or 1 (sharded) / 2 (flat-sharded) then mesh shape, ranks
+ * and the tensor map, and for 2 the flat dims. */
+static void w_layout(dcpi_wbuf *w, const dcpi_wp_tensor *t) {
+  const dcp_layout *l = t->layout;
+  dcpi_w_varint(w, !l ? 0 : t->flat ? 2 : 1);
   if (!l) return;
   dcpi_w_varint(w, l->mesh_ndim);
   for (uint32_t m = 0; m < l->mesh_ndim; m++) dcpi_w_zigzag(w, l->mesh_shape[m]);
   for (int64_t r = 0; r < l->nranks; r++) dcpi_w_zigzag(w, l->ranks[r]);
   dcpi_w_varint(w, l->tensor_ndim);
   for (uint32_t d = 0; d < l->tensor_ndim; d++) dcpi_w_varint(w, l->tensor_map[d]);
+  if (t->flat) dcpi_w_varint(w, t->flat_dims);
 }
 
 static void w_items(dcpi_wbuf *w, const dcpi_wp_job *j) {
@@ -62,7 +65,7 @@ static void w_items(dcpi_wbuf *w, const dcpi_wp_job *j) {
     dcpi_w_varint(w, t->dtype);
     dcpi_w_varint(w, t->ndim);
     for (uint32_t d = 0; d < t->ndim && d < DCP_MAX_NDIM; d++) dcpi_w_zigzag(w, t->shape[d]);
-    w_layout(w, t->layout);
+    w_layout(w, t);
   }
   dcpi_w_varint(w, j->nchunks);
   for (size_t i = 0; i < j->nchunks; i++) {
@@ -210,7 +213,7 @@ static bool r_layout(rd *d, dcpi_wp_tensor *t) {
   int64_t shape[DCP_MAX_MESH_NDIM];
   if (!r_u64(d, &has, "layout flag")) return false;
   if (has == 0) return true;
-  if (has != 1 || !r_u32(d, &mesh_ndim, "mesh ndim")) return bad(d, "layout flag");
+  if ((has != 1 && has != 2) || !r_u32(d, &mesh_ndim, "mesh ndim")) return bad(d, "layout flag");
   if (mesh_ndim == 0 || mesh_ndim > DCP_MAX_MESH_NDIM) return bad(d, "mesh ndim");
   uint64_t nranks = 1;
   for (uint32_t m = 0; m < mesh_ndim; m++) {
@@ -225,6 +228,8 @@ static bool r_layout(rd *d, dcpi_wp_tensor *t) {
   for (uint64_t r = 0; ok && r < nranks; r++) ok = r_i32(d, &ranks[r], "mesh rank");
   ok = ok && r_ndim(d, &tensor_ndim, "layout ndim");
   for (uint32_t k = 0; ok && k < tensor_ndim; k++) ok = r_u32(d, &map[k], "tensor map");
+  t->flat = has == 2;
+  if (ok && t->flat) ok = r_u32(d, &t->flat_dims, "flat dims");
   if (ok && tensor_ndim != t->ndim) ok = bad(d, "layout ndim");
   dcpi_err why;
   if (ok && dcpi_layout_create(mesh_ndim, shape, ranks, tensor_ndim, map, &t->layout, &why)) {
@@ -419,6 +424,7 @@ dcp_status dcpi_wp_done_encode(uint64_t seq, dcp_status st, const char *msg,
   STATS_U64(PUT_U64)
   STATS_F64(PUT_F64)
   dcpi_w_varint(&w, stats->plan_cache_hit);
+  dcpi_w_varint(&w, stats->save_plan_path);
   if (w.status) {
     dcp_status rc = w.status;
     dcpi_wbuf_free(&w);
@@ -435,14 +441,15 @@ dcp_status dcpi_wp_done_decode(const uint8_t *p, size_t len, uint64_t *seq, dcp_
   int32_t code = 0;
   char *m = NULL;
   dcp_stats got = {.struct_size = sizeof got};
-  uint64_t bits, hit = 0;
+  uint64_t bits, hit = 0, path = 0;
   bool ok = r_u64(&d, seq, "seq") && r_i32(&d, &code, "status") && r_str(&d, &m, "message");
 #define GET_U64(f) ok = ok && r_u64(&d, &got.f, #f);
 #define GET_F64(f) ok = ok && dcpi_r_u64(&d.r, &bits) && ((got.f = bits_f64(bits)), 1);
   STATS_U64(GET_U64)
   STATS_F64(GET_F64)
-  ok = ok && r_u64(&d, &hit, "plan_cache_hit");
+  ok = ok && r_u64(&d, &hit, "plan_cache_hit") && r_u64(&d, &path, "save_plan_path");
   if (ok && hit > 1) ok = bad(&d, "plan_cache_hit");
+  if (ok && path > 1) ok = bad(&d, "save_plan_path");
   if (ok && (code > 0 || code < -1000)) ok = bad(&d, "status");
   if (ok && dcpi_r_left(&d.r) != 0) ok = bad(&d, "trailing bytes");
   if (!ok && d.st == DCP_OK) ok = bad(&d, "statistics");
@@ -450,6 +457,7 @@ dcp_status dcpi_wp_done_decode(const uint8_t *p, size_t len, uint64_t *seq, dcp_
     *st = (dcp_status)code;
     snprintf(msg, msg_cap, "%s", m ? m : "");
     got.plan_cache_hit = (uint32_t)hit;
+    got.save_plan_path = (uint32_t)path;
     if (stats) *stats = got;
   }
   free(m);

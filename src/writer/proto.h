@@ -18,10 +18,11 @@
 #include "base/err.h"
 
 #define DCPI_WP_MAGIC 0x57504344u /* "DCPW" */
-#define DCPI_WP_VERSION 7u /* 2: DONE carries the save's statistics; 3: layouts, PLAN;
+#define DCPI_WP_VERSION 8u /* 2: DONE carries the save's statistics; 3: layouts, PLAN;
                               4: the save's save_id and base, the context's lease_ms;
                               5: OPEN; 6: the base's parts hash, BYE, the
-                              trainer's working directory; 7: a SAVE's refusal */
+                              trainer's working directory; 7: a SAVE's refusal;
+                              8: flat-sharded layouts, DONE's save_plan_path */
 #define DCPI_WP_HEADER 24u
 #define DCPI_WP_MAX_PAYLOAD (1ull << 30) /* refuse frames above 1 GiB */
 
@@ -50,10 +51,14 @@ typedef struct dcpi_wp_tensor {
   char *fqn;
   uint32_t dtype, ndim;
   int64_t shape[DCP_MAX_NDIM];
-  /* The tensor's layout (dcp_state_add_sharded), or NULL. Borrowed from
-   * the state when encoding; owned by the job after decoding. Its chunk is
-   * the tensor's first chunk in the job. */
+  /* The tensor's layout (dcp_state_add_sharded, or the cells of
+   * dcp_state_add_flat_sharded), or NULL. Borrowed from the state when
+   * encoding; owned by the job after decoding. A sharded tensor's chunk is
+   * its first chunk in the job; a flat one's chunks are its range's boxes,
+   * one after the other. */
   dcp_layout *layout;
+  uint32_t flat;      /* with layout: 1 for a flat-sharded tensor */
+  uint32_t flat_dims; /* then: its resolved flat dims */
 } dcpi_wp_tensor;
 
 typedef struct dcpi_wp_chunk {

@@ -4,6 +4,7 @@
 #include "writer/session.h"
 
 #include "core/ctx.h"
+#include "model/state.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -146,7 +147,8 @@ static bool chunk_fits(const dcpi_wp_job *job, const dcpi_wp_chunk *c) {
 static dcp_status add_tensor(dcp_state *st, const dcpi_wp_job *job, size_t ti,
                              const size_t *first, const uint8_t *base, int32_t rank) {
   const dcpi_wp_tensor *t = &job->tensors[ti];
-  if (!t->layout) return dcp_state_add_tensor(st, t->fqn, (dcp_dtype)t->dtype, t->ndim, t->shape);
+  if (!t->layout || t->flat) /* a flat one's chunks come by hand, then mark_flat */
+    return dcp_state_add_tensor(st, t->fqn, (dcp_dtype)t->dtype, t->ndim, t->shape);
   if (first[ti] == SIZE_MAX) return DCP_ECORRUPT; /* add_sharded always adds one */
   const dcpi_wp_chunk *c = &job->chunks[first[ti]];
   dcp_box want;
@@ -173,9 +175,15 @@ static dcp_status build_state(dcp_ctx *ctx, const dcpi_wp_job *job, const uint8_
     rc = add_tensor(st, job, i, first, base, job->coord.rank);
   for (size_t i = 0; !rc && i < job->nchunks; i++) {
     const dcpi_wp_chunk *c = &job->chunks[i];
-    if (job->tensors[c->tensor].layout && first[c->tensor] == i) continue; /* added above */
+    const dcpi_wp_tensor *t = &job->tensors[c->tensor];
+    if (t->layout && !t->flat && first[c->tensor] == i) continue; /* added above */
     rc = dcp_state_add_chunk(st, job->tensors[c->tensor].fqn, c->box.offset, c->box.size,
                             pool_at(base, c->offset, c->nbytes));
+  }
+  for (size_t i = 0; !rc && i < job->ntensors; i++) {
+    const dcpi_wp_tensor *t = &job->tensors[i];
+    if (t->layout && t->flat)
+      rc = dcpi_state_mark_flat(st, t->fqn, t->layout, t->flat_dims, NULL) ? DCP_ECORRUPT : DCP_OK;
   }
   for (size_t i = 0; !rc && i < job->nbytes; i++) {
     const dcpi_wp_bytes *b = &job->bytes[i];

@@ -8,6 +8,11 @@
  *   async_cache layout --dir D --rendezvous R   (4 ranks, writers "none")
  *       layouts reach the writer: a shard replicated over data-parallel
  *       ranks is written once in all, not once per replica
+ *   async_cache flat --dir D --rendezvous R   (4 ranks, writers coordinated)
+ *       a state of layout tensors (sharded, and a ZeRO flat shard over dp
+ *       via dcp_state_add_flat_sharded) and bytes items reaches the writer
+ *       whole: its save plans per rank (save_plan_path 1), writes the model
+ *       once, and loads back resharded
  *   async_cache deadline --dir D   (1 rank)
  *       dcp_async_wait_for gives up at its deadline while the save goes on;
  *       dcp_async_abort kills the writer, commits nothing, and the next save
@@ -289,6 +294,71 @@ static int mode_layout(const args *a) {
   return 0;
 }
 
+/* ---- flat ---------------------------------------------------------------- */
+
+/* "w" sharded and "m" (element = w's + 0.5) flat-sharded over dp, both on
+ * the [dp 2, tp 2] mesh with rows over tp; "step" REPLICATED, "rng"
+ * PER_RANK. */
+static int mode_flat(const args *a) {
+  dcp_ctx *ctx = open_ctx(a);
+  int world = dcp_ctx_world_size(ctx), rank = dcp_ctx_rank(ctx);
+  CHECK(world == 4, "flat needs 4 ranks");
+  char p[512];
+  path_of(p, sizeof p, a, "flat");
+  dcp_layout *l2 = make_layout(ctx, 2), *l4 = make_layout(ctx, 4);
+  float *wbuf;
+  dcp_state *st = layout_state(ctx, l2, 7, &wbuf);
+  int64_t shape[2] = {LROWS, LCOLS}, begin, count;
+  dcp_box cell;
+  OK(dcp_layout_flat_range(l2, shape, 1, rank, &cell, &begin, &count), ctx);
+  float *mbuf = calloc((size_t)count + 1, sizeof *mbuf);
+  CHECK(mbuf, "out of memory");
+  for (int64_t e = 0; e < count; e++) { /* element begin + e of the cell, row-major */
+    int64_t at = begin + e, r = cell.offset[0] + at / LCOLS, c = at % LCOLS;
+    mbuf[e] = w_at(7, r, c) + 0.5f;
+  }
+  OK(dcp_state_add_flat_sharded(st, "m", DCP_F32, 2, shape, l2, 1, mbuf), ctx);
+  uint64_t step = 42, rng = 100 + (uint64_t)rank;
+  OK(dcp_state_add_bytes(st, "step", DCP_SCOPE_REPLICATED, &step, sizeof step), ctx);
+  OK(dcp_state_add_bytes(st, "rng", DCP_SCOPE_PER_RANK, &rng, sizeof rng), ctx);
+  dcp_async *h;
+  OK(dcp_async_save(ctx, st, p, NULL, &h), ctx);
+  dcp_state_free(st);
+  free(wbuf), free(mbuf);
+  OK(dcp_async_wait(h), ctx);
+  dcp_async_free(h);
+  dcp_stats s = stats_of(ctx);
+  CHECK(s.save_plan_path == 1, "the writer's save planned through the gather (path %u): the "
+        "layouts did not reach it whole", s.save_plan_path);
+  /* load both resharded to tp 4, and the bytes back */
+  st = layout_state(ctx, l4, 0, &wbuf);
+  dcp_box b;
+  OK(dcp_layout_box(l4, shape, rank, &b), ctx);
+  mbuf = calloc((size_t)(b.size[0] * LCOLS) + 1, sizeof *mbuf);
+  CHECK(mbuf, "out of memory");
+  OK(dcp_state_add_sharded(st, "m", DCP_F32, 2, shape, l4, mbuf), ctx);
+  uint64_t step2 = 0, rng2 = 0;
+  OK(dcp_state_add_bytes(st, "step", DCP_SCOPE_REPLICATED, &step2, sizeof step2), ctx);
+  OK(dcp_state_add_bytes(st, "rng", DCP_SCOPE_PER_RANK, &rng2, sizeof rng2), ctx);
+  OK(dcp_load(ctx, st, p, NULL), ctx);
+  for (int64_t r = 0; r < b.size[0]; r++)
+    for (int64_t c = 0; c < LCOLS; c++) {
+      float want = w_at(7, b.offset[0] + r, c);
+      CHECK(wbuf[r * LCOLS + c] == want && mbuf[r * LCOLS + c] == want + 0.5f,
+            "row %lld col %lld: w %g m %g", (long long)(b.offset[0] + r), (long long)c,
+            (double)wbuf[r * LCOLS + c], (double)mbuf[r * LCOLS + c]);
+    }
+  CHECK(step2 == 42 && rng2 == 100 + (uint64_t)rank, "bytes: step %llu rng %llu",
+        (unsigned long long)step2, (unsigned long long)rng2);
+  dcp_state_free(st);
+  free(wbuf), free(mbuf);
+  if (rank == 0) printf("flat: saved per rank by the writers, loaded at tp 4\n");
+  dcp_layout_free(l2), dcp_layout_free(l4);
+  dcp_async_shutdown(ctx);
+  dcp_ctx_free(ctx);
+  return 0;
+}
+
 /* ---- deadline ----------------------------------------------------------- */
 
 static int committed(const char *path) {
@@ -355,6 +425,7 @@ int main(int argc, char **argv) {
   ak_parse(argc, argv, &a);
   if (!strcmp(a.mode, "share")) return mode_share(&a);
   if (!strcmp(a.mode, "layout")) return mode_layout(&a);
+  if (!strcmp(a.mode, "flat")) return mode_flat(&a);
   if (!strcmp(a.mode, "deadline")) return mode_deadline(&a);
   CHECK(0, "unknown mode %s", a.mode);
   return 2;

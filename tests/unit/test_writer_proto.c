@@ -12,7 +12,8 @@
 #include "testutil.h"
 #include "writer/proto.h"
 
-static dcpi_wp_tensor tensors[2] = {{"a.weight", DCP_F32, 2, {4, 8}, NULL}, {"b", DCP_I64, 0, {0}, NULL}};
+static dcpi_wp_tensor tensors[2] = {{"a.weight", DCP_F32, 2, {4, 8}, NULL, 0, 0},
+                                     {"b", DCP_I64, 0, {0}, NULL, 0, 0}};
 static dcpi_wp_chunk chunks[2] = {{0, {2, {0, 0}, {4, 8}}, 0, 128}, {1, {0, {0}, {0}}, 128, 8}};
 static dcpi_wp_bytes bytes[1] = {{"rng", DCP_SCOPE_PER_RANK, 192, 5}};
 static char *keys[1] = {"step"}, *values[1] = {"7"};
@@ -134,7 +135,20 @@ static void test_layout_roundtrip(void **state) {
   assert_int_equal(g->nranks, 4);
   assert_memory_equal(g->ranks, ranks, sizeof ranks);
   assert_int_equal(g->tensor_map[0], 1u << 1);
+  assert_int_equal(d.tensors[0].flat, 0);
   dcpi_wp_job_free(&d);
+  free(p);
+  /* a flat-sharded tensor's layout keeps its flat dims */
+  t[0].flat = 1, t[0].flat_dims = 1;
+  assert_int_equal(dcpi_wp_job_encode(&j, &p, &len), DCP_OK);
+  assert_int_equal(dcpi_wp_job_decode(p, len, &d, &err), DCP_OK);
+  assert_int_equal(d.tensors[0].flat, 1);
+  assert_int_equal(d.tensors[0].flat_dims, 1);
+  assert_non_null(d.tensors[0].layout);
+  dcpi_wp_job_free(&d);
+  free(p);
+  t[0].flat = 0, t[0].flat_dims = 0;
+  assert_int_equal(dcpi_wp_job_encode(&j, &p, &len), DCP_OK);
   for (size_t n = 0; n < len; n++) { /* every truncation fails cleanly */
     assert_int_equal(dcpi_wp_job_decode(p, n, &d, &err), DCP_ECORRUPT);
     dcpi_wp_job_free(&d);
