@@ -901,10 +901,13 @@ typedef struct dcp_verify_report {
 /* Verify the checkpoint at ckpt: every block of every chunk and bytes item
  * is read and its checksum checked, and every tensor must be exactly
  * covered (its chunks' volumes sum to its element count and no two chunks
- * overlap). Keeps going after a problem to count them all. out may be NULL;
+ * overlap), and no two chunks or bytes items may be stored in the same
+ * bytes of a data file (a forged .metadata whose checksums all match, which
+ * a load cannot tell from an honest one). Keeps going after a problem to
+ * count them all. out may be NULL;
  * otherwise set out->struct_size first. Single rank, not collective.
  * Returns DCP_OK when all is well, DCP_ECORRUPT (a checksum, a chunk
- * overlap, unreadable metadata), DCP_EINCOMPLETE (not committed, a tensor
+ * overlap, shared stored bytes, unreadable metadata), DCP_EINCOMPLETE (not committed, a tensor
  * not covered, a missing data file), or DCP_EINVAL, DCP_EIO, DCP_ENOMEM;
  * the first problem's description is on ctx and in out. */
 DCP_API dcp_status dcp_verify(dcp_ctx *ctx, const char *ckpt, dcp_verify_report *out);

@@ -1,11 +1,13 @@
-/* verify.c — dcp_verify: every block of a checkpoint read and checked, and
- * every tensor exactly covered by its chunks. For a save without a
+/* verify.c — dcp_verify: every block of a checkpoint read and checked,
+ * every tensor exactly covered by its chunks, and no two refs stored in
+ * the same bytes. For a save without a
  * collective (<rank>.metadata, merged when opened) that includes the copies
  * the merged view leaves out, so every stored byte is checked. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/checked.h"
 #include "base/sized.h"
 #include "base/strmap.h"
 #include "convert/cv.h"
@@ -89,6 +91,91 @@ static void check_bytes(verify_job *j, size_t bi) {
   snprintf(what, sizeof what, "bytes item '%.200s' (rank %d)", b.key, (int)b.rank);
   j->rep.bytes_items++;
   check_ref(j, b.ref.file, &b.ref, what);
+}
+
+/* ---- refs that share stored bytes ---------------------------------------- */
+
+/* One stored range of a ref: [lo, hi) of file, and whose it is (a chunk of
+ * tensor t, or with t UINT32_MAX bytes item `index`). */
+typedef struct span {
+  uint32_t file, t;
+  uint64_t lo, hi;
+  size_t index;
+} span;
+
+static int cmp_span(const void *pa, const void *pb) {
+  const span *a = pa, *b = pb;
+  if (a->file != b->file) return a->file < b->file ? -1 : 1;
+  if (a->lo != b->lo) return a->lo < b->lo ? -1 : 1;
+  return (a->hi > b->hi) - (a->hi < b->hi);
+}
+
+static void describe_span(verify_job *j, const span *x, char *buf, size_t cap) {
+  if (x->t == UINT32_MAX) {
+    dcp_bytes_info b;
+    dcp_meta_bytes(j->m, x->index, &b);
+    snprintf(buf, cap, "bytes item '%.100s' (rank %d)", b.key, (int)b.rank);
+    return;
+  }
+  dcp_tensor_info t;
+  dcp_chunk_info c;
+  dcp_meta_tensor(j->m, x->t, &t);
+  dcp_meta_chunk(j->m, x->t, x->index, &c);
+  dcpi_cv_describe_box(buf, cap, t.fqn, &c.box);
+}
+
+static int add_span(span **v, size_t *n, size_t *cap, const dcp_storage_ref *ref, uint32_t t,
+                    size_t index) {
+  if (!ref->stored_length) return 0;
+  if (*n == *cap) {
+    size_t c = *cap ? 2 * *cap : 256;
+    span *g = realloc(*v, c * sizeof *g);
+    if (!g) return DCP_ENOMEM;
+    *v = g, *cap = c;
+  }
+  uint64_t hi = ref->offset + ref->stored_length;
+  (*v)[(*n)++] = (span){ref->file, t, ref->offset, hi < ref->offset ? UINT64_MAX : hi, index};
+  return 0;
+}
+
+/* Every chunk and bytes item is written once, to a place of its own: two
+ * refs that share stored bytes (a forged .metadata: each block checksum
+ * matches, the values are another item's) make the checkpoint corrupt. */
+static void check_overlaps(verify_job *j) {
+  span *v = NULL;
+  size_t n = 0, cap = 0;
+  int rc = 0;
+  for (size_t t = 0; !rc && t < dcp_meta_tensor_count(j->m); t++) {
+    dcp_tensor_info ti;
+    dcp_meta_tensor(j->m, t, &ti);
+    for (size_t c = 0; !rc && c < ti.chunk_count; c++) {
+      dcp_chunk_info ci;
+      if (!dcp_meta_chunk(j->m, t, c, &ci)) rc = add_span(&v, &n, &cap, &ci.ref, (uint32_t)t, c);
+    }
+  }
+  for (size_t b = 0; !rc && b < dcp_meta_bytes_count(j->m); b++) {
+    dcp_bytes_info bi;
+    if (!dcp_meta_bytes(j->m, b, &bi)) rc = add_span(&v, &n, &cap, &bi.ref, UINT32_MAX, b);
+  }
+  dcpi_err err;
+  dcpi_err_clear(&err);
+  if (rc) {
+    problem(j, DCP_ENOMEM, &(dcpi_err){DCP_ENOMEM, "verify: out of memory"});
+  } else {
+    dcpi_sort(v, n, sizeof *v, cmp_span);
+    for (size_t i = 1; i < n; i++) {
+      if (v[i].file != v[i - 1].file || v[i].lo >= v[i - 1].hi) continue;
+      char a[DCPI_ERR_MSG_MAX / 3], b[DCPI_ERR_MSG_MAX / 3];
+      const char *name = "";
+      describe_span(j, &v[i - 1], a, sizeof a);
+      describe_span(j, &v[i], b, sizeof b);
+      dcp_meta_file(j->m, v[i].file, &name);
+      dcpi_fail(&err, DCP_ECORRUPT, "%s and %s are stored in the same bytes of %s (from %llu)",
+                a, b, name, (unsigned long long)v[i].lo);
+      problem(j, DCP_ECORRUPT, &err);
+    }
+  }
+  free(v);
 }
 
 /* ---- copies only the per-rank files hold ------------------------------- */
@@ -256,6 +343,7 @@ static dcp_status run(verify_job *j, const char *ckpt) {
   for (size_t b = 0; b < dcp_meta_bytes_count(j->m); b++) check_bytes(j, b);
   check_rank_copies(j);
   check_file_lengths(j);
+  check_overlaps(j);
   return j->rep.first_status;
 }
 

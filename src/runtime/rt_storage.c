@@ -25,7 +25,8 @@ static dcp_status done(dcpi_rt *rt, int rc, const dcp_plugin_err *perr, const ch
                        const char *name, dcpi_err *err) {
   if (rc == DCP_OK) return DCP_OK;
   char what[300];
-  snprintf(what, sizeof what, "%s '%s' in %s", op, name ? name : "", rt->path);
+  if (name && name[0]) snprintf(what, sizeof what, "%s '%s' in %s", op, name, rt->path);
+  else snprintf(what, sizeof what, "%s in %s", op, rt->path); /* a call on an open file */
   return dcpi_plugin_status(rc, perr, rt->ctx->storage->name, what, err);
 }
 

@@ -560,6 +560,33 @@ static void test_huge_tensors(void **state) {
   check_huge(f, &h, lo, sz);
 }
 
+/* Two chunks stored in the same bytes, the second's checksum the first's:
+ * every block checks out, so a load cannot tell (it returns the first
+ * chunk's values for the second's box); dcp_verify refuses the checkpoint,
+ * naming both. */
+static void test_shared_bytes(void **state) {
+  hk_fixture *f = *state;
+  const h4 g = grid_base();
+  h4 h = g;
+  h.file[2] = h.file[0], h.foff[2] = h.foff[0], h.cks[2] = h.cks[0]; /* boxes of 8 bytes each */
+  size_t len;
+  uint8_t *buf = craft(&h, &len);
+  write_data(f, &g);
+  char p[PATH_MAX + 32];
+  hk_write_file(hk_path(p, sizeof p, f->ckpt, ".metadata"), buf, len);
+  dcp_verify_report rep = {.struct_size = sizeof rep};
+  assert_int_equal(dcp_verify(f->ctx, f->ckpt, &rep), DCP_ECORRUPT);
+  assert_int_equal(rep.problems, 1);
+  hk_msg_has(f->ctx, "are stored in the same bytes of", NULL, NULL);
+  printf("# %s\n", rep.first_problem);
+  /* the honest baseline verifies */
+  free(buf);
+  buf = craft(&g, &len);
+  hk_write_file(hk_path(p, sizeof p, f->ckpt, ".metadata"), buf, len);
+  assert_int_equal(dcp_verify(f->ctx, f->ckpt, &rep), DCP_OK);
+  free(buf);
+}
+
 static int setup(void **state) { return hk_setup(state); }
 static int teardown(void **state) { return hk_teardown(state); }
 
@@ -573,6 +600,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_locations, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listed_boxes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_huge_tensors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_shared_bytes, setup, teardown),
   };
   return TU_RUN(tests, NULL, NULL);
 }
