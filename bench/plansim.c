@@ -853,6 +853,7 @@ int main(int argc, char **argv) {
   t0 = now_s();
   double heap_md = heap_mib();
   dcpi_md *md = build_metadata(&c, gp, world);
+  double t_built = now_s() - t0, built_held = heap_mib() - heap_md;
   void *enc;
   size_t enc_len;
   if ((rc = dcpi_md_encode(md, &enc, &enc_len, &err))) die("md_encode", rc, &err);
@@ -860,8 +861,11 @@ int main(int argc, char **argv) {
   dcpi_md_free(md);
   size_t meta_chunks = items + dcpi_global_plan_bytes_count(gp);
   printf("metadata:     %.1f MiB for %zu chunks = %.1f B/chunk (target <= 32), built and "
-         "encoded in %.2f s\n",
-         (double)enc_len / (1 << 20), meta_chunks, (double)enc_len / (double)meta_chunks, t_enc);
+         "encoded in %.2f s\n"
+         "              (build %.2f s, %.1f MiB held; encode %.2f s); xxh3 of the bytes "
+         "%016" PRIx64 "\n",
+         (double)enc_len / (1 << 20), meta_chunks, (double)enc_len / (double)meta_chunks, t_enc,
+         t_built, built_held, t_enc - t_built, (uint64_t)XXH3_64bits(enc, enc_len));
   dcpi_global_plan_free(gp);
   free_layouts(layouts, c.pp);
 
