@@ -428,6 +428,21 @@ static dcp_status check_chunk_box(const dcpi_md_tensor *t, const int64_t *off, c
   return DCP_OK;
 }
 
+/* Check a chunk's ref as take_ref does, naming tensor t in the message.
+ * The checks run first without one: formatting the name for every chunk
+ * was a fifth of building the metadata of 27 M chunks; only a ref that
+ * fails is checked again to say why. */
+static dcp_status check_chunk_ref(const dcpi_md *md, const dcpi_md_tensor *t,
+                                  const dcp_storage_ref *ref, dcpi_err *err) {
+  if (ref && check_ref(md, ref, "", NULL) == DCP_OK && check_block_lengths(ref, "", NULL) == DCP_OK)
+    return DCP_OK;
+  char what[96];
+  snprintf(what, sizeof what, "tensor '%.60s' chunk", t->fqn);
+  if (!ref) return dcpi_fail(err, DCP_EINVAL, "%s: storage ref is NULL", what);
+  dcp_status rc = check_ref(md, ref, what, err);
+  return rc != DCP_OK ? rc : check_block_lengths(ref, what, err);
+}
+
 dcp_status dcpi_md_add_chunk(dcpi_md *md, uint32_t tid, const int64_t *offset, const int64_t *size,
                              const dcp_storage_ref *ref, dcpi_err *err) {
   if (!md) return dcpi_fail(err, DCP_EINVAL, "metadata builder is NULL");
@@ -441,11 +456,7 @@ dcp_status dcpi_md_add_chunk(dcpi_md *md, uint32_t tid, const int64_t *offset, c
   if (ref && ref->raw_length != raw)
     return dcpi_fail(err, DCP_EINVAL, "tensor '%s': chunk raw length %llu, box holds %llu bytes",
                      t->fqn, (unsigned long long)ref->raw_length, (unsigned long long)raw);
-  char what[96];
-  snprintf(what, sizeof what, "tensor '%.60s' chunk", t->fqn);
-  if (!ref) return dcpi_fail(err, DCP_EINVAL, "%s: storage ref is NULL", what);
-  if ((rc = check_ref(md, ref, what, err)) || (rc = check_block_lengths(ref, what, err)))
-    return rc;
+  if ((rc = check_chunk_ref(md, t, ref, err)) != DCP_OK) return rc;
   size_t nb = (size_t)ref->block_count, nd2 = 2 * (size_t)t->ndim;
   bool zstd = dcpi_codec_zstd(ref->codec);
   if (DCPI_RESERVE(t->chunks, t->cap_chunks, t->nchunks + 1) ||
