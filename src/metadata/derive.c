@@ -176,10 +176,60 @@ static size_t range_ends(const dcpi_grid *g, size_t n, const int64_t *offs, cons
   return k;
 }
 
-/* FLAT over the outer cells (cn per dimension, c = ceil(e / cn)). */
+/* Put the sorted boxes (offs, n x ndim) in the order FLAT over the outer
+ * cells g generates them: perm[j] is the index of the j-th. Within one cell
+ * that order is their sorted order (a cell's flat order is row-major, and
+ * so is the sort of disjoint boxes by offset), so a stable partition by the
+ * cell holding each box's offset gives it: a counting sort, no comparison.
+ * false when a box starts outside the shape or there is no memory (*oom). */
+static bool cell_order(const dcpi_grid *g, size_t n, const int64_t *offs, uint32_t *perm,
+                       bool *oom) {
+  uint32_t nd = g->ndim;
+  size_t ncells = (size_t)g->count, *at = calloc(ncells + 1, sizeof *at);
+  if (!at) return !(*oom = true);
+  bool inside = true;
+  for (int pass = 0; pass < 2 && inside; pass++) {
+    for (size_t i = 0; i < n && inside; i++) {
+      size_t cell = 0;
+      for (uint32_t d = 0; d < nd && inside; d++) {
+        int64_t x = offs[i * nd + d];
+        inside = x >= 0 && x < g->extent[d];
+        cell = cell * (size_t)g->cells[d] + (inside ? (size_t)dcpi_grid_cell_of(g, d, x) : 0);
+      }
+      if (pass == 0) at[cell + 1]++;
+      else perm[at[cell]++] = (uint32_t)i;
+    }
+    for (size_t c = 0; pass == 0 && c < ncells; c++) at[c + 1] += at[c];
+  }
+  free(at);
+  return inside;
+}
+
+/* true when FLAT fm generates exactly the n boxes (offs, sizes), taken in
+ * the order perm: the first box that differs ends the walk, so a wrong
+ * candidate costs little. */
+static bool flat_matches(const dcpi_form *fm, size_t n, const int64_t *offs,
+                         const int64_t *sizes, const uint32_t *perm) {
+  uint32_t nd = fm->grid.ndim;
+  dcpi_flat fl;
+  if (dcpi_flat_init(&fl, &fm->grid, fm->f, n, NULL) != DCP_OK || (uint64_t)fl.count != n)
+    return false;
+  dcpi_flat_pos p;
+  dcpi_flat_seek(&fl, 0, &p);
+  for (size_t j = 0; j < n; j++, dcpi_flat_next(&fl, &p)) {
+    int64_t o[DCP_MAX_NDIM], s[DCP_MAX_NDIM];
+    dcpi_flat_box(&p, nd, o, s);
+    if (!same_boxes(nd, 1, o, s, offs + (size_t)perm[j] * nd, sizes + (size_t)perm[j] * nd))
+      return false;
+  }
+  return true;
+}
+
+/* FLAT over the outer cells (cn per dimension, c = ceil(e / cn)). perm
+ * (n) is scratch; when found, it holds the generation order (cell_order). */
 static dcp_status try_flat(uint32_t nd, const int64_t *shape, size_t n, const int64_t *offs,
-                           const int64_t *sizes, const int64_t *cn, dcpi_form *out, bool *found,
-                           dcpi_err *err) {
+                           const int64_t *sizes, const int64_t *cn, uint32_t *perm,
+                           dcpi_form *out, bool *found, dcpi_err *err) {
   int64_t gn[DCP_MAX_NDIM], gc[DCP_MAX_NDIM], one[DCP_MAX_NDIM];
   *found = false;
   for (uint32_t d = 0; d < nd; d++) {
@@ -190,6 +240,9 @@ static dcp_status try_flat(uint32_t nd, const int64_t *shape, size_t n, const in
   }
   dcpi_form fm = {.kind = DCPI_FORM_FLAT};
   if (dcpi_grid_init(&fm.grid, nd, shape, gn, gc, one, n, NULL)) return DCP_OK;
+  bool oom = false;
+  if (!cell_order(&fm.grid, n, offs, perm, &oom))
+    return oom ? dcpi_fail(err, DCP_ENOMEM, "cannot examine %zu chunks", n) : DCP_OK;
   int64_t ends[2 * DCP_MAX_NDIM - 1], c0[DCP_MAX_NDIM], s0[DCP_MAX_NDIM], numel0;
   size_t ne = range_ends(&fm.grid, n, offs, sizes, ends, 2 * (size_t)nd - 1);
   dcpi_grid_box(&fm.grid, 0, c0, s0);
@@ -199,17 +252,8 @@ static dcp_status try_flat(uint32_t nd, const int64_t *shape, size_t n, const in
   for (size_t e = 0; e < ne && !*found; e++) {
     int64_t p = ends[e], f_lo = ceil_div(numel0, p);
     int64_t f_hi = p > 1 ? (numel0 - 1) / (p - 1) : numel0;
-    for (fm.f = f_lo; fm.f <= f_hi && fm.f < f_lo + 8 && !*found; fm.f++) {
-      if (ceil_div(numel0, fm.f) != p) continue;
-      int64_t *o, *s;
-      size_t got;
-      dcpi_err why; /* a candidate that fails is no error of the caller's */
-      dcpi_err_clear(&why);
-      dcp_status rc = dcpi_derive_flat(&fm, n, &o, &s, &got, &why);
-      if (rc == DCP_ENOMEM) return dcpi_fail(err, rc, "%s", why.msg);
-      *found = rc == DCP_OK && got == n && same_boxes(nd, n, o, s, offs, sizes);
-      free(o), free(s);
-    }
+    for (fm.f = f_lo; fm.f <= f_hi && fm.f < f_lo + 8 && !*found; fm.f++)
+      if (ceil_div(numel0, fm.f) == p) *found = flat_matches(&fm, n, offs, sizes, perm);
     fm.f -= *found;
   }
   if (*found) *out = fm;
@@ -218,17 +262,21 @@ static dcp_status try_flat(uint32_t nd, const int64_t *shape, size_t n, const in
 
 dcp_status dcpi_derive_detect(uint32_t ndim, const int64_t *shape, size_t n, const int64_t *offs,
                               const int64_t *sizes, const int64_t *cells, dcpi_form *out,
-                              dcpi_err *err) {
+                              uint32_t *gen_order, dcpi_err *err) {
   memset(out, 0, sizeof *out);
   out->kind = DCPI_FORM_LISTED;
   if (ndim == 0 || n < 2 || n > UINT32_MAX) return DCP_OK;
   bool found = false;
   dcp_status rc = try_grid(ndim, shape, n, offs, sizes, out, &found, err);
+  uint32_t *perm = found ? NULL : gen_order ? gen_order : malloc(n * sizeof *perm);
+  if (rc == DCP_OK && !found && !perm) rc = dcpi_fail(err, DCP_ENOMEM, "cannot examine %zu chunks", n);
   if (rc == DCP_OK && !found && cells)
-    rc = try_flat(ndim, shape, n, offs, sizes, cells, out, &found, err);
+    rc = try_flat(ndim, shape, n, offs, sizes, cells, perm, out, &found, err);
   int64_t whole[DCP_MAX_NDIM];
   for (uint32_t d = 0; d < ndim; d++) whole[d] = 1;
-  if (rc == DCP_OK && !found) rc = try_flat(ndim, shape, n, offs, sizes, whole, out, &found, err);
+  if (rc == DCP_OK && !found)
+    rc = try_flat(ndim, shape, n, offs, sizes, whole, perm, out, &found, err);
   if (rc == DCP_OK && !found) out->kind = DCPI_FORM_LISTED;
+  if (perm != gen_order) free(perm);
   return rc;
 }

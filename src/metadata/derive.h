@@ -41,9 +41,12 @@ dcp_status dcpi_derive_flat(const dcpi_form *fm, uint64_t max_count, int64_t **o
  * n*ndim) of a tensor of shape: GRID when the boxes are exactly a grid's,
  * else FLAT when they are exactly the flat ranges of the outer cells
  * `cells` (ndim cell counts, e.g. from the tensor's layout; NULL: none) or
- * of the whole tensor, else LISTED. Deterministic. DCP_ENOMEM only. */
+ * of the whole tensor, else LISTED. With gen_order (room for n; may be
+ * NULL) and a FLAT result, gen_order[j] is the sorted index of the j-th
+ * box in generation order (version 4's order, model/grid.h); otherwise
+ * its contents are unspecified. Deterministic. DCP_ENOMEM only. */
 dcp_status dcpi_derive_detect(uint32_t ndim, const int64_t *shape, size_t n, const int64_t *offs,
                               const int64_t *sizes, const int64_t *cells, dcpi_form *out,
-                              dcpi_err *err);
+                              uint32_t *gen_order, dcpi_err *err);
 
 #endif

@@ -86,41 +86,58 @@ static int cmp_use(const void *pa, const void *pb) {
   return (a->block_size > b->block_size) - (a->block_size < b->block_size);
 }
 
-/* Gather every ref's coding use into a new array of *n entries. */
-static coding_use *gather_uses(const dcpi_md *md, size_t *n) {
+/* Note ref coding u in the per-file scan: the first coding a file uses,
+ * and whether any of its refs uses another (state: 0 unused, 1 one
+ * coding, 2 mixed). */
+static void note_use(file_default *first, uint8_t *state, coding_use u) {
+  if (state[u.file] == 0) {
+    first[u.file] = (file_default){u.codec, u.block_size};
+    state[u.file] = 1;
+  } else if (state[u.file] == 1 &&
+             (first[u.file].codec != u.codec || first[u.file].block_size != u.block_size)) {
+    state[u.file] = 2;
+  }
+}
+
+/* Coding use of chunk c of tensor t, and of bytes item b. */
+static coding_use chunk_use(const dcpi_md_tensor *t, size_t c) {
+  const dcpi_md_chunk *r = &t->chunks[c];
+  return (coding_use){r->file, r->block_size, r->codec};
+}
+static coding_use bytes_use(const dcpi_md_bytes *b) {
+  return (coding_use){b->ref.file, b->ref.block_size, (uint8_t)b->ref.codec};
+}
+
+/* Gather the coding uses of the refs whose file has state 2 (mixed) into
+ * a new array of *n entries. */
+static coding_use *gather_uses(const dcpi_md *md, const uint8_t *state, size_t *n) {
   size_t total = md->nchunks_total + md->nbytes, k = 0;
   coding_use *u = malloc((total ? total : 1) * sizeof *u);
   if (!u) return NULL;
   for (size_t t = 0; t < md->ntensors; t++)
     for (size_t c = 0; c < md->tensors[t].nchunks; c++) {
-      const dcpi_md_chunk *r = &md->tensors[t].chunks[c];
-      u[k++] = (coding_use){r->file, r->block_size, r->codec};
+      coding_use x = chunk_use(&md->tensors[t], c);
+      if (state[x.file] == 2) u[k++] = x;
     }
   for (size_t b = 0; b < md->nbytes; b++) {
-    const dcpi_md_ref *r = &md->bytes[b].ref;
-    u[k++] = (coding_use){r->file, r->block_size, (uint8_t)r->codec};
+    coding_use x = bytes_use(&md->bytes[b]);
+    if (state[x.file] == 2) u[k++] = x;
   }
   *n = k;
   return u;
 }
 
-/* Fill e->defaults: per file the most frequent coding, ties to the smallest
- * (codec, block size); a file no ref uses gets (NONE, 1). */
-static dcp_status compute_defaults(enc *e) {
+/* The defaults of the mixed files (state 2): sort their uses and take
+ * each file's most frequent coding, ties to the smallest. */
+static dcp_status mixed_defaults(enc *e, const uint8_t *state) {
   const dcpi_md *md = e->md;
   size_t n = 0;
-  e->defaults = malloc((md->nfiles ? md->nfiles : 1) * sizeof *e->defaults);
-  coding_use *u = gather_uses(md, &n);
-  if (!e->defaults || !u) {
-    free(u);
-    return dcpi_fail(e->err, DCP_ENOMEM, "cannot compute file coding defaults");
-  }
+  coding_use *u = gather_uses(md, state, &n);
   size_t *best = calloc(md->nfiles ? md->nfiles : 1, sizeof *best);
-  if (!best) {
-    free(u);
+  if (!u || !best) {
+    free(u), free(best);
     return dcpi_fail(e->err, DCP_ENOMEM, "cannot compute file coding defaults");
   }
-  for (size_t f = 0; f < md->nfiles; f++) e->defaults[f] = (file_default){DCP_CODEC_NONE, 1};
   dcpi_sort(u, n, sizeof *u, cmp_use);
   for (size_t i = 0, j; i < n; i = j) {
     for (j = i + 1; j < n && cmp_use(&u[i], &u[j]) == 0; j++) {
@@ -130,9 +147,34 @@ static dcp_status compute_defaults(enc *e) {
       e->defaults[u[i].file] = (file_default){u[i].codec, u[i].block_size};
     }
   }
-  free(best);
-  free(u);
+  free(best), free(u);
   return DCP_OK;
+}
+
+/* Fill e->defaults: per file the most frequent coding, ties to the smallest
+ * (codec, block size); a file no ref uses gets (NONE, 1). One scan finds
+ * the files whose refs all share a coding (the usual case: that coding);
+ * only the refs of the other files are sorted (sorting every ref was a
+ * seventh of the encode at 102,400 ranks). */
+static dcp_status compute_defaults(enc *e) {
+  const dcpi_md *md = e->md;
+  size_t nf = md->nfiles ? md->nfiles : 1;
+  e->defaults = malloc(nf * sizeof *e->defaults);
+  uint8_t *state = calloc(nf, 1);
+  if (!e->defaults || !state) {
+    free(state);
+    return dcpi_fail(e->err, DCP_ENOMEM, "cannot compute file coding defaults");
+  }
+  for (size_t f = 0; f < md->nfiles; f++) e->defaults[f] = (file_default){DCP_CODEC_NONE, 1};
+  for (size_t t = 0; t < md->ntensors; t++)
+    for (size_t c = 0; c < md->tensors[t].nchunks; c++)
+      note_use(e->defaults, state, chunk_use(&md->tensors[t], c));
+  for (size_t b = 0; b < md->nbytes; b++) note_use(e->defaults, state, bytes_use(&md->bytes[b]));
+  bool mixed = false;
+  for (size_t f = 0; f < md->nfiles; f++) mixed |= state[f] == 2;
+  dcp_status rc = mixed ? mixed_defaults(e, state) : DCP_OK;
+  free(state);
+  return rc;
 }
 
 /* Number of bytes the varint encoding of v takes. */
@@ -296,9 +338,10 @@ static bool layout_cells(const dcpi_md *md, const dcpi_md_tensor *t, int64_t *ce
 }
 
 /* Choose the form of t's sorted list (version 3) and write its form byte
- * and header. */
+ * and header. With gen (room for t's chunk count) and a FLAT form, gen[j]
+ * is the position in order[] of the j-th chunk in generation order. */
 static dcp_status w_form(enc *e, dcpi_wbuf *w, const dcpi_md_tensor *t, const chunk_at *order,
-                         dcpi_form *fm) {
+                         dcpi_form *fm, uint32_t *gen) {
   size_t n = t->nchunks, nd = t->ndim;
   memset(fm, 0, sizeof *fm);
   if (n >= 2 && nd >= 1) {
@@ -310,7 +353,8 @@ static dcp_status w_form(enc *e, dcpi_wbuf *w, const dcpi_md_tensor *t, const ch
     }
     bool has_cells = layout_cells(e->md, t, cells);
     if (rc == DCP_OK)
-      rc = dcpi_derive_detect(t->ndim, t->shape, n, o, s, has_cells ? cells : NULL, fm, e->err);
+      rc = dcpi_derive_detect(t->ndim, t->shape, n, o, s, has_cells ? cells : NULL, fm, gen,
+                              e->err);
     free(o), free(s);
     if (rc != DCP_OK) return rc;
   }
@@ -324,40 +368,17 @@ static dcp_status w_form(enc *e, dcpi_wbuf *w, const dcpi_md_tensor *t, const ch
   return DCP_OK;
 }
 
-/* The position in the sorted order[0..n) of the box (off, size). */
-static size_t find_sorted(const dcpi_md_tensor *t, const chunk_at *order, size_t n,
-                          const int64_t *off, const int64_t *size) {
-  size_t lo = 0, hi = n;
-  while (lo + 1 < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    int c = dcpi_md_cmp_i64(dcpi_md_chunk_off(t, order[mid].c), off, t->ndim);
-    if (c == 0) c = dcpi_md_cmp_i64(dcpi_md_chunk_size(t, order[mid].c), size, t->ndim);
-    if (c <= 0) lo = mid;
-    else hi = mid;
-  }
-  return lo;
-}
-
 /* Version 4 FLAT lists are in generation order (model/grid.h): reorder
- * the sorted order[] into it (the boxes are the form's, detection said so). */
-static dcp_status flat_order(enc *e, const dcpi_md_tensor *t, const dcpi_form *fm,
+ * the sorted order[] into it, gen[] as w_form found it. */
+static dcp_status flat_order(enc *e, const dcpi_md_tensor *t, const uint32_t *gen,
                              chunk_at *order) {
   size_t n = t->nchunks;
-  dcpi_flat fl;
-  chunk_at *gen = malloc(n * sizeof *gen);
-  if (!gen) return dcpi_fail(e->err, DCP_ENOMEM, "cannot order %zu chunks", n);
-  dcp_status rc = dcpi_flat_init(&fl, &fm->grid, fm->f, n, e->err);
-  dcpi_flat_pos p;
-  if (rc == DCP_OK) dcpi_flat_seek(&fl, 0, &p);
-  for (size_t g = 0; rc == DCP_OK && g < n; g++) {
-    int64_t o[DCP_MAX_NDIM], s[DCP_MAX_NDIM];
-    dcpi_flat_box(&p, t->ndim, o, s);
-    gen[g] = order[find_sorted(t, order, n, o, s)];
-    dcpi_flat_next(&fl, &p);
-  }
-  if (rc == DCP_OK) memcpy(order, gen, n * sizeof *gen);
-  free(gen);
-  return rc;
+  chunk_at *by_gen = malloc(n * sizeof *by_gen);
+  if (!by_gen) return dcpi_fail(e->err, DCP_ENOMEM, "cannot order %zu chunks", n);
+  for (size_t j = 0; j < n; j++) by_gen[j] = order[gen[j]];
+  memcpy(order, by_gen, n * sizeof *by_gen);
+  free(by_gen);
+  return DCP_OK;
 }
 
 /* Write the entries of t's derived list in order[] behind a version 4
@@ -411,10 +432,15 @@ static dcp_status w_chunk_list(enc *e, const dcpi_md_tensor *t) {
     if (cmp_chunk(&order[c - 1], &order[c]) == 0)
       rc = dcpi_fail(e->err, DCP_EEXIST, "tensor '%s': two chunks have the same box", t->fqn);
   dcpi_form fm = {.kind = DCPI_FORM_LISTED};
+  uint32_t *gen = NULL; /* version 4: the FLAT generation order */
+  if (rc == DCP_OK && e->md->version >= 4 && t->nchunks >= 2 &&
+      !(gen = malloc(t->nchunks * sizeof *gen)))
+    rc = dcpi_fail(e->err, DCP_ENOMEM, "cannot order %zu chunks", t->nchunks);
   if (rc == DCP_OK && e->md->version >= 3 && t->nchunks)
-    rc = w_form(e, w, t, order, &fm);
+    rc = w_form(e, w, t, order, &fm, gen);
   bool skipped = e->md->version >= 4 && fm.kind != DCPI_FORM_LISTED;
-  if (rc == DCP_OK && skipped && fm.kind == DCPI_FORM_FLAT) rc = flat_order(e, t, &fm, order);
+  if (rc == DCP_OK && skipped && fm.kind == DCPI_FORM_FLAT) rc = flat_order(e, t, gen, order);
+  free(gen);
   if (rc == DCP_OK && skipped) rc = w_skipped_entries(e, w, start, t, order);
   for (size_t c = 0; c < t->nchunks && rc == DCP_OK && !skipped; c++)
     w_chunk(e, w, t, order[c].c, &ls, fm.kind != DCPI_FORM_LISTED, false);
