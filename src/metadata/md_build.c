@@ -61,7 +61,6 @@ void dcpi_md_free(dcpi_md *md) {
     free(md->kvs[i].value);
   }
   free(md->cks);
-  free(md->lens);
   free(md->files);
   free(md->meshes);
   free(md->tensors);
@@ -459,18 +458,17 @@ dcp_status dcpi_md_add_chunk(dcpi_md *md, uint32_t tid, const int64_t *offset, c
   if ((rc = check_chunk_ref(md, t, ref, err)) != DCP_OK) return rc;
   size_t nb = (size_t)ref->block_count, nd2 = 2 * (size_t)t->ndim;
   bool zstd = dcpi_codec_zstd(ref->codec);
+  if (zstd && nb > SIZE_MAX / 2) return dcpi_fail(err, DCP_EOVERFLOW, "too many blocks");
+  size_t pooled = zstd ? 2 * nb : nb; /* checksums, then stored lengths */
   if (DCPI_RESERVE(t->chunks, t->cap_chunks, t->nchunks + 1) ||
       DCPI_RESERVE(t->boxes, t->cap_boxes, (t->nchunks + 1) * nd2) ||
-      DCPI_RESERVE(md->cks, md->cap_cks, md->ncks + nb) ||
-      (zstd && DCPI_RESERVE(md->lens, md->cap_lens, md->nlens + nb)))
+      DCPI_RESERVE(md->cks, md->cap_cks, md->ncks + pooled))
     return dcpi_fail(err, DCP_ENOMEM, "tensor '%s': cannot grow the chunk list", t->fqn);
-  t->chunks[t->nchunks] = (dcpi_md_chunk){ref->offset, ref->stored_length, ref->block_count,
-                                          md->ncks, zstd ? md->nlens : 0, ref->file,
+  t->chunks[t->nchunks] = (dcpi_md_chunk){ref->offset, ref->stored_length, md->ncks, ref->file,
                                           ref->block_size, (uint8_t)ref->codec};
   if (nb) memcpy(md->cks + md->ncks, ref->block_checksums, nb * sizeof *md->cks);
-  if (nb && zstd) memcpy(md->lens + md->nlens, ref->block_stored_lengths, nb * sizeof *md->lens);
-  md->ncks += nb;
-  if (zstd) md->nlens += nb;
+  if (nb && zstd) memcpy(md->cks + md->ncks + nb, ref->block_stored_lengths, nb * sizeof *md->cks);
+  md->ncks += pooled;
   if (nd2) {
     memcpy(t->boxes + t->nchunks * nd2, offset, t->ndim * sizeof *offset);
     memcpy(t->boxes + t->nchunks * nd2 + t->ndim, size, t->ndim * sizeof *size);

@@ -18,13 +18,14 @@ typedef struct dcpi_md_ref {
 } dcpi_md_ref;
 
 /* A chunk's storage ref, compactly: its box is in the tensor's box pool,
- * its block checksums (and zstd stored lengths) in the builder's pools, and
- * its raw length follows from the box. About 90 bytes a chunk in all, so a
- * coordinator holds tens of millions. */
+ * its block checksums, then (zstd codecs) its blocks' stored lengths, in
+ * the builder's pool, and its raw length and block count follow from the
+ * box and block size (dcpi_md_add_chunk checked they agree). 40 bytes, so
+ * a coordinator holds tens of millions (with a 2-d box and one checksum,
+ * 80 bytes a chunk in all; was 104). */
 typedef struct dcpi_md_chunk {
-  uint64_t offset, stored_length, block_count;
-  size_t cks_at;  /* into dcpi_md.cks: block_count checksums */
-  size_t lens_at; /* into dcpi_md.lens (zstd codecs only) */
+  uint64_t offset, stored_length;
+  size_t cks_at; /* into dcpi_md.cks */
   uint32_t file, block_size;
   uint8_t codec;
 } dcpi_md_chunk;
@@ -98,8 +99,8 @@ struct dcpi_md {
   dcpi_md_kv *kvs;
   size_t nkvs, cap_kvs;
   size_t nchunks_total;
-  uint64_t *cks, *lens; /* the chunks' block checksums and zstd stored lengths */
-  size_t ncks, cap_cks, nlens, cap_lens;
+  uint64_t *cks; /* the chunks' block checksums and zstd stored lengths */
+  size_t ncks, cap_cks;
   dcpi_strmap file_names; /* name → file id */
   dcpi_strmap names;      /* tensor fqn → tid, bytes key → bkey index | BYTES_BIT */
   dcpi_strmap bytes_ids;  /* (key, rank) ident → bytes index */
