@@ -15,6 +15,11 @@ void dcpi_wbuf_free(dcpi_wbuf *w) {
 /* Append n bytes from p; on allocation failure record it and drop the write. */
 void dcpi_w_bytes(dcpi_wbuf *w, const void *p, size_t n) {
   if (w->status != DCP_OK || n == 0) return;
+  if (n <= w->cap - w->len) { /* the common case: room already (no call to grow) */
+    memcpy(w->data + w->len, p, n);
+    w->len += n;
+    return;
+  }
   if (n > SIZE_MAX - w->len) {
     w->status = DCP_EOVERFLOW;
     return;

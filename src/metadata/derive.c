@@ -128,11 +128,24 @@ static dcp_status try_grid(uint32_t nd, const int64_t *shape, size_t n, const in
   size_t product = 1;
   *found = true;
   for (uint32_t d = 0; d < nd && *found; d++) {
-    for (size_t i = 0; i < n; i++) b[i] = offs[i * nd + d];
-    dcpi_sort(b, n, sizeof *b, cmp_i64);
+    /* the distinct offsets: repeats next to each other go first, and only
+     * what is left unsorted is sorted (dimension 0 of the sorted list never
+     * is; qsort over every offset was a tenth of the encode at 27 M chunks) */
     size_t u = 0;
-    for (size_t i = 0; i < n; i++)
-      if (!u || b[i] != b[u - 1]) b[u++] = b[i];
+    bool sorted = true;
+    for (size_t i = 0; i < n; i++) {
+      int64_t x = offs[i * nd + d];
+      if (u && x == b[u - 1]) continue;
+      sorted = sorted && (!u || x > b[u - 1]);
+      b[u++] = x;
+    }
+    if (!sorted) {
+      dcpi_sort(b, u, sizeof *b, cmp_i64);
+      size_t v = 0;
+      for (size_t i = 0; i < u; i++)
+        if (!v || b[i] != b[v - 1]) b[v++] = b[i];
+      u = v;
+    }
     b[u] = shape[d];
     product *= u;
     *found = product <= n && dcpi_grid_fit_dim(shape[d], b, (int64_t)u, &gn[d], &gc[d], &gk[d]);
@@ -186,22 +199,22 @@ static bool cell_order(const dcpi_grid *g, size_t n, const int64_t *offs, uint32
                        bool *oom) {
   uint32_t nd = g->ndim;
   size_t ncells = (size_t)g->count, *at = calloc(ncells + 1, sizeof *at);
-  if (!at) return !(*oom = true);
-  bool inside = true;
-  for (int pass = 0; pass < 2 && inside; pass++) {
-    for (size_t i = 0; i < n && inside; i++) {
-      size_t cell = 0;
-      for (uint32_t d = 0; d < nd && inside; d++) {
-        int64_t x = offs[i * nd + d];
-        inside = x >= 0 && x < g->extent[d];
-        cell = cell * (size_t)g->cells[d] + (inside ? (size_t)dcpi_grid_cell_of(g, d, x) : 0);
-      }
-      if (pass == 0) at[cell + 1]++;
-      else perm[at[cell]++] = (uint32_t)i;
+  uint32_t *cell = malloc(n * sizeof *cell); /* < ncells <= n <= UINT32_MAX */
+  bool inside = at && cell;
+  *oom = !inside;
+  for (size_t i = 0; i < n && inside; i++) {
+    size_t k = 0;
+    for (uint32_t d = 0; d < nd && inside; d++) {
+      int64_t x = offs[i * nd + d];
+      inside = x >= 0 && x < g->extent[d];
+      k = k * (size_t)g->cells[d] + (inside ? (size_t)dcpi_grid_cell_of(g, d, x) : 0);
     }
-    for (size_t c = 0; pass == 0 && c < ncells; c++) at[c + 1] += at[c];
+    cell[i] = (uint32_t)k;
+    at[k + 1]++;
   }
-  free(at);
+  for (size_t c = 0; inside && c < ncells; c++) at[c + 1] += at[c];
+  for (size_t i = 0; inside && i < n; i++) perm[at[cell[i]]++] = (uint32_t)i;
+  free(at), free(cell);
   return inside;
 }
 
