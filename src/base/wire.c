@@ -50,6 +50,22 @@ void dcpi_w_u64(dcpi_wbuf *w, uint64_t v) {
   dcpi_w_bytes(w, b, sizeof b);
 }
 
+/* Append n 8-byte values: room for all of them first, one check. */
+void dcpi_w_u64s(dcpi_wbuf *w, const uint64_t *v, size_t n) {
+  if (w->status != DCP_OK || n == 0) return;
+  if (n > (SIZE_MAX - w->len) / 8) {
+    w->status = DCP_EOVERFLOW;
+    return;
+  }
+  dcp_status rc = DCPI_RESERVE(w->data, w->cap, w->len + 8 * n);
+  if (rc != DCP_OK) {
+    w->status = rc;
+    return;
+  }
+  for (size_t i = 0; i < n; i++) dcpi_put_u64(w->data + w->len + 8 * i, v[i]);
+  w->len += 8 * n;
+}
+
 /* Append v as unsigned LEB128: 7 bits per byte, low first, high bit = more. */
 void dcpi_w_varint(dcpi_wbuf *w, uint64_t v) {
   uint8_t b[10];

@@ -23,6 +23,8 @@ void dcpi_w_bytes(dcpi_wbuf *w, const void *p, size_t n);
 void dcpi_w_u8(dcpi_wbuf *w, uint8_t v);
 void dcpi_w_u32(dcpi_wbuf *w, uint32_t v);
 void dcpi_w_u64(dcpi_wbuf *w, uint64_t v);
+/* Append n 8-byte little-endian values (v may be NULL when n is 0). */
+void dcpi_w_u64s(dcpi_wbuf *w, const uint64_t *v, size_t n);
 void dcpi_w_varint(dcpi_wbuf *w, uint64_t v);
 /* Signed value as a zigzag varint (small magnitudes → few bytes). */
 void dcpi_w_zigzag(dcpi_wbuf *w, int64_t v);

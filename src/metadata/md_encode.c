@@ -221,7 +221,7 @@ static void w_loc(dcpi_wbuf *w, uint8_t f, const dcpi_md_ref *r, ref_prev *p) {
 
 /* Write a ref's per-block checksums and, for zstd, stored lengths. */
 static void w_blocks(dcpi_wbuf *w, const dcpi_md_ref *r) {
-  for (uint64_t b = 0; b < r->block_count; b++) dcpi_w_u64(w, r->checksums[b]);
+  dcpi_w_u64s(w, r->checksums, (size_t)r->block_count);
   if (dcpi_codec_zstd(r->codec))
     for (uint64_t b = 0; b < r->block_count; b++) dcpi_w_varint(w, r->lens[b]);
 }
@@ -303,15 +303,15 @@ static void w_chunk(enc *e, dcpi_wbuf *w, const dcpi_md_tensor *t, size_t c, lis
                     bool derived, bool self_contained) {
   const int64_t *off = dcpi_md_chunk_off(t, c), *size = dcpi_md_chunk_size(t, c);
   dcpi_md_ref ref = chunk_ref(e->md, t, c);
-  int64_t pred[DCP_MAX_NDIM];
-  dcpi_md_predict_offset(t->ndim, t->shape, ls->prev_off, ls->prev_size, ls->prev_off == NULL,
-                         pred);
   uint8_t f = loc_flags(e, &ref, &ls->loc);
   if (self_contained)
     f = (uint8_t)((f & ~(DCPI_RF_FILE_MASK | DCPI_RF_OFF_MASK)) | DCPI_RF_SELF_CONTAINED);
   if (derived) {
     dcpi_w_u8(w, f);
   } else {
+    int64_t pred[DCP_MAX_NDIM];
+    dcpi_md_predict_offset(t->ndim, t->shape, ls->prev_off, ls->prev_size, ls->prev_off == NULL,
+                           pred);
     if (dcpi_md_cmp_i64(size, ls->prev_size, t->ndim) == 0) f |= DCPI_RF_SAME_SIZE;
     if (dcpi_md_cmp_i64(off, pred, t->ndim) == 0) f |= DCPI_RF_BOX_PREDICTED;
     dcpi_w_u8(w, f);
