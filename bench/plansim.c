@@ -304,7 +304,8 @@ static dcpi_md *build_metadata(const config *c, const dcpi_global_plan *gp, int3
     if (tp_dim >= 0 && (uint32_t)tp_dim < gt.ndim) map[tp_dim] = 1u << 1; /* mesh dim 1: TP */
     int32_t mesh = c->no_layouts ? -1 : stage;
     if ((rc = dcpi_md_add_tensor(md, gt.fqn, gt.dtype, gt.ndim, gt.shape, mesh,
-                                 mesh >= 0 ? map : NULL, &tid[t], &err)))
+                                 mesh >= 0 ? map : NULL, &tid[t], &err)) ||
+        (rc = dcpi_md_reserve_chunks(md, tid[t], gt.nitems, &err)))
       die("md_add_tensor", rc, &err);
   }
   uint64_t *sums = NULL;

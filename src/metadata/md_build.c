@@ -478,6 +478,33 @@ dcp_status dcpi_md_add_chunk(dcpi_md *md, uint32_t tid, const int64_t *offset, c
   return DCP_OK;
 }
 
+/* Grow *buf (of *cap elements of elem bytes) to exactly need elements
+ * when it holds fewer: a reservation, unlike DCPI_RESERVE, does not round
+ * up to a power of two. */
+static dcp_status reserve_exact(void **buf, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return DCP_OK;
+  if (elem && need > SIZE_MAX / elem) return DCP_EOVERFLOW;
+  void *grown = realloc(*buf, need * elem);
+  if (!grown) return DCP_ENOMEM;
+  *buf = grown;
+  *cap = need;
+  return DCP_OK;
+}
+
+dcp_status dcpi_md_reserve_chunks(dcpi_md *md, uint32_t tid, size_t n, dcpi_err *err) {
+  if (!md) return dcpi_fail(err, DCP_EINVAL, "metadata builder is NULL");
+  if (tid >= md->ntensors)
+    return dcpi_fail(err, DCP_ENOTFOUND, "tensor id %u does not exist (%zu tensors)", tid,
+                     md->ntensors);
+  dcpi_md_tensor *t = &md->tensors[tid];
+  size_t nd2 = 2 * (size_t)t->ndim;
+  if (nd2 && n > SIZE_MAX / nd2) return dcpi_fail(err, DCP_EOVERFLOW, "too many chunks");
+  dcp_status rc = reserve_exact((void **)&t->chunks, &t->cap_chunks, n, sizeof *t->chunks);
+  if (rc == DCP_OK && nd2)
+    rc = reserve_exact((void **)&t->boxes, &t->cap_boxes, n * nd2, sizeof *t->boxes);
+  return rc ? dcpi_fail(err, rc, "tensor '%s': cannot reserve %zu chunks", t->fqn, n) : DCP_OK;
+}
+
 /* Check a bytes item's scope and rank, that the key is not a tensor fqn nor
  * used with the other scope, and that (key, rank) is new. */
 static dcp_status check_bytes_ident(const dcpi_md *md, const char *key, size_t len,

@@ -110,6 +110,13 @@ dcp_status dcpi_md_set_tensor_layout(dcpi_md *md, uint32_t tid, int32_t mesh,
 dcp_status dcpi_md_add_chunk(dcpi_md *md, uint32_t tid, const int64_t *offset, const int64_t *size,
                              const dcp_storage_ref *ref, dcpi_err *err);
 
+/* Make room in tensor tid for n chunks in all (a hint: adds never need it;
+ * a caller that knows the count, from its global plan, spares the chunk
+ * arrays their regrowth: the copies and up to half their capacity idle).
+ * Errors: DCP_EINVAL (NULL md), DCP_ENOTFOUND (no such tensor), DCP_EOVERFLOW,
+ * DCP_ENOMEM; md is unchanged but for capacity. */
+dcp_status dcpi_md_reserve_chunks(dcpi_md *md, uint32_t tid, size_t n, dcpi_err *err);
+
 /* Record a bytes item: key with scope, rank (the saving rank for
  * DCP_SCOPE_PER_RANK, -1 for DCP_SCOPE_REPLICATED) and where it is stored
  * (ref as in dcpi_md_add_chunk, raw_length free).

@@ -217,7 +217,10 @@ static dcp_status build(dcpi_md *md, const dcpi_commit_args *a, const uint8_t *a
   for (size_t t = 0; t < nt && !rc; t++) {
     dcpi_gp_tensor gt;
     dcpi_global_plan_tensor(gp, t, &gt);
-    rc = dcpi_md_add_tensor(md, gt.fqn, gt.dtype, gt.ndim, gt.shape, -1, NULL, NULL, err);
+    uint32_t tid = 0;
+    rc = dcpi_md_add_tensor(md, gt.fqn, gt.dtype, gt.ndim, gt.shape, -1, NULL, &tid, err);
+    /* its chunks are the plan's items: room for them at once */
+    if (!rc) rc = dcpi_md_reserve_chunks(md, tid, gt.nitems, err);
   }
   for (size_t k = 0; k < opts->nkv && !rc; k++)
     rc = dcpi_md_add_kv(md, opts->kv_keys[k], opts->kv_values[k], err);

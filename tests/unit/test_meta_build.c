@@ -122,6 +122,7 @@ static void test_chunk_errors(void **state) {
   bad = r;
   bad.file = 2;
   EXPECT(DCP_ENOTFOUND, dcpi_md_add_chunk(md, 0, off, sz, &bad, &err));
+  assert_non_null(strstr(err.msg, "tensor 'w' chunk")); /* the reason names the chunk */
   bad = r;
   bad.block_count = 2; /* 24 bytes in blocks of 1024 is one block */
   EXPECT(DCP_EINVAL, dcpi_md_add_chunk(md, 0, off, sz, &bad, &err));
@@ -168,6 +169,60 @@ static void test_chunk_errors(void **state) {
   EXPECT(DCP_EEXIST, dcpi_md_encode(md, &buf, &len, &err));
   EXPECT(DCP_EINVAL, dcpi_md_encode(md, NULL, &len, &err));
   dcpi_md_free(md);
+}
+
+/* Four 2x3 chunks of "w" in md (one of them zstd), in the order given. */
+static void add_quarters(dcpi_md *md, const int *order) {
+  dcpi_err err;
+  const uint64_t cks[2] = {7, 8};
+  uint64_t lens[2] = {9, 8};
+  for (int k = 0; k < 4; k++) {
+    int q = order[k];
+    const int64_t off[2] = {2 * (q / 2), 3 * (q % 2)}, sz[2] = {2, 3};
+    dcp_storage_ref r = ref_of(24, cks);
+    r.offset = 24 * (uint64_t)q;
+    if (q == 3) {
+      r.codec = DCP_CODEC_ZSTD, r.block_size = 16, r.block_count = 2;
+      r.stored_length = 17, r.block_stored_lengths = lens;
+    }
+    assert_int_equal(dcpi_md_add_chunk(md, 0, off, sz, &r, &err), DCP_OK);
+  }
+}
+
+/* A reservation changes capacity only: errors as documented, and chunks
+ * added past it (or with none) encode to the same bytes. */
+static void test_reserve_chunks(void **state) {
+  (void)state;
+  dcpi_err err;
+  dcpi_md *md = fixture(), *plain = fixture();
+  EXPECT(DCP_EINVAL, dcpi_md_reserve_chunks(NULL, 0, 4, &err));
+  EXPECT(DCP_ENOTFOUND, dcpi_md_reserve_chunks(md, 1, 4, &err));
+  EXPECT(DCP_EOVERFLOW, dcpi_md_reserve_chunks(md, 0, SIZE_MAX / 2, &err));
+  assert_int_equal(dcpi_md_reserve_chunks(md, 0, 2, &err), DCP_OK);
+  assert_int_equal(dcpi_md_reserve_chunks(md, 0, 1, &err), DCP_OK); /* never shrinks */
+  const int shuffled[4] = {2, 0, 3, 1}, sorted[4] = {0, 1, 2, 3};
+  add_quarters(md, shuffled);
+  add_quarters(plain, sorted);
+  void *a, *b;
+  size_t la, lb;
+  assert_int_equal(dcpi_md_encode(md, &a, &la, &err), DCP_OK);
+  assert_int_equal(dcpi_md_encode(plain, &b, &lb, &err), DCP_OK);
+  assert_int_equal(la, lb);
+  assert_memory_equal(a, b, la);
+  dcp_meta *v;
+  assert_int_equal(dcp_meta_open_memory(NULL, a, la, &v), DCP_OK);
+  dcp_chunk_info ci;
+  assert_int_equal(dcp_meta_chunk(v, 0, 3, &ci), DCP_OK); /* the zstd one: box (2, 3) */
+  assert_int_equal(ci.box.offset[0], 2);
+  assert_int_equal(ci.ref.codec, DCP_CODEC_ZSTD);
+  assert_int_equal(ci.ref.block_count, 2);
+  assert_int_equal(ci.ref.block_checksums[1], 8);
+  assert_int_equal(ci.ref.block_stored_lengths[0], 9);
+  assert_int_equal(ci.ref.stored_length, 17);
+  dcp_meta_free(v);
+  free(a), free(b);
+  dcpi_md_free(md);
+  dcpi_md_free(plain);
 }
 
 static void test_bytes_and_kv_errors(void **state) {
@@ -217,6 +272,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_file_and_mesh_errors),
       cmocka_unit_test(test_tensor_errors),
       cmocka_unit_test(test_chunk_errors),
+      cmocka_unit_test(test_reserve_chunks),
       cmocka_unit_test(test_bytes_and_kv_errors),
   };
   return TU_RUN(tests, NULL, NULL);
