@@ -459,15 +459,20 @@ dcp_status dcpi_md_add_chunk(dcpi_md *md, uint32_t tid, const int64_t *offset, c
   size_t nb = (size_t)ref->block_count, nd2 = 2 * (size_t)t->ndim;
   bool zstd = dcpi_codec_zstd(ref->codec);
   if (zstd && nb > SIZE_MAX / 2) return dcpi_fail(err, DCP_EOVERFLOW, "too many blocks");
-  size_t pooled = zstd ? 2 * nb : nb; /* checksums, then stored lengths */
+  /* one block (a chunk has at least one): its checksum in the record, its
+   * stored length is the chunk's; more: checksums, then stored lengths,
+   * in the pool */
+  size_t pooled = nb == 1 ? 0 : zstd ? 2 * nb : nb;
   if (DCPI_RESERVE(t->chunks, t->cap_chunks, t->nchunks + 1) ||
       DCPI_RESERVE(t->boxes, t->cap_boxes, (t->nchunks + 1) * nd2) ||
       DCPI_RESERVE(md->cks, md->cap_cks, md->ncks + pooled))
     return dcpi_fail(err, DCP_ENOMEM, "tensor '%s': cannot grow the chunk list", t->fqn);
-  t->chunks[t->nchunks] = (dcpi_md_chunk){ref->offset, ref->stored_length, md->ncks, ref->file,
-                                          ref->block_size, (uint8_t)ref->codec};
-  if (nb) memcpy(md->cks + md->ncks, ref->block_checksums, nb * sizeof *md->cks);
-  if (nb && zstd) memcpy(md->cks + md->ncks + nb, ref->block_stored_lengths, nb * sizeof *md->cks);
+  t->chunks[t->nchunks] = (dcpi_md_chunk){ref->offset, ref->stored_length,
+                                          nb == 1 ? ref->block_checksums[0] : md->ncks,
+                                          ref->file, ref->block_size, (uint8_t)ref->codec};
+  if (pooled) memcpy(md->cks + md->ncks, ref->block_checksums, nb * sizeof *md->cks);
+  if (pooled && zstd)
+    memcpy(md->cks + md->ncks + nb, ref->block_stored_lengths, nb * sizeof *md->cks);
   md->ncks += pooled;
   if (nd2) {
     memcpy(t->boxes + t->nchunks * nd2, offset, t->ndim * sizeof *offset);

@@ -241,16 +241,18 @@ static int cmp_chunk(const void *pa, const void *pb) {
   return c ? c : dcpi_md_cmp_i64(dcpi_md_chunk_size(a->t, a->c), dcpi_md_chunk_size(b->t, b->c), nd);
 }
 
-/* Chunk c of t as a full ref (its arrays in md's pool, borrowed); the raw
- * length and block count follow from the box (dcpi_md_add_chunk). */
+/* Chunk c of t as a full ref, its arrays borrowed: from md's pool, or for
+ * one block from the record itself (md_int.h); the raw length and block
+ * count follow from the box (dcpi_md_add_chunk). */
 static dcpi_md_ref chunk_ref(const dcpi_md *md, const dcpi_md_tensor *t, size_t c) {
-  const dcpi_md_chunk *k = &t->chunks[c];
+  dcpi_md_chunk *k = &t->chunks[c];
   uint64_t raw = dcp_dtype_size(t->dtype);
   for (uint32_t d = 0; d < t->ndim; d++) raw *= (uint64_t)dcpi_md_chunk_size(t, c)[d];
   uint64_t blocks = (raw - 1) / k->block_size + 1; /* a chunk is never empty */
-  uint64_t *cks = md->cks + k->cks_at;
+  uint64_t *cks = blocks == 1 ? &k->cks : md->cks + k->cks;
+  uint64_t *lens = blocks == 1 ? &k->stored_length : cks + blocks;
   return (dcpi_md_ref){k->file, (dcp_codec)k->codec, k->block_size, k->offset, k->stored_length,
-                       raw, blocks, cks, dcpi_codec_zstd((dcp_codec)k->codec) ? cks + blocks : NULL};
+                       raw, blocks, cks, dcpi_codec_zstd((dcp_codec)k->codec) ? lens : NULL};
 }
 
 /* Sort order[0..n) of t's chunks as cmp_chunk does, by stable radix

@@ -18,14 +18,18 @@ typedef struct dcpi_md_ref {
 } dcpi_md_ref;
 
 /* A chunk's storage ref, compactly: its box is in the tensor's box pool,
- * its block checksums, then (zstd codecs) its blocks' stored lengths, in
- * the builder's pool, and its raw length and block count follow from the
- * box and block size (dcpi_md_add_chunk checked they agree). 40 bytes, so
- * a coordinator holds tens of millions (with a 2-d box and one checksum,
- * 80 bytes a chunk in all; was 104). */
+ * its raw length and block count follow from the box and block size
+ * (dcpi_md_add_chunk checked they agree). A chunk of one block (most of
+ * them) keeps that block's checksum here, and its stored length is the
+ * chunk's: nothing in the pool, so the encoder reads a chunk from its
+ * record alone (the pool is in add order, the encoder goes in tensor
+ * order: a cache miss per chunk at 27 M of them). Otherwise the builder's
+ * pool holds its checksums, then (zstd codecs) its stored lengths. 40
+ * bytes, so a coordinator holds tens of millions (with a 2-d box, 72 a
+ * chunk in all; was 104). */
 typedef struct dcpi_md_chunk {
   uint64_t offset, stored_length;
-  size_t cks_at; /* into dcpi_md.cks */
+  uint64_t cks; /* one block: its checksum; more: their index into dcpi_md.cks */
   uint32_t file, block_size;
   uint8_t codec;
 } dcpi_md_chunk;
@@ -99,7 +103,7 @@ struct dcpi_md {
   dcpi_md_kv *kvs;
   size_t nkvs, cap_kvs;
   size_t nchunks_total;
-  uint64_t *cks; /* the chunks' block checksums and zstd stored lengths */
+  uint64_t *cks; /* block checksums and zstd stored lengths of chunks of 2+ blocks */
   size_t ncks, cap_cks;
   dcpi_strmap file_names; /* name → file id */
   dcpi_strmap names;      /* tensor fqn → tid, bytes key → bkey index | BYTES_BIT */
