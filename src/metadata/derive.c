@@ -122,7 +122,8 @@ static bool same_boxes(uint32_t nd, size_t n, const int64_t *o, const int64_t *s
 
 /* GRID: per dimension the distinct offsets are the cut points. */
 static dcp_status try_grid(uint32_t nd, const int64_t *shape, size_t n, const int64_t *offs,
-                           const int64_t *sizes, dcpi_form *out, bool *found, dcpi_err *err) {
+                           const int64_t *sizes, size_t st, dcpi_form *out, bool *found,
+                           dcpi_err *err) {
   int64_t *b = malloc((n + 1) * sizeof *b), gn[DCP_MAX_NDIM], gc[DCP_MAX_NDIM], gk[DCP_MAX_NDIM];
   if (!b) return dcpi_fail(err, DCP_ENOMEM, "cannot examine %zu chunks", n);
   size_t product = 1;
@@ -134,7 +135,7 @@ static dcp_status try_grid(uint32_t nd, const int64_t *shape, size_t n, const in
     size_t u = 0;
     bool sorted = true;
     for (size_t i = 0; i < n; i++) {
-      int64_t x = offs[i * nd + d];
+      int64_t x = offs[i * st + d];
       if (u && x == b[u - 1]) continue;
       sorted = sorted && (!u || x > b[u - 1]);
       b[u++] = x;
@@ -155,7 +156,7 @@ static dcp_status try_grid(uint32_t nd, const int64_t *shape, size_t n, const in
   for (size_t i = 0; *found && i < n; i++) {
     int64_t o[DCP_MAX_NDIM], s[DCP_MAX_NDIM];
     dcpi_grid_box(&out->grid, (int64_t)i, o, s);
-    *found = same_boxes(nd, 1, o, s, offs + i * nd, sizes + i * nd);
+    *found = same_boxes(nd, 1, o, s, offs + i * st, sizes + i * st);
   }
   if (*found) out->kind = DCPI_FORM_GRID;
   return DCP_OK;
@@ -165,13 +166,13 @@ static dcp_status try_grid(uint32_t nd, const int64_t *shape, size_t n, const in
  * cell's origin, so its end is one of the first 2*ndim-1 ends (in flat
  * order) of the boxes inside that cell. */
 static size_t range_ends(const dcpi_grid *g, size_t n, const int64_t *offs, const int64_t *sizes,
-                         int64_t *ends, size_t cap) {
+                         size_t st, int64_t *ends, size_t cap) {
   uint32_t nd = g->ndim;
   int64_t coff[DCP_MAX_NDIM], csz[DCP_MAX_NDIM];
   dcpi_grid_box(g, 0, coff, csz);
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
-    const int64_t *o = offs + i * nd, *s = sizes + i * nd;
+    const int64_t *o = offs + i * st, *s = sizes + i * st;
     bool inside = true;
     int64_t lin = 0;
     for (uint32_t d = 0; d < nd && inside; d++) {
@@ -189,14 +190,14 @@ static size_t range_ends(const dcpi_grid *g, size_t n, const int64_t *offs, cons
   return k;
 }
 
-/* Put the sorted boxes (offs, n x ndim) in the order FLAT over the outer
+/* Put the sorted boxes (box i's offset at offs + i*st) in the order FLAT over the outer
  * cells g generates them: perm[j] is the index of the j-th. Within one cell
  * that order is their sorted order (a cell's flat order is row-major, and
  * so is the sort of disjoint boxes by offset), so a stable partition by the
  * cell holding each box's offset gives it: a counting sort, no comparison.
  * false when a box starts outside the shape or there is no memory (*oom). */
-static bool cell_order(const dcpi_grid *g, size_t n, const int64_t *offs, uint32_t *perm,
-                       bool *oom) {
+static bool cell_order(const dcpi_grid *g, size_t n, const int64_t *offs, size_t st,
+                       uint32_t *perm, bool *oom) {
   uint32_t nd = g->ndim;
   size_t ncells = (size_t)g->count, *at = calloc(ncells + 1, sizeof *at);
   uint32_t *cell = malloc(n * sizeof *cell); /* < ncells <= n <= UINT32_MAX */
@@ -205,7 +206,7 @@ static bool cell_order(const dcpi_grid *g, size_t n, const int64_t *offs, uint32
   for (size_t i = 0; i < n && inside; i++) {
     size_t k = 0;
     for (uint32_t d = 0; d < nd && inside; d++) {
-      int64_t x = offs[i * nd + d];
+      int64_t x = offs[i * st + d];
       inside = x >= 0 && x < g->extent[d];
       k = k * (size_t)g->cells[d] + (inside ? (size_t)dcpi_grid_cell_of(g, d, x) : 0);
     }
@@ -222,7 +223,7 @@ static bool cell_order(const dcpi_grid *g, size_t n, const int64_t *offs, uint32
  * the order perm: the first box that differs ends the walk, so a wrong
  * candidate costs little. */
 static bool flat_matches(const dcpi_form *fm, size_t n, const int64_t *offs,
-                         const int64_t *sizes, const uint32_t *perm) {
+                         const int64_t *sizes, size_t st, const uint32_t *perm) {
   uint32_t nd = fm->grid.ndim;
   dcpi_flat fl;
   if (dcpi_flat_init(&fl, &fm->grid, fm->f, n, NULL) != DCP_OK || (uint64_t)fl.count != n)
@@ -232,7 +233,7 @@ static bool flat_matches(const dcpi_form *fm, size_t n, const int64_t *offs,
   for (size_t j = 0; j < n; j++, dcpi_flat_next(&fl, &p)) {
     int64_t o[DCP_MAX_NDIM], s[DCP_MAX_NDIM];
     dcpi_flat_box(&p, nd, o, s);
-    if (!same_boxes(nd, 1, o, s, offs + (size_t)perm[j] * nd, sizes + (size_t)perm[j] * nd))
+    if (!same_boxes(nd, 1, o, s, offs + (size_t)perm[j] * st, sizes + (size_t)perm[j] * st))
       return false;
   }
   return true;
@@ -241,7 +242,7 @@ static bool flat_matches(const dcpi_form *fm, size_t n, const int64_t *offs,
 /* FLAT over the outer cells (cn per dimension, c = ceil(e / cn)). perm
  * (n) is scratch; when found, it holds the generation order (cell_order). */
 static dcp_status try_flat(uint32_t nd, const int64_t *shape, size_t n, const int64_t *offs,
-                           const int64_t *sizes, const int64_t *cn, uint32_t *perm,
+                           const int64_t *sizes, size_t st, const int64_t *cn, uint32_t *perm,
                            dcpi_form *out, bool *found, dcpi_err *err) {
   int64_t gn[DCP_MAX_NDIM], gc[DCP_MAX_NDIM], one[DCP_MAX_NDIM];
   *found = false;
@@ -254,10 +255,10 @@ static dcp_status try_flat(uint32_t nd, const int64_t *shape, size_t n, const in
   dcpi_form fm = {.kind = DCPI_FORM_FLAT};
   if (dcpi_grid_init(&fm.grid, nd, shape, gn, gc, one, n, NULL)) return DCP_OK;
   bool oom = false;
-  if (!cell_order(&fm.grid, n, offs, perm, &oom))
+  if (!cell_order(&fm.grid, n, offs, st, perm, &oom))
     return oom ? dcpi_fail(err, DCP_ENOMEM, "cannot examine %zu chunks", n) : DCP_OK;
   int64_t ends[2 * DCP_MAX_NDIM - 1], c0[DCP_MAX_NDIM], s0[DCP_MAX_NDIM], numel0;
-  size_t ne = range_ends(&fm.grid, n, offs, sizes, ends, 2 * (size_t)nd - 1);
+  size_t ne = range_ends(&fm.grid, n, offs, sizes, st, ends, 2 * (size_t)nd - 1);
   dcpi_grid_box(&fm.grid, 0, c0, s0);
   dcpi_numel(nd, s0, &numel0);
   /* every f with ceil(numel0 / f) = p cuts the first cell alike; the
@@ -266,7 +267,7 @@ static dcp_status try_flat(uint32_t nd, const int64_t *shape, size_t n, const in
     int64_t p = ends[e], f_lo = ceil_div(numel0, p);
     int64_t f_hi = p > 1 ? (numel0 - 1) / (p - 1) : numel0;
     for (fm.f = f_lo; fm.f <= f_hi && fm.f < f_lo + 8 && !*found; fm.f++)
-      if (ceil_div(numel0, fm.f) == p) *found = flat_matches(&fm, n, offs, sizes, perm);
+      if (ceil_div(numel0, fm.f) == p) *found = flat_matches(&fm, n, offs, sizes, st, perm);
     fm.f -= *found;
   }
   if (*found) *out = fm;
@@ -274,21 +275,21 @@ static dcp_status try_flat(uint32_t nd, const int64_t *shape, size_t n, const in
 }
 
 dcp_status dcpi_derive_detect(uint32_t ndim, const int64_t *shape, size_t n, const int64_t *offs,
-                              const int64_t *sizes, const int64_t *cells, dcpi_form *out,
-                              uint32_t *gen_order, dcpi_err *err) {
+                              const int64_t *sizes, size_t stride, const int64_t *cells,
+                              dcpi_form *out, uint32_t *gen_order, dcpi_err *err) {
   memset(out, 0, sizeof *out);
   out->kind = DCPI_FORM_LISTED;
   if (ndim == 0 || n < 2 || n > UINT32_MAX) return DCP_OK;
   bool found = false;
-  dcp_status rc = try_grid(ndim, shape, n, offs, sizes, out, &found, err);
+  dcp_status rc = try_grid(ndim, shape, n, offs, sizes, stride, out, &found, err);
   uint32_t *perm = found ? NULL : gen_order ? gen_order : malloc(n * sizeof *perm);
   if (rc == DCP_OK && !found && !perm) rc = dcpi_fail(err, DCP_ENOMEM, "cannot examine %zu chunks", n);
   if (rc == DCP_OK && !found && cells)
-    rc = try_flat(ndim, shape, n, offs, sizes, cells, perm, out, &found, err);
+    rc = try_flat(ndim, shape, n, offs, sizes, stride, cells, perm, out, &found, err);
   int64_t whole[DCP_MAX_NDIM];
   for (uint32_t d = 0; d < ndim; d++) whole[d] = 1;
   if (rc == DCP_OK && !found)
-    rc = try_flat(ndim, shape, n, offs, sizes, whole, perm, out, &found, err);
+    rc = try_flat(ndim, shape, n, offs, sizes, stride, whole, perm, out, &found, err);
   if (rc == DCP_OK && !found) out->kind = DCPI_FORM_LISTED;
   if (perm != gen_order) free(perm);
   return rc;

@@ -37,8 +37,10 @@ typedef struct dcpi_form {
 dcp_status dcpi_derive_flat(const dcpi_form *fm, uint64_t max_count, int64_t **offs,
                             int64_t **sizes, size_t *n, dcpi_err *err);
 
-/* The form of a sorted, non-empty list of n >= 2 boxes (offs/sizes
- * n*ndim) of a tensor of shape: GRID when the boxes are exactly a grid's,
+/* The form of a sorted, non-empty list of n >= 2 boxes of a tensor of
+ * shape, box i's offset at offs + i*stride and its size at sizes +
+ * i*stride (stride ndim: two arrays; 2*ndim with sizes = offs + ndim: the
+ * builder's interleaved boxes): GRID when the boxes are exactly a grid's,
  * else FLAT when they are exactly the flat ranges of the outer cells
  * `cells` (ndim cell counts, e.g. from the tensor's layout; NULL: none) or
  * of the whole tensor, else LISTED. With gen_order (room for n; may be
@@ -46,7 +48,7 @@ dcp_status dcpi_derive_flat(const dcpi_form *fm, uint64_t max_count, int64_t **o
  * box in generation order (version 4's order, model/grid.h); otherwise
  * its contents are unspecified. Deterministic. DCP_ENOMEM only. */
 dcp_status dcpi_derive_detect(uint32_t ndim, const int64_t *shape, size_t n, const int64_t *offs,
-                              const int64_t *sizes, const int64_t *cells, dcpi_form *out,
-                              uint32_t *gen_order, dcpi_err *err);
+                              const int64_t *sizes, size_t stride, const int64_t *cells,
+                              dcpi_form *out, uint32_t *gen_order, dcpi_err *err);
 
 #endif

@@ -349,17 +349,19 @@ static dcp_status w_form(enc *e, dcpi_wbuf *w, const dcpi_md_tensor *t, const ch
   size_t n = t->nchunks, nd = t->ndim;
   memset(fm, 0, sizeof *fm);
   if (n >= 2 && nd >= 1) {
-    int64_t *o = malloc(n * nd * sizeof *o), *s = malloc(n * nd * sizeof *s), cells[DCP_MAX_NDIM];
-    dcp_status rc = o && s ? DCP_OK : dcpi_fail(e->err, DCP_ENOMEM, "cannot examine chunks");
-    for (size_t c = 0; rc == DCP_OK && c < n; c++) {
-      memcpy(o + c * nd, dcpi_md_chunk_off(t, order[c].c), nd * sizeof *o);
-      memcpy(s + c * nd, dcpi_md_chunk_size(t, order[c].c), nd * sizeof *s);
-    }
+    /* the builder's boxes as they are when already in order (the usual
+     * case), else one copy in sorted order */
+    bool in_place = true;
+    for (size_t c = 0; c < n && in_place; c++) in_place = order[c].c == c;
+    int64_t *copy = in_place ? NULL : malloc(n * 2 * nd * sizeof *copy), cells[DCP_MAX_NDIM];
+    if (!in_place && !copy) return dcpi_fail(e->err, DCP_ENOMEM, "cannot examine chunks");
+    for (size_t c = 0; !in_place && c < n; c++)
+      memcpy(copy + 2 * nd * c, dcpi_md_chunk_off(t, order[c].c), 2 * nd * sizeof *copy);
+    const int64_t *boxes = in_place ? t->boxes : copy;
     bool has_cells = layout_cells(e->md, t, cells);
-    if (rc == DCP_OK)
-      rc = dcpi_derive_detect(t->ndim, t->shape, n, o, s, has_cells ? cells : NULL, fm, gen,
-                              e->err);
-    free(o), free(s);
+    dcp_status rc = dcpi_derive_detect(t->ndim, t->shape, n, boxes, boxes + nd, 2 * nd,
+                                       has_cells ? cells : NULL, fm, gen, e->err);
+    free(copy);
     if (rc != DCP_OK) return rc;
   }
   dcpi_w_u8(w, (uint8_t)fm->kind);
