@@ -278,7 +278,8 @@ int main(int argc, char **argv) {
       build(ctx, &l, load_tp, 0);
       dcp_load_options lo;
       dcp_load_options_init(&lo);
-      lo.read_dedup = c == 0 ? DCP_READ_DEDUP_OFF : DCP_READ_DEDUP_AUTO;
+      /* ON: on one host AUTO would read for itself (the page cache dedups) */
+      lo.read_dedup = c == 0 ? DCP_READ_DEDUP_OFF : DCP_READ_DEDUP_ON;
       if (c == 2) lo.flags |= DCP_LOAD_NO_PIPELINE;
       ctx->coll = c == 3 ? &blind : real;
       lo.max_inflight_bytes = (uint64_t)inflight_mib << 20;

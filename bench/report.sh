@@ -85,7 +85,7 @@ printf '|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..66})" "---------" \
   "-----------------" "----" "---------"
 # in the order of issue 15's table; keys it does not know go last
 order="async.steady async.background async.first async.first_prepared disk.save"
-order="$order disk.load_resharded disk.load_same disk.load_bytes peer.save peer.load"
+order="$order disk.load_resharded disk.load_same disk.load_bytes disk.load_device_bytes peer.save peer.load"
 cat "$logs"/*.log 2>/dev/null | grep '^RATIO|' | sort -t'|' -k2,2 -u |
   awk -F'|' -v order="$order" '
     BEGIN { n = split(order, o, " "); for (i = 1; i <= n; i++) rank[o[i]] = i }

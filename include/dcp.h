@@ -694,16 +694,18 @@ DCP_API dcp_status dcp_save(dcp_ctx *ctx, dcp_state *st, const char *path,
  * others. Values are stable. */
 typedef enum dcp_read_dedup {
   DCP_READ_DEDUP_AUTO = 0, /* when the collective has DCP_COLL_CAP_BULK and
-                              DCP_COLL_CAP_GROUPS (mpi, gloo); otherwise every
-                              rank reads for itself (file exchange). Ranks
-                              that need different parts of one saved chunk
-                              share its read only when the ranks span more
-                              than one host (on one host the page cache
-                              already reads it once) */
+                              DCP_COLL_CAP_GROUPS (mpi, gloo) and the ranks
+                              span more than one host; otherwise every rank
+                              reads for itself (file exchange; every rank on
+                              one host, where the page cache already reads a
+                              shared block from storage once and a copy from
+                              it is cheaper than a broadcast) */
   DCP_READ_DEDUP_OFF = 1,  /* every rank reads everything it loads */
   DCP_READ_DEDUP_ON = 2    /* whenever the collective has DCP_COLL_CAP_GROUPS,
-                              even without an efficient bulk path, and
-                              partial-overlap sharing on one host (tests) */
+                              even without an efficient bulk path or on one
+                              host (storage without a shared page cache:
+                              O_DIRECT, some network file systems), with
+                              partial-overlap sharing */
 } dcp_read_dedup;
 
 typedef struct dcp_load_options {

@@ -462,6 +462,12 @@ dcp_status dcpi_load_schedule(dcpi_rt *rt, dcp_meta *m, const dcpi_saved_source 
   }
   if (!local_on) goto agree; /* the same on every rank now */
   if ((rc = gather_hosts(rt, &hosts, &one_host))) goto agree;
+  /* AUTO with every rank on one host reads for itself: the page cache reads
+   * a block that replicas need from storage once, and copying it from there
+   * costs each rank less than receiving it through the collective
+   * (docs/benchmarks.md, "Read dedup on one host"); the same on every rank
+   * (one_host comes from the allgather) */
+  if (mode == DCP_READ_DEDUP_AUTO && one_host) goto agree;
   bool agreed = !memcmp(v + L_A, v + L_B, 3 * sizeof *v);
   if (!v[L_NEED] && agreed) {
     sc->path = DCPI_DEDUP_LAYOUT;
