@@ -85,18 +85,25 @@ static dcp_status copy_items(dcpi_async_writer *w, const dcpi_wp_job *j, const v
   return DCP_OK;
 }
 
-/* The tensors of st, borrowed (fqn and layout pointers stay st's). */
+/* The tensors of st, borrowed (fqn and layout pointers stay st's). A flat
+ * shard goes as one only while it holds exactly its range: a chunk added
+ * to it by hand makes it a hand-added tensor, which the writer must not
+ * mark flat (nor, without its chunk counts, when they cannot be counted). */
 static void describe_tensors(const dcp_state *st, dcpi_wp_job *j) {
+  size_t *n = calloc(st->ntensors ? st->ntensors : 1, sizeof *n);
+  for (size_t c = 0; n && c < st->nchunks; c++) n[st->chunks[c].tensor]++;
   for (size_t i = 0; i < st->ntensors; i++) {
     const dcpi_tensor_item *t = &st->tensors[i];
+    bool flat = !t->layout && t->flat && n && n[i] == t->flat_parts;
     j->tensors[i].fqn = t->fqn;
     j->tensors[i].dtype = (uint32_t)t->dtype;
     j->tensors[i].ndim = t->ndim;
     memcpy(j->tensors[i].shape, t->shape, sizeof t->shape);
-    j->tensors[i].layout = t->layout ? t->layout : t->flat;
-    j->tensors[i].flat = !t->layout && t->flat;
-    j->tensors[i].flat_dims = t->layout ? 0 : t->flat_dims;
+    j->tensors[i].layout = t->layout ? t->layout : flat ? t->flat : NULL;
+    j->tensors[i].flat = flat;
+    j->tensors[i].flat_dims = flat ? t->flat_dims : 0;
   }
+  free(n);
 }
 
 /* The plugin path the writer searches: the context's, then the plugin

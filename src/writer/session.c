@@ -230,13 +230,17 @@ void dcpi_wsession_save(dcpi_wsession *s, const dcpi_wp_job *job, const uint8_t 
   }
   dcp_state *state = NULL;
   if ((rc = build_state(s->ctx, job, base, &state))) {
-    /* Every rank's writer must still take part in the save's collectives
-     * for the others to learn of the failure: save an empty state would
-     * write a wrong checkpoint, so the job fails here and the peers time
-     * out (DCP_ETIMEDOUT/DCP_EPEER). */
-    dcpi_fail(err, rc, "dcp-writer (rank %d): rebuilding the state: %s", job->coord.rank,
-              rc == DCP_ECORRUPT ? "a chunk's staged bytes do not match its box or layout"
-                                 : dcp_ctx_last_error(s->ctx));
+    /* Saving an empty state would write a wrong checkpoint: this writer
+     * refuses the save instead, in its first agreement, so the peers' saves
+     * fail at once with the reason (not at their deadline, nor on
+     * mismatched collectives). */
+    char why[400];
+    snprintf(why, sizeof why, "dcp-writer (rank %d): rebuilding the state: %.300s",
+             job->coord.rank, rc == DCP_ECORRUPT
+                                  ? "a chunk's staged bytes do not match its box or layout"
+                                  : dcp_ctx_last_error(s->ctx));
+    dcpi_save_refused(s->ctx, job->path, rc, why);
+    dcpi_fail(err, rc, "%s", why);
     dcpi_wsession_free(s);
     return;
   }

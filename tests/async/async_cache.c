@@ -12,7 +12,10 @@
  *       a state of layout tensors (sharded, and a ZeRO flat shard over dp
  *       via dcp_state_add_flat_sharded) and bytes items reaches the writer
  *       whole: its save plans per rank (save_plan_path 1), writes the model
- *       once, and loads back resharded
+ *       once, and loads back resharded; then the same with rank 0 also
+ *       holding rank 1's range of "m" by hand (a chunk added to a flat
+ *       tensor: the writer gets it as hand-added chunks, and the save takes
+ *       the gather)
  *   async_cache deadline --dir D   (1 rank)
  *       dcp_async_wait_for gives up at its deadline while the save goes on;
  *       dcp_async_abort kills the writer, commits nothing, and the next save
@@ -299,12 +302,30 @@ static int mode_layout(const args *a) {
 /* "w" sharded and "m" (element = w's + 0.5) flat-sharded over dp, both on
  * the [dp 2, tp 2] mesh with rows over tp; "step" REPLICATED, "rng"
  * PER_RANK. */
-static int mode_flat(const args *a) {
-  dcp_ctx *ctx = open_ctx(a);
-  int world = dcp_ctx_world_size(ctx), rank = dcp_ctx_rank(ctx);
-  CHECK(world == 4, "flat needs 4 ranks");
+/* Rank 1's range of "m" (element = w's + 0.5) into a new buffer, added to
+ * st by hand. */
+static float *add_rank1_range(dcp_ctx *ctx, dcp_state *st, const dcp_layout *l) {
+  int64_t shape[2] = {LROWS, LCOLS}, begin, count;
+  dcp_box cell, boxes[3];
+  size_t nb;
+  OK(dcp_layout_flat_range(l, shape, 1, 1, &cell, &begin, &count), ctx);
+  OK(dcp_flat_to_boxes(&cell, begin, count, boxes, 3, &nb), ctx);
+  float *buf = calloc((size_t)count + 1, sizeof *buf), *p = buf;
+  CHECK(buf, "out of memory");
+  for (size_t k = 0; k < nb; k++) {
+    for (int64_t r = 0; r < boxes[k].size[0]; r++)
+      for (int64_t c = 0; c < boxes[k].size[1]; c++)
+        p[r * boxes[k].size[1] + c] = w_at(7, boxes[k].offset[0] + r, boxes[k].offset[1] + c) + 0.5f;
+    OK(dcp_state_add_chunk(st, "m", boxes[k].offset, boxes[k].size, p), ctx);
+    p += boxes[k].size[0] * boxes[k].size[1];
+  }
+  return buf;
+}
+
+static void run_flat(dcp_ctx *ctx, const args *a, int extra) {
+  int rank = dcp_ctx_rank(ctx);
   char p[512];
-  path_of(p, sizeof p, a, "flat");
+  path_of(p, sizeof p, a, extra ? "flat-extra" : "flat");
   dcp_layout *l2 = make_layout(ctx, 2), *l4 = make_layout(ctx, 4);
   float *wbuf;
   dcp_state *st = layout_state(ctx, l2, 7, &wbuf);
@@ -318,18 +339,19 @@ static int mode_flat(const args *a) {
     mbuf[e] = w_at(7, r, c) + 0.5f;
   }
   OK(dcp_state_add_flat_sharded(st, "m", DCP_F32, 2, shape, l2, 1, mbuf), ctx);
+  float *xbuf = extra && rank == 0 ? add_rank1_range(ctx, st, l2) : NULL;
   uint64_t step = 42, rng = 100 + (uint64_t)rank;
   OK(dcp_state_add_bytes(st, "step", DCP_SCOPE_REPLICATED, &step, sizeof step), ctx);
   OK(dcp_state_add_bytes(st, "rng", DCP_SCOPE_PER_RANK, &rng, sizeof rng), ctx);
   dcp_async *h;
   OK(dcp_async_save(ctx, st, p, NULL, &h), ctx);
   dcp_state_free(st);
-  free(wbuf), free(mbuf);
+  free(wbuf), free(mbuf), free(xbuf);
   OK(dcp_async_wait(h), ctx);
   dcp_async_free(h);
   dcp_stats s = stats_of(ctx);
-  CHECK(s.save_plan_path == 1, "the writer's save planned through the gather (path %u): the "
-        "layouts did not reach it whole", s.save_plan_path);
+  CHECK(s.save_plan_path == (extra ? 0u : 1u), "the writer's save took path %u (extra %d)",
+        s.save_plan_path, extra);
   /* load both resharded to tp 4, and the bytes back */
   st = layout_state(ctx, l4, 0, &wbuf);
   dcp_box b;
@@ -352,8 +374,17 @@ static int mode_flat(const args *a) {
         (unsigned long long)step2, (unsigned long long)rng2);
   dcp_state_free(st);
   free(wbuf), free(mbuf);
-  if (rank == 0) printf("flat: saved per rank by the writers, loaded at tp 4\n");
+  if (rank == 0)
+    printf("flat%s: saved by the writers (plan path %u), loaded at tp 4\n",
+           extra ? " with a hand-added chunk" : "", s.save_plan_path);
   dcp_layout_free(l2), dcp_layout_free(l4);
+}
+
+static int mode_flat(const args *a) {
+  dcp_ctx *ctx = open_ctx(a);
+  CHECK(dcp_ctx_world_size(ctx) == 4, "flat needs 4 ranks");
+  run_flat(ctx, a, 0);
+  run_flat(ctx, a, 1);
   dcp_async_shutdown(ctx);
   dcp_ctx_free(ctx);
   return 0;
