@@ -402,7 +402,7 @@ DCP_API dcp_status dcp_state_add_sharded(dcp_state *st, const char *fqn,
  * elements, contiguous (NULL only for an empty range); it becomes up to
  * 2*ndim-1 chunks pointing into data. Every rank of the mesh can compute
  * every member's range, so a save whose states hold only layout tensors
- * (these and dcp_state_add_sharded's, no bytes items) plans per rank
+ * (these and dcp_state_add_sharded's) and bytes items plans per rank
  * without gathering plans (docs/planner.md, "Flat layouts"), and the
  * metadata stores the tensor as the flat ranges of its layout's cells.
  * Loading into such a state fills the rank's range from any saved layout.
