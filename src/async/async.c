@@ -118,30 +118,28 @@ void dcp_async_shutdown(dcp_ctx *ctx) {
 
 /* ---- configuration ---------------------------------------------------- */
 
-dcp_status dcp_async_set_copy(dcp_ctx *ctx, dcp_async_copy_fn fn, void *arg) {
+/* Install one copy callback (at most one of plain and checked), once the
+ * writer is idle. */
+static dcp_status set_copy(dcp_ctx *ctx, dcp_async_copy_fn plain,
+                           dcp_async_copy_checked_fn checked, void *arg) {
   if (!ctx) return DCP_EINVAL;
   dcpi_async_writer *w = dcpi_async_writer_of(ctx);
   if (!w) return DCP_ENOMEM;
   pthread_mutex_lock(&w->mu);
   dcpi_async_wait_idle_locked(w);
-  w->copy = fn;
-  w->copy_checked = NULL;
-  w->copy_arg = fn ? arg : NULL;
+  w->copy = plain;
+  w->copy_checked = checked;
+  w->copy_arg = plain || checked ? arg : NULL;
   pthread_mutex_unlock(&w->mu);
   return DCP_OK;
 }
 
+dcp_status dcp_async_set_copy(dcp_ctx *ctx, dcp_async_copy_fn fn, void *arg) {
+  return set_copy(ctx, fn, NULL, arg);
+}
+
 dcp_status dcp_async_set_copy_checked(dcp_ctx *ctx, dcp_async_copy_checked_fn fn, void *arg) {
-  if (!ctx) return DCP_EINVAL;
-  dcpi_async_writer *w = dcpi_async_writer_of(ctx);
-  if (!w) return DCP_ENOMEM;
-  pthread_mutex_lock(&w->mu);
-  dcpi_async_wait_idle_locked(w);
-  w->copy = NULL;
-  w->copy_checked = fn;
-  w->copy_arg = fn ? arg : NULL;
-  pthread_mutex_unlock(&w->mu);
-  return DCP_OK;
+  return set_copy(ctx, NULL, fn, arg);
 }
 
 dcp_status dcp_async_set_staging(dcp_ctx *ctx, dcp_async_staging mode) {

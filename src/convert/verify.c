@@ -3,6 +3,7 @@
  * the same bytes. For a save without a
  * collective (<rank>.metadata, merged when opened) that includes the copies
  * the merged view leaves out, so every stored byte is checked. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,14 @@
 #include "runtime/local_save.h"
 #include "runtime/parts.h"
 
+/* One stored range of a ref: [lo, hi) of file, and whose it is (a chunk of
+ * tensor t, or with t UINT32_MAX bytes item `index`). */
+typedef struct span {
+  uint32_t file, t;
+  uint64_t lo, hi;
+  size_t index;
+} span;
+
 typedef struct verify_job {
   dcp_ctx *ctx;
   dcp_meta *m;
@@ -24,6 +33,9 @@ typedef struct verify_job {
   dcp_verify_report rep;
   dcpi_cv_progress pr;
   dcpi_err first;
+  span *spans; /* every chunk's and bytes item's stored range, as checked */
+  size_t nspans, cap_spans;
+  bool spans_lost; /* out of memory collecting them */
 } verify_job;
 
 /* Count a problem; the first one is kept. A missing data file means the
@@ -34,6 +46,20 @@ static void problem(verify_job *j, dcp_status rc, const dcpi_err *err) {
   if (j->rep.first_status) return;
   j->rep.first_status = rc;
   dcpi_fail(&j->first, rc, "%s", err->msg[0] ? err->msg : dcp_strerror(rc));
+}
+
+/* Record where ref's bytes are stored (of tensor t's chunk `index`, or
+ * with t UINT32_MAX bytes item `index`), for check_overlaps. */
+static void add_span(verify_job *j, const dcp_storage_ref *ref, uint32_t t, size_t index) {
+  if (!ref->stored_length || j->spans_lost) return;
+  if (DCPI_RESERVE(j->spans, j->cap_spans, j->nspans + 1)) {
+    j->spans_lost = true;
+    problem(j, DCP_ENOMEM, &(dcpi_err){DCP_ENOMEM, "verify: out of memory"});
+    return;
+  }
+  uint64_t hi = ref->offset + ref->stored_length;
+  j->spans[j->nspans++] =
+      (span){ref->file, t, ref->offset, hi < ref->offset ? UINT64_MAX : hi, index};
 }
 
 static dcp_status count(void *arg, uint64_t raw_offset, const uint8_t *data, size_t len,
@@ -81,6 +107,7 @@ static void check_tensor(verify_job *j, size_t ti) {
     dcpi_cv_describe_box(what, sizeof what, t.fqn, &ci.box);
     j->rep.chunks++;
     check_ref(j, ci.ref.file, &ci.ref, what);
+    add_span(j, &ci.ref, (uint32_t)ti, c);
   }
 }
 
@@ -91,17 +118,8 @@ static void check_bytes(verify_job *j, size_t bi) {
   snprintf(what, sizeof what, "bytes item '%.200s' (rank %d)", b.key, (int)b.rank);
   j->rep.bytes_items++;
   check_ref(j, b.ref.file, &b.ref, what);
+  add_span(j, &b.ref, UINT32_MAX, bi);
 }
-
-/* ---- refs that share stored bytes ---------------------------------------- */
-
-/* One stored range of a ref: [lo, hi) of file, and whose it is (a chunk of
- * tensor t, or with t UINT32_MAX bytes item `index`). */
-typedef struct span {
-  uint32_t file, t;
-  uint64_t lo, hi;
-  size_t index;
-} span;
 
 static int cmp_span(const void *pa, const void *pb) {
   const span *a = pa, *b = pb;
@@ -124,58 +142,25 @@ static void describe_span(verify_job *j, const span *x, char *buf, size_t cap) {
   dcpi_cv_describe_box(buf, cap, t.fqn, &c.box);
 }
 
-static int add_span(span **v, size_t *n, size_t *cap, const dcp_storage_ref *ref, uint32_t t,
-                    size_t index) {
-  if (!ref->stored_length) return 0;
-  if (*n == *cap) {
-    size_t c = *cap ? 2 * *cap : 256;
-    span *g = realloc(*v, c * sizeof *g);
-    if (!g) return DCP_ENOMEM;
-    *v = g, *cap = c;
-  }
-  uint64_t hi = ref->offset + ref->stored_length;
-  (*v)[(*n)++] = (span){ref->file, t, ref->offset, hi < ref->offset ? UINT64_MAX : hi, index};
-  return 0;
-}
-
 /* Every chunk and bytes item is written once, to a place of its own: two
  * refs that share stored bytes (a forged .metadata: each block checksum
  * matches, the values are another item's) make the checkpoint corrupt. */
 static void check_overlaps(verify_job *j) {
-  span *v = NULL;
-  size_t n = 0, cap = 0;
-  int rc = 0;
-  for (size_t t = 0; !rc && t < dcp_meta_tensor_count(j->m); t++) {
-    dcp_tensor_info ti;
-    dcp_meta_tensor(j->m, t, &ti);
-    for (size_t c = 0; !rc && c < ti.chunk_count; c++) {
-      dcp_chunk_info ci;
-      if (!dcp_meta_chunk(j->m, t, c, &ci)) rc = add_span(&v, &n, &cap, &ci.ref, (uint32_t)t, c);
-    }
+  span *v = j->spans;
+  if (j->spans_lost) return;
+  dcpi_sort(v, j->nspans, sizeof *v, cmp_span);
+  for (size_t i = 1; i < j->nspans; i++) {
+    if (v[i].file != v[i - 1].file || v[i].lo >= v[i - 1].hi) continue;
+    char a[DCPI_ERR_MSG_MAX / 3], b[DCPI_ERR_MSG_MAX / 3];
+    const char *name = "";
+    dcpi_err err;
+    describe_span(j, &v[i - 1], a, sizeof a);
+    describe_span(j, &v[i], b, sizeof b);
+    dcp_meta_file(j->m, v[i].file, &name);
+    dcpi_fail(&err, DCP_ECORRUPT, "%s and %s are stored in the same bytes of %s (from %llu)", a,
+              b, name, (unsigned long long)v[i].lo);
+    problem(j, DCP_ECORRUPT, &err);
   }
-  for (size_t b = 0; !rc && b < dcp_meta_bytes_count(j->m); b++) {
-    dcp_bytes_info bi;
-    if (!dcp_meta_bytes(j->m, b, &bi)) rc = add_span(&v, &n, &cap, &bi.ref, UINT32_MAX, b);
-  }
-  dcpi_err err;
-  dcpi_err_clear(&err);
-  if (rc) {
-    problem(j, DCP_ENOMEM, &(dcpi_err){DCP_ENOMEM, "verify: out of memory"});
-  } else {
-    dcpi_sort(v, n, sizeof *v, cmp_span);
-    for (size_t i = 1; i < n; i++) {
-      if (v[i].file != v[i - 1].file || v[i].lo >= v[i - 1].hi) continue;
-      char a[DCPI_ERR_MSG_MAX / 3], b[DCPI_ERR_MSG_MAX / 3];
-      const char *name = "";
-      describe_span(j, &v[i - 1], a, sizeof a);
-      describe_span(j, &v[i], b, sizeof b);
-      dcp_meta_file(j->m, v[i].file, &name);
-      dcpi_fail(&err, DCP_ECORRUPT, "%s and %s are stored in the same bytes of %s (from %llu)",
-                a, b, name, (unsigned long long)v[i].lo);
-      problem(j, DCP_ECORRUPT, &err);
-    }
-  }
-  free(v);
 }
 
 /* ---- copies only the per-rank files hold ------------------------------- */
@@ -366,5 +351,6 @@ dcp_status dcp_verify(dcp_ctx *ctx, const char *ckpt, dcp_verify_report *out) {
   dcpi_block_reader_free(j.br);
   dcpi_cv_close(&j.rt);
   dcp_meta_free(j.m);
+  free(j.spans);
   return dcpi_ctx_report(ctx, &j.first);
 }

@@ -68,6 +68,7 @@ typedef struct save_job {
   dcpi_layout_write *writes;  /* on it: what this rank writes */
   size_t nwrites;
   uint8_t *bytes_writes;      /* on it: per bytes item of the state, written here */
+  bool any_bytes;             /* on it: some rank has a bytes item */
 } save_job;
 
 static void job_free(save_job *j) {
@@ -304,13 +305,16 @@ out:
 /* ---- plan: the per-rank path --------------------------------------------- */
 
 /* May this save skip the plan gather? Only when every rank's state is
- * made of layout tensors alone (save_layout.h) and no replica check is
- * asked for: one all-reduce. */
+ * made of layout tensors and bytes items (save_layout.h) and no replica
+ * check is asked for; the same all-reduce tells whether any rank has a
+ * bytes item (else no bytes plan is scattered). */
 static dcp_status choose_path(save_job *j) {
-  int64_t v = dcpi_save_layout_eligible(j->st, j->lp) &&
-              !(j->opts.flags & DCP_SAVE_CHECK_REPLICAS);
-  dcp_status rc = dcpi_rt_allreduce(j->rt, &v, 1, DCP_REDUCE_MIN);
-  j->per_rank = !rc && v == 1;
+  int64_t v[2] = {dcpi_save_layout_eligible(j->st, j->lp) &&
+                      !(j->opts.flags & DCP_SAVE_CHECK_REPLICAS),
+                  j->st->nbytes ? -1 : 0};
+  dcp_status rc = dcpi_rt_allreduce(j->rt, v, 2, DCP_REDUCE_MIN);
+  j->per_rank = !rc && v[0] == 1;
+  j->any_bytes = !rc && v[1] < 0;
   return rc;
 }
 
@@ -367,8 +371,8 @@ static dcp_status plan_per_rank(save_job *j) {
     local = dcpi_layout_set_build(all, lens, rt->ctx->world_size, so, &j->ls, &rt->err);
   free(all);
   free(lens);
-  bool accepted = false;
-  if ((rc = scatter_bytes_plan(j, &accepted))) return rc;
+  bool accepted = true; /* without bytes items, a refusal reaches the others by the agreement */
+  if (j->any_bytes && (rc = scatter_bytes_plan(j, &accepted))) return rc;
   if (!accepted && !local) local = DCP_EPEER; /* rank 0 refused: its error wins the agreement */
   dcpi_layout_tensor *lt = local ? NULL : dcpi_save_layout_tensors(j->st);
   if (!local && !lt) local = dcpi_fail(&rt->err, DCP_ENOMEM, "out of memory");

@@ -70,6 +70,17 @@ static void place(h4 *h) {
 
 static const uint64_t shape[2] = {H4_ROWS, H4_COLS};
 
+/* h's entries: the boxes of fl in generation order (h->nent of them). */
+static void flat_boxes(h4 *h, const dcpi_flat *fl) {
+  dcpi_flat_pos p;
+  dcpi_flat_seek(fl, 0, &p);
+  for (size_t b = 0; b < h->nent; b++, dcpi_flat_next(fl, &p)) {
+    int64_t o[2], s[2];
+    dcpi_flat_box(&p, 2, o, s);
+    for (int d = 0; d < 2; d++) h->off[b][d] = (uint64_t)o[d], h->size[b][d] = (uint64_t)s[d];
+  }
+}
+
 /* GRID baseline: 2 x 3 cells of 4 x 2 (6 chunks), skip interval 2 (three
  * windows). */
 static h4 grid_base(void) {
@@ -106,13 +117,7 @@ static h4 flat_base(void) {
   assert_int_equal(dcpi_grid_init(&g, 2, c, one, c, one, H4_MAXC, NULL), DCP_OK);
   assert_int_equal(dcpi_flat_init(&fl, &g, 5, H4_MAXC, NULL), DCP_OK);
   h.nent = (size_t)fl.count;
-  dcpi_flat_pos p;
-  dcpi_flat_seek(&fl, 0, &p);
-  for (size_t b = 0; b < h.nent; b++, dcpi_flat_next(&fl, &p)) {
-    int64_t o[2], s[2];
-    dcpi_flat_box(&p, 2, o, s);
-    for (int d = 0; d < 2; d++) h.off[b][d] = (uint64_t)o[d], h.size[b][d] = (uint64_t)s[d];
-  }
+  flat_boxes(&h, &fl);
   place(&h);
   return h;
 }
@@ -549,13 +554,7 @@ static void test_huge_tensors(void **state) {
   assert_int_equal(dcpi_flat_init(&fl, &g, 3, H4_MAXC, NULL), DCP_OK);
   h.nent = (size_t)fl.count;
   assert_true(h.nent > 3);
-  dcpi_flat_pos p;
-  dcpi_flat_seek(&fl, 0, &p);
-  for (size_t b = 0; b < h.nent; b++, dcpi_flat_next(&fl, &p)) {
-    int64_t o[2], s[2];
-    dcpi_flat_box(&p, 2, o, s);
-    for (int d = 0; d < 2; d++) h.off[b][d] = (uint64_t)o[d], h.size[b][d] = (uint64_t)s[d];
-  }
+  flat_boxes(&h, &fl);
   lo[0] = 1 << 19, lo[1] = 1 << 14; /* the middle: a range boundary near */
   check_huge(f, &h, lo, sz);
 }

@@ -139,6 +139,16 @@ static void expect_error(variant v, dcp_status code, const char *needle) {
   job_free(&j);
 }
 
+/* The metadata a commit of ls builds: one data file (*file), ls's tensors. */
+static dcpi_md *commit_md(dcpi_layout_set *ls, uint32_t *file) {
+  dcpi_md *md;
+  dcpi_err err;
+  assert_int_equal(dcpi_md_create(&md), DCP_OK);
+  assert_int_equal(dcpi_md_add_file(md, "data", file, &err), DCP_OK);
+  assert_int_equal(dcpi_layout_set_add_tensors(ls, md, &err), DCP_OK);
+  return md;
+}
+
 static void expect_mismatch(variant v, const char *needle) {
   expect_error(v, DCP_EMISMATCH, needle);
 }
@@ -189,12 +199,9 @@ static void test_bytes(void **state) {
   assert_int_equal(flags[1][0], 1), assert_int_equal(flags[1][1], 1);
   assert_int_equal(flags[2][0], 0), assert_int_equal(flags[2][1], 1);
   assert_int_equal(flags[3][0], 0), assert_int_equal(flags[3][1], 1);
-  dcpi_md *md;
   uint32_t file;
   uint64_t sum = 1;
-  assert_int_equal(dcpi_md_create(&md), DCP_OK);
-  assert_int_equal(dcpi_md_add_file(md, "data", &file, &err), DCP_OK);
-  assert_int_equal(dcpi_layout_set_add_tensors(ls, md, &err), DCP_OK);
+  dcpi_md *md = commit_md(ls, &file);
   dcp_storage_ref ref;
   fake_ref(&ref, file, 4, &sum);
   assert_int_equal(dcpi_layout_set_take_bytes(ls, md, 2, 0, &ref, &err), DCP_ECORRUPT); /* not its */
@@ -290,12 +297,9 @@ static void test_commit_accounting(void **state) {
   dcpi_layout_set *ls;
   dcpi_err err;
   assert_int_equal(build_set(&j, &ls, &err), DCP_OK);
-  dcpi_md *md;
   uint32_t file;
   uint64_t sum = 1;
-  assert_int_equal(dcpi_md_create(&md), DCP_OK);
-  assert_int_equal(dcpi_md_add_file(md, "data", &file, &err), DCP_OK);
-  assert_int_equal(dcpi_layout_set_add_tensors(ls, md, &err), DCP_OK);
+  dcpi_md *md = commit_md(ls, &file);
   dcpi_layout_write *last = NULL;
   const dcpi_layout_tensor *last_t = NULL;
   dcpi_layout_tensor *lts[W];
