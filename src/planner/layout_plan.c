@@ -4,6 +4,7 @@
  * rank's coordinates on the sharding mesh dims), the split count of the
  * box and the rule's owner of each piece. */
 #include "planner/layout_plan.h"
+#include "planner/layout_plan_int.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -43,14 +44,12 @@ int32_t dcpi_layout_owner(const int32_t *holders, uint32_t n, uint32_t piece, ui
   return holders[(start % n + piece % n) % n];
 }
 
-enum { MAXB = 2 * DCP_MAX_NDIM - 1 }; /* boxes of a flat range, at most */
-
 typedef struct writes {
   dcpi_layout_write *w;
   size_t n, cap;
 } writes;
 
-static dcp_status check_tensor(const dcpi_layout_tensor *t, int32_t world, dcpi_err *err) {
+dcp_status dcpi_lp_check_tensor(const dcpi_layout_tensor *t, int32_t world, dcpi_err *err) {
   const dcp_layout *l = t->layout;
   if (!t->fqn || !l || (t->ndim && !t->shape))
     return dcpi_fail(err, DCP_EINVAL, "layout plan: a tensor without fqn, layout or shape");
@@ -64,9 +63,7 @@ static dcp_status check_tensor(const dcpi_layout_tensor *t, int32_t world, dcpi_
   return dcpi_check_shape(t->ndim, t->shape, dcp_dtype_size(t->dtype), t->fqn, err);
 }
 
-/* Piece p of k (rows_per rows each but the last) of box (off, sz), `rows`
- * rows of row_bytes: its box, bytes and byte offset in the box. */
-static void piece_of(uint32_t nd, const int64_t *off, const int64_t *sz, uint32_t k,
+void dcpi_lp_piece_of(uint32_t nd, const int64_t *off, const int64_t *sz, uint32_t k,
                      int64_t rows_per, uint32_t p, int64_t rows, int64_t row_bytes,
                      int64_t *box, int64_t *nbytes, uint64_t *at) {
   memcpy(box, off, nd * sizeof *off);
@@ -81,19 +78,12 @@ static void piece_of(uint32_t nd, const int64_t *off, const int64_t *sz, uint32_
   *at = (uint64_t)(r0 * row_bytes);
 }
 
-/* The split of box (off, sz) of t over ng holders: piece count, rows per
- * piece, rows and bytes per row (a 0-d box is one row). */
-typedef struct split {
-  uint32_t k;
-  int64_t per, rows, row_bytes;
-} split;
-
-static split split_of(const dcpi_layout_tensor *t, const int64_t *sz, uint32_t ng,
+dcpi_lp_split dcpi_lp_split_of(const dcpi_layout_tensor *t, const int64_t *sz, uint32_t ng,
                       const dcpi_save_opts *opts) {
   int64_t numel;
   dcpi_numel(t->ndim, sz, &numel); /* inside a checked shape */
   int64_t nbytes = numel * (int64_t)dcp_dtype_size(t->dtype);
-  split s = {.rows = t->ndim ? sz[0] : 1, .per = 0};
+  dcpi_lp_split s = {.rows = t->ndim ? sz[0] : 1, .per = 0};
   s.row_bytes = s.rows ? nbytes / s.rows : 0;
   s.k = dcpi_split_pieces(nbytes, s.rows, ng, t->ndim, opts, &s.per);
   return s;
@@ -108,7 +98,7 @@ typedef struct held {
   int32_t *group;
   uint64_t gh;
   int64_t off[DCP_MAX_NDIM], sz[DCP_MAX_NDIM];
-  split s;
+  dcpi_lp_split s;
 } held;
 
 typedef struct helds {
@@ -129,16 +119,13 @@ static dcp_status add_pieces(writes *ws, const held *x, uint64_t start, int32_t 
     if (DCPI_RESERVE(ws->w, ws->cap, ws->n + 1)) return DCP_ENOMEM;
     dcpi_layout_write *w = &ws->w[ws->n++];
     *w = (dcpi_layout_write){.tensor = x->ti, .piece = p, .npieces = x->s.k, .part = x->part};
-    piece_of(x->t->ndim, x->off, x->sz, x->s.k, x->s.per, p, x->s.rows, x->s.row_bytes, w->box,
+    dcpi_lp_piece_of(x->t->ndim, x->off, x->sz, x->s.k, x->s.per, p, x->s.rows, x->s.row_bytes, w->box,
              &w->nbytes, &w->piece_offset);
   }
   return DCP_OK;
 }
 
-/* The boxes rank's position pos holds of t: its cell's box (none when
- * empty) or, for a flat tensor, the boxes of its range, into off/sz
- * (ndim each); their count. */
-static size_t boxes_at(const dcpi_layout_tensor *t, int64_t pos, int64_t *off, int64_t *sz) {
+size_t dcpi_lp_boxes_at(const dcpi_layout_tensor *t, int64_t pos, int64_t *off, int64_t *sz) {
   size_t n;
   if (t->flat) {
     dcpi_layout_flat_boxes_at(t->layout, t->shape, pos, t->flat_dims, off, sz, &n);
@@ -150,9 +137,7 @@ static size_t boxes_at(const dcpi_layout_tensor *t, int64_t pos, int64_t *off, i
   return 1;
 }
 
-/* The mesh dims whose coordinates a holder of t's box must share: the
- * sharding dims, and a flat tensor's flat dims. */
-static uint32_t fixed_dims(const dcpi_layout_tensor *t) {
+uint32_t dcpi_lp_fixed_dims(const dcpi_layout_tensor *t) {
   return dcpi_layout_sharding_dims(t->layout) | (t->flat ? t->flat_dims : 0);
 }
 
@@ -160,13 +145,13 @@ static uint32_t fixed_dims(const dcpi_layout_tensor *t) {
  * rank or they are empty), each with its holders. */
 static dcp_status hold_tensor(helds *hs, const dcpi_layout_tensor *t, uint32_t ti, int32_t world,
                               int32_t rank, const dcpi_save_opts *opts, dcpi_err *err) {
-  dcp_status rc = check_tensor(t, world, err);
+  dcp_status rc = dcpi_lp_check_tensor(t, world, err);
   if (rc) return rc;
   int64_t pos = dcpi_layout_position(t->layout, rank);
   if (pos < 0) return DCP_OK;
-  int64_t off[MAXB * DCP_MAX_NDIM], sz[MAXB * DCP_MAX_NDIM];
-  size_t nb = boxes_at(t, pos, off, sz), ng;
-  uint32_t fixed = fixed_dims(t);
+  int64_t off[DCPI_LP_MAXB * DCP_MAX_NDIM], sz[DCPI_LP_MAXB * DCP_MAX_NDIM];
+  size_t nb = dcpi_lp_boxes_at(t, pos, off, sz), ng;
+  uint32_t fixed = dcpi_lp_fixed_dims(t);
   dcpi_layout_holders(t->layout, pos, fixed, NULL, &ng);
   for (size_t b = 0; b < nb; b++) {
     held x = {.t = t, .ti = ti, .part = (uint32_t)b, .ng = (uint32_t)ng};
@@ -179,7 +164,7 @@ static dcp_status hold_tensor(helds *hs, const dcpi_layout_tensor *t, uint32_t t
       return dcpi_fail(err, DCP_ENOMEM, "layout plan: out of memory");
     }
     x.gh = dcpi_layout_group_hash(x.group, x.ng);
-    x.s = split_of(t, x.sz, x.ng, opts);
+    x.s = dcpi_lp_split_of(t, x.sz, x.ng, opts);
     hs->h[hs->n++] = x;
   }
   return DCP_OK;
@@ -249,79 +234,4 @@ dcp_status dcpi_layout_plan_rank(const dcpi_layout_tensor *tensors, size_t n, in
   *out = ws.w;
   *count = ws.n;
   return DCP_OK;
-}
-
-/* The replica count of t's layout and per tensor dim its shard count. */
-static int64_t shard_counts(const dcp_layout *l, uint32_t ndim, int64_t *shards) {
-  int64_t cells = 1;
-  for (uint32_t d = 0; d < ndim; d++) {
-    shards[d] = 1;
-    for (uint32_t m = 0; m < l->mesh_ndim; m++)
-      if (l->tensor_map[d] & (1u << m)) shards[d] *= l->mesh_shape[m];
-    cells *= shards[d];
-  }
-  return l->nranks / cells;
-}
-
-/* The pieces of cell `cell` (row-major over shards) of t. */
-static dcp_status cell_pieces(const dcpi_layout_tensor *t, const int64_t *shards, int64_t cell,
-                              uint32_t ng, const dcpi_save_opts *opts, dcpi_layout_piece_fn fn,
-                              void *arg) {
-  int64_t off[DCP_MAX_NDIM], sz[DCP_MAX_NDIM], box[2 * DCP_MAX_NDIM], nbytes;
-  uint64_t at;
-  for (uint32_t d = t->ndim; d-- > 0;) {
-    dcpi_layout_split(t->shape[d], shards[d], cell % shards[d], &off[d], &sz[d]);
-    if (sz[d] == 0) return DCP_OK;
-    cell /= shards[d];
-  }
-  split s = split_of(t, sz, ng, opts);
-  dcp_status rc = DCP_OK;
-  for (uint32_t p = 0; !rc && p < s.k; p++) {
-    piece_of(t->ndim, off, sz, s.k, s.per, p, s.rows, s.row_bytes, box, &nbytes, &at);
-    rc = fn(arg, box, nbytes, p, s.k);
-  }
-  return rc;
-}
-
-/* Every piece of flat tensor t: the boxes of the range of each position
- * that leads its holders, split over them. */
-static dcp_status flat_pieces(const dcpi_layout_tensor *t, const dcpi_save_opts *opts,
-                              dcpi_layout_piece_fn fn, void *arg) {
-  int64_t off[MAXB * DCP_MAX_NDIM], sz[MAXB * DCP_MAX_NDIM], box[2 * DCP_MAX_NDIM], nbytes;
-  uint64_t at;
-  uint32_t fixed = fixed_dims(t);
-  size_t ng;
-  dcpi_layout_holders(t->layout, 0, fixed, NULL, &ng);
-  dcp_status rc = DCP_OK;
-  for (int64_t p = 0; !rc && p < t->layout->nranks; p++) {
-    if (!dcpi_layout_leads(t->layout, p, fixed)) continue;
-    size_t n = boxes_at(t, p, off, sz);
-    for (size_t b = 0; !rc && b < n; b++) {
-      split s = split_of(t, sz + b * t->ndim, (uint32_t)ng, opts);
-      for (uint32_t k = 0; !rc && k < s.k; k++) {
-        piece_of(t->ndim, off + b * t->ndim, sz + b * t->ndim, s.k, s.per, k, s.rows,
-                 s.row_bytes, box, &nbytes, &at);
-        rc = fn(arg, box, nbytes, k, s.k);
-      }
-    }
-  }
-  return rc;
-}
-
-dcp_status dcpi_layout_pieces(const dcpi_layout_tensor *t, int32_t world,
-                              const dcpi_save_opts *opts, dcpi_layout_piece_fn fn, void *arg,
-                              dcpi_err *err) {
-  if (!t || !fn) return dcpi_fail(err, DCP_EINVAL, "layout pieces: NULL arguments");
-  dcpi_save_opts o;
-  if (opts) o = *opts;
-  else dcpi_save_opts_init(&o);
-  dcp_status rc = dcpi_save_opts_check(&o, err);
-  if (!rc) rc = check_tensor(t, world, err);
-  if (rc) return rc;
-  if (t->flat) return flat_pieces(t, &o, fn, arg);
-  int64_t shards[DCP_MAX_NDIM];
-  int64_t ng = shard_counts(t->layout, t->ndim, shards), cells = t->layout->nranks / ng;
-  for (int64_t c = 0; !rc && c < cells; c++)
-    rc = cell_pieces(t, shards, c, (uint32_t)ng, &o, fn, arg);
-  return rc;
 }

@@ -118,4 +118,40 @@ dcp_status dcpi_layout_pieces(const dcpi_layout_tensor *t, int32_t world,
                               const dcpi_save_opts *opts, dcpi_layout_piece_fn fn, void *arg,
                               dcpi_err *err);
 
+/* ---- a piece by its offset ----------------------------------------------- */
+
+/* What locating t's pieces needs, computed once per tensor: its units
+ * (cells of the sharding mesh dims, times the flat parts of a flat
+ * tensor), the holders of each box and bounds on boxes per unit and
+ * pieces per box. Every piece has a slot below nslots, distinct pieces
+ * distinct slots; nslots <= the mesh's ranks * (2 ndim - 1) at most,
+ * so a bit per slot is small next to the pieces themselves. */
+typedef struct dcpi_piece_space {
+  dcpi_save_opts opts;
+  int64_t shards[DCP_MAX_NDIM];
+  int64_t cells, parts;
+  uint32_t ng, kmax, maxb;
+  uint64_t nslots;
+} dcpi_piece_space;
+
+/* The piece space of t under opts (NULL: defaults).
+ * Errors: as dcpi_layout_pieces's checks of a tensor; DCP_EOVERFLOW when
+ * the slot count does not fit 64 bits. */
+dcp_status dcpi_piece_space_init(const dcpi_layout_tensor *t, int32_t world,
+                                 const dcpi_save_opts *opts, dcpi_piece_space *ps,
+                                 dcpi_err *err);
+
+/* The piece of t (whose space is ps) that starts at the element with
+ * row-major index key: true, with its box (ndim offsets then ndim sizes),
+ * bytes and slot; false when no piece of the layout starts there (a key
+ * past the tensor, or inside a piece). Exactly the pieces
+ * dcpi_layout_pieces walks are found. Cost O(ndim^2), independent of the
+ * tensor's pieces and ranks. */
+bool dcpi_piece_locate(const dcpi_piece_space *ps, const dcpi_layout_tensor *t, uint64_t key,
+                       int64_t *box, int64_t *nbytes, uint64_t *slot);
+
+/* How many pieces dcpi_layout_pieces walks for t: O(units * ndim), no
+ * piece listed. */
+uint64_t dcpi_piece_count(const dcpi_piece_space *ps, const dcpi_layout_tensor *t);
+
 #endif

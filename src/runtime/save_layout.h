@@ -37,7 +37,11 @@ void dcpi_save_layout_offer(const dcp_state *st, const dcpi_save_opts *opts, dcp
 typedef struct dcpi_layout_set dcpi_layout_set;
 
 /* Rank 0: decode and check every rank's offer (all: back to back, lens[r]
- * rank r's) and enumerate the pieces of every tensor under opts.
+ * rank r's) and count the pieces of every tensor under opts. No piece is
+ * listed: the commit locates each reported piece from its offset
+ * (dcpi_piece_locate) and marks one bit per slot, so the set holds
+ * O(tensors + slots / 8) bytes, and counting costs O(units) per kind of
+ * tensor (same dtype, shape, flat rule, mesh shape and map).
  * Errors: DCP_EMISMATCH (a member of a mesh whose tensors differ from the
  * mesh's description, a member that sent none, a tensor on two meshes),
  * DCP_ECORRUPT (a malformed offer), DCP_ENOMEM. */

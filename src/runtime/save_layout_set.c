@@ -1,8 +1,9 @@
 /* save_layout_set.c — rank 0's side of the per-rank planning path
  * (save_layout.h): decode every rank's offer, check that every member of
  * every mesh agrees with the mesh's description and that no tensor is on
- * two meshes, enumerate the pieces each tensor's layout gives, and at the
- * commit account for every piece exactly once. Every offer is a peer's
+ * two meshes, count the pieces each tensor's layout gives, and at the
+ * commit find each reported piece from its offset and account for every
+ * piece exactly once (a bit per slot; no table of pieces). Every offer is a peer's
  * message: nothing in it is trusted. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,13 +26,6 @@ typedef struct ls_mesh {
   int64_t members; /* member entries seen */
 } ls_mesh;
 
-typedef struct ls_piece {
-  uint64_t key;   /* row-major index of its offset */
-  uint64_t box_at; /* in boxes: ndim offsets, ndim sizes */
-  int64_t nbytes;
-  uint8_t seen;
-} ls_piece;
-
 typedef struct ls_tensor {
   char *fqn;
   size_t fqn_len;
@@ -41,7 +35,9 @@ typedef struct ls_tensor {
   uint32_t map[DCP_MAX_NDIM];
   bool flat;
   uint32_t flat_dims;
-  size_t first_piece, npieces;
+  dcpi_piece_space space; /* its pieces, found by offset */
+  uint64_t seen_at;       /* its slots' first bit in seen */
+  uint64_t npieces, taken;
 } ls_tensor;
 
 typedef struct ls_keyidx {
@@ -64,10 +60,7 @@ struct dcpi_layout_set {
   ls_entry *entries;
   size_t nentries, entries_cap;
   ls_keyidx *by_key; /* nmeshes: mesh indices in key order */
-  ls_piece *pieces;
-  size_t npieces, pieces_cap;
-  int64_t *boxes;
-  size_t nboxes, boxes_cap;
+  uint64_t *seen;    /* a bit per slot of every tensor: taken */
   dcpi_strmap names; /* fqn → tensor index (keys borrowed from tensors) */
   dcpi_lbytes bytes; /* every rank's bytes items */
 };
@@ -78,7 +71,7 @@ void dcpi_layout_set_free(dcpi_layout_set *ls) {
   for (size_t t = 0; t < ls->ntensors; t++) free(ls->tensors[t].fqn);
   dcpi_strmap_free(&ls->names);
   dcpi_lbytes_free(&ls->bytes);
-  free(ls->meshes), free(ls->by_key), free(ls->tensors), free(ls->entries), free(ls->pieces), free(ls->boxes);
+  free(ls->meshes), free(ls->by_key), free(ls->tensors), free(ls->entries), free(ls->seen);
   free(ls);
 }
 
@@ -329,48 +322,71 @@ static dcp_status sort_tensors(dcpi_layout_set *ls, dcpi_err *err) {
 
 /* ---- pieces -------------------------------------------------------------- */
 
-typedef struct piece_sink {
-  dcpi_layout_set *ls;
+/* Tensors whose pieces are alike: same dtype, shape, flat rule, mesh shape
+ * and map (the pieces depend on the mesh's shape, not on its ranks). */
+typedef struct ls_alike {
   const ls_tensor *t;
-} piece_sink;
+  const dcp_layout *mesh;
+  uint32_t index;
+} ls_alike;
 
-static dcp_status on_piece(void *arg, const int64_t *box, int64_t nbytes, uint32_t piece,
-                           uint32_t npieces) {
-  (void)piece, (void)npieces;
-  piece_sink *ps = arg;
-  dcpi_layout_set *ls = ps->ls;
-  uint32_t nd = ps->t->ndim;
-  if (DCPI_RESERVE(ls->pieces, ls->pieces_cap, ls->npieces + 1) ||
-      DCPI_RESERVE(ls->boxes, ls->boxes_cap, ls->nboxes + 2 * nd + 1))
-    return DCP_ENOMEM;
-  ls->pieces[ls->npieces++] = (ls_piece){
-      .key = dcpi_layout_piece_key(nd, ps->t->shape, box), .box_at = ls->nboxes, .nbytes = nbytes};
-  memcpy(ls->boxes + ls->nboxes, box, 2 * nd * sizeof *box);
-  ls->nboxes += 2 * nd;
+static int cmp_alike(const void *pa, const void *pb) {
+  const ls_alike *a = pa, *b = pb;
+  const ls_tensor *x = a->t, *y = b->t;
+  if (x->dtype != y->dtype) return x->dtype < y->dtype ? -1 : 1;
+  if (x->ndim != y->ndim) return x->ndim < y->ndim ? -1 : 1;
+  if (x->flat != y->flat) return x->flat < y->flat ? -1 : 1;
+  if (x->flat_dims != y->flat_dims) return x->flat_dims < y->flat_dims ? -1 : 1;
+  if (a->mesh->mesh_ndim != b->mesh->mesh_ndim) return a->mesh->mesh_ndim < b->mesh->mesh_ndim ? -1 : 1;
+  int c = memcmp(x->shape, y->shape, x->ndim * sizeof *x->shape);
+  if (!c) c = memcmp(x->map, y->map, x->ndim * sizeof *x->map);
+  if (!c) c = memcmp(a->mesh->mesh_shape, b->mesh->mesh_shape, a->mesh->mesh_ndim * sizeof(int64_t));
+  if (c) return c;
+  return (a->index > b->index) - (a->index < b->index);
+}
+
+/* Every tensor's piece count, counted once per kind of tensor: a model's
+ * layers repeat the same shapes on meshes of the same shape. */
+static dcp_status count_pieces(dcpi_layout_set *ls, dcpi_err *err) {
+  ls_alike *a = malloc((ls->ntensors ? ls->ntensors : 1) * sizeof *a);
+  if (!a) return OOM(err);
+  for (size_t i = 0; i < ls->ntensors; i++)
+    a[i] = (ls_alike){&ls->tensors[i], ls->meshes[ls->tensors[i].mesh].layout, (uint32_t)i};
+  dcpi_sort(a, ls->ntensors, sizeof *a, cmp_alike);
+  for (size_t i = 0; i < ls->ntensors; i++) {
+    ls_tensor *t = &ls->tensors[a[i].index];
+    ls_alike x = a[i], prev = i ? a[i - 1] : x;
+    prev.index = x.index;
+    if (i && !cmp_alike(&prev, &x)) {
+      t->npieces = ls->tensors[a[i - 1].index].npieces;
+      continue;
+    }
+    dcp_layout view;
+    dcpi_layout_tensor lt = as_layout_tensor(ls, t, &view);
+    t->npieces = dcpi_piece_count(&t->space, &lt);
+  }
+  free(a);
   return DCP_OK;
 }
 
-static int cmp_piece(const void *pa, const void *pb) {
-  const ls_piece *a = pa, *b = pb;
-  return (a->key > b->key) - (a->key < b->key);
-}
-
-/* Every tensor's pieces, sorted by key within the tensor. */
-static dcp_status enumerate_pieces(dcpi_layout_set *ls, const dcpi_save_opts *opts,
-                                   dcpi_err *err) {
+/* Every tensor's piece space, a bit per slot, and its piece count. Nothing
+ * is listed: the commit finds each reported piece from its offset. */
+static dcp_status plan_pieces(dcpi_layout_set *ls, const dcpi_save_opts *opts, dcpi_err *err) {
+  uint64_t bits = 0;
   for (size_t i = 0; i < ls->ntensors; i++) {
     ls_tensor *t = &ls->tensors[i];
     dcp_layout view;
     dcpi_layout_tensor lt = as_layout_tensor(ls, t, &view);
-    piece_sink ps = {ls, t};
-    t->first_piece = ls->npieces;
-    dcp_status rc = dcpi_layout_pieces(&lt, ls->world, opts, on_piece, &ps, err);
-    if (rc == DCP_ENOMEM) return OOM(err);
+    dcp_status rc = dcpi_piece_space_init(&lt, ls->world, opts, &t->space, err);
     if (rc) return rc;
-    t->npieces = ls->npieces - t->first_piece;
-    dcpi_sort(ls->pieces + t->first_piece, t->npieces, sizeof *ls->pieces, cmp_piece);
+    t->seen_at = bits;
+    if (t->space.nslots > UINT64_MAX - bits - 63) return OOM(err);
+    bits += t->space.nslots;
   }
-  return DCP_OK;
+  if (bits / 64 + 1 > SIZE_MAX / sizeof *ls->seen) return OOM(err);
+  ls->seen = calloc((size_t)(bits / 64 + 1), sizeof *ls->seen);
+  if (!ls->seen) return OOM(err);
+  return count_pieces(ls, err);
 }
 
 dcp_status dcpi_layout_set_build(const uint8_t *all, const size_t *lens, int32_t world,
@@ -389,7 +405,7 @@ dcp_status dcpi_layout_set_build(const uint8_t *all, const size_t *lens, int32_t
   if (!rc) rc = check_members(ls, err);
   if (!rc) rc = sort_tensors(ls, err);
   if (!rc) rc = dcpi_lbytes_settle(&ls->bytes, &ls->names, err);
-  if (!rc) rc = enumerate_pieces(ls, opts, err);
+  if (!rc) rc = plan_pieces(ls, opts, err);
   if (rc) {
     dcpi_layout_set_free(ls);
     return rc;
@@ -414,20 +430,28 @@ dcp_status dcpi_layout_set_add_tensors(dcpi_layout_set *ls, dcpi_md *md, dcpi_er
   return rc;
 }
 
+static bool seen_bit(const dcpi_layout_set *ls, uint64_t bit) {
+  return ls->seen[bit / 64] >> (bit % 64) & 1;
+}
+
 dcp_status dcpi_layout_set_take(dcpi_layout_set *ls, dcpi_md *md, int32_t rank, const char *fqn,
                                 size_t fqn_len, uint64_t key, const dcp_storage_ref *ref,
                                 dcpi_err *err) {
   uint32_t ti;
   if (!dcpi_strmap_get(&ls->names, fqn, fqn_len, &ti))
     return dcpi_fail(err, DCP_ECORRUPT, "rank %d reported a piece of an unknown tensor", rank);
-  const ls_tensor *t = &ls->tensors[ti];
-  ls_piece *p = bsearch(&(ls_piece){.key = key}, ls->pieces + t->first_piece, t->npieces,
-                        sizeof *p, cmp_piece);
-  if (!p || p->seen || ref->raw_length != (uint64_t)p->nbytes)
+  ls_tensor *t = &ls->tensors[ti];
+  dcp_layout view;
+  dcpi_layout_tensor lt = as_layout_tensor(ls, t, &view);
+  int64_t box[2 * DCP_MAX_NDIM], nbytes;
+  uint64_t slot;
+  if (!dcpi_piece_locate(&t->space, &lt, key, box, &nbytes, &slot) ||
+      seen_bit(ls, t->seen_at + slot) || ref->raw_length != (uint64_t)nbytes)
     return dcpi_fail(err, DCP_ECORRUPT,
                      "rank %d reported an unknown or repeated piece of tensor '%s'", rank, t->fqn);
-  p->seen = 1;
-  const int64_t *box = ls->boxes + p->box_at;
+  uint64_t bit = t->seen_at + slot;
+  ls->seen[bit / 64] |= 1ull << (bit % 64);
+  t->taken++;
   return dcpi_md_add_chunk(md, t->tid, box, box + t->ndim, ref, err);
 }
 
@@ -441,17 +465,43 @@ dcp_status dcpi_layout_set_take_bytes(dcpi_layout_set *ls, dcpi_md *md, int32_t 
   return dcpi_lbytes_take(&ls->bytes, md, rank, index, ref, err);
 }
 
+/* The first piece of a tensor that was not taken, for the message. */
+typedef struct missing_walk {
+  const dcpi_layout_set *ls;
+  const ls_tensor *t;
+  const dcpi_layout_tensor *lt;
+  int64_t box[2 * DCP_MAX_NDIM];
+} missing_walk;
+
+static dcp_status on_missing(void *arg, const int64_t *box, int64_t nbytes, uint32_t piece,
+                             uint32_t npieces) {
+  (void)nbytes, (void)piece, (void)npieces;
+  missing_walk *mw = arg;
+  const ls_tensor *t = mw->t;
+  int64_t found[2 * DCP_MAX_NDIM], fb;
+  uint64_t slot;
+  uint64_t key = dcpi_layout_piece_key(t->ndim, t->shape, box);
+  if (dcpi_piece_locate(&t->space, mw->lt, key, found, &fb, &slot) &&
+      seen_bit(mw->ls, t->seen_at + slot))
+    return DCP_OK;
+  memcpy(mw->box, box, 2 * t->ndim * sizeof *box);
+  return DCP_EINCOMPLETE; /* stops the walk */
+}
+
 dcp_status dcpi_layout_set_complete(const dcpi_layout_set *ls, dcpi_err *err) {
   for (size_t i = 0; i < ls->ntensors; i++) {
     const ls_tensor *t = &ls->tensors[i];
-    for (size_t k = t->first_piece; k < t->first_piece + t->npieces; k++) {
-      if (ls->pieces[k].seen) continue;
-      char b[256];
-      const int64_t *box = ls->boxes + ls->pieces[k].box_at;
-      return dcpi_fail(err, DCP_EINCOMPLETE,
-                       "tensor '%s': piece %s of its layout was not written (this save is not "
-                       "committed)", t->fqn, dcpi_box_str(t->ndim, box, box + t->ndim, b, sizeof b));
-    }
+    if (t->taken == t->npieces) continue; /* each taken once, each a piece: all of them */
+    dcp_layout view;
+    dcpi_layout_tensor lt = as_layout_tensor(ls, t, &view);
+    missing_walk mw = {.ls = ls, .t = t, .lt = &lt};
+    char b[256] = "?";
+    if (dcpi_layout_pieces(&lt, ls->world, &t->space.opts, on_missing, &mw, NULL) ==
+        DCP_EINCOMPLETE)
+      dcpi_box_str(t->ndim, mw.box, mw.box + t->ndim, b, sizeof b);
+    return dcpi_fail(err, DCP_EINCOMPLETE,
+                     "tensor '%s': piece %s of its layout was not written (this save is not "
+                     "committed)", t->fqn, b);
   }
   return dcpi_lbytes_complete(&ls->bytes, err);
 }

@@ -110,8 +110,9 @@ dcp_status dcpi_wp_job_encode(const dcpi_wp_job *j, uint8_t **out, size_t *len) 
   dcpi_w_zigzag(&w, j->refused); /* last: dcpi_wp_job_refuse rewrites it */
   w_str(&w, j->refused_msg);
   if (w.status) {
+    dcp_status rc = w.status; /* the free clears it */
     dcpi_wbuf_free(&w);
-    return w.status ? w.status : DCP_ENOMEM;
+    return rc;
   }
   *out = w.data;
   *len = w.len;

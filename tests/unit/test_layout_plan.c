@@ -177,12 +177,33 @@ static void check_cover(const pcase *c, const rank_writes *rw) {
   }
 }
 
-/* dcpi_layout_pieces: exactly the pieces the ranks write, each once. */
+/* dcpi_layout_pieces: exactly the pieces the ranks write, each once; and
+ * dcpi_piece_locate finds each from its offset, in a slot of its own. */
 typedef struct piece_walk {
   const pcase *c;
   size_t ti, count;
   const rank_writes *rw;
+  dcpi_piece_space ps;
+  uint8_t *slots;
 } piece_walk;
+
+static uint64_t key_of(uint32_t nd, const int64_t *shape, const int64_t *off) {
+  uint64_t k = 0;
+  for (uint32_t d = 0; d < nd; d++) k = k * (uint64_t)shape[d] + (uint64_t)off[d];
+  return k;
+}
+
+static void check_located(piece_walk *pw, const int64_t *box, int64_t nbytes) {
+  const dcpi_layout_tensor *t = &pw->c->t[pw->ti];
+  int64_t found[2 * DCP_MAX_NDIM], fb;
+  uint64_t slot;
+  assert_true(dcpi_piece_locate(&pw->ps, t, key_of(t->ndim, t->shape, box), found, &fb, &slot));
+  assert_memory_equal(found, box, 2 * t->ndim * sizeof *box);
+  assert_int_equal(fb, nbytes);
+  assert_true(slot < pw->ps.nslots);
+  assert_int_equal(pw->slots[slot], 0);
+  pw->slots[slot] = 1;
+}
 
 static dcp_status on_piece(void *arg, const int64_t *box, int64_t nbytes, uint32_t piece,
                            uint32_t npieces) {
@@ -200,6 +221,7 @@ static dcp_status on_piece(void *arg, const int64_t *box, int64_t nbytes, uint32
       }
     }
   assert_int_equal(found, 1);
+  check_located(pw, box, nbytes);
   pw->count++;
   return DCP_OK;
 }
@@ -207,9 +229,21 @@ static dcp_status on_piece(void *arg, const int64_t *box, int64_t nbytes, uint32
 static void check_pieces(const pcase *c, const rank_writes *rw, size_t total) {
   size_t count = 0;
   for (size_t ti = 0; ti < c->nt; ti++) {
-    piece_walk pw = {c, ti, 0, rw};
-    assert_int_equal(dcpi_layout_pieces(&c->t[ti], c->world, &c->opts, on_piece, &pw, NULL),
-                     DCP_OK);
+    const dcpi_layout_tensor *t = &c->t[ti];
+    piece_walk pw = {.c = c, .ti = ti, .rw = rw};
+    assert_int_equal(dcpi_piece_space_init(t, c->world, &c->opts, &pw.ps, NULL), DCP_OK);
+    pw.slots = calloc(pw.ps.nslots + 1, 1);
+    assert_int_equal(dcpi_layout_pieces(t, c->world, &c->opts, on_piece, &pw, NULL), DCP_OK);
+    assert_int_equal(dcpi_piece_count(&pw.ps, t), pw.count);
+    /* every other offset, and those past the tensor, start no piece */
+    int64_t numel = 1, box[2 * DCP_MAX_NDIM], nb;
+    for (uint32_t d = 0; d < t->ndim; d++) numel *= t->shape[d];
+    size_t starts = 0;
+    uint64_t slot;
+    for (uint64_t k = 0; k < (uint64_t)numel + 3; k++)
+      starts += dcpi_piece_locate(&pw.ps, t, k, box, &nb, &slot);
+    assert_int_equal(starts, pw.count);
+    free(pw.slots);
     count += pw.count;
   }
   assert_int_equal(count, total);

@@ -12,6 +12,7 @@
 
 #include "testutil.h"
 #include "metadata/meta.h"
+#include "model/box.h"
 #include "model/layout.h"
 #include "model/state.h"
 #include "planner/layout_plan.h"
@@ -262,6 +263,10 @@ static void test_flat_accounting(void **state) {
   uint32_t file;
   uint64_t sum = 1;
   int64_t f_bytes = 0;
+  dcp_storage_ref held_ref;
+  uint64_t held_key = 0;
+  dcpi_layout_write held = {0};
+  dcpi_layout_tensor held_t = {0};
   assert_int_equal(dcpi_md_create(&md), DCP_OK);
   assert_int_equal(dcpi_md_add_file(md, "data", &file, &err), DCP_OK);
   assert_int_equal(dcpi_layout_set_add_tensors(ls, md, &err), DCP_OK);
@@ -276,13 +281,25 @@ static void test_flat_accounting(void **state) {
       dcp_storage_ref ref;
       fake_ref(&ref, file, ws[k].nbytes, &sum);
       uint64_t key = dcpi_layout_piece_key(t->ndim, t->shape, ws[k].box);
+      if (!strcmp(t->fqn, "f")) f_bytes += ws[k].nbytes;
+      if (r == 1 && k == 0) { /* held back: the commit must miss it */
+        held_ref = ref, held_key = key, held = ws[k], held_t = *t;
+        continue;
+      }
       assert_int_equal(dcpi_layout_set_take(ls, md, r, t->fqn, t->fqn_len, key, &ref, &err),
                        DCP_OK);
-      if (!strcmp(t->fqn, "f")) f_bytes += ws[k].nbytes;
     }
     free(lts), free(ws);
   }
   assert_int_equal(f_bytes, 72);
+  char b[256];
+  assert_int_equal(dcpi_layout_set_complete(ls, &err), DCP_EINCOMPLETE);
+  assert_non_null(strstr(err.msg, dcpi_box_str(held_t.ndim, held.box, held.box + held_t.ndim, b,
+                                              sizeof b)));
+  assert_int_equal(dcpi_layout_set_take(ls, md, 1, held_t.fqn, held_t.fqn_len, held_key + 1,
+                                        &held_ref, &err), DCP_ECORRUPT); /* inside a piece */
+  assert_int_equal(dcpi_layout_set_take(ls, md, 1, held_t.fqn, held_t.fqn_len, held_key,
+                                        &held_ref, &err), DCP_OK);
   assert_int_equal(dcpi_layout_set_complete(ls, &err), DCP_OK);
   dcpi_md_free(md);
   dcpi_layout_set_free(ls);
@@ -328,6 +345,9 @@ static void test_commit_accounting(void **state) {
   assert_non_null(last);
   assert_int_equal(dcpi_layout_set_complete(ls, &err), DCP_EINCOMPLETE);
   assert_non_null(strstr(err.msg, last_t->fqn));
+  char b[256]; /* and names the piece */
+  assert_non_null(strstr(err.msg, dcpi_box_str(last_t->ndim, last->box, last->box + last_t->ndim,
+                                              b, sizeof b)));
   dcp_storage_ref ref;
   fake_ref(&ref, file, last->nbytes + 4, &sum); /* another length */
   uint64_t key = dcpi_layout_piece_key(last_t->ndim, last_t->shape, last->box);
