@@ -10,6 +10,7 @@
 
 #include "base/checked.h"
 #include "metadata/common.h"
+#include "base/parallel.h"
 #include "base/radix.h"
 #include "metadata/codec.h"
 #include "metadata/derive.h"
@@ -36,6 +37,7 @@ typedef struct enc {
   dcpi_wbuf strings; /* table entries, without the leading count */
   uint32_t nstrings;
   file_default *defaults; /* per file */
+  unsigned threads;        /* for the chunk lists; 0: by their count */
   dcpi_wbuf sec[DCPI_SEC_COUNT + 1]; /* bodies by section id (index 0 unused) */
 } enc;
 
@@ -301,7 +303,7 @@ typedef struct list_state {
 /* Write chunk c's entry of tensor t; derived (the list's form gives the
  * box) writes no box fields and sets no box bits; self_contained (a skip
  * point of version 4) writes its file and offset explicitly. */
-static void w_chunk(enc *e, dcpi_wbuf *w, const dcpi_md_tensor *t, size_t c, list_state *ls,
+static void w_chunk(const enc *e, dcpi_wbuf *w, const dcpi_md_tensor *t, size_t c, list_state *ls,
                     bool derived, bool self_contained) {
   const int64_t *off = dcpi_md_chunk_off(t, c), *size = dcpi_md_chunk_size(t, c);
   dcpi_md_ref ref = chunk_ref(e->md, t, c);
@@ -344,7 +346,7 @@ static bool layout_cells(const dcpi_md *md, const dcpi_md_tensor *t, int64_t *ce
 /* Choose the form of t's sorted list (version 3) and write its form byte
  * and header. With gen (room for t's chunk count) and a FLAT form, gen[j]
  * is the position in order[] of the j-th chunk in generation order. */
-static dcp_status w_form(enc *e, dcpi_wbuf *w, const dcpi_md_tensor *t, const chunk_at *order,
+static dcp_status w_form(const enc *e, dcpi_wbuf *w, const dcpi_md_tensor *t, const chunk_at *order,
                          dcpi_form *fm, uint32_t *gen) {
   size_t n = t->nchunks, nd = t->ndim;
   memset(fm, 0, sizeof *fm);
@@ -376,7 +378,7 @@ static dcp_status w_form(enc *e, dcpi_wbuf *w, const dcpi_md_tensor *t, const ch
 
 /* Version 4 FLAT lists are in generation order (model/grid.h): reorder
  * the sorted order[] into it, gen[] as w_form found it. */
-static dcp_status flat_order(enc *e, const dcpi_md_tensor *t, const uint32_t *gen,
+static dcp_status flat_order(const enc *e, const dcpi_md_tensor *t, const uint32_t *gen,
                              chunk_at *order) {
   size_t n = t->nchunks;
   chunk_at *by_gen = malloc(n * sizeof *by_gen);
@@ -393,7 +395,7 @@ static dcp_status flat_order(enc *e, const dcpi_md_tensor *t, const uint32_t *ge
  * there is more than one window, the xxh3 of each window of entries
  * between those offsets and the xxh3 of the list's header (from its form
  * byte at `start` of w, up to here). A list of one window is read whole. */
-static dcp_status w_skipped_entries(enc *e, dcpi_wbuf *w, size_t start, const dcpi_md_tensor *t,
+static dcp_status w_skipped_entries(const enc *e, dcpi_wbuf *w, size_t start, const dcpi_md_tensor *t,
                                     const chunk_at *order) {
   size_t n = t->nchunks, every = DCPI_SKIP_EVERY, prev = 0, nwin = (n - 1) / every + 1;
   size_t *at = malloc((nwin + 1) * sizeof *at);
@@ -417,10 +419,9 @@ static dcp_status w_skipped_entries(enc *e, dcpi_wbuf *w, size_t start, const dc
   return rc != DCP_OK ? dcpi_fail(e->err, rc, "cannot encode chunk list") : DCP_OK;
 }
 
-/* Write tensor t's sorted chunk list into the chunks buffer and its index
- * entry's chunk fields (count, list length, list xxh3) into the tensors one. */
-static dcp_status w_chunk_list(enc *e, const dcpi_md_tensor *t) {
-  dcpi_wbuf *w = &e->sec[DCPI_SEC_CHUNKS];
+/* Write tensor t's sorted chunk list at the end of w. Reads only e's md
+ * and defaults (a worker's enc has nothing else) and reports to e->err. */
+static dcp_status w_chunk_list(const enc *e, const dcpi_md_tensor *t, dcpi_wbuf *w) {
   chunk_at *order = malloc((t->nchunks ? t->nchunks : 1) * sizeof *order);
   if (!order) return dcpi_fail(e->err, DCP_ENOMEM, "cannot sort chunks");
   for (size_t c = 0; c < t->nchunks; c++) order[c] = (chunk_at){t, c};
@@ -451,17 +452,40 @@ static dcp_status w_chunk_list(enc *e, const dcpi_md_tensor *t) {
   for (size_t c = 0; c < t->nchunks && rc == DCP_OK && !skipped; c++)
     w_chunk(e, w, t, order[c].c, &ls, fm.kind != DCPI_FORM_LISTED, false);
   free(order);
-  if (rc != DCP_OK || w->status != DCP_OK) return rc != DCP_OK ? rc : w->status;
-  size_t len = w->len - start;
-  dcpi_wbuf *ti = &e->sec[DCPI_SEC_TENSORS];
-  dcpi_w_varint(ti, t->nchunks);
-  dcpi_w_varint(ti, len);
-  dcpi_w_u64(ti, len ? hash_of(w->data + start, len) : hash_of(NULL, 0));
-  return DCP_OK;
+  if (rc == DCP_OK && w->status != DCP_OK)
+    rc = dcpi_fail(e->err, w->status, "tensor '%s': cannot encode its chunk list", t->fqn);
+  return rc;
 }
 
-/* Write tensor t's index entry (and its chunk list). */
-static dcp_status w_tensor(enc *e, const dcpi_md_tensor *t) {
+/* One tensor's chunk list, encoded on its own (maybe on another thread). */
+typedef struct list_out {
+  dcpi_wbuf w;
+  uint64_t hash; /* xxh3 of w's bytes */
+  dcp_status rc;
+} list_out;
+
+/* A batch of tensors whose lists are encoded in parallel. */
+typedef struct list_batch {
+  const enc *e;
+  const dcpi_md_tensor *const *tensors;
+  list_out *out;
+} list_batch;
+
+/* dcpi_parallel_for job: list i of the batch, into its own buffer. The
+ * reason of a failure is dropped here; w_tensors encodes that list again
+ * on its own thread to report it, so the first failing tensor in fqn order
+ * is the one named however the threads ran. */
+static void encode_list_job(void *arg, size_t i) {
+  const list_batch *b = arg;
+  dcpi_err err;
+  enc local = {.md = b->e->md, .err = &err, .defaults = b->e->defaults};
+  list_out *o = &b->out[i];
+  o->rc = w_chunk_list(&local, b->tensors[i], &o->w);
+  if (o->rc == DCP_OK) o->hash = hash_of(o->w.data, o->w.len);
+}
+
+/* Write tensor t's index entry; its chunk list o goes to the chunks section. */
+static dcp_status w_tensor(enc *e, const dcpi_md_tensor *t, const list_out *o) {
   dcpi_wbuf *w = &e->sec[DCPI_SEC_TENSORS];
   w_string(e, w, t->fqn, t->fqn_len);
   dcpi_w_u8(w, (uint8_t)t->dtype);
@@ -470,7 +494,42 @@ static dcp_status w_tensor(enc *e, const dcpi_md_tensor *t) {
   dcpi_w_varint(w, (uint64_t)(t->mesh + 1));
   if (t->mesh >= 0)
     for (uint32_t d = 0; d < t->ndim; d++) dcpi_w_varint(w, t->tensor_map[d]);
-  return w_chunk_list(e, t);
+  dcpi_w_varint(w, t->nchunks);
+  dcpi_w_varint(w, o->w.len);
+  dcpi_w_u64(w, o->hash);
+  dcpi_w_bytes(&e->sec[DCPI_SEC_CHUNKS], o->w.data, o->w.len);
+  return DCP_OK;
+}
+
+/* Tensors per parallel batch: enough to keep the threads busy, few enough
+ * that the batch's separate buffers stay a small part of the section. */
+#define LIST_BATCH 256
+/* Below this many chunks in all, threads cost more than they save. */
+#define LIST_PARALLEL_MIN ((size_t)1 << 18)
+#define LIST_MAX_THREADS 8
+
+/* Encode the chunk lists of tensors[0..n) (a batch, in fqn order) and write
+ * their index entries and lists in that order. */
+static dcp_status w_tensor_batch(enc *e, const dcpi_md_tensor *const *tensors, size_t n,
+                                 unsigned threads) {
+  list_out out[LIST_BATCH];
+  memset(out, 0, n * sizeof *out);
+  list_batch b = {e, tensors, out};
+  dcpi_parallel_for(n, threads, encode_list_job, &b);
+  dcp_status rc = DCP_OK;
+  for (size_t i = 0; i < n && rc == DCP_OK; i++) {
+    if (out[i].rc != DCP_OK) { /* again here, for the reason */
+      dcpi_wbuf again = {0};
+      rc = w_chunk_list(e, tensors[i], &again);
+      dcpi_wbuf_free(&again);
+      if (rc == DCP_OK) rc = dcpi_fail(e->err, out[i].rc, "tensor '%s': cannot encode its "
+                                       "chunk list", tensors[i]->fqn);
+    } else {
+      rc = w_tensor(e, tensors[i], &out[i]);
+    }
+  }
+  for (size_t i = 0; i < n; i++) dcpi_wbuf_free(&out[i].w);
+  return rc;
 }
 
 /* qsort comparator for tensor pointers: by fqn bytewise. */
@@ -488,8 +547,16 @@ static dcp_status w_tensors(enc *e) {
   for (size_t t = 0; t < md->ntensors; t++) order[t] = &md->tensors[t];
   dcpi_sort(order, md->ntensors, sizeof *order, cmp_tensor);
   dcpi_w_varint(&e->sec[DCPI_SEC_TENSORS], md->ntensors);
+  /* the lists are independent and most of the encode at scale (27 M
+   * chunks at 102,400 ranks): encoded on a few threads, written in order */
+  unsigned threads = e->threads ? e->threads
+                     : md->nchunks_total >= LIST_PARALLEL_MIN ? dcpi_parallel_threads(LIST_MAX_THREADS)
+                                                              : 1;
   dcp_status rc = DCP_OK;
-  for (size_t t = 0; t < md->ntensors && rc == DCP_OK; t++) rc = w_tensor(e, order[t]);
+  for (size_t t = 0; t < md->ntensors && rc == DCP_OK; t += LIST_BATCH) {
+    size_t n = md->ntensors - t < LIST_BATCH ? md->ntensors - t : LIST_BATCH;
+    rc = w_tensor_batch(e, order + t, n, threads);
+  }
   free(order);
   return rc;
 }
@@ -661,6 +728,11 @@ static void enc_free(enc *e) {
 }
 
 dcp_status dcpi_md_encode(const dcpi_md *md, void **out, size_t *len, dcpi_err *err) {
+  return dcpi_md_encode_threads(md, 0, out, len, err);
+}
+
+dcp_status dcpi_md_encode_threads(const dcpi_md *md, unsigned threads, void **out, size_t *len,
+                                  dcpi_err *err) {
   if (out) *out = NULL;
   if (len) *len = 0;
   if (!md || !out || !len) return dcpi_fail(err, DCP_EINVAL, "NULL argument to dcpi_md_encode");
@@ -668,6 +740,7 @@ dcp_status dcpi_md_encode(const dcpi_md *md, void **out, size_t *len, dcpi_err *
   memset(&e, 0, sizeof e);
   e.md = md;
   e.err = err;
+  e.threads = threads;
   dcpi_wbuf buf = {0};
   dcp_status rc = w_sections(&e);
   if (rc == DCP_OK) rc = assemble(&e, &buf);

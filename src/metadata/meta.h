@@ -140,6 +140,13 @@ dcp_status dcpi_md_add_kv(dcpi_md *md, const char *key, const char *value, dcpi_
  * the same box), DCP_EOVERFLOW, DCP_ENOMEM. On error *out is NULL. */
 dcp_status dcpi_md_encode(const dcpi_md *md, void **out, size_t *len, dcpi_err *err);
 
+/* dcpi_md_encode on `threads` threads (0: as dcpi_md_encode chooses, which
+ * is one below 256 Ki chunks, else up to 8 of the CPUs this process may
+ * use). The bytes, and which error is reported (the first failing tensor
+ * in fqn order), do not depend on the count: tests compare them. */
+dcp_status dcpi_md_encode_threads(const dcpi_md *md, unsigned threads, void **out, size_t *len,
+                                  dcpi_err *err);
+
 /* Counts of what has been added so far (0 for NULL md). */
 size_t dcpi_md_tensor_count(const dcpi_md *md);
 size_t dcpi_md_chunk_count(const dcpi_md *md);
