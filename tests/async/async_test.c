@@ -15,6 +15,10 @@
  *                            (DCP_WRITER_DELAY_MS 0) or after that save
  *                            (800), or stalls holding the lease (SIGSTOP),
  *                            the directory ends as step 6
+ *   async_test writer-refuses --dir D --rendezvous R  (N ranks) rank 1's
+ *                            writer cannot rebuild its first job's state:
+ *                            every rank fails at once, nothing commits,
+ *                            the next save does
  *   async_test kill-peer-writer  --dir D --rendezvous R --timeout-ms T
  *   async_test stall-peer-writer --dir D --rendezvous R --timeout-ms T
  *                            (N ranks under dcp_launch) the last rank's
@@ -320,6 +324,49 @@ static int peer_writer_fault(const args *a, int sig) {
   return 0;
 }
 
+/* DCP_WRITER_FAULT=rebuild-once:1 (tools/writer/main.c): rank 1's writer
+ * cannot rebuild its first job's state. Every rank's wait fails with that
+ * writer's reason (it refuses in the save's first agreement) well before
+ * the deadline, nothing is committed, and the next save through the same
+ * writers commits and loads back. */
+static int mode_writer_refuses(const args *a) {
+  setenv("DCP_WRITER_FAULT", "rebuild-once:1", 1); /* before the writer is spawned */
+  int rank, world;
+  dcp_ctx *ctx = open_ctx(a, &rank, &world);
+  CHECK(world > 1, "writer-refuses needs several ranks");
+  model m;
+  model_alloc(&m, rank, world, 0);
+  char p1[512], p2[512];
+  path_of(p1, sizeof p1, a, "refused"), path_of(p2, sizeof p2, a, "after");
+  double t0 = now_s();
+  dcp_async *h = save_then_mutate(ctx, &m, p1, 1);
+  dcp_status rc = dcp_async_wait(h);
+  double took = now_s() - t0;
+  CHECK(rc == DCP_ECORRUPT, "rank %d: the refused save returned %s: %s", rank, dcp_strerror(rc),
+        dcp_ctx_last_error(ctx));
+  CHECK(strstr(dcp_ctx_last_error(ctx), "dcp-writer (rank 1)") &&
+            strstr(dcp_ctx_last_error(ctx), "rebuilding the state"),
+        "rank %d: the reason does not name the refusing writer: '%s'", rank,
+        dcp_ctx_last_error(ctx));
+  CHECK(took < (double)a->timeout_ms / 2e3, "rank %d: the refusal took %.1f s (deadline %ld ms)",
+        rank, took, a->timeout_ms);
+  dcp_async_free(h);
+  CHECK(!committed(p1), "the refused save committed");
+  h = save_then_mutate(ctx, &m, p2, 2);
+  OK(dcp_async_wait(h), ctx);
+  dcp_async_free(h);
+  check_load(ctx, p2, rank, world, 0, 2);
+  dcp_state *st = model_state(ctx, &m);
+  CHECK(dcp_load(ctx, st, p1, NULL) != DCP_OK, "the refused save loads");
+  dcp_state_free(st);
+  if (rank == 0) printf("writer-refuses: every rank failed in %.2f s: %s\n", took,
+                        dcp_ctx_last_error(ctx));
+  dcp_async_shutdown(ctx);
+  model_free(&m);
+  dcp_ctx_free(ctx);
+  return 0;
+}
+
 /* Write pid to path (a line). */
 static void write_pid(const char *path, pid_t pid) {
   FILE *f = fopen(path, "w");
@@ -495,6 +542,7 @@ int main(int argc, char **argv) {
   if (!strcmp(a.mode, "kill-trainer")) return mode_kill_trainer(&a);
   if (!strcmp(a.mode, "kill-writer")) return mode_kill_writer(&a);
   if (!strcmp(a.mode, "notfound")) return mode_notfound(&a);
+  if (!strcmp(a.mode, "writer-refuses")) return mode_writer_refuses(&a);
   if (!strcmp(a.mode, "orphan")) return mode_orphan(&a);
   CHECK(0, "unknown mode %s", a.mode);
   return 2;

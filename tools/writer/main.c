@@ -14,8 +14,10 @@
  * committed. With --keep (the memory tier, docs/recovery.md) it keeps
  * this rank's data files of its last K persisted saves in memory, answers
  * a restarted trainer's requests for them, and outlives its trainer by up
- * to --linger ms (or until a STOP). Test hook: DCP_WRITER_DELAY_MS sleeps
- * before each job. */
+ * to --linger ms (or until a STOP). Test hooks: DCP_WRITER_DELAY_MS sleeps
+ * before each job; DCP_WRITER_FAULT=rebuild-once:R makes rank R's writer
+ * find its first job's first chunk one byte longer than its box, so that
+ * writer cannot rebuild the state and refuses that save. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -64,6 +66,17 @@ static void test_delay(void) {
   }
 }
 
+/* DCP_WRITER_FAULT (see the top): damage job as asked, once per process. */
+static void test_fault(dcpi_wp_job *job) {
+  static int done;
+  const char *f = getenv("DCP_WRITER_FAULT");
+  const char *prefix = "rebuild-once:";
+  if (done || !f || strncmp(f, prefix, strlen(prefix)) || job->refused || !job->nchunks) return;
+  if (atoi(f + strlen(prefix)) != job->coord.rank) return;
+  done = 1;
+  job->chunks[0].nbytes++;
+}
+
 /* Map the pool read-only, after checking it is as large as the job says. */
 static dcp_status map_pool(int fd, uint64_t size, const uint8_t **base, dcpi_err *err) {
   struct stat sb;
@@ -90,6 +103,7 @@ static uint64_t run_job(dcpi_wsession *s, const uint8_t *p, size_t len, int pool
   if (!rc && !job.refused) rc = map_pool(pool_fd, job.pool_size, &base, err); /* refused: none */
   if (!rc) {
     test_delay();
+    test_fault(&job);
     dcpi_wsession_save(s, &job, base, err);
   }
   if (base) munmap((void *)base, (size_t)job.pool_size);
