@@ -229,6 +229,18 @@ static void job_release(dcpi_wp_job *j) {
 
 /* Describe st and ctx as a job and make the pool large enough for it
  * (the copy comes after: stage_run). */
+/* Writers that do not coordinate have no collective to compare replicas
+ * over: DCP_SAVE_CHECK_REPLICAS is refused here, before anything is
+ * staged, as a detached rank's sync save refuses it (was: the writer's
+ * save failed, so the trainer learnt it only from dcp_async_wait). */
+static dcp_status check_replicas_coordinated(const dcpi_async_writer *w, const dcpi_wp_job *j,
+                                             dcpi_err *err) {
+  bool none = j->coord.coll && strcmp(j->coord.coll, "none") == 0 && w->ctx->world_size > 1;
+  if (!none || !(j->flags & DCP_SAVE_CHECK_REPLICAS)) return DCP_OK;
+  return dcpi_fail(err, DCP_EINVAL, "dcp_async_save: DCP_SAVE_CHECK_REPLICAS needs writers "
+                   "that coordinate (this context's async coordination is \"none\")");
+}
+
 static dcp_status prepare_job(dcpi_async_writer *w, dcp_state *st, const char *path,
                               const dcp_save_options *opts, dcpi_wp_job *j, dcpi_err *err) {
   size_t total = 0;
@@ -250,6 +262,7 @@ static dcp_status prepare_job(dcpi_async_writer *w, dcp_state *st, const char *p
   rc = take_base(w, path, j, err);
   if (!rc) rc = describe_coord(w, &j->coord, err);
   if (!rc) rc = name_uncoordinated_save(w, j, err);
+  if (!rc) rc = check_replicas_coordinated(w, j, err);
   if (!rc) rc = place_items(st, j, &total, err);
   if (!rc) rc = dcpi_pool_reserve(&w->pool, total, err);
   if (rc) return rc;

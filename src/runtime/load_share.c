@@ -509,10 +509,12 @@ static int cmp_lrange(const void *pa, const void *pb) {
 }
 
 /* Every non-empty box the layouts of st give any rank, one per distinct
- * box (sorted per tensor), into *out (coords in *pool). */
+ * box (sorted per tensor), into *out (coords in *pool: each box its own
+ * slot, never reused, since a kept box may point at a slot past the
+ * dropped duplicates). */
 static dcp_status layout_boxes(const dcp_state *st, lbox **out, size_t *n, int64_t **pool,
                                dcpi_err *err) {
-  size_t cap = 0;
+  size_t cap = 0, slot = 0;
   for (size_t t = 0; t < st->ntensors; t++)
     if (st->tensors[t].layout) cap += (size_t)st->tensors[t].layout->nranks;
   *out = malloc((cap ? cap : 1) * sizeof **out);
@@ -524,7 +526,7 @@ static dcp_status layout_boxes(const dcp_state *st, lbox **out, size_t *n, int64
     if (!ti->layout) continue;
     size_t first = *n;
     for (int64_t p = 0; p < ti->layout->nranks; p++) {
-      int64_t *off = *pool + *n * 2 * DCP_MAX_NDIM, *sz = off + DCP_MAX_NDIM, numel = 1;
+      int64_t *off = *pool + slot++ * 2 * DCP_MAX_NDIM, *sz = off + DCP_MAX_NDIM, numel = 1;
       memset(off, 0, 2 * DCP_MAX_NDIM * sizeof *off);
       dcpi_layout_box_at(ti->layout, ti->shape, p, off, sz);
       for (uint32_t d = 0; d < ti->ndim; d++) numel *= sz[d];

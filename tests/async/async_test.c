@@ -15,6 +15,9 @@
  *                            (DCP_WRITER_DELAY_MS 0) or after that save
  *                            (800), or stalls holding the lease (SIGSTOP),
  *                            the directory ends as step 6
+ *   async_test trainers-die --dir D --rendezvous R  (N ranks) ranks 1..
+ *                            exit right after staging: the save commits,
+ *                            rank 0's next one fails with DCP_EPEER
  *   async_test writer-refuses --dir D --rendezvous R  (N ranks) rank 1's
  *                            writer cannot rebuild its first job's state:
  *                            every rank fails at once, nothing commits,
@@ -271,6 +274,18 @@ static double now_s(void) {
  * its way. */
 static int dead(pid_t pid) { return ak_gone_within(pid, 1000); }
 
+/* The context of a mode that needs several ranks, this rank's model, and
+ * the paths (cap bytes each) of its two saves, n1 and n2 in the test's
+ * directory. */
+static dcp_ctx *open_multi(const args *a, const char *mode, int *rank, int *world, model *m,
+                           char *p1, const char *n1, char *p2, const char *n2, size_t cap) {
+  dcp_ctx *ctx = open_ctx(a, rank, world);
+  CHECK(*world > 1, "%s needs several ranks", mode);
+  model_alloc(m, *rank, *world, 0);
+  path_of(p1, cap, a, n1), path_of(p2, cap, a, n2);
+  return ctx;
+}
+
 /* Several ranks: the last rank's writer dies (sig SIGKILL) or stalls
  * (SIGSTOP) mid-save. Its peers' writers must give up by their deadline (no
  * hang), every rank's wait returns an error, nothing is committed, and the
@@ -280,12 +295,10 @@ static int dead(pid_t pid) { return ak_gone_within(pid, 1000); }
 static int peer_writer_fault(const args *a, int sig) {
   setenv("DCP_WRITER_DELAY_MS", "500", 1);
   int rank, world;
-  dcp_ctx *ctx = open_ctx(a, &rank, &world);
-  CHECK(world > 1, "%s-peer-writer needs several ranks", sig == SIGKILL ? "kill" : "stall");
   model m;
-  model_alloc(&m, rank, world, 0);
   char p1[512], p2[512];
-  path_of(p1, sizeof p1, a, "good"), path_of(p2, sizeof p2, a, "killed");
+  dcp_ctx *ctx = open_multi(a, sig == SIGKILL ? "kill-peer-writer" : "stall-peer-writer", &rank,
+                            &world, &m, p1, "good", p2, "killed", sizeof p1);
   dcp_async *h = save_then_mutate(ctx, &m, p1, 1);
   OK(dcp_async_wait(h), ctx);
   dcp_async_free(h);
@@ -332,12 +345,10 @@ static int peer_writer_fault(const args *a, int sig) {
 static int mode_writer_refuses(const args *a) {
   setenv("DCP_WRITER_FAULT", "rebuild-once:1", 1); /* before the writer is spawned */
   int rank, world;
-  dcp_ctx *ctx = open_ctx(a, &rank, &world);
-  CHECK(world > 1, "writer-refuses needs several ranks");
   model m;
-  model_alloc(&m, rank, world, 0);
   char p1[512], p2[512];
-  path_of(p1, sizeof p1, a, "refused"), path_of(p2, sizeof p2, a, "after");
+  dcp_ctx *ctx = open_multi(a, "writer-refuses", &rank, &world, &m, p1, "refused", p2, "after",
+                            sizeof p1);
   double t0 = now_s();
   dcp_async *h = save_then_mutate(ctx, &m, p1, 1);
   dcp_status rc = dcp_async_wait(h);
@@ -361,6 +372,57 @@ static int mode_writer_refuses(const args *a) {
   dcp_state_free(st);
   if (rank == 0) printf("writer-refuses: every rank failed in %.2f s: %s\n", took,
                         dcp_ctx_last_error(ctx));
+  dcp_async_shutdown(ctx);
+  model_free(&m);
+  dcp_ctx_free(ctx);
+  return 0;
+}
+
+/* Ranks 1.. async-save and exit at once (staged: the job is their
+ * writers'); rank 0 waits. Their writers still take part: the save
+ * commits, and a load by one rank gets every value. Rank 0's next async
+ * save then fails at once with DCP_EPEER naming a rank whose writer left
+ * (was: DCP_EINVAL "ranks called different collectives"). */
+static int mode_trainers_die(const args *a) {
+  int rank, world;
+  model m;
+  char p1[512], p2[512];
+  dcp_ctx *ctx = open_multi(a, "trainers-die", &rank, &world, &m, p1, "orphaned", p2, "alone",
+                            sizeof p1);
+  dcp_async *h = save_then_mutate(ctx, &m, p1, 1);
+  if (rank != 0) _exit(0); /* no wait, no free, no shutdown: the process is gone */
+  OK(dcp_async_wait(h), ctx);
+  dcp_async_free(h);
+  CHECK(committed(p1), "the save whose other trainers exited did not commit");
+  { /* every row, read back by one rank: the dead ranks' rows too */
+    dcp_ctx *one;
+    dcp_ctx_config cfg;
+    dcp_ctx_config_init(&cfg);
+    OK(dcp_ctx_create(&cfg, &one), NULL);
+    model want, got;
+    model_alloc(&want, 0, 1, 0), model_alloc(&got, 0, 1, 0);
+    model_fill(&want, 1);
+    dcp_state *st;
+    OK(dcp_state_create(one, &st), one);
+    ak_rows_add(one, st, ROWS, COLS, got.row0, got.rows, got.w, NULL, 0);
+    OK(dcp_load(one, st, p1, NULL), one);
+    CHECK(!memcmp(want.w, got.w, (size_t)(ROWS * COLS) * sizeof *want.w),
+          "rows of %s differ when loaded by one rank", p1);
+    dcp_state_free(st);
+    model_free(&want), model_free(&got);
+    dcp_ctx_free(one);
+  }
+  double t0 = now_s();
+  h = save_then_mutate(ctx, &m, p2, 2);
+  dcp_status rc = dcp_async_wait(h);
+  CHECK(rc == DCP_EPEER && strstr(dcp_ctx_last_error(ctx), "closed its collective"),
+        "a save with the other writers gone returned %s: %s", dcp_strerror(rc),
+        dcp_ctx_last_error(ctx));
+  CHECK(now_s() - t0 < (double)a->timeout_ms / 2e3, "it took %.1f s to fail", now_s() - t0);
+  dcp_async_free(h);
+  CHECK(!committed(p2), "a save of one rank of %d committed", world);
+  printf("trainers-die: committed with %d trainers gone; then: %s\n", world - 1,
+         dcp_ctx_last_error(ctx));
   dcp_async_shutdown(ctx);
   model_free(&m);
   dcp_ctx_free(ctx);
@@ -543,6 +605,7 @@ int main(int argc, char **argv) {
   if (!strcmp(a.mode, "kill-writer")) return mode_kill_writer(&a);
   if (!strcmp(a.mode, "notfound")) return mode_notfound(&a);
   if (!strcmp(a.mode, "writer-refuses")) return mode_writer_refuses(&a);
+  if (!strcmp(a.mode, "trainers-die")) return mode_trainers_die(&a);
   if (!strcmp(a.mode, "orphan")) return mode_orphan(&a);
   CHECK(0, "unknown mode %s", a.mode);
   return 2;

@@ -17,8 +17,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* The ops of file.c (OP_HELLO .. OP_DONE) that carry a decoded payload. */
-enum { OP_HELLO = 1, OP_SESSION = 2, OP_ALLREDUCE = 9 };
+/* The ops (fx_codec.h) that carry a decoded payload: OP_HELLO, OP_SESSION,
+ * OP_ALLREDUCE. */
 
 static void decode_payload(uint32_t op, const unsigned char *p, size_t len, int32_t world) {
   volatile uint64_t sink = 0;

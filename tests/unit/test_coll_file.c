@@ -397,6 +397,32 @@ static void test_mismatched_calls(void **state) {
   ctk_remove_dir(ctk_dir);
 }
 
+/* Rank 1 closes its collective (its process is leaving) while rank 0
+ * calls an allreduce: rank 0 fails at once with DCP_EPEER naming rank 1,
+ * not as a mismatch of calls nor at its deadline. */
+static int scenario_peer_closed(int rank, int world, void *arg) {
+  (void)arg;
+  dcp_plugin_err err = {{0}};
+  dcp_comm *c = NULL;
+  CHECK_RC(ctk_open_comm(rank, world, 20000, NULL, &c, &err), DCP_OK);
+  if (rank == 1) {
+    ctk_P->close(c);
+    return 0;
+  }
+  int64_t v[1] = {1};
+  CHECK_RC(ctk_P->allreduce_i64(c, v, 1, DCP_REDUCE_SUM, &err), DCP_EPEER);
+  CHECK(strstr(err.msg, "rank 1 closed its collective") != NULL);
+  ctk_P->close(c);
+  return 0;
+}
+
+static void test_peer_closed(void **state) {
+  (void)state;
+  ctk_fresh_dir("dcp-coll-file");
+  assert_int_equal(ctk_run_ranks(2, scenario_peer_closed, NULL), 0);
+  ctk_remove_dir(ctk_dir);
+}
+
 /* Rank 0 thinks the world has 2 ranks, rank 1 that it has 3: both time out
  * (no hang), and rank 0's message says what it saw. */
 static int scenario_world_mismatch(int rank, int world, void *arg) {
@@ -610,6 +636,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_host_id),
       cmocka_unit_test(test_corrupt_payload),
       cmocka_unit_test(test_mismatched_calls),
+      cmocka_unit_test(test_peer_closed),
       cmocka_unit_test(test_world_mismatch),
       cmocka_unit_test(test_stale_session_root_late),
       cmocka_unit_test(test_stale_hellos_others_late),

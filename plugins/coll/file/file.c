@@ -100,12 +100,6 @@
 #define POLL_MAX_NS 20000000LL  /* 20 ms */
 #define MISSING_SHOWN 8         /* ranks named in a timeout message */
 
-/* The op stored in each trailer; a mismatch means the ranks disagree on the
- * order of calls. */
-enum {
-  OP_HELLO = 1, OP_SESSION, OP_OPEN, OP_BARRIER, OP_BCAST, OP_ALLGATHER,
-  OP_GATHERV, OP_SCATTERV, OP_ALLREDUCE, OP_GROUP, OP_CLOSE, OP_DONE
-};
 
 /* Outcome of looking at one file: FILE_ODD is a link or not a regular file
  * at the name (treated as absent, and named by a timeout). */

@@ -6,6 +6,10 @@
 #include "dcp_plugin.h"
 
 int dcpi_fx_accept(const dcpi_fx_trailer *t, const dcpi_fx_expect *e, dcp_plugin_err *err) {
+  if (t->op != e->op && t->op == OP_CLOSE && e->op != OP_CLOSE && !e->lenient)
+    return dcp_plugin_fail(err, DCP_EPEER, "rank %d closed its collective (it is shutting "
+                           "down) while this rank waits in op %u (%s)", (int)e->from, e->op,
+                           e->path);
   if (t->op != e->op)
     return e->lenient ? DCPI_FX_ABSENT
                       : dcp_plugin_fail(err, DCP_EINVAL,

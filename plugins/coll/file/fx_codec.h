@@ -34,6 +34,14 @@ typedef dcpi_cc_trailer dcpi_fx_trailer;
  * dcpi_fx_trailer_parse returns them too. */
 enum { DCPI_FX_ABSENT = 0, DCPI_FX_PRESENT = 1 };
 
+/* The op stored in each trailer; a mismatch means the ranks disagree on the
+ * order of calls, except a peer's OP_CLOSE: that rank left the collective
+ * (its process is shutting down) while this one still calls. */
+enum {
+  OP_HELLO = 1, OP_SESSION, OP_OPEN, OP_BARRIER, OP_BCAST, OP_ALLGATHER,
+  OP_GATHERV, OP_SCATTERV, OP_ALLREDUCE, OP_GROUP, OP_CLOSE, OP_DONE
+};
+
 /* What a round expects of one file. */
 typedef struct dcpi_fx_expect {
   const char *path;
@@ -46,8 +54,9 @@ typedef struct dcpi_fx_expect {
 
 /* Check a parsed trailer against e before the payload is read: the op and
  * (with data) the length. Returns DCPI_FX_PRESENT, DCPI_FX_ABSENT (lenient
- * mismatch) or DCP_EINVAL (the ranks called different collectives, or
- * with different sizes). */
+ * mismatch), DCP_EPEER (the writing rank closed its collective: it left)
+ * or DCP_EINVAL (the ranks called different collectives, or with
+ * different sizes). */
 int dcpi_fx_accept(const dcpi_fx_trailer *t, const dcpi_fx_expect *e, dcp_plugin_err *err);
 
 /* Check the payload p (t->plen bytes, read from e->path) against the
