@@ -1,8 +1,12 @@
 /* property.c — random layouts saved one way and loaded another, every byte
  * checked, over real ranks (forked over the file collective, or mpirun).
  *
- *   dcp_property run --dir D [--rendezvous R] [--trainer-coll mpi]
- *                [--writer-coll file|gloo|none] --seed S --rounds N
+ *   dcp_property run|save|load --dir D [--rendezvous R] [--trainer-coll mpi]
+ *                [--writer-coll file|gloo|none] --seed S --rounds N [--save-world W]
+ *
+ * run saves and loads each round; save only saves, and load (by another
+ * world, --save-world naming the one that saved) only loads, so a
+ * checkpoint of 3 ranks is checked by 5, or by 1.
  *
  * Every rank draws the same case from (S, round): one or two meshes over
  * all ranks or a subset (1-3 dims, ranks permuted), up to five tensors of
@@ -89,6 +93,7 @@ typedef struct kase {
   uint32_t block_size, flags;
   dcp_policy policy;
   int async, background, twice, load_mask;
+  int hole; /* a hand-added tensor whose first non-empty box nobody saves (-1: none) */
   dcp_read_dedup dedup;
 } kase;
 
@@ -154,13 +159,24 @@ static void draw_side(rng *r, int32_t world, const kase *c, side *s) {
   for (int i = 0; i < c->nt; i++) draw_place(r, s, &c->t[i], &s->p[i]);
 }
 
-static void draw_case(uint64_t seed, int round, int32_t world, kase *c) {
+static int64_t numel(uint32_t ndim, const int64_t *size) {
+  int64_t n = 1;
+  for (uint32_t d = 0; d < ndim; d++) n *= size[d];
+  return n;
+}
+
+/* The case of (seed, round): saved by save_world ranks, loaded by
+ * load_world (the save side is drawn first, so it does not depend on the
+ * load world). */
+static void draw_case(uint64_t seed, int round, int32_t save_world, int32_t load_world, kase *c) {
   rng r = {mix(seed * 1000003u + (uint64_t)round)};
   memset(c, 0, sizeof *c);
   c->nt = (int)range(&r, 1, MAXT);
   for (int i = 0; i < c->nt; i++) draw_tensor(&r, i, &c->t[i]);
-  draw_side(&r, world, c, &c->save);
-  draw_side(&r, world, c, &c->load);
+  draw_side(&r, save_world, c, &c->save);
+  rng lr = {mix(r.s ^ 0x6c6f6164)}; /* the load side from its own stream: the draws */
+                                    /* after it do not depend on the load world */
+  draw_side(&lr, load_world, c, &c->load);
   static const uint32_t blocks[] = {4096, 8192, 1u << 20};
   c->block_size = blocks[range(&r, 0, 2)];
   c->flags = range(&r, 0, 3) == 0 ? DCP_SAVE_COMPRESS : 0;
@@ -171,6 +187,13 @@ static void draw_case(uint64_t seed, int round, int32_t world, kase *c) {
   c->twice = range(&r, 0, 3) == 0;
   c->load_mask = range(&r, 0, 2) == 0 ? (int)range(&r, 1, (1 << c->nt) - 1) : (1 << c->nt) - 1;
   c->dedup = (dcp_read_dedup)range(&r, 0, 2);
+  c->hole = -1;
+  for (int i = 0; i < c->nt && c->hole < 0; i++)
+    if (c->save.p[i].k == K_HAND && numel(c->t[i].ndim, c->t[i].shape) > 0 && range(&r, 0, 3) == 0) {
+      c->hole = i; /* every rank loads it whole: every rank's load must fail */
+      c->load.p[i].k = K_WHOLE;
+      c->load_mask |= 1 << i;
+    }
 }
 
 /* ---- values: byte b of global element g of tensor i, for salt ---------- */
@@ -186,11 +209,6 @@ static uint64_t global_index(const tensor *t, const int64_t *x) {
   return g;
 }
 
-static int64_t numel(uint32_t ndim, const int64_t *size) {
-  int64_t n = 1;
-  for (uint32_t d = 0; d < ndim; d++) n *= size[d];
-  return n;
-}
 
 /* Fill (or, check, compare) count elements of t starting at element first
  * of the region (off, size) flattened row-major, at buf. Returns the
@@ -257,7 +275,7 @@ static int holds_box(const place *p, uint64_t b, int32_t rank, int32_t world, in
 
 /* Add tensor i to rs's state as placement p says (salt: the values). */
 static void add_tensor(dcp_ctx *ctx, rank_state *rs, const side *s, const tensor *t, int i,
-                       int32_t rank, int32_t world, int saving, uint64_t salt) {
+                       int32_t rank, int32_t world, int saving, int hole, uint64_t salt) {
   const place *p = &s->p[i];
   const mesh *m = &s->meshes[p->mesh];
   int64_t zero[MAXD] = {0};
@@ -294,6 +312,7 @@ static void add_tensor(dcp_ctx *ctx, rank_state *rs, const side *s, const tensor
   }
   uint64_t nboxes = 1;
   for (uint32_t d = 0; d < t->ndim; d++) nboxes *= (uint64_t)p->nparts[d];
+  int holed = !(saving && hole);
   for (uint64_t b = 0; b < nboxes; b++) {
     int64_t off[MAXD], size[MAXD];
     uint64_t q = b;
@@ -303,25 +322,35 @@ static void add_tensor(dcp_ctx *ctx, rank_state *rs, const side *s, const tensor
       off[d] = p->cut[d][part], size[d] = p->cut[d][part + 1] - p->cut[d][part];
     }
     int64_t n = numel(t->ndim, size);
-    if (n == 0 || !holds_box(p, b, rank, world, saving)) continue;
+    if (n == 0) continue;
+    if (!holed) { /* the hole: this box is in no rank's state */
+      holed = 1;
+      continue;
+    }
+    if (!holds_box(p, b, rank, world, saving)) continue;
     uint8_t *buf = hold(rs, i, off, size, 0, n, t);
     if (saving) span(t, i, off, size, 0, n, buf, salt, 0);
     OK(dcp_state_add_chunk(rs->st, t->fqn, off, size, buf), ctx);
   }
 }
 
+/* rs's state of side s (the tensors in mask; the per-rank bytes item only
+ * when per_rank: a load by another world cannot have it). */
 static void build(dcp_ctx *ctx, rank_state *rs, const kase *c, const side *s, int saving,
-                  int mask, uint64_t salt) {
+                  int mask, int per_rank, uint64_t salt) {
   int32_t rank = dcp_ctx_rank(ctx), world = dcp_ctx_world_size(ctx);
   memset(rs, 0, sizeof *rs);
   OK(dcp_state_create(ctx, &rs->st), ctx);
   for (int i = 0; i < c->nt; i++)
-    if (mask >> i & 1) add_tensor(ctx, rs, s, &c->t[i], i, rank, world, saving, salt);
+    if (mask >> i & 1) add_tensor(ctx, rs, s, &c->t[i], i, rank, world, saving, c->hole == i, salt);
   rs->rng_len = 3 * (size_t)(rank + 1);
   for (size_t b = 0; saving && b < sizeof rs->step; b++) rs->step[b] = value(99, 0, b, salt);
   for (size_t b = 0; saving && b < rs->rng_len; b++) rs->rng_item[b] = value(98, (uint64_t)rank, b, salt);
   OK(dcp_state_add_bytes(rs->st, "step", DCP_SCOPE_REPLICATED, rs->step, sizeof rs->step), ctx);
-  OK(dcp_state_add_bytes(rs->st, "rng", DCP_SCOPE_PER_RANK, rs->rng_item, rs->rng_len), ctx);
+  if (per_rank)
+    OK(dcp_state_add_bytes(rs->st, "rng", DCP_SCOPE_PER_RANK, rs->rng_item, rs->rng_len), ctx);
+  else
+    rs->rng_len = 0;
 }
 
 static void scribble(rank_state *rs, const kase *c) {
@@ -348,6 +377,7 @@ static void describe(const kase *c, int32_t rank) {
          c->flags & DCP_SAVE_CHECK_REPLICAS ? ", replica check" : "",
          !c->async ? ", sync" : c->background ? ", async (background)" : ", async",
          c->twice ? ", saved twice" : "", (int)c->dedup);
+  if (c->hole >= 0) printf(" (%s has a box nobody saves)", c->t[c->hole].fqn);
   for (int i = 0; i < c->nt; i++) {
     printf(" %s[", c->t[i].fqn);
     for (uint32_t d = 0; d < c->t[i].ndim; d++) printf("%s%lld", d ? "x" : "", (long long)c->t[i].shape[d]);
@@ -367,6 +397,12 @@ static void describe(const kase *c, int32_t rank) {
   fflush(stdout);
 }
 
+/* Whether c's save is uncoordinated: async, by writers that do not talk
+ * (each commits its rank's part; nobody can see a gap between parts). */
+static int uncoordinated(const ak_args *a, const kase *c, int32_t world) {
+  return c->async && world > 1 && a->writer_coll && !strcmp(a->writer_coll, "none");
+}
+
 /* Every rank here once every rank got here: a sync save of one byte per
  * rank (async saves coordinated "none" commit each rank's part on its own:
  * a load must wait for all of them). */
@@ -384,10 +420,13 @@ static void barrier(dcp_ctx *ctx, const ak_args *a) {
   dcp_state_free(st);
 }
 
-static void save_once(dcp_ctx *ctx, const ak_args *a, const kase *c, const char *path,
-                      uint64_t salt, int overwrite) {
+/* Save c's save side into path; returns the save's status (an async
+ * one's from its wait). */
+static dcp_status save_once(dcp_ctx *ctx, const ak_args *a, const kase *c, const char *path,
+                            uint64_t salt, int overwrite) {
+  dcp_status rc;
   rank_state rs;
-  build(ctx, &rs, c, &c->save, 1, (1 << c->nt) - 1, salt);
+  build(ctx, &rs, c, &c->save, 1, (1 << c->nt) - 1, 1, salt);
   dcp_save_options o;
   dcp_save_options_init(&o);
   o.block_size = c->block_size;
@@ -408,38 +447,80 @@ static void save_once(dcp_ctx *ctx, const ak_args *a, const kase *c, const char 
     rs.st = NULL;
     OK(dcp_async_fence(h), ctx);
     scribble(&rs, c); /* staged already: the checkpoint must not see this */
-    OK(dcp_async_wait(h), ctx);
+    rc = dcp_async_wait(h);
     dcp_async_free(h);
-    if (a->writer_coll && !strcmp(a->writer_coll, "none")) barrier(ctx, a);
+    if (uncoordinated(a, c, dcp_ctx_world_size(ctx))) barrier(ctx, a);
   } else {
-    OK(dcp_save(ctx, rs.st, path, &o), ctx);
+    rc = dcp_save(ctx, rs.st, path, &o);
   }
   release(&rs);
+  return rc;
 }
 
-static void round_trip(dcp_ctx *ctx, const ak_args *a, uint64_t seed, int round) {
-  int32_t rank = dcp_ctx_rank(ctx), world = dcp_ctx_world_size(ctx);
-  kase c;
-  draw_case(seed, round, world, &c);
-  describe(&c, rank);
+/* The salt of the values the round's checkpoint ends with. */
+static uint64_t final_salt(uint64_t seed, int round, const kase *c) {
+  uint64_t salt = mix(seed ^ (uint64_t)round);
+  return c->twice ? mix(salt) : salt;
+}
+
+/* Save the round's checkpoint (twice, overwriting, when the case says). */
+static void save_round(dcp_ctx *ctx, const ak_args *a, const kase *c, uint64_t seed, int round) {
   char path[600];
   snprintf(path, sizeof path, "%s/round%d", a->dir, round);
   uint64_t salt = mix(seed ^ (uint64_t)round);
-  save_once(ctx, a, &c, path, salt, 0);
-  if (c.twice) save_once(ctx, a, &c, path, salt = mix(salt), 1);
+  kase whole = *c;
+  whole.hole = -1;
+  int keeps_hole = c->hole >= 0 && uncoordinated(a, c, dcp_ctx_world_size(ctx));
+  dcp_status rc = save_once(ctx, a, c, path, salt, 0);
+  if (c->hole >= 0 && !keeps_hole) {
+    /* a coordinated save sees the gap: it fails on every rank, naming the
+     * tensor, and commits nothing; then the round saves it whole */
+    CHECK(rc == DCP_EINCOMPLETE && strstr(dcp_ctx_last_error(ctx), c->t[c->hole].fqn),
+          "seed %llu round %d: a save of %s with a box nobody holds returned %s: %s",
+          (unsigned long long)seed, round, c->t[c->hole].fqn, dcp_strerror(rc),
+          dcp_ctx_last_error(ctx));
+    dcp_meta *m = NULL;
+    CHECK(dcp_meta_open(ctx, path, &m) == DCP_EINCOMPLETE, "the incomplete save committed");
+    rc = save_once(ctx, a, &whole, path, salt, 0);
+  }
+  OK(rc, ctx);
+  if (c->twice) OK(save_once(ctx, a, keeps_hole ? c : &whole, path, mix(salt), 1), ctx);
+}
+
+/* Load the round's checkpoint (saved by save_world ranks) into the case's
+ * load side and compare every byte; the per-rank item only when this is
+ * the saving world. */
+static void load_round(dcp_ctx *ctx, const ak_args *a, const kase *c, uint64_t seed, int round,
+                       int32_t save_world) {
+  int32_t rank = dcp_ctx_rank(ctx);
+  int same_world = save_world == dcp_ctx_world_size(ctx);
+  int hole = c->hole >= 0 && uncoordinated(a, c, save_world) ? c->hole : -1;
+  char path[600];
+  snprintf(path, sizeof path, "%s/round%d", a->dir, round);
+  uint64_t salt = final_salt(seed, round, c);
   rank_state rs;
-  build(ctx, &rs, &c, &c.load, 0, c.load_mask, salt);
   dcp_load_options lo;
   dcp_load_options_init(&lo);
-  lo.read_dedup = c.dedup;
+  lo.read_dedup = c->dedup;
+  if (hole >= 0) { /* never a silent gap: every rank fails, naming the tensor */
+    build(ctx, &rs, c, &c->load, 0, c->load_mask, same_world, salt);
+    dcp_status rc = dcp_load(ctx, rs.st, path, &lo);
+    CHECK(rc == DCP_EINCOMPLETE && strstr(dcp_ctx_last_error(ctx), c->t[hole].fqn),
+          "seed %llu round %d: a load of %s, one of whose boxes nobody saved, returned %s: %s",
+          (unsigned long long)seed, round, c->t[hole].fqn, dcp_strerror(rc),
+          dcp_ctx_last_error(ctx));
+    release(&rs);
+  }
+  int mask = hole >= 0 ? c->load_mask & ~(1 << hole) : c->load_mask;
+  build(ctx, &rs, c, &c->load, 0, mask, same_world, salt);
   OK(dcp_load(ctx, rs.st, path, &lo), ctx);
   for (int k = 0; k < rs.nh; k++) {
     const held *h = &rs.h[k];
-    const tensor *t = &c.t[h->tensor];
+    const tensor *t = &c->t[h->tensor];
     size_t bad = span(t, h->tensor, h->off, h->size, h->first, h->count, h->buf, salt, 1);
     CHECK(bad == 0, "seed %llu round %d: %zu bytes of %s (%s, elements %lld+%lld of its box) "
           "differ after the load", (unsigned long long)seed, round, bad, t->fqn,
-          kind_name[c.load.p[h->tensor].k], (long long)h->first, (long long)h->count);
+          kind_name[c->load.p[h->tensor].k], (long long)h->first, (long long)h->count);
   }
   for (size_t b = 0; b < sizeof rs.step; b++)
     CHECK(rs.step[b] == value(99, 0, b, salt), "seed %llu round %d: step differs",
@@ -452,19 +533,33 @@ static void round_trip(dcp_ctx *ctx, const ak_args *a, uint64_t seed, int round)
 
 int main(int argc, char **argv) {
   uint64_t seed = 1;
-  int rounds = 10;
+  int rounds = 10, save_world = 0;
   for (int i = 1; i + 1 < argc; i++) {
     if (!strcmp(argv[i], "--seed")) seed = strtoull(argv[i + 1], NULL, 10);
     if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
+    if (!strcmp(argv[i], "--save-world")) save_world = atoi(argv[i + 1]);
   }
   ak_args a;
   ak_parse(argc, argv, &a);
+  int saving = !strcmp(a.mode, "run") || !strcmp(a.mode, "save");
+  int loading = !strcmp(a.mode, "run") || !strcmp(a.mode, "load");
+  CHECK(saving || loading, "mode %s: run, save or load", a.mode);
   dcp_ctx *ctx = ak_open_ctx(&a);
   g_rank = dcp_ctx_rank(ctx);
-  CHECK(dcp_ctx_world_size(ctx) <= MAXW, "at most %d ranks", MAXW);
-  if (g_rank == 0) printf("property: seed %llu, %d rounds, %d ranks\n", (unsigned long long)seed,
-                          rounds, dcp_ctx_world_size(ctx));
-  for (int r = 0; r < rounds; r++) round_trip(ctx, &a, seed, r);
+  int32_t world = dcp_ctx_world_size(ctx);
+  if (saving || save_world <= 0) save_world = world;
+  CHECK(world <= MAXW && save_world <= MAXW, "at most %d ranks", MAXW);
+  if (g_rank == 0)
+    printf("property: %s, seed %llu, %d rounds, saved by %d ranks%s%d\n", a.mode,
+           (unsigned long long)seed, rounds, save_world, loading ? ", loaded by " : ", ",
+           loading ? world : 0);
+  for (int r = 0; r < rounds; r++) {
+    kase c;
+    draw_case(seed, r, save_world, world, &c);
+    describe(&c, g_rank);
+    if (saving) save_round(ctx, &a, &c, seed, r);
+    if (loading) load_round(ctx, &a, &c, seed, r, save_world);
+  }
   dcp_async_shutdown(ctx);
   dcp_ctx_free(ctx);
   return 0;
