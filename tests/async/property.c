@@ -94,6 +94,8 @@ typedef struct kase {
   dcp_policy policy;
   int async, background, twice, load_mask;
   int hole; /* a hand-added tensor whose first non-empty box nobody saves (-1: none) */
+  int bad_load; /* before the real load, one every rank gets wrong the same way: */
+                /* 1 a tensor of another dtype, 2 one the checkpoint lacks, 0 none */
   dcp_read_dedup dedup;
 } kase;
 
@@ -187,6 +189,7 @@ static void draw_case(uint64_t seed, int round, int32_t save_world, int32_t load
   c->twice = range(&r, 0, 3) == 0;
   c->load_mask = range(&r, 0, 2) == 0 ? (int)range(&r, 1, (1 << c->nt) - 1) : (1 << c->nt) - 1;
   c->dedup = (dcp_read_dedup)range(&r, 0, 2);
+  c->bad_load = range(&r, 0, 5) == 0 ? (int)range(&r, 1, 2) : 0;
   c->hole = -1;
   for (int i = 0; i < c->nt && c->hole < 0; i++)
     if (c->save.p[i].k == K_HAND && numel(c->t[i].ndim, c->t[i].shape) > 0 && range(&r, 0, 3) == 0) {
@@ -378,6 +381,7 @@ static void describe(const kase *c, int32_t rank) {
          !c->async ? ", sync" : c->background ? ", async (background)" : ", async",
          c->twice ? ", saved twice" : "", (int)c->dedup);
   if (c->hole >= 0) printf(" (%s has a box nobody saves)", c->t[c->hole].fqn);
+  if (c->bad_load) printf(" (a load %s first)", c->bad_load == 1 ? "of another dtype" : "of a missing tensor");
   for (int i = 0; i < c->nt; i++) {
     printf(" %s[", c->t[i].fqn);
     for (uint32_t d = 0; d < c->t[i].ndim; d++) printf("%s%lld", d ? "x" : "", (long long)c->t[i].shape[d]);
@@ -508,6 +512,21 @@ static void load_round(dcp_ctx *ctx, const ak_args *a, const kase *c, uint64_t s
     CHECK(rc == DCP_EINCOMPLETE && strstr(dcp_ctx_last_error(ctx), c->t[hole].fqn),
           "seed %llu round %d: a load of %s, one of whose boxes nobody saved, returned %s: %s",
           (unsigned long long)seed, round, c->t[hole].fqn, dcp_strerror(rc),
+          dcp_ctx_last_error(ctx));
+    release(&rs);
+  }
+  if (c->bad_load) { /* a load that cannot be right fails on every rank, nothing silent */
+    build(ctx, &rs, c, &c->load, 0, 0, same_world, salt);
+    const tensor *t = &c->t[0];
+    /* another dtype; for an F32 one of the same size: the check is on the dtype */
+    dcp_dtype other = t->dt == DCP_F32 ? DCP_I32 : DCP_F32;
+    const char *fqn = c->bad_load == 1 ? t->fqn : "m.9.ghost";
+    OK(dcp_state_add_tensor(rs.st, fqn, c->bad_load == 1 ? other : t->dt, t->ndim, t->shape), ctx);
+    dcp_status rc = dcp_load(ctx, rs.st, path, &lo);
+    dcp_status want = c->bad_load == 1 ? DCP_EMISMATCH : DCP_ENOTFOUND;
+    CHECK(rc == want && strstr(dcp_ctx_last_error(ctx), fqn),
+          "seed %llu round %d: a load of %s %s returned %s: %s", (unsigned long long)seed, round,
+          fqn, c->bad_load == 1 ? "with another dtype" : "(not saved)", dcp_strerror(rc),
           dcp_ctx_last_error(ctx));
     release(&rs);
   }
