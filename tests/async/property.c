@@ -23,6 +23,7 @@
  * and every loaded byte is compared with the value function of its global
  * element. A case that fails prints its seed and round. */
 #define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,6 +95,7 @@ typedef struct kase {
   dcp_policy policy;
   int async, background, twice, load_mask;
   int hole; /* a hand-added tensor whose first non-empty box nobody saves (-1: none) */
+  int corrupt;  /* rank 0 flips one byte of a data file before the load */
   int bad_load; /* before the real load, one every rank gets wrong the same way: */
                 /* 1 a tensor of another dtype, 2 one the checkpoint lacks, 0 none */
   dcp_read_dedup dedup;
@@ -190,6 +192,7 @@ static void draw_case(uint64_t seed, int round, int32_t save_world, int32_t load
   c->load_mask = range(&r, 0, 2) == 0 ? (int)range(&r, 1, (1 << c->nt) - 1) : (1 << c->nt) - 1;
   c->dedup = (dcp_read_dedup)range(&r, 0, 2);
   c->bad_load = range(&r, 0, 5) == 0 ? (int)range(&r, 1, 2) : 0;
+  c->corrupt = range(&r, 0, 3) == 0;
   c->hole = -1;
   for (int i = 0; i < c->nt && c->hole < 0; i++)
     if (c->save.p[i].k == K_HAND && numel(c->t[i].ndim, c->t[i].shape) > 0 && range(&r, 0, 3) == 0) {
@@ -381,6 +384,7 @@ static void describe(const kase *c, int32_t rank) {
          !c->async ? ", sync" : c->background ? ", async (background)" : ", async",
          c->twice ? ", saved twice" : "", (int)c->dedup);
   if (c->hole >= 0) printf(" (%s has a box nobody saves)", c->t[c->hole].fqn);
+  if (c->corrupt) printf(" (a byte flipped)");
   if (c->bad_load) printf(" (a load %s first)", c->bad_load == 1 ? "of another dtype" : "of a missing tensor");
   for (int i = 0; i < c->nt; i++) {
     printf(" %s[", c->t[i].fqn);
@@ -491,6 +495,35 @@ static void save_round(dcp_ctx *ctx, const ak_args *a, const kase *c, uint64_t s
   if (c->twice) OK(save_once(ctx, a, keeps_hole ? c : &whole, path, mix(salt), 1), ctx);
 }
 
+/* Flip one byte of one data file of the checkpoint at path (both drawn
+ * from seed and round). */
+static void flip_byte(const char *path, uint64_t seed, int round) {
+  char names[64][256];
+  int n = 0;
+  DIR *d = opendir(path);
+  CHECK(d, "cannot list %s", path);
+  for (struct dirent *e; (e = readdir(d)) && n < 64;)
+    if (!strncmp(e->d_name, "data-", 5)) snprintf(names[n++], sizeof names[0], "%s", e->d_name);
+  closedir(d);
+  if (n == 0) return; /* nothing stored in data files (all empty) */
+  qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
+  rng r = {mix(seed ^ ((uint64_t)round << 32) ^ 0x666c6970)};
+  char file[900];
+  snprintf(file, sizeof file, "%s/%s", path, names[range(&r, 0, n - 1)]);
+  FILE *f = fopen(file, "r+b");
+  CHECK(f, "cannot open %s", file);
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  if (size > 0) {
+    long at = (long)range(&r, 0, size - 1);
+    fseek(f, at, SEEK_SET);
+    int ch = fgetc(f);
+    fseek(f, at, SEEK_SET);
+    fputc(ch ^ (int)range(&r, 1, 255), f);
+  }
+  fclose(f);
+}
+
 /* Load the round's checkpoint (saved by save_world ranks) into the case's
  * load side and compare every byte; the per-rank item only when this is
  * the saving world. */
@@ -531,8 +564,17 @@ static void load_round(dcp_ctx *ctx, const ak_args *a, const kase *c, uint64_t s
     release(&rs);
   }
   int mask = hole >= 0 ? c->load_mask & ~(1 << hole) : c->load_mask;
+  int corrupt = c->corrupt && hole < 0;
+  if (corrupt && rank == 0) flip_byte(path, seed, round); /* the others wait for rank 0 */
   build(ctx, &rs, c, &c->load, 0, mask, same_world, salt);
-  OK(dcp_load(ctx, rs.st, path, &lo), ctx);
+  dcp_status rc = dcp_load(ctx, rs.st, path, &lo);
+  if (corrupt && rc != DCP_OK) { /* caught: fine, as long as it is called corruption */
+    CHECK(rc == DCP_ECORRUPT, "seed %llu round %d: a load of a damaged checkpoint returned %s: %s",
+          (unsigned long long)seed, round, dcp_strerror(rc), dcp_ctx_last_error(ctx));
+    release(&rs);
+    return;
+  }
+  OK(rc, ctx); /* and when it succeeds, every byte below must be right */
   for (int k = 0; k < rs.nh; k++) {
     const held *h = &rs.h[k];
     const tensor *t = &c->t[h->tensor];
