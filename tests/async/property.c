@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "async_kit.h"
 #include "dcp.h"
@@ -95,7 +96,7 @@ typedef struct kase {
   dcp_policy policy;
   int async, background, twice, load_mask;
   int hole; /* a hand-added tensor whose first non-empty box nobody saves (-1: none) */
-  int corrupt;  /* rank 0 flips one byte of a data file before the load */
+  int corrupt;  /* rank 0 damages a data file before the load: 1 flips a byte, 2 cuts it */
   int bad_load; /* before the real load, one every rank gets wrong the same way: */
                 /* 1 a tensor of another dtype, 2 one the checkpoint lacks, 0 none */
   dcp_read_dedup dedup;
@@ -192,7 +193,7 @@ static void draw_case(uint64_t seed, int round, int32_t save_world, int32_t load
   c->load_mask = range(&r, 0, 2) == 0 ? (int)range(&r, 1, (1 << c->nt) - 1) : (1 << c->nt) - 1;
   c->dedup = (dcp_read_dedup)range(&r, 0, 2);
   c->bad_load = range(&r, 0, 5) == 0 ? (int)range(&r, 1, 2) : 0;
-  c->corrupt = range(&r, 0, 3) == 0;
+  c->corrupt = range(&r, 0, 3) == 0 ? (int)range(&r, 1, 2) : 0;
   c->hole = -1;
   for (int i = 0; i < c->nt && c->hole < 0; i++)
     if (c->save.p[i].k == K_HAND && numel(c->t[i].ndim, c->t[i].shape) > 0 && range(&r, 0, 3) == 0) {
@@ -384,7 +385,7 @@ static void describe(const kase *c, int32_t rank) {
          !c->async ? ", sync" : c->background ? ", async (background)" : ", async",
          c->twice ? ", saved twice" : "", (int)c->dedup);
   if (c->hole >= 0) printf(" (%s has a box nobody saves)", c->t[c->hole].fqn);
-  if (c->corrupt) printf(" (a byte flipped)");
+  if (c->corrupt) printf(" (a data file %s)", c->corrupt == 1 ? "with a byte flipped" : "cut short");
   if (c->bad_load) printf(" (a load %s first)", c->bad_load == 1 ? "of another dtype" : "of a missing tensor");
   for (int i = 0; i < c->nt; i++) {
     printf(" %s[", c->t[i].fqn);
@@ -495,9 +496,10 @@ static void save_round(dcp_ctx *ctx, const ak_args *a, const kase *c, uint64_t s
   if (c->twice) OK(save_once(ctx, a, keeps_hole ? c : &whole, path, mix(salt), 1), ctx);
 }
 
-/* Flip one byte of one data file of the checkpoint at path (both drawn
- * from seed and round). */
-static void flip_byte(const char *path, uint64_t seed, int round) {
+/* Damage one data file of the checkpoint at path: flip one of its bytes,
+ * or (cut) truncate it to fewer bytes (file, byte and length drawn from
+ * seed and round). */
+static void damage(const char *path, uint64_t seed, int round, int cut) {
   char names[64][256];
   int n = 0;
   DIR *d = opendir(path);
@@ -514,7 +516,9 @@ static void flip_byte(const char *path, uint64_t seed, int round) {
   CHECK(f, "cannot open %s", file);
   fseek(f, 0, SEEK_END);
   long size = ftell(f);
-  if (size > 0) {
+  if (size > 0 && cut) {
+    CHECK(truncate(file, (off_t)range(&r, 0, size - 1)) == 0, "cannot truncate %s", file);
+  } else if (size > 0) {
     long at = (long)range(&r, 0, size - 1);
     fseek(f, at, SEEK_SET);
     int ch = fgetc(f);
@@ -565,12 +569,14 @@ static void load_round(dcp_ctx *ctx, const ak_args *a, const kase *c, uint64_t s
   }
   int mask = hole >= 0 ? c->load_mask & ~(1 << hole) : c->load_mask;
   int corrupt = c->corrupt && hole < 0;
-  if (corrupt && rank == 0) flip_byte(path, seed, round); /* the others wait for rank 0 */
+  if (corrupt && rank == 0) damage(path, seed, round, c->corrupt == 2); /* the others wait */
   build(ctx, &rs, c, &c->load, 0, mask, same_world, salt);
   dcp_status rc = dcp_load(ctx, rs.st, path, &lo);
   if (corrupt && rc != DCP_OK) { /* caught: fine, as long as it is called corruption */
-    CHECK(rc == DCP_ECORRUPT, "seed %llu round %d: a load of a damaged checkpoint returned %s: %s",
+    CHECK(rc == DCP_ECORRUPT || (c->corrupt == 2 && rc == DCP_EIO),
+          "seed %llu round %d: a load of a damaged checkpoint returned %s: %s",
           (unsigned long long)seed, round, dcp_strerror(rc), dcp_ctx_last_error(ctx));
+    if (rank == 0) printf("    caught: %s: %s\n", dcp_strerror(rc), dcp_ctx_last_error(ctx));
     release(&rs);
     return;
   }
