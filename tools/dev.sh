@@ -138,14 +138,14 @@ case "$cmd" in
     # The threaded parts: the async join thread and staging copy threads
     # (async.*, the async fault campaign), the lease's renewal thread, the
     # pipelined load (read-dedup scenarios), gloo's transport threads and its
-    # TCP store's server thread, and
+    # TCP store's server thread, the metadata encoder's chunk-list threads, and
     # the unit tests that drive them. Not MPI: Open MPI is not instrumented, so TSan cannot see its
     # synchronisation and reports noise there.
     deps
     build build-tsan -DDCP_TSAN=ON -DDCP_BUILD_BENCH=OFF
     TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
       ctest --test-dir build-tsan --output-on-failure -j "$JOBS" -E mpi \
-        -R '^async\.|^scenario\.(file|gloo)\.|fault_campaign|unit\.test_(save_load|save_identity|lease|load_dedup|coll_file|coll_gloo|coll_gloo_store|writer_proto|plan_cache)$' "$@"
+        -R '^async\.|^scenario\.(file|gloo)\.|fault_campaign|unit\.test_(save_load|save_identity|lease|load_dedup|coll_file|coll_gloo|coll_gloo_store|writer_proto|plan_cache|meta_encode_threads)$' "$@"
     ;;
   valgrind)
     deps

@@ -100,6 +100,9 @@ typedef struct kase {
   int bad_load; /* before the real load, one every rank gets wrong the same way: */
                 /* 1 a tensor of another dtype, 2 one the checkpoint lacks, 0 none */
   dcp_read_dedup dedup;
+  uint32_t load_flags; /* DCP_LOAD_METADATA_PER_RANK, DCP_LOAD_NO_PIPELINE */
+  dcp_policy reader_policy;
+  uint64_t max_inflight; /* 0: the default; 1: one item at a time */
 } kase;
 
 static const dcp_dtype dtypes[] = {DCP_U8, DCP_I16, DCP_BF16, DCP_F32, DCP_I64, DCP_C64};
@@ -192,6 +195,10 @@ static void draw_case(uint64_t seed, int round, int32_t save_world, int32_t load
   c->twice = range(&r, 0, 3) == 0;
   c->load_mask = range(&r, 0, 2) == 0 ? (int)range(&r, 1, (1 << c->nt) - 1) : (1 << c->nt) - 1;
   c->dedup = (dcp_read_dedup)range(&r, 0, 2);
+  c->load_flags = (uint32_t)range(&r, 0, 3) & (DCP_LOAD_METADATA_PER_RANK | DCP_LOAD_NO_PIPELINE);
+  c->reader_policy = range(&r, 0, 1) ? DCP_POLICY_BALANCED : DCP_POLICY_LOWEST_RANK;
+  static const uint64_t inflight[] = {0, 1, 4096};
+  c->max_inflight = inflight[range(&r, 0, 2)];
   c->bad_load = range(&r, 0, 5) == 0 ? (int)range(&r, 1, 2) : 0;
   c->corrupt = range(&r, 0, 3) == 0 ? (int)range(&r, 1, 2) : 0;
   c->hole = -1;
@@ -384,6 +391,9 @@ static void describe(const kase *c, int32_t rank) {
          c->flags & DCP_SAVE_CHECK_REPLICAS ? ", replica check" : "",
          !c->async ? ", sync" : c->background ? ", async (background)" : ", async",
          c->twice ? ", saved twice" : "", (int)c->dedup);
+  printf(" load flags %u, %s reader, in flight %llu;", c->load_flags,
+         c->reader_policy == DCP_POLICY_BALANCED ? "balanced" : "lowest",
+         (unsigned long long)c->max_inflight);
   if (c->hole >= 0) printf(" (%s has a box nobody saves)", c->t[c->hole].fqn);
   if (c->corrupt) printf(" (a data file %s)", c->corrupt == 1 ? "with a byte flipped" : "cut short");
   if (c->bad_load) printf(" (a load %s first)", c->bad_load == 1 ? "of another dtype" : "of a missing tensor");
@@ -543,6 +553,9 @@ static void load_round(dcp_ctx *ctx, const ak_args *a, const kase *c, uint64_t s
   dcp_load_options lo;
   dcp_load_options_init(&lo);
   lo.read_dedup = c->dedup;
+  lo.flags = c->load_flags;
+  lo.reader_policy = c->reader_policy;
+  lo.max_inflight_bytes = c->max_inflight;
   if (hole >= 0) { /* never a silent gap: every rank fails, naming the tensor */
     build(ctx, &rs, c, &c->load, 0, c->load_mask, same_world, salt);
     dcp_status rc = dcp_load(ctx, rs.st, path, &lo);
