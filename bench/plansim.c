@@ -19,6 +19,7 @@
 #include <time.h>
 #include <xxhash.h>
 
+#include "base/checked.h"
 #include "metadata/meta.h"
 #include "metadata/view.h"
 #include "model/box.h"
@@ -309,23 +310,16 @@ typedef struct arrived {
 
 #define RANKS_PER_BATCH 256
 
-static void *grow(void *p, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return p;
-  while (*cap < need) *cap = *cap ? 2 * *cap : 1024;
-  p = realloc(p, *cap * elem);
-  if (!p) die("realloc", DCP_ENOMEM, NULL);
-  return p;
-}
-
 /* Append one result of nbytes in file at offset (its box, when a chunk,
  * from the plan item's). */
 static void arrive(arrived *a, size_t caps[3], uint32_t tid, uint32_t bytes, const int64_t *box,
                    uint32_t ndim, uint32_t file, uint64_t offset, int64_t nbytes,
                    uint32_t block, uint64_t seed) {
   uint64_t blocks = ((uint64_t)nbytes + block - 1) / block;
-  a->res = grow(a->res, &caps[0], a->nres + 1, sizeof *a->res);
-  a->boxes = grow(a->boxes, &caps[1], a->nboxes + 2 * ndim, sizeof *a->boxes);
-  a->sums = grow(a->sums, &caps[2], a->nsums + blocks, sizeof *a->sums);
+  if (DCPI_RESERVE(a->res, caps[0], a->nres + 1) ||
+      DCPI_RESERVE(a->boxes, caps[1], a->nboxes + 2 * ndim) ||
+      DCPI_RESERVE(a->sums, caps[2], a->nsums + blocks))
+    die("arrive", DCP_ENOMEM, NULL);
   result *x = &a->res[a->nres++];
   *x = (result){tid, bytes, ndim, a->nboxes, a->nsums, {0}};
   if (box) memcpy(a->boxes + a->nboxes, box, 2 * ndim * sizeof *box);

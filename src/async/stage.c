@@ -227,8 +227,6 @@ static void job_release(dcpi_wp_job *j) {
   free(j->coord.plugin_path);
 }
 
-/* Describe st and ctx as a job and make the pool large enough for it
- * (the copy comes after: stage_run). */
 /* Writers that do not coordinate have no collective to compare replicas
  * over: DCP_SAVE_CHECK_REPLICAS is refused here, before anything is
  * staged, as a detached rank's sync save refuses it (was: the writer's
@@ -241,6 +239,8 @@ static dcp_status check_replicas_coordinated(const dcpi_async_writer *w, const d
                    "that coordinate (this context's async coordination is \"none\")");
 }
 
+/* Describe st and ctx as a job and make the pool large enough for it
+ * (the copy comes after: stage_run). */
 static dcp_status prepare_job(dcpi_async_writer *w, dcp_state *st, const char *path,
                               const dcp_save_options *opts, dcpi_wp_job *j, dcpi_err *err) {
   size_t total = 0;
